@@ -1,0 +1,37 @@
+"""Backends produce :class:`~nvidia_gpu_exporter.snapshot.Readings`; they know nothing of Prometheus."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..snapshot import QueryField, Readings, StatusFamily
+
+
+class CollectionError(Exception):
+    """A failed collection: the status code to report, and whether ``--shutdown-on-error`` applies."""
+
+    def __init__(
+        self, message: str, status_code: int = -1, *, fatal: bool = False, exit_code: int = 1
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.fatal = fatal
+        self.exit_code = exit_code
+
+
+class BackendSetupError(Exception):
+    """The backend cannot start (the exporter exits with this message)."""
+
+
+class Backend(Protocol):
+    """One source of GPU readings. ``collect`` is cancelled by the collector on timeout."""
+
+    @property
+    def status_family(self) -> StatusFamily: ...
+
+    @property
+    def fields(self) -> tuple[QueryField, ...]: ...
+
+    async def collect(self) -> Readings: ...
+
+    async def aclose(self) -> None: ...

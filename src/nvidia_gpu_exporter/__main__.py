@@ -1,0 +1,7 @@
+"""``python -m nvidia_gpu_exporter``."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

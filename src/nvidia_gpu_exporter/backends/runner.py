@@ -1,0 +1,127 @@
+"""Running ``nvidia-smi`` (or a wrapper such as ``ssh host nvidia-smi``) as a child process.
+
+Each run gets its own process group (session on POSIX), so that when a collection is cancelled or times
+out the whole group is killed: a wrapper script's children die with it instead of lingering as orphans.
+The Go exporter only signals the direct child; we do better. Callers bound a run by cancelling it
+(``asyncio.timeout``); cancellation kills the group, then waits at most two seconds for the pipes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+PIPE_DRAIN_SECONDS = 2.0
+NO_EXIT_STATUS = -1  # could not start, killed by a signal, or never ran
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """What one nvidia-smi invocation produced.
+
+    ``exit_code`` is the child's exit status, or -1 when it could not start or was killed by a signal.
+    ``exited_with_error`` is true only for a real process exit with a non-zero status, the one case
+    ``--shutdown-on-error`` treats as fatal.
+    """
+
+    stdout: str
+    stderr: str
+    exit_code: int
+    start_error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and self.start_error is None
+
+    @property
+    def exited_with_error(self) -> bool:
+        return self.start_error is None and self.exit_code > 0
+
+    def describe_failure(self) -> str:
+        """A one-line reason for logs and error chains."""
+        if self.start_error is not None:
+            return self.start_error
+        message = " ".join(self.stderr.split())[:300] or " ".join(self.stdout.split())[:300]
+        reason = f"exit status {self.exit_code}" if self.exit_code >= 0 else "killed by a signal"
+        return f"{reason}: {message}" if message else reason
+
+
+class SmiRunner(Protocol):
+    """Answers nvidia-smi invocations: a real child process, or an in-process simulation."""
+
+    @property
+    def description(self) -> str: ...
+
+    async def run(self, args: Sequence[str]) -> RunResult: ...
+
+
+def _decode(data: bytes) -> str:
+    # surrogateescape keeps invalid bytes visible to the exposition, which drops such labels.
+    return data.decode("utf-8", errors="surrogateescape")
+
+
+class SubprocessRunner:
+    """Runs ``base_argv + args`` with no stdin, capturing stdout and stderr separately."""
+
+    def __init__(self, base_argv: Sequence[str]) -> None:
+        self.base_argv = tuple(base_argv)
+
+    @property
+    def description(self) -> str:
+        return " ".join(self.base_argv)
+
+    async def run(self, args: Sequence[str]) -> RunResult:
+        argv = [*self.base_argv, *args]
+        try:
+            process = await _spawn(argv)
+        except (OSError, ValueError) as error:
+            return RunResult("", "", NO_EXIT_STATUS, start_error=f"failed to start {argv[0]!r}: {error}")
+        try:
+            stdout, stderr = await process.communicate()
+        except asyncio.CancelledError:
+            await _kill_and_reap(process)
+            raise
+        code = process.returncode if process.returncode is not None else NO_EXIT_STATUS
+        return RunResult(_decode(stdout), _decode(stderr), code if code >= 0 else NO_EXIT_STATUS)
+
+
+async def _spawn(argv: Sequence[str]) -> asyncio.subprocess.Process:
+    """Start the child in a process group of its own, pipes for stdout and stderr, no stdin."""
+    pipe, devnull = asyncio.subprocess.PIPE, asyncio.subprocess.DEVNULL
+    if sys.platform == "win32":
+        return await asyncio.create_subprocess_exec(
+            *argv, stdin=devnull, stdout=pipe, stderr=pipe, creationflags=subprocess.CREATE_NEW_PROCESS_GROUP
+        )
+    return await asyncio.create_subprocess_exec(
+        *argv, stdin=devnull, stdout=pipe, stderr=pipe, start_new_session=True
+    )
+
+
+def kill_process_group(process: asyncio.subprocess.Process) -> None:
+    """SIGKILL the child's whole process group (POSIX) or the child itself (Windows)."""
+    if sys.platform != "win32":
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+            return
+    with contextlib.suppress(ProcessLookupError):
+        process.kill()
+
+
+async def _kill_and_reap(process: asyncio.subprocess.Process) -> None:
+    """Kill the group, then wait a bounded time for the child to be reaped and its pipes to close."""
+    kill_process_group(process)
+
+    async def reap() -> None:
+        with contextlib.suppress(Exception):
+            await process.wait()
+
+    task = asyncio.ensure_future(reap())
+    with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+        await asyncio.wait_for(asyncio.shield(task), PIPE_DRAIN_SECONDS)

@@ -1,0 +1,189 @@
+"""The nvidia-smi pipeline: resolve fields at startup, then query the GPUs (and processes) per collection.
+
+It talks to an :class:`~.runner.SmiRunner`, so the same code serves the ``exec`` backend (a real child
+process) and the ``demo`` backend (an in-process simulation answering the same command lines).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from ..exposition.gotext import go_quote
+from ..snapshot import GpuTable, ProcessList, QueryField, Readings, StatusFamily
+from . import CollectionError
+from .fields import (
+    BUILTIN_FIELDS,
+    FieldRequest,
+    FieldResolutionError,
+    apply_exclusions,
+    builtin_mapping,
+    first_unknown,
+    with_identity,
+)
+from .runner import RunResult, SmiRunner
+from .smi_output import (
+    COMPUTE_APPS_ARGS,
+    CsvShapeError,
+    parse_compute_apps,
+    parse_cuda_version,
+    parse_gpu_csv,
+    parse_help_query_gpu,
+)
+
+log = logging.getLogger(__name__)
+
+
+def gpu_query_args(fields: Sequence[str]) -> list[str]:
+    return ["--query-gpu=" + ",".join(fields), "--format=csv"]
+
+
+async def run_bounded(runner: SmiRunner, args: Sequence[str], timeout_seconds: float | None) -> RunResult:
+    """One startup run bounded by ``--collect.timeout``; a timeout is a failed result, not an exception."""
+    try:
+        return await asyncio.wait_for(runner.run(args), timeout_seconds)
+    except asyncio.TimeoutError:
+        return RunResult("", "", -1, start_error=f"timed out after {timeout_seconds}s")
+
+
+async def resolve_fields(
+    runner: SmiRunner, request: FieldRequest, timeout_seconds: float | None
+) -> tuple[QueryField, ...]:
+    """Decide the query fields and their returned header names (spec: field resolution)."""
+    if request.auto:
+        result = await run_bounded(runner, ["--help-query-gpu"], timeout_seconds)
+        discovered = parse_help_query_gpu(result.stdout) if result.ok else []
+        if discovered:
+            fields = with_identity(discovered)
+        else:
+            reason = result.describe_failure() if not result.ok else "no fields in the output"
+            log.warning(
+                "failed to auto-determine query field names, falling back to the built-in list",
+                extra={"reason": reason},
+            )
+            fields = list(BUILTIN_FIELDS)
+    else:
+        fields = with_identity(request.names.split(","))
+    fields = apply_exclusions(fields, request.exclude)
+
+    result = await run_bounded(runner, gpu_query_args(fields), timeout_seconds)
+    failure = None if result.ok else result.describe_failure()
+    if failure is None:
+        try:
+            csv = parse_gpu_csv(result.stdout, len(fields))
+        except CsvShapeError as error:
+            failure = str(error)
+        else:
+            return tuple(QueryField(field, rfield) for field, rfield in zip(fields, csv.header, strict=True))
+    log.warning(
+        "failed to run the initial query, using the built-in list for field mapping",
+        extra={"reason": failure},
+    )
+    mapped = builtin_mapping(fields)
+    if mapped is not None:
+        return tuple(mapped)
+    if not request.auto:
+        raise FieldResolutionError(f"unexpected query field: {go_quote(first_unknown(fields))}")
+    log.warning("unknown query fields in the discovered list, falling back to the built-in list")
+    fallback = apply_exclusions(list(BUILTIN_FIELDS), request.exclude)
+    mapped = builtin_mapping(fallback)
+    assert mapped is not None  # the built-in list maps onto itself
+    return tuple(mapped)
+
+
+async def read_cuda_version(runner: SmiRunner, timeout_seconds: float | None) -> str:
+    """Best effort: the CUDA version for the ``gpu_info`` label, or ``""`` with a warning."""
+    result = await run_bounded(runner, ["--version"], timeout_seconds)
+    if not result.ok:
+        log.warning("failed to read the CUDA version", extra={"reason": result.describe_failure()})
+        return ""
+    version = parse_cuda_version(result.stdout)
+    if not version:
+        log.warning("no CUDA version in the nvidia-smi --version output")
+    return version
+
+
+class SmiBackend:
+    """Collects by running the resolved GPU query, then (optionally) the per-process query."""
+
+    def __init__(
+        self,
+        runner: SmiRunner,
+        fields: Sequence[QueryField],
+        *,
+        cuda_version: str,
+        compute_apps: bool,
+        status_family: StatusFamily = StatusFamily.COMMAND_EXIT_CODE,
+        exit_errors_are_fatal: bool = True,
+    ) -> None:
+        self.runner = runner
+        self._fields = tuple(fields)
+        self.cuda_version = cuda_version
+        self.compute_apps = compute_apps
+        self._status_family = status_family
+        self.exit_errors_are_fatal = exit_errors_are_fatal
+        self._gpu_args = gpu_query_args([field.qfield for field in self._fields])
+
+    @classmethod
+    async def start(
+        cls,
+        runner: SmiRunner,
+        request: FieldRequest,
+        *,
+        timeout_seconds: float | None,
+        compute_apps: bool,
+        status_family: StatusFamily = StatusFamily.COMMAND_EXIT_CODE,
+        exit_errors_are_fatal: bool = True,
+    ) -> SmiBackend:
+        """The startup sequence: discover and map fields, then read the CUDA version."""
+        fields = await resolve_fields(runner, request, timeout_seconds)
+        cuda_version = await read_cuda_version(runner, timeout_seconds)
+        return cls(
+            runner,
+            fields,
+            cuda_version=cuda_version,
+            compute_apps=compute_apps,
+            status_family=status_family,
+            exit_errors_are_fatal=exit_errors_are_fatal,
+        )
+
+    @property
+    def status_family(self) -> StatusFamily:
+        return self._status_family
+
+    @property
+    def fields(self) -> tuple[QueryField, ...]:
+        return self._fields
+
+    async def collect(self) -> Readings:
+        result = await self.runner.run(self._gpu_args)
+        if not result.ok:
+            fatal = self.exit_errors_are_fatal and result.exited_with_error
+            raise CollectionError(
+                f"nvidia-smi failed: {result.describe_failure()}",
+                result.exit_code,
+                fatal=fatal,
+                exit_code=result.exit_code,
+            )
+        try:
+            csv = parse_gpu_csv(result.stdout, len(self._fields))
+        except CsvShapeError as error:
+            raise CollectionError(f"unexpected nvidia-smi output: {error}") from error
+        processes = await self._collect_processes() if self.compute_apps else None
+        return Readings(GpuTable(csv.rows), processes, self.cuda_version)
+
+    async def _collect_processes(self) -> ProcessList:
+        result = await self.runner.run(COMPUTE_APPS_ARGS)
+        if not result.ok:
+            log.warning("failed to collect per-process data", extra={"reason": result.describe_failure()})
+            return ProcessList(succeeded=False)
+        try:
+            rows = parse_compute_apps(result.stdout)
+        except CsvShapeError as error:
+            log.warning("failed to collect per-process data", extra={"reason": str(error)})
+            return ProcessList(succeeded=False)
+        return ProcessList(succeeded=True, rows=rows)
+
+    async def aclose(self) -> None:
+        """Nothing is held between collections: each run's process is gone when it returns."""

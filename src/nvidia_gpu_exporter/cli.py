@@ -1,0 +1,167 @@
+"""The ``nvidia_gpu_exporter`` command: flags → config → backend → collector → HTTP server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import platform
+import signal
+import sys
+from collections.abc import Sequence
+
+from . import __version__, logs
+from .backends import Backend, BackendSetupError
+from .backends.cmdsplit import CommandSplitError, split_command
+from .backends.fields import FieldRequest, FieldResolutionError
+from .backends.runner import SubprocessRunner
+from .backends.smi import SmiBackend
+from .collector import Collector
+from .config import Config, ConfigError, validate
+from .durations import to_seconds
+from .exposition.metrics import Exposition
+from .flags import FlagError, parse_args, usage
+from .web import ListenError, MetricsEndpoint, WebServer, WebSettings, bind_socket, build_app
+
+log = logging.getLogger("nvidia_gpu_exporter.main")
+
+PROGRAM = "nvidia_gpu_exporter"
+
+
+class StartupError(Exception):
+    """The exporter cannot start; the message is logged as ``failed to run``."""
+
+
+def version_text() -> str:
+    machine = platform.machine().lower()
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
+    return (
+        f"{PROGRAM}, version {__version__} (branch: , revision: )\n"
+        f"  build user:       \n"
+        f"  build date:       \n"
+        f"  python version:   {platform.python_version()}\n"
+        f"  platform:         {sys.platform.replace('win32', 'windows')}/{arch}\n"
+        f"  tags:             \n"
+    )
+
+
+def web_settings(config: Config) -> WebSettings:
+    return WebSettings(
+        listen_addresses=config.listen_addresses,
+        network=config.network,
+        telemetry_path=config.telemetry_path,
+        max_requests=config.max_requests,
+        timeout_offset_seconds=to_seconds(config.timeout_offset_ns),
+        idle_timeout_seconds=to_seconds(config.idle_timeout_ns),
+        enable_pprof=config.enable_pprof,
+    )
+
+
+async def build_backend(config: Config) -> Backend:
+    """Start the configured backend (its startup queries included)."""
+    timeout = to_seconds(config.collect_timeout_ns) or None
+    request = FieldRequest(config.query_field_names, config.query_field_names_exclude)
+    if config.backend == "exec":
+        try:
+            argv = split_command(config.nvidia_smi_command)
+        except CommandSplitError as error:
+            raise StartupError(f"invalid --nvidia-smi-command: {error}") from error
+        try:
+            return await SmiBackend.start(
+                SubprocessRunner(argv), request, timeout_seconds=timeout, compute_apps=config.compute_apps
+            )
+        except FieldResolutionError as error:
+            raise StartupError(f"failed to resolve query fields: {error}") from error
+    if config.backend == "demo":
+        from .backends.demo import start_demo_backend  # noqa: PLC0415 - only the demo needs its model
+
+        try:
+            return await start_demo_backend(config, request)
+        except (BackendSetupError, FieldResolutionError) as error:
+            raise StartupError(f"failed to set up the demo backend: {error}") from error
+    raise StartupError("failed to set up the nvml backend: not available in this build")
+
+
+def listen_sockets(config: Config) -> list[object]:
+    if config.systemd_socket:
+        from .systemd import activation_sockets  # noqa: PLC0415 - Linux only
+
+        return list(activation_sockets())
+    return [bind_socket(address, config.network) for address in config.listen_addresses]
+
+
+async def serve(config: Config) -> int:
+    """Run the exporter until SIGINT/SIGTERM (exit 0) or a fatal collection error (nvidia-smi's code)."""
+    log.info("Starting nvidia_gpu_exporter", extra={"version": __version__, "backend": config.backend})
+    if config.web_config_file:
+        raise StartupError("--web.config.file is not supported by this version yet (TLS and basic auth)")
+    backend = await build_backend(config)
+    exposition = Exposition(backend.fields, backend.status_family, mig_process_labels=config.compute_apps_mig)
+    stop = asyncio.Event()
+    exit_code = 0
+
+    def on_fatal(code: int) -> None:
+        nonlocal exit_code
+        exit_code = code
+        stop.set()
+
+    collector = Collector(
+        backend,
+        timeout_seconds=to_seconds(config.collect_timeout_ns),
+        interval_seconds=to_seconds(config.collect_interval_ns),
+        shutdown_on_error=config.shutdown_on_error,
+        on_fatal=on_fatal,
+    )
+    settings = web_settings(config)
+    endpoint = MetricsEndpoint(collector, exposition, settings)
+    try:
+        sockets = listen_sockets(config)
+    except (ListenError, OSError) as error:
+        await backend.aclose()
+        raise StartupError(str(error)) from error
+    server = WebServer(build_app(endpoint, settings), settings)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    collector.start()
+    try:
+        await server.start(sockets)  # type: ignore[arg-type]
+        await stop.wait()
+        log.info("Shutting down")
+    finally:
+        await collector.aclose()
+        await server.stop()
+        await backend.aclose()
+    return exit_code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point; returns the process exit status."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    logs.configure()
+    try:
+        parsed = parse_args(arguments)
+    except FlagError as error:
+        log.error("failed to run", extra={"err": f"failed to parse the command line: {error}"})
+        return 1
+    if parsed.action == "help":
+        sys.stdout.write(usage(PROGRAM))
+        return 0
+    if parsed.action == "version":
+        sys.stdout.write(version_text())
+        return 0
+    config = parsed.config
+    logs.configure(config.log_level, config.log_format)
+    try:
+        validate(config)
+        return asyncio.run(serve(config))
+    except (ConfigError, StartupError) as error:
+        log.error("failed to run", extra={"err": str(error)})
+        return 1
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""When to collect: per scrape with single-flight sharing, or on a background timer; and the health counters.
+
+Synchronous mode (interval 0): a scrape joins the collection in flight or starts one, so N concurrent
+scrapes cost one nvidia-smi run. The run belongs to no single scrape: it is cancelled (its child killed)
+only when every waiting scrape has given up, and it is bounded by ``--collect.timeout`` on its own.
+
+Background mode: one collection per interval, never two at once; scrapes read the latest snapshot.
+
+A failed collection publishes no readings at all: stale GPU values are never served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .backends import Backend, CollectionError
+from .snapshot import Attempt, Readings, Snapshot
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Flight:
+    """A synchronous collection and the number of scrapes still waiting for it."""
+
+    task: asyncio.Task[Snapshot]
+    waiters: int = 0
+    abandoned: bool = False  # every waiter gave up; the task is being cancelled
+
+    @property
+    def joinable(self) -> bool:
+        return not self.abandoned and not self.task.done()
+
+
+class Collector:
+    """Owns the backend's schedule and the published snapshot."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        timeout_seconds: float | None,
+        interval_seconds: float = 0.0,
+        shutdown_on_error: bool = False,
+        on_fatal: Callable[[int], None] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.timeout_seconds = timeout_seconds or None
+        self.interval_seconds = interval_seconds
+        self.shutdown_on_error = shutdown_on_error
+        self.on_fatal = on_fatal
+        self._failed = 0
+        self._last_success_at: float | None = None
+        self._sequence = 0
+        self._latest = Snapshot(None, 0, None, 0)
+        self._flight: _Flight | None = None
+        self._loop_task: asyncio.Task[None] | None = None
+        self.collections = 0  # completed attempts, for tests and benchmarks
+
+    @property
+    def background(self) -> bool:
+        return self.interval_seconds > 0
+
+    @property
+    def latest(self) -> Snapshot:
+        return self._latest
+
+    def start(self) -> None:
+        """In background mode, start collecting now (concurrently with the server coming up)."""
+        if self.background and self._loop_task is None:
+            self._loop_task = asyncio.create_task(self._background_loop(), name="background-collection")
+
+    async def aclose(self) -> None:
+        """Stop the loop and cancel any collection in flight (its child is killed)."""
+        tasks = [task for task in (self._loop_task, self._flight.task if self._flight else None) if task]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._loop_task = None
+        self._flight = None
+
+    # -- one attempt ------------------------------------------------------------------------------------
+
+    def _publish(self, attempt: Attempt | None) -> Snapshot:
+        self._sequence += 1
+        if attempt is not None:
+            self.collections += 1
+            if attempt.succeeded:
+                self._last_success_at = attempt.finished_at
+            else:
+                self._failed += 1
+        self._latest = Snapshot(attempt, self._failed, self._last_success_at, self._sequence)
+        return self._latest
+
+    def no_result(self) -> Snapshot:
+        """What a scrape that gave up waiting serves: health counters only, no status or duration."""
+        return Snapshot(None, self._failed, self._last_success_at, self._sequence)
+
+    async def _collect_once(self) -> Snapshot:
+        started = time.perf_counter()
+        readings: Readings | None = None
+        error: CollectionError | None = None
+        cancelled = False
+        try:
+            readings = await asyncio.wait_for(self.backend.collect(), self.timeout_seconds)
+        except CollectionError as failure:
+            error = failure
+        except asyncio.TimeoutError:
+            error = CollectionError(f"collection timed out after {self.timeout_seconds}s")
+        except asyncio.CancelledError:
+            cancelled = True
+            error = CollectionError("collection cancelled: no scrape was waiting for it any more")
+        except Exception as failure:  # a backend bug must never take the exporter down
+            log.exception("collection raised an unexpected error")
+            error = CollectionError(f"unexpected error: {failure!r}")
+        duration = time.perf_counter() - started
+        finished = time.time()
+        if error is None and readings is not None:
+            attempt = Attempt(readings, 0, duration, finished)
+        else:
+            assert error is not None
+            log.error(
+                "failed to collect metrics", extra={"err": str(error), "status_code": error.status_code}
+            )
+            attempt = Attempt(
+                None,
+                error.status_code,
+                duration,
+                finished,
+                error=str(error),
+                fatal=error.fatal,
+                exit_code_for_shutdown=error.exit_code,
+            )
+        snapshot = self._publish(attempt)
+        if attempt.fatal and self.shutdown_on_error and self.on_fatal is not None:
+            log.error("shutting down on a fatal collection error", extra={"err": attempt.error})
+            self.on_fatal(attempt.exit_code_for_shutdown)
+        if cancelled:
+            raise asyncio.CancelledError
+        return snapshot
+
+    # -- synchronous mode -------------------------------------------------------------------------------
+
+    async def scrape(self, budget_seconds: float | None = None) -> Snapshot:
+        """The snapshot for one scrape. ``budget_seconds`` bounds the wait in synchronous mode only."""
+        if self.background:
+            return self._latest
+        flight = self._flight
+        if flight is None or not flight.joinable:
+            flight = self._flight = _Flight(asyncio.create_task(self._collect_once(), name="collection"))
+        flight.waiters += 1
+        try:
+            await asyncio.wait({flight.task}, timeout=budget_seconds)
+        finally:
+            flight.waiters -= 1
+            if flight.waiters == 0 and not flight.task.done():
+                flight.abandoned = True
+                flight.task.cancel()
+        if flight.task.done() and not flight.task.cancelled():
+            return flight.task.result()
+        return self.no_result()
+
+    # -- background mode --------------------------------------------------------------------------------
+
+    async def _background_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_start = loop.time()
+        while True:
+            await self._collect_once()
+            next_start += self.interval_seconds
+            now = loop.time()
+            next_start = max(next_start, now)  # an overrun starts the next run at once: ticks coalesce
+            await asyncio.sleep(next_start - now)

@@ -1,0 +1,65 @@
+"""Go's notion of whitespace, which differs from Python's.
+
+Go's ``strings.TrimSpace`` and ``strings.Fields`` use ``unicode.IsSpace``; Python's ``str.strip()`` and
+``str.split()`` also treat the ASCII separators ``\\x1c``-``\\x1f`` as whitespace. Byte parity with the Go
+exporter needs Go's set everywhere a cell or a command line is trimmed or split.
+"""
+
+from __future__ import annotations
+
+import re
+
+GO_SPACE = (
+    "\t\n\v\f\r \x85\xa0\u1680"
+    "\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000"
+)
+_GO_SPACE_RUN = re.compile(f"[{re.escape(GO_SPACE)}]+")
+
+
+def go_trim_space(text: str) -> str:
+    """``strings.TrimSpace``."""
+    return text.strip(GO_SPACE)
+
+
+def go_fields(text: str) -> list[str]:
+    """``strings.Fields``: split on runs of Go whitespace, no empty words."""
+    return [word for word in _GO_SPACE_RUN.split(text) if word]
+
+
+def collapse_go_space(text: str) -> str:
+    """Replace each run of Go whitespace with one space."""
+    return _GO_SPACE_RUN.sub(" ", text)
+
+
+_GO_QUOTE_ESCAPES = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
+}
+
+
+def go_quote(text: str) -> str:
+    """Go's ``%q`` / ``strconv.Quote``: double-quoted with Go escapes, for messages that must match Go's."""
+    out = ['"']
+    for char in text:
+        if char in ('"', "\\"):
+            out.append("\\" + char)
+        elif char in _GO_QUOTE_ESCAPES:
+            out.append(_GO_QUOTE_ESCAPES[char])
+        elif char.isprintable() or char == " ":
+            out.append(char)
+        elif ord(char) < 0x80:
+            out.append(f"\\x{ord(char):02x}")
+        elif 0xDC80 <= ord(char) <= 0xDCFF:  # an invalid byte kept by surrogateescape
+            out.append(f"\\x{ord(char) - 0xDC00:02x}")
+        elif ord(char) <= 0xFFFF:
+            out.append(f"\\u{ord(char):04x}")
+        else:
+            out.append(f"\\U{ord(char):08x}")
+    out.append('"')
+    return "".join(out)

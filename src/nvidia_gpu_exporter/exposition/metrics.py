@@ -1,0 +1,242 @@
+"""From a snapshot to the ``nvidia_smi_*`` exposition: every family name, label and HELP text lives here."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..snapshot import Attempt, GpuTable, ProcessList, QueryField, Snapshot, StatusFamily
+from .naming import FieldMetric, plan_field_metrics
+from .text import (
+    DuplicateSeriesError,
+    Family,
+    escape_label_value,
+    format_value,
+    header,
+    render_blocks,
+    render_family,
+)
+from .transform import ABSENT_TOKENS, normalize_uuid, transform_generic, transform_value
+
+log = logging.getLogger(__name__)
+
+# Identity fields: always queried, never excluded, in the order the gpu_info HELP text lists them.
+IDENTITY_FIELDS = (
+    "uuid",
+    "name",
+    "driver_model.current",
+    "driver_model.pending",
+    "vbios_version",
+    "driver_version",
+    "pci.bus_id",
+    "serial",
+    "compute_cap",
+    "pci.sub_device_id",
+    "index",
+)
+GPU_INFO_LABELS = (*(field.replace(".", "_") for field in IDENTITY_FIELDS), "cuda_version")
+
+FAILED_COLLECTIONS = "nvidia_smi_failed_scrapes_total"
+LAST_SUCCESS = "nvidia_smi_last_collect_success"
+LAST_SUCCESS_TIMESTAMP = "nvidia_smi_last_collect_success_timestamp_seconds"
+LAST_DURATION = "nvidia_smi_last_collect_duration_seconds"
+GPU_INFO = "nvidia_smi_gpu_info"
+COMPUTE_APP_INFO = "nvidia_smi_compute_app_info"
+COMPUTE_APP_MEMORY = "nvidia_smi_compute_app_used_memory_bytes"
+COMPUTE_APPS = "nvidia_smi_compute_apps"
+COMPUTE_APPS_SUCCESS = "nvidia_smi_compute_apps_last_collect_success"
+
+HELP = {
+    FAILED_COLLECTIONS: "Number of failed collections",
+    LAST_SUCCESS: "Whether the most recent collection succeeded (1) or not (0)",
+    LAST_SUCCESS_TIMESTAMP: "Unix timestamp of the most recent successful collection",
+    LAST_DURATION: "Duration of the most recent collection",
+    StatusFamily.COMMAND_EXIT_CODE.value: "Exit code of the most recent nvidia-smi run",
+    StatusFamily.NVML_RETURN_CODE.value: "NVML return code of the most recent collection (0 = success)",
+    GPU_INFO: "A metric with a constant '1' value labeled by gpu uuid, "
+    + ", ".join(GPU_INFO_LABELS[1:])
+    + ".",
+    COMPUTE_APP_INFO: "A metric with a constant '1' value labeled by the identity of a process with a "
+    "compute context on a GPU.",
+    COMPUTE_APP_MEMORY: "GPU memory used by the process. Absent when the driver cannot report it "
+    "(e.g. Windows WDDM).",
+    COMPUTE_APPS: "Number of processes with a compute context on the GPU.",
+    COMPUTE_APPS_SUCCESS: "Whether the most recent per-process collection succeeded (1) or not (0)",
+}
+
+# The wall-clock families: their values change on every run, so byte comparisons leave them out.
+WALL_CLOCK_FAMILIES = frozenset(
+    {LAST_DURATION, LAST_SUCCESS_TIMESTAMP, "nvidia_smi_xid_last_timestamp_seconds"}
+)
+
+MIB = 1_048_576.0
+PROCESS_ABSENT_TOKENS = ABSENT_TOKENS | {"[unknown error]"}
+
+
+def _has_surrogates(text: str) -> bool:
+    """True when the text came from bytes that were not valid UTF-8 (decoded with surrogateescape)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class _Gpu:
+    """A GPU row that will be rendered, with its labels worked out once."""
+
+    uuid: str
+    label: str  # '{uuid="..."}'
+    cells: tuple[str, ...]
+
+
+class Exposition:
+    """Renders snapshots of one backend configuration; the field plan is decided once, at construction."""
+
+    def __init__(
+        self,
+        fields: Sequence[QueryField],
+        status_family: StatusFamily,
+        *,
+        mig_process_labels: bool = False,
+    ) -> None:
+        self.fields = tuple(fields)
+        self.status_family = status_family
+        self.mig_process_labels = mig_process_labels
+        self.field_metrics: tuple[FieldMetric, ...] = plan_field_metrics(
+            [(field.qfield, field.rfield) for field in self.fields]
+        )
+        self._headers = {
+            metric.name: header(metric.name, metric.help, "gauge") for metric in self.field_metrics
+        }
+        positions = {field.qfield: index for index, field in enumerate(self.fields)}
+        missing = [name for name in IDENTITY_FIELDS if name not in positions]
+        if missing:
+            raise ValueError(f"identity fields missing from the query: {', '.join(missing)}")
+        self._identity_columns = tuple(positions[name] for name in IDENTITY_FIELDS)
+        self._value_cache: dict[tuple[int, str], float | None] = {}
+
+    # -- health -----------------------------------------------------------------------------------------
+
+    def health_families(self, snapshot: Snapshot) -> list[Family]:
+        attempt = snapshot.attempt
+        families = [
+            Family(FAILED_COLLECTIONS, HELP[FAILED_COLLECTIONS], "counter"),
+            Family(LAST_SUCCESS, HELP[LAST_SUCCESS], "gauge"),
+        ]
+        families[0].add((), float(snapshot.failed_collections))
+        families[1].add((), 1.0 if attempt is not None and attempt.succeeded else 0.0)
+        if attempt is not None:
+            status = Family(self.status_family.value, HELP[self.status_family.value], "gauge")
+            status.add((), float(attempt.status_code))
+            duration = Family(LAST_DURATION, HELP[LAST_DURATION], "gauge")
+            duration.add((), attempt.duration_seconds)
+            families += [status, duration]
+        if snapshot.last_success_at is not None:
+            timestamp = Family(LAST_SUCCESS_TIMESTAMP, HELP[LAST_SUCCESS_TIMESTAMP], "gauge")
+            timestamp.add((), float(int(snapshot.last_success_at)))
+            families.append(timestamp)
+        return families
+
+    # -- GPUs -------------------------------------------------------------------------------------------
+
+    def _renderable_gpus(self, table: GpuTable, cuda_version: str) -> tuple[list[_Gpu], Family]:
+        info = Family(GPU_INFO, HELP[GPU_INFO], "gauge", GPU_INFO_LABELS)
+        gpus: list[_Gpu] = []
+        for cells in table.rows:
+            identity = [cells[column] for column in self._identity_columns]
+            identity[0] = normalize_uuid(identity[0])
+            identity.append(cuda_version)
+            if any(_has_surrogates(value) for value in identity):
+                log.error(
+                    "dropping a GPU whose identity is not valid UTF-8", extra={"pci_bus_id": identity[6]}
+                )
+                continue
+            info.add(identity, 1.0)
+            uuid = identity[0]
+            gpus.append(_Gpu(uuid, '{uuid="' + escape_label_value(uuid) + '"}', cells))
+        gpus.sort(key=lambda gpu: gpu.uuid)
+        return gpus, info
+
+    def _cell_value(self, metric: FieldMetric, raw: str) -> float | None:
+        key = (metric.column, raw)
+        try:
+            return self._value_cache[key]
+        except KeyError:
+            pass
+        value = transform_value(raw, metric.kind, metric.multiplier, metric.qfield)
+        if len(self._value_cache) >= 65536:
+            self._value_cache.clear()
+        self._value_cache[key] = value
+        return value
+
+    def _field_blocks(self, gpus: list[_Gpu]) -> list[tuple[str, str]]:
+        blocks: list[tuple[str, str]] = []
+        for metric in self.field_metrics:
+            lines: list[str] = []
+            previous_uuid: str | None = None
+            for gpu in gpus:
+                value = self._cell_value(metric, gpu.cells[metric.column])
+                if value is None:
+                    continue
+                if gpu.uuid == previous_uuid:
+                    raise DuplicateSeriesError(
+                        f"collected metric {metric.name}{gpu.label} was collected before with the same "
+                        "name and label values"
+                    )
+                previous_uuid = gpu.uuid
+                lines.append(f"{metric.name}{gpu.label} {format_value(value)}\n")
+            if lines:
+                blocks.append((metric.name, self._headers[metric.name] + "".join(lines)))
+        return blocks
+
+    # -- processes --------------------------------------------------------------------------------------
+
+    def process_families(self, processes: ProcessList, gpu_uuids: Sequence[str]) -> list[Family]:
+        success = Family(COMPUTE_APPS_SUCCESS, HELP[COMPUTE_APPS_SUCCESS], "gauge")
+        success.add((), 1.0 if processes.succeeded else 0.0)
+        if not processes.succeeded:
+            return [success]
+        label_names: tuple[str, ...] = ("uuid", "pid", "process_name")
+        if self.mig_process_labels:
+            label_names += ("gpu_instance_id", "compute_instance_id")
+        info = Family(COMPUTE_APP_INFO, HELP[COMPUTE_APP_INFO], "gauge", label_names)
+        memory = Family(COMPUTE_APP_MEMORY, HELP[COMPUTE_APP_MEMORY], "gauge", label_names)
+        counts = dict.fromkeys(gpu_uuids, 0)
+        for row in processes.rows:
+            uuid = normalize_uuid(row.gpu_uuid)
+            values: tuple[str, ...] = (uuid, row.pid, row.process_name)
+            if self.mig_process_labels:
+                values += (row.gpu_instance_id, row.compute_instance_id)
+            if any(_has_surrogates(value) for value in values):
+                log.warning("dropping a process whose labels are not valid UTF-8", extra={"pid": row.pid})
+                continue
+            counts[uuid] = counts.get(uuid, 0) + 1
+            info.add(values, 1.0)
+            if row.used_memory.strip().lower() not in PROCESS_ABSENT_TOKENS:
+                used = transform_generic(row.used_memory, MIB)
+                if used is not None:
+                    memory.add(values, used)
+        count_family = Family(COMPUTE_APPS, HELP[COMPUTE_APPS], "gauge", ("uuid",))
+        for uuid, count in counts.items():
+            count_family.add((uuid,), float(count))
+        return [info, memory, count_family, success]
+
+    # -- whole scrape -----------------------------------------------------------------------------------
+
+    def render(self, snapshot: Snapshot) -> str:
+        """The ``nvidia_smi_*`` text of a snapshot; a repeated series raises :class:`DuplicateSeriesError`."""
+        families = self.health_families(snapshot)
+        blocks: list[tuple[str, str]] = []
+        attempt: Attempt | None = snapshot.attempt
+        if attempt is not None and attempt.readings is not None:
+            readings = attempt.readings
+            gpus, info = self._renderable_gpus(readings.gpus, readings.cuda_version)
+            families.append(info)
+            blocks += self._field_blocks(gpus)
+            if readings.processes is not None:
+                families += self.process_families(readings.processes, [gpu.uuid for gpu in gpus])
+        blocks += [(family.name, render_family(family)) for family in families]
+        return render_blocks(blocks)

@@ -1,0 +1,95 @@
+"""Prometheus text format 0.0.4, written the way the Go client writes it.
+
+Families are sorted by name, label pairs by label name, samples by their label values in label-name
+order (plain string comparison), values in Go's float format. A family without samples is omitted.
+Two samples with the same name and label values are an error, never a silently doubled series.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from .gofloat import format_go_float
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_LABEL_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n"})
+_HELP_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n"})
+_FORMAT_CACHE_LIMIT = 65536
+_format_cache: dict[float, str] = {}
+
+
+class DuplicateSeriesError(ValueError):
+    """Two samples share a name and label values; the whole scrape must fail rather than be partial."""
+
+
+def escape_label_value(value: str) -> str:
+    return value.translate(_LABEL_ESCAPES)
+
+
+def escape_help(text: str) -> str:
+    return text.translate(_HELP_ESCAPES)
+
+
+def format_value(value: float) -> str:
+    """Go float formatting, memoized: the same few hundred values recur in every scrape."""
+    text = _format_cache.get(value)
+    if text is None:
+        if len(_format_cache) >= _FORMAT_CACHE_LIMIT:
+            _format_cache.clear()
+        text = format_go_float(value)
+        if not math.isnan(value):  # NaN never equals itself: caching it would only grow the dict
+            _format_cache[value] = text
+    return text
+
+
+def label_block(pairs: Iterable[tuple[str, str]]) -> str:
+    """``{a="1",b="2"}`` from pairs already sorted by label name; empty string for no labels."""
+    inner = ",".join(f'{name}="{escape_label_value(value)}"' for name, value in pairs)
+    return "{" + inner + "}" if inner else ""
+
+
+def header(name: str, help_text: str, metric_type: str) -> str:
+    return f"# HELP {name} {escape_help(help_text)}\n# TYPE {name} {metric_type}\n"
+
+
+@dataclass(slots=True)
+class Family:
+    """A metric family being assembled: samples are (label values in ``label_names`` order, value)."""
+
+    name: str
+    help: str
+    metric_type: str  # "gauge" or "counter"
+    label_names: tuple[str, ...] = ()
+    samples: list[tuple[tuple[str, ...], float]] = field(default_factory=list)
+
+    def add(self, label_values: Sequence[str], value: float) -> None:
+        self.samples.append((tuple(label_values), value))
+
+
+def render_family(family: Family) -> str:
+    """One family's text block, samples sorted; raises :class:`DuplicateSeriesError` on a repeated series."""
+    if not family.samples:
+        return ""
+    order = sorted(range(len(family.label_names)), key=lambda index: family.label_names[index])
+    sorted_names = [family.label_names[index] for index in order]
+    keyed = sorted(((tuple(values[index] for index in order), value) for values, value in family.samples))
+    lines = [header(family.name, family.help, family.metric_type)]
+    previous: tuple[str, ...] | None = None
+    for values, value in keyed:
+        labels = label_block(zip(sorted_names, values, strict=True))
+        if values == previous:
+            raise DuplicateSeriesError(
+                f"collected metric {family.name}{labels} was collected before "
+                "with the same name and label values"
+            )
+        previous = values
+        lines.append(f"{family.name}{labels} {format_value(value)}\n")
+    return "".join(lines)
+
+
+def render_blocks(blocks: Iterable[tuple[str, str]]) -> str:
+    """Join pre-rendered ``(family name, text)`` blocks in family-name order."""
+    return "".join(text for _, text in sorted(blocks, key=lambda block: block[0]))

@@ -1,0 +1,117 @@
+"""Turning the text of one nvidia-smi cell into a sample value, exactly as the Go exporter does.
+
+The rules are deliberately literal: hex only with a lowercase ``0x`` prefix, a handful of words, and
+otherwise exactly one decimal number in the text, scaled by the unit multiplier with a single IEEE
+multiply. Anything else yields no sample (``None``) rather than a guess.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+
+from .gotext import go_trim_space
+from .naming import ValueKind
+
+ABSENT_TOKENS = frozenset({"", "n/a", "[n/a]", "[not supported]", "[insufficient permissions]"})
+
+WORD_VALUES = {
+    "enabled": 1.0,
+    "yes": 1.0,
+    "active": 1.0,
+    "disabled": 0.0,
+    "no": 0.0,
+    "not active": 0.0,
+    "default": 0.0,
+    "exclusive_thread": 1.0,
+    "prohibited": 2.0,
+    "exclusive_process": 3.0,
+}
+
+ENUM_VALUES: dict[ValueKind, dict[str, float]] = {
+    ValueKind.RECOVERY_ACTION: {
+        "none": 0.0,
+        "gpu reset": 1.0,
+        "reset": 1.0,
+        "node reboot": 2.0,
+        "reboot": 2.0,
+        "drain p2p": 3.0,
+        "drain and reset": 4.0,
+    },
+    ValueKind.FABRIC_STATE: {
+        "not supported": 0.0,
+        "not started": 1.0,
+        "in progress": 2.0,
+        "completed": 3.0,
+    },
+}
+
+_NUMBER = re.compile(r"[+-]?(?:[0-9]*[.])?[0-9]+")
+_HEX_DIGITS = re.compile(r"[0-9a-fA-F]+")
+_HEX_PREFIX = re.compile(r"0[xX]")
+_UINT64_MAX = (1 << 64) - 1
+
+log = logging.getLogger(__name__)
+
+
+def _parse_hex(text: str) -> float | None:
+    digits = _HEX_PREFIX.sub("", text)
+    if not _HEX_DIGITS.fullmatch(digits):
+        return None
+    value = int(digits, 16)
+    if value > _UINT64_MAX:
+        return None
+    return float(value)
+
+
+def transform_generic(raw: str, multiplier: float) -> float | None:
+    """The generic rule: hex, known words, or exactly one number times the multiplier."""
+    text = go_trim_space(raw)
+    if text.startswith("0x"):
+        return _parse_hex(text)
+    lowered = text.lower()
+    word_value = WORD_VALUES.get(lowered)
+    if word_value is not None:
+        return word_value
+    matches = _NUMBER.findall(lowered)
+    if len(matches) != 1:
+        log.debug("skipping value: not exactly one number", extra={"value": raw})
+        return None
+    value = float(matches[0]) * multiplier
+    if math.isinf(value) or math.isnan(value):
+        return None
+    return value
+
+
+def transform_enum(raw: str, kind: ValueKind, field: str) -> float | None:
+    """The enum fields (``gpu_recovery_action``, ``fabric.state``): known words only, absent tokens silent."""
+    key = go_trim_space(raw).lower()
+    if key in ABSENT_TOKENS:
+        return None
+    value = ENUM_VALUES[kind].get(key)
+    if value is None:
+        log.warning("skipping metric: unrecognized enum value", extra={"field": field, "value": raw})
+    return value
+
+
+def transform_value(raw: str, kind: ValueKind, multiplier: float, field: str) -> float | None:
+    """Sample value for a cell of a field of this kind, or ``None`` for no sample."""
+    if kind is ValueKind.GENERIC:
+        return transform_generic(raw, multiplier)
+    return transform_enum(raw, kind, field)
+
+
+def _normalize_with_prefix(raw: str, prefix: str) -> str:
+    text = go_trim_space(raw).lower()
+    return text[len(prefix) :] if text.startswith(prefix) else text
+
+
+def normalize_uuid(raw: str) -> str:
+    """The historic ``uuid`` label that dashboards join on: trimmed, lowercased, one ``gpu-`` removed."""
+    return _normalize_with_prefix(raw, "gpu-")
+
+
+def normalize_mig_uuid(raw: str) -> str:
+    """The ``mig_uuid`` label: trimmed, lowercased, one leading ``mig-`` removed."""
+    return _normalize_with_prefix(raw, "mig-")

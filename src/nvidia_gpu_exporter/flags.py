@@ -1,0 +1,286 @@
+"""Command-line parsing with the Go exporter's (kingpin's) syntax and flag names.
+
+``--flag=value`` or ``--flag value``; booleans as ``--flag``, ``--no-flag`` or ``--flag=false``;
+``--web.listen-address`` may repeat. Durations use Go syntax. No environment variables are read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .config import BACKENDS, Config
+from .durations import DurationError, format_duration, parse_duration
+from .logs import FORMATS, LEVELS
+
+
+class FlagError(ValueError):
+    """The command line cannot be parsed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    name: str
+    attribute: str
+    help: str
+    kind: str  # "string", "bool", "duration", "int", "enum", "strings"
+    choices: tuple[str, ...] = ()
+    placeholder: str = ""
+
+
+FLAGS: tuple[Flag, ...] = (
+    Flag(
+        "web.listen-address",
+        "listen_addresses",
+        "Addresses on which to expose metrics and web interface. Repeatable for multiple addresses.",
+        "strings",
+        placeholder=":9835",
+    ),
+    Flag(
+        "web.config.file",
+        "web_config_file",
+        "Path to configuration file that can enable TLS or authentication.",
+        "string",
+    ),
+    Flag(
+        "web.systemd-socket",
+        "systemd_socket",
+        "Use systemd socket activation listeners instead of port listeners (Linux only).",
+        "bool",
+    ),
+    Flag("web.network", "network", "Network to listen on: tcp (dual stack), tcp4 or tcp6.", "string"),
+    Flag(
+        "web.read-timeout", "read_timeout_ns", "Maximum duration for reading the entire request.", "duration"
+    ),
+    Flag(
+        "web.read-header-timeout",
+        "read_header_timeout_ns",
+        "Maximum duration for reading the request headers.",
+        "duration",
+    ),
+    Flag(
+        "web.write-timeout",
+        "write_timeout_ns",
+        "Maximum duration before timing out writes of the response.",
+        "duration",
+    ),
+    Flag(
+        "web.idle-timeout",
+        "idle_timeout_ns",
+        "Maximum time to wait for the next request on a keep-alive connection.",
+        "duration",
+    ),
+    Flag("web.telemetry-path", "telemetry_path", "Path under which to expose metrics.", "string"),
+    Flag(
+        "web.max-requests",
+        "max_requests",
+        "Maximum number of concurrent scrape requests; excess get 503 at once. 0 disables the limit.",
+        "int",
+    ),
+    Flag(
+        "web.timeout-offset",
+        "timeout_offset_ns",
+        "Subtracted from Prometheus' X-Prometheus-Scrape-Timeout-Seconds to bound a synchronous scrape.",
+        "duration",
+    ),
+    Flag("web.enable-pprof", "enable_pprof", "Enable the /debug/pprof profiling endpoints.", "bool"),
+    Flag(
+        "nvidia-smi-command",
+        "nvidia_smi_command",
+        "Path or command to be used for nvidia-smi executable, with optional leading arguments "
+        "(e.g. 'ssh host nvidia-smi').",
+        "string",
+    ),
+    Flag(
+        "query-field-names",
+        "query_field_names",
+        "Comma-separated list of the query fields. You can find out possible fields by running "
+        "`nvidia-smi --help-query-gpu`. The value `AUTO` will automatically detect the fields to query.",
+        "string",
+    ),
+    Flag(
+        "query-field-names-exclude",
+        "query_field_names_exclude",
+        "Comma-separated glob patterns (* = any sequence) of query fields to leave out.",
+        "string",
+    ),
+    Flag(
+        "collect.backend",
+        "backend",
+        "Collection backend: exec (runs nvidia-smi), nvml (reads libnvidia-ml) or demo (synthetic GPUs).",
+        "enum",
+        BACKENDS,
+    ),
+    Flag(
+        "collect.interval",
+        "collect_interval_ns",
+        "Collect in the background every interval and serve the cached result; 0 collects on each scrape.",
+        "duration",
+    ),
+    Flag(
+        "collect.timeout",
+        "collect_timeout_ns",
+        "Upper bound for one collection (and each startup nvidia-smi run); 0 means no bound.",
+        "duration",
+    ),
+    Flag(
+        "collect.compute-apps",
+        "compute_apps",
+        "Collect per-process metrics (processes with a compute context on each GPU).",
+        "bool",
+    ),
+    Flag(
+        "collect.compute-apps-mig",
+        "compute_apps_mig",
+        "Add gpu_instance_id and compute_instance_id labels to per-process metrics (nvml and demo backends).",
+        "bool",
+    ),
+    Flag(
+        "collect.pcie-throughput",
+        "pcie_throughput",
+        "Sample PCIe TX/RX throughput per GPU (nvml backend).",
+        "bool",
+    ),
+    Flag("demo-config", "demo_config", "Demo scenario YAML file (demo backend only).", "string"),
+    Flag(
+        "shutdown-on-error",
+        "shutdown_on_error",
+        "Exit the process when a collection fails fatally (nvidia-smi exits non-zero).",
+        "bool",
+    ),
+    Flag(
+        "log.level", "log_level", "Only log messages with the given severity or above.", "enum", tuple(LEVELS)
+    ),
+    Flag("log.format", "log_format", "Output format of log messages.", "enum", FORMATS),
+)
+_BY_NAME = {flag.name: flag for flag in FLAGS}
+_TRUE = ("1", "t", "T", "TRUE", "true", "True")
+_FALSE = ("0", "f", "F", "FALSE", "false", "False")
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """Either a config to run with, or an informational action (help, version)."""
+
+    config: Config
+    action: str = "run"  # "run", "help", "version"
+
+
+def _convert(flag: Flag, value: str) -> Any:
+    if flag.kind in ("string", "strings"):
+        return value
+    if flag.kind == "bool":
+        if value in _TRUE:
+            return True
+        if value in _FALSE:
+            return False
+        raise FlagError(f"strconv.ParseBool: parsing {value!r}: invalid syntax for flag --{flag.name}")
+    if flag.kind == "duration":
+        try:
+            return parse_duration(value)
+        except DurationError as error:
+            raise FlagError(f"{error} for flag --{flag.name}") from error
+    if flag.kind == "int":
+        try:
+            return int(value, 10)
+        except ValueError as error:
+            raise FlagError(
+                f'strconv.ParseInt: parsing "{value}": invalid syntax for flag --{flag.name}'
+            ) from error
+    if value not in flag.choices:
+        raise FlagError(
+            f"enum value must be one of {','.join(flag.choices)}, got '{value}' for flag --{flag.name}"
+        )
+    return value
+
+
+def parse_args(argv: Sequence[str]) -> Parsed:
+    """Parse the exporter's arguments (without the program name)."""
+    values: dict[str, Any] = {}
+    listen: list[str] = []
+    action = "run"
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        index += 1
+        if token in ("-h", "--help", "--help-long", "--help-man"):
+            action = "help"
+            continue
+        if token == "--version":
+            action = "version"
+            continue
+        if token == "--":
+            if index < len(argv):
+                raise FlagError(f"unexpected {argv[index]}")
+            break
+        if not token.startswith("--"):
+            if token.startswith("-") and len(token) > 1:
+                raise FlagError(f"unknown short flag '{token[:2]}'")
+            raise FlagError(f"unexpected {token}")
+        name, has_value, inline = token[2:].partition("=")
+        negated = False
+        flag = _BY_NAME.get(name)
+        if flag is None and name.startswith("no-") and not has_value:
+            flag = _BY_NAME.get(name[3:])
+            negated = flag is not None and flag.kind == "bool"
+            if not negated:
+                flag = None
+        if flag is None:
+            raise FlagError(f"unknown long flag '--{name}'")
+        if flag.kind == "bool":
+            value: Any = False if negated else (_convert(flag, inline) if has_value else True)
+        else:
+            if not has_value:
+                if index >= len(argv):
+                    raise FlagError(f"expected argument for flag '--{flag.name}'")
+                inline = argv[index]
+                index += 1
+            value = _convert(flag, inline)
+        if flag.kind == "strings":
+            listen.append(value)
+        else:
+            values[flag.attribute] = value
+    if listen:
+        values["listen_addresses"] = tuple(listen)
+    return Parsed(dataclasses.replace(Config(), **values), action)
+
+
+def _default_text(flag: Flag, defaults: Config) -> str:
+    value = getattr(defaults, flag.attribute)
+    if flag.kind == "duration":
+        return format_duration(value)
+    if flag.kind == "strings":
+        return ", ".join(value)
+    if flag.kind == "bool":
+        return ""
+    return str(value)
+
+
+def usage(program: str = "nvidia_gpu_exporter", describe: Callable[[Flag], str] | None = None) -> str:
+    """``--help`` text: every flag with its default."""
+    defaults = Config()
+    lines = [
+        f"usage: {program} [<flags>]",
+        "",
+        "Prometheus exporter for NVIDIA GPUs, a drop-in for the Go nvidia_gpu_exporter.",
+        "",
+        "Flags:",
+        "  -h, --help                  Show context-sensitive help.",
+        "      --version               Show application version.",
+    ]
+    for flag in FLAGS:
+        if flag.kind == "bool":
+            left = f"--[no-]{flag.name}"
+        else:
+            placeholder = flag.placeholder or ("<duration>" if flag.kind == "duration" else f"<{flag.kind}>")
+            if flag.choices:
+                placeholder = "<" + "|".join(flag.choices) + ">"
+            left = f"--{flag.name}={placeholder}"
+        text = describe(flag) if describe else flag.help
+        default = _default_text(flag, defaults)
+        suffix = f' (default: "{default}")' if default else ""
+        lines.append(f"      {left}")
+        lines.append(f"          {text}{suffix}")
+    return "\n".join(lines) + "\n"
