@@ -160,9 +160,11 @@ class SmiBackend:
         result = await self.runner.run(self._gpu_args)
         if not result.ok:
             fatal = self.exit_errors_are_fatal and result.exited_with_error
+            # NVML-style status (the demo): there is no child exit status to report, only "failed".
+            reported = result.exit_code if self._status_family is StatusFamily.COMMAND_EXIT_CODE else -1
             raise CollectionError(
                 f"nvidia-smi failed: {result.describe_failure()}",
-                result.exit_code,
+                reported,
                 fatal=fatal,
                 exit_code=result.exit_code,
             )

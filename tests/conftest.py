@@ -1,0 +1,42 @@
+"""Shared pytest fixtures: the exporter harness lives in ``harness.py``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import Exporter, start_exporter
+
+StartExporter = Callable[..., Exporter]
+
+
+@pytest.fixture
+def exporter() -> Iterator[StartExporter]:
+    """Factory: ``exporter(*args, env=None)`` starts the real exporter; every one is stopped afterwards."""
+    started: list[Exporter] = []
+
+    def start(*args: str, env: Mapping[str, str] | None = None) -> Exporter:
+        handle = start_exporter(args, env)
+        started.append(handle)
+        return handle
+
+    yield start
+    for handle in started:
+        if handle.process.poll() is None:
+            handle.stop()
+
+
+def conformance_dir_or_skip() -> Path:
+    from harness import CONFORMANCE
+
+    if not (CONFORMANCE / "captures").is_dir():
+        pytest.skip(f"{CONFORMANCE} is absent: the shared conformance captures are not beside this checkout")
+    return CONFORMANCE
+
+
+__all__: Sequence[str] = ("StartExporter", "conformance_dir_or_skip")

@@ -1,0 +1,188 @@
+"""Start the real exporter as a user would (a child process on 127.0.0.1, port 0) and scrape it over HTTP."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nvidia_gpu_exporter.backends.cmdsplit import quote_word
+from nvidia_gpu_exporter.exposition.metrics import WALL_CLOCK_FAMILIES
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures"
+FIXTURE_CAPTURES = FIXTURES / "captures"
+SHARED = REPO.parent / "shared"
+CONFORMANCE = SHARED / "conformance"
+STARTUP_SECONDS = 30.0
+_LISTENING = re.compile(r'msg="Listening on" address=(\S+)')
+
+
+def fake_smi_command(capture: str | os.PathLike[str] | None, *fake_args: str) -> str:
+    """An ``--nvidia-smi-command`` value running the project's fake nvidia-smi, quoted like the Go tests."""
+    words = [sys.executable, "-m", "nvidia_gpu_exporter.fakesmi"]
+    if capture is not None:
+        words += ["--capture", os.fspath(capture)]
+    words += fake_args
+    return " ".join(quote_word(word) for word in words)
+
+
+@dataclass(slots=True)
+class Response:
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8")
+
+
+def http_get(url: str, headers: Mapping[str, str] | None = None, timeout: float = 30.0) -> Response:
+    request = urllib.request.Request(url, headers=dict(headers or {}))
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            return Response(reply.status, dict(reply.headers), reply.read())
+    except urllib.error.HTTPError as error:
+        return Response(error.code, dict(error.headers), error.read())
+
+
+@dataclass
+class Exporter:
+    """A running exporter child process."""
+
+    process: subprocess.Popen[bytes]
+    address: str
+    stderr_lines: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    def get(
+        self, path: str = "/metrics", headers: Mapping[str, str] | None = None, timeout: float = 30.0
+    ) -> Response:
+        return http_get(self.url + path, headers, timeout)
+
+    def scrape(self, path: str = "/metrics", headers: Mapping[str, str] | None = None) -> str:
+        response = self.get(path, headers)
+        assert response.status == 200, (response.status, response.body[:500])
+        body = response.body
+        if response.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        return body.decode("utf-8")
+
+    @property
+    def log(self) -> str:
+        return "\n".join(self.stderr_lines)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise
+
+
+class StartupFailed(RuntimeError):
+    """The exporter exited before listening; carries its exit code and log."""
+
+    def __init__(self, returncode: int, log: str) -> None:
+        super().__init__(f"exporter exited with {returncode} before listening:\n{log}")
+        self.returncode = returncode
+        self.log = log
+
+
+def exporter_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "nvidia_gpu_exporter", "--web.listen-address=127.0.0.1:0", *args]
+
+
+def start_exporter(args: Sequence[str], env: Mapping[str, str] | None = None) -> Exporter:
+    """Start the exporter and wait for its ``Listening on`` log line (its port; keep the log level at info)."""
+    process = subprocess.Popen(
+        exporter_argv(*args),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+        cwd=REPO,
+    )
+    assert process.stderr is not None
+    lines: list[str] = []
+    found = threading.Event()
+    address: list[str] = []
+
+    def pump() -> None:
+        assert process.stderr is not None
+        for raw in process.stderr:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            lines.append(line)
+            match = _LISTENING.search(line)
+            if match and not address:
+                address.append(match.group(1))
+                found.set()
+        found.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    found.wait(STARTUP_SECONDS)
+    if not address:
+        try:
+            code = process.wait(5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            code = process.wait()
+        time.sleep(0.05)
+        raise StartupFailed(code, "\n".join(lines))
+    return Exporter(process, address[0], lines)
+
+
+def run_exporter_to_exit(args: Sequence[str], timeout: float = 60.0) -> tuple[int, str]:
+    """Run the exporter expecting it to exit by itself (startup errors); returns (code, stderr)."""
+    completed = subprocess.run(
+        exporter_argv(*args), capture_output=True, timeout=timeout, cwd=REPO, check=False
+    )
+    return completed.returncode, completed.stderr.decode("utf-8", "replace")
+
+
+def family_of(line: str) -> str:
+    if line.startswith("# "):
+        return line.split(" ")[2]
+    return re.split(r"[{ ]", line, maxsplit=1)[0]
+
+
+def comparable(scrape: str) -> str:
+    """Only the ``nvidia_smi_*`` lines minus the wall-clock families, as the conformance files hold them."""
+    kept = [
+        line
+        for line in scrape.split("\n")
+        if line and family_of(line).startswith("nvidia_smi_") and family_of(line) not in WALL_CLOCK_FAMILIES
+    ]
+    return "\n".join(kept) + "\n"
+
+
+def sample_value(scrape: str, series: str) -> float | None:
+    """The value of the sample whose text before the value is exactly ``series``."""
+    for line in scrape.split("\n"):
+        if line.startswith(series + " "):
+            return float(line[len(series) + 1 :])
+    return None
+
+
+def samples(scrape: str, family: str) -> list[str]:
+    """Sample lines of one family."""
+    return [
+        line for line in scrape.split("\n") if line and not line.startswith("#") and family_of(line) == family
+    ]
