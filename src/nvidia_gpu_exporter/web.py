@@ -21,7 +21,7 @@ from . import __version__
 from .collector import Collector
 from .exposition.metrics import Exposition
 from .exposition.payload import Block, assemble, assemble_gzip, make_block
-from .exposition.selfmetrics import HandlerStats, build_info_values, self_metrics_blocks
+from .exposition.selfmetrics import HandlerStats, SelfMetrics, build_info_values
 from .exposition.text import CONTENT_TYPE, DuplicateSeriesError
 from .snapshot import Snapshot
 
@@ -112,7 +112,7 @@ class MetricsEndpoint:
         self.exposition = exposition
         self.settings = settings
         self.stats = stats or HandlerStats()
-        self._build_info = build_info_values()
+        self._self_metrics = SelfMetrics(build_info_values())
         self._rendered: _Rendered | None = None
 
     def _render(self, snapshot: Snapshot) -> _Rendered:
@@ -142,9 +142,7 @@ class MetricsEndpoint:
             )
         self.stats.in_flight += 1
         try:
-            budget = scrape_budget(
-                request.headers.get(SCRAPE_TIMEOUT_HEADER), self.settings.timeout_offset_seconds
-            )
+            budget = scrape_budget(request.headers.get(SCRAPE_TIMEOUT_HEADER), self.settings.timeout_offset_seconds)
             snapshot = await self.collector.scrape(budget)
             rendered = self._render(snapshot)
             if rendered.block is None:
@@ -156,7 +154,8 @@ class MetricsEndpoint:
                     content_type="text/plain",
                     charset="utf-8",
                 )
-            before, after = self._self_metrics()
+            before = self._self_metrics.before_nvidia_smi().encode("utf-8")
+            after = self._self_metrics.after_nvidia_smi(self.stats).encode("utf-8")
             if accepts_gzip(request.headers.get("Accept-Encoding")):
                 body = assemble_gzip(before, rendered.block, after)
                 headers = {"Content-Type": CONTENT_TYPE, "Content-Encoding": "gzip"}
@@ -167,13 +166,6 @@ class MetricsEndpoint:
             return web.Response(body=body, headers=headers)
         finally:
             self.stats.in_flight -= 1
-
-    def _self_metrics(self) -> tuple[bytes, bytes]:
-        """Self families that sort before and after the ``nvidia_smi_`` block."""
-        blocks = sorted(self_metrics_blocks(self.stats, self._build_info))
-        before = "".join(text for name, text in blocks if name < "nvidia_smi_")
-        after = "".join(text for name, text in blocks if name >= "nvidia_smi_")
-        return before.encode("utf-8"), after.encode("utf-8")
 
 
 def landing_page(settings: WebSettings) -> str:
@@ -206,9 +198,7 @@ async def go_style_errors(request: web.Request, handler: Handler) -> web.StreamR
     try:
         return await handler(request)
     except web.HTTPNotFound:
-        return web.Response(
-            status=404, text="404 page not found\n", content_type="text/plain", charset="utf-8"
-        )
+        return web.Response(status=404, text="404 page not found\n", content_type="text/plain", charset="utf-8")
     except web.HTTPMethodNotAllowed as error:
         return web.Response(
             status=405,
@@ -227,14 +217,10 @@ def build_app(endpoint: MetricsEndpoint, settings: WebSettings) -> web.Applicati
         return web.Response(text=page, content_type="text/html", charset="utf-8")
 
     async def healthy(_: web.Request) -> web.Response:
-        return web.Response(
-            text="Nvidia GPU Exporter is Healthy.\n", content_type="text/plain", charset="utf-8"
-        )
+        return web.Response(text="Nvidia GPU Exporter is Healthy.\n", content_type="text/plain", charset="utf-8")
 
     async def ready(_: web.Request) -> web.Response:
-        return web.Response(
-            text="Nvidia GPU Exporter is Ready.\n", content_type="text/plain", charset="utf-8"
-        )
+        return web.Response(text="Nvidia GPU Exporter is Ready.\n", content_type="text/plain", charset="utf-8")
 
     app.router.add_get("/", landing)
     app.router.add_get(settings.telemetry_path, endpoint.handle)

@@ -11,7 +11,7 @@ import logging
 import re
 from dataclasses import dataclass
 
-from ..exposition.gotext import collapse_go_space, go_trim_space
+from ..exposition.gotext import GO_SPACE, collapse_go_space, go_trim_space
 from ..snapshot import ProcessRow
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class GpuCsv:
 
 
 def _cells(line: str) -> tuple[str, ...]:
-    return tuple(go_trim_space(cell) for cell in line.split(","))
+    return tuple([cell.strip(GO_SPACE) for cell in line.split(",")])
 
 
 def parse_gpu_csv(stdout: str, field_count: int) -> GpuCsv:

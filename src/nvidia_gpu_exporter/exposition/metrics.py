@@ -71,6 +71,7 @@ WALL_CLOCK_FAMILIES = frozenset(
 )
 
 MIB = 1_048_576.0
+CELL_CACHE_LIMIT = 4096  # distinct cell texts remembered per field (bounded: some values never repeat)
 PROCESS_ABSENT_TOKENS = ABSENT_TOKENS | {"[unknown error]"}
 
 
@@ -116,7 +117,9 @@ class Exposition:
         if missing:
             raise ValueError(f"identity fields missing from the query: {', '.join(missing)}")
         self._identity_columns = tuple(positions[name] for name in IDENTITY_FIELDS)
-        self._value_cache: dict[tuple[int, str], float | None] = {}
+        # Per field: raw cell text -> formatted sample value ("" = no sample). Cells repeat across GPUs
+        # and scrapes, so most of a render is dictionary lookups.
+        self._formatted: list[dict[str, str]] = [{} for _ in self.field_metrics]
 
     # -- health -----------------------------------------------------------------------------------------
 
@@ -160,36 +163,41 @@ class Exposition:
         gpus.sort(key=lambda gpu: gpu.uuid)
         return gpus, info
 
-    def _cell_value(self, metric: FieldMetric, raw: str) -> float | None:
-        key = (metric.column, raw)
-        try:
-            return self._value_cache[key]
-        except KeyError:
-            pass
+    def _format_cell(self, index: int, raw: str) -> str:
+        """The formatted sample value of a cell ("" for no sample), memoized per field."""
+        metric = self.field_metrics[index]
         value = transform_value(raw, metric.kind, metric.multiplier, metric.qfield)
-        if len(self._value_cache) >= 65536:
-            self._value_cache.clear()
-        self._value_cache[key] = value
-        return value
+        text = "" if value is None else format_value(value)
+        cache = self._formatted[index]
+        if len(cache) >= CELL_CACHE_LIMIT:
+            cache.clear()
+        cache[raw] = text
+        return text
 
     def _field_blocks(self, gpus: list[_Gpu]) -> list[tuple[str, str]]:
+        unique = len({gpu.uuid for gpu in gpus}) == len(gpus)
         blocks: list[tuple[str, str]] = []
-        for metric in self.field_metrics:
+        for index, metric in enumerate(self.field_metrics):
+            cache, column, name = self._formatted[index], metric.column, metric.name
             lines: list[str] = []
-            previous_uuid: str | None = None
+            emitted: set[str] = set()
             for gpu in gpus:
-                value = self._cell_value(metric, gpu.cells[metric.column])
-                if value is None:
+                raw = gpu.cells[column]
+                text = cache.get(raw)
+                if text is None:
+                    text = self._format_cell(index, raw)
+                if not text:
                     continue
-                if gpu.uuid == previous_uuid:
-                    raise DuplicateSeriesError(
-                        f"collected metric {metric.name}{gpu.label} was collected before with the same "
-                        "name and label values"
-                    )
-                previous_uuid = gpu.uuid
-                lines.append(f"{metric.name}{gpu.label} {format_value(value)}\n")
+                if not unique:
+                    if gpu.uuid in emitted:
+                        raise DuplicateSeriesError(
+                            f"collected metric {name}{gpu.label} was collected before with the same "
+                            "name and label values"
+                        )
+                    emitted.add(gpu.uuid)
+                lines.append(f"{name}{gpu.label} {text}\n")
             if lines:
-                blocks.append((metric.name, self._headers[metric.name] + "".join(lines)))
+                blocks.append((name, self._headers[name] + "".join(lines)))
         return blocks
 
     # -- processes --------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The exporter's own families outside ``nvidia_smi_*``: build info, process resources, HTTP handler counters.
 
 These change on every request (the handler counters do by definition), so they are rendered per scrape
-and spliced around the cached ``nvidia_smi_*`` block. Process figures come from ``/proc/self`` on Linux
+and spliced around the cached ``nvidia_smi_*`` block; their headers are rendered once, so a scrape costs
+one read of ``/proc/self/stat`` and a few string joins. Process figures come from ``/proc/self`` on Linux
 and are simply absent elsewhere.
 """
 
@@ -10,11 +11,10 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .. import __version__
-from .text import Family, render_family
+from .text import Family, format_value, header, render_family
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -77,88 +77,85 @@ def _max_fds() -> float | None:
     return float(soft)
 
 
-def process_families() -> list[Family]:
-    """``process_*`` families from ``/proc/self`` (Linux); empty where that is not available."""
+_PROCESS_HELP = {
+    "process_cpu_seconds_total": ("Total user and system CPU time spent in seconds.", "counter"),
+    "process_max_fds": ("Maximum number of open file descriptors.", "gauge"),
+    "process_open_fds": ("Number of open file descriptors.", "gauge"),
+    "process_resident_memory_bytes": ("Resident memory size in bytes.", "gauge"),
+    "process_start_time_seconds": ("Start time of the process since unix epoch in seconds.", "gauge"),
+    "process_virtual_memory_bytes": ("Virtual memory size in bytes.", "gauge"),
+}
+_HEADERS = {name: header(name, help_text, kind) for name, (help_text, kind) in _PROCESS_HELP.items()}
+_MAX_FDS = _max_fds()
+
+
+def process_values() -> dict[str, float]:
+    """``process_*`` values from ``/proc/self`` (Linux); empty where that is not available."""
     try:
-        with open("/proc/self/stat", encoding="ascii") as handle:
-            stat = handle.read()
+        with open("/proc/self/stat", "rb") as handle:
+            stat = handle.read().decode("ascii", "replace")
         open_fds = len(os.listdir("/proc/self/fd"))
     except OSError:
-        return []
+        return {}
     fields = stat[stat.rindex(")") + 2 :].split()
     # Field numbers from proc(5), minus 3 for the pid, comm and state columns cut off above.
     utime, stime = int(fields[11]), int(fields[12])
     start_ticks, virtual, resident_pages = int(fields[19]), int(fields[20]), int(fields[21])
-    values: list[tuple[str, str, str, float]] = [
-        (
-            "process_cpu_seconds_total",
-            "Total user and system CPU time spent in seconds.",
-            "counter",
-            (utime + stime) / _CLOCK_TICKS,
-        ),
-        ("process_open_fds", "Number of open file descriptors.", "gauge", float(open_fds)),
-        (
-            "process_resident_memory_bytes",
-            "Resident memory size in bytes.",
-            "gauge",
-            float(resident_pages * _PAGE_SIZE),
-        ),
-        ("process_virtual_memory_bytes", "Virtual memory size in bytes.", "gauge", float(virtual)),
-    ]
-    max_fds = _max_fds()
-    if max_fds is not None:
-        values.append(("process_max_fds", "Maximum number of open file descriptors.", "gauge", max_fds))
+    values = {
+        "process_cpu_seconds_total": (utime + stime) / _CLOCK_TICKS,
+        "process_open_fds": float(open_fds),
+        "process_resident_memory_bytes": float(resident_pages * _PAGE_SIZE),
+        "process_virtual_memory_bytes": float(virtual),
+    }
+    if _MAX_FDS is not None:
+        values["process_max_fds"] = _MAX_FDS
     if _BOOT_TIME is not None:
-        values.append(
-            (
-                "process_start_time_seconds",
-                "Start time of the process since unix epoch in seconds.",
-                "gauge",
-                _BOOT_TIME + start_ticks / _CLOCK_TICKS,
-            )
+        values["process_start_time_seconds"] = _BOOT_TIME + start_ticks / _CLOCK_TICKS
+    return values
+
+
+class SelfMetrics:
+    """Renders the self families of one exporter; the static parts are rendered once."""
+
+    def __init__(self, build_info: tuple[str, ...]) -> None:
+        info = Family(
+            "nvidia_gpu_exporter_build_info",
+            "A metric with a constant '1' value labeled by version, revision, branch, pythonversion, "
+            "goos, goarch and tags from which nvidia_gpu_exporter was built.",
+            "gauge",
+            BUILD_INFO_LABELS,
         )
-    families = []
-    for name, help_text, metric_type, value in values:
-        family = Family(name, help_text, metric_type)
-        family.add((), value)
-        families.append(family)
-    return families
+        info.add(build_info, 1.0)
+        self.build_info_text = render_family(info)
+        self._requests_header = header(
+            "promhttp_metric_handler_requests_total", "Total number of scrapes by HTTP status code.", "counter"
+        )
+        self._in_flight_header = header(
+            "promhttp_metric_handler_requests_in_flight", "Current number of scrapes being served.", "gauge"
+        )
+        self._errors_header = header(
+            "promhttp_metric_handler_errors_total",
+            "Total number of internal errors encountered by the promhttp metric handler.",
+            "counter",
+        )
 
+    def before_nvidia_smi(self) -> str:
+        """Families sorting before ``nvidia_smi_``."""
+        return self.build_info_text
 
-def self_metrics_blocks(stats: HandlerStats, build_info: tuple[str, ...]) -> list[tuple[str, str]]:
-    """``(name, text)`` blocks of every self family, ready to merge with the cached ``nvidia_smi_*`` block."""
-    info = Family(
-        "nvidia_gpu_exporter_build_info",
-        "A metric with a constant '1' value labeled by version, revision, branch, pythonversion, "
-        "goos, goarch and tags from which nvidia_gpu_exporter was built.",
-        "gauge",
-        BUILD_INFO_LABELS,
-    )
-    info.add(build_info, 1.0)
-    families = [info, *process_families()]
-    families += _handler_families(stats.requests, stats.in_flight, stats.errors)
-    return [(family.name, render_family(family)) for family in families]
-
-
-def _handler_families(requests: Mapping[str, int], in_flight: int, errors: Mapping[str, int]) -> list[Family]:
-    total = Family(
-        "promhttp_metric_handler_requests_total",
-        "Total number of scrapes by HTTP status code.",
-        "counter",
-        ("code",),
-    )
-    for code, count in requests.items():
-        total.add((code,), float(count))
-    flight = Family(
-        "promhttp_metric_handler_requests_in_flight", "Current number of scrapes being served.", "gauge"
-    )
-    flight.add((), float(in_flight))
-    error_family = Family(
-        "promhttp_metric_handler_errors_total",
-        "Total number of internal errors encountered by the promhttp metric handler.",
-        "counter",
-        ("cause",),
-    )
-    for cause, count in errors.items():
-        error_family.add((cause,), float(count))
-    return [total, flight, error_family]
+    def after_nvidia_smi(self, stats: HandlerStats) -> str:
+        """Families sorting after ``nvidia_smi_`` (``process_*``, ``promhttp_*``), in name order."""
+        parts = [f"{_HEADERS[name]}{name} {format_value(value)}\n" for name, value in sorted(process_values().items())]
+        parts.append(self._errors_header)
+        parts += [
+            f'promhttp_metric_handler_errors_total{{cause="{cause}"}} {format_value(float(count))}\n'
+            for cause, count in sorted(stats.errors.items())
+        ]
+        in_flight = format_value(float(stats.in_flight))
+        parts.append(f"{self._in_flight_header}promhttp_metric_handler_requests_in_flight {in_flight}\n")
+        parts.append(self._requests_header)
+        parts += [
+            f'promhttp_metric_handler_requests_total{{code="{code}"}} {format_value(float(count))}\n'
+            for code, count in sorted(stats.requests.items())
+        ]
+        return "".join(parts)
