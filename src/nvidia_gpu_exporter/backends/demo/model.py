@@ -265,6 +265,8 @@ class DemoGpu:
     counters_us: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_COUNTER_FIELDS, 0))
     corrected_volatile: int = 0
     corrected_aggregate: int = 0
+    sm_clock_mhz: int = IDLE_SM_MHZ
+    instant_power_w: float = IDLE_POWER_W
 
 
 class DemoFleet:
@@ -335,6 +337,8 @@ class DemoFleet:
         if gpu.utilization > 0.5 and rng.random() < 0.02:  # HBM occasionally corrects a bit flip under load
             gpu.corrected_volatile += 1
             gpu.corrected_aggregate += 1
+        gpu.sm_clock_mhz = self._sm_clock(gpu)
+        gpu.instant_power_w = gpu.power_w * rng.uniform(0.97, 1.02)
 
     def _churn_inference_batch(self, gpu: DemoGpu) -> None:
         """Inference GPUs start and finish short batch jobs, so per-process series come and go."""
@@ -363,13 +367,13 @@ class DemoFleet:
         return clock
 
     def cells(self, gpu: DemoGpu) -> dict[str, str]:
-        """Every field's cell text for one GPU, as nvidia-smi prints it."""
+        """Every field's cell text for one GPU, as nvidia-smi prints it (no randomness: reading is pure)."""
         used = min(
             sum(process.memory_mib for process in gpu.processes) + (3 if gpu.processes else 0),
             MEMORY_TOTAL_MIB,
         )
         free = MEMORY_TOTAL_MIB - MEMORY_RESERVED_MIB - used
-        sm_clock = self._sm_clock(gpu)
+        sm_clock = gpu.sm_clock_mhz
         bus = 0x18 + 0x10 * gpu.index
         utilization = round(gpu.utilization * 100)
         stamp = (
@@ -434,7 +438,7 @@ class DemoFleet:
             "power.management": DEPRECATED,
             "power.draw": f"{gpu.power_w:.2f} W",
             "power.draw.average": f"{gpu.power_w * 0.995:.2f} W",
-            "power.draw.instant": f"{gpu.power_w * self.rng.uniform(0.97, 1.02):.2f} W",
+            "power.draw.instant": f"{gpu.instant_power_w:.2f} W",
             "power.limit": f"{POWER_LIMIT_W:.2f} W",
             "enforced.power.limit": f"{POWER_LIMIT_W:.2f} W",
             "power.default_limit": f"{POWER_LIMIT_W:.2f} W",
