@@ -96,12 +96,14 @@ class Collector:
                 self._last_success_at = attempt.finished_at
             else:
                 self._failed += 1
-        self._latest = Snapshot(attempt, self._failed, self._last_success_at, self._sequence)
+        self._latest = Snapshot(
+            attempt, self._failed, self._last_success_at, self._sequence, self.backend.xid_records()
+        )
         return self._latest
 
     def no_result(self) -> Snapshot:
         """What a scrape that gave up waiting serves: health counters only, no status or duration."""
-        return Snapshot(None, self._failed, self._last_success_at, self._sequence)
+        return Snapshot(None, self._failed, self._last_success_at, self._sequence, self.backend.xid_records())
 
     async def _collect_once(self) -> Snapshot:
         started = time.perf_counter()
@@ -126,9 +128,7 @@ class Collector:
             attempt = Attempt(readings, 0, duration, finished)
         else:
             assert error is not None
-            log.error(
-                "failed to collect metrics", extra={"err": str(error), "status_code": error.status_code}
-            )
+            log.error("failed to collect metrics", extra={"err": str(error), "status_code": error.status_code})
             attempt = Attempt(
                 None,
                 error.status_code,
@@ -151,7 +151,8 @@ class Collector:
     async def scrape(self, budget_seconds: float | None = None) -> Snapshot:
         """The snapshot for one scrape. ``budget_seconds`` bounds the wait in synchronous mode only."""
         if self.background:
-            return self._latest
+            # Before the first collection there is nothing cached, but XID counts are live.
+            return self._latest if self._latest.attempt is not None else self.no_result()
         flight = self._flight
         if flight is None or not flight.joinable:
             flight = self._flight = _Flight(asyncio.create_task(self._collect_once(), name="collection"))

@@ -53,12 +53,71 @@ class ProcessList:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuExtras:
+    """NVML-only per-GPU readings (``None`` = the GPU cannot report it: no series)."""
+
+    gpu_uuid: str  # as the driver reports it (``GPU-...``); the exposition normalizes it
+    energy_joules: float | None = None
+    pcie_tx_bytes_per_second: float | None = None
+    pcie_rx_bytes_per_second: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MigDevice:
+    """One MIG device (a compute instance inside a GPU instance) of a MIG-enabled GPU."""
+
+    gpu_uuid: str  # the parent GPU
+    mig_uuid: str  # ``MIG-...`` as reported; the exposition strips the prefix
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str  # ``3g.71gb``, or ``1c.3g.71gb`` for a compute slice
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstanceReading:
+    """Per GPU instance: its memory (bytes) and, from GPM samples, its activity ratios and PCIe rates."""
+
+    gpu_uuid: str
+    gpu_instance_id: int
+    memory_total_bytes: float | None = None
+    memory_used_bytes: float | None = None
+    memory_free_bytes: float | None = None
+    memory_reserved_bytes: float | None = None
+    graphics_activity_ratio: float | None = None
+    sm_activity_ratio: float | None = None
+    sm_occupancy_ratio: float | None = None
+    tensor_activity_ratio: float | None = None
+    pcie_tx_bytes_per_second: float | None = None
+    pcie_rx_bytes_per_second: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlExtras:
+    """The families only NVML (and the demo, which simulates it) can serve."""
+
+    gpus: tuple[GpuExtras, ...] = ()
+    mig_devices: tuple[MigDevice, ...] = ()
+    mig_instances: tuple[MigInstanceReading, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class XidRecord:
+    """XID errors of one code on one GPU since the exporter started (they outlive failed collections)."""
+
+    gpu_uuid: str
+    xid: int
+    count: int
+    last_seen: float  # Unix time the exporter received the latest one, fractional
+
+
+@dataclass(frozen=True, slots=True)
 class Readings:
     """Everything one successful collection read."""
 
     gpus: GpuTable
     processes: ProcessList | None  # None when per-process collection is off
     cuda_version: str = ""
+    extras: NvmlExtras | None = None  # None for the exec backend
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,3 +145,4 @@ class Snapshot:
     failed_collections: int
     last_success_at: float | None
     sequence: int = field(default=0, compare=False)  # bumps with every published snapshot
+    xids: tuple[XidRecord, ...] = ()  # rendered whatever the attempt's outcome

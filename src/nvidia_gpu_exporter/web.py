@@ -23,7 +23,7 @@ from .exposition.metrics import Exposition
 from .exposition.payload import Block, assemble, assemble_gzip, make_block
 from .exposition.selfmetrics import HandlerStats, SelfMetrics, build_info_values
 from .exposition.text import CONTENT_TYPE, DuplicateSeriesError
-from .snapshot import Snapshot
+from .snapshot import Snapshot, XidRecord
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def accepts_gzip(header_value: str | None) -> bool:
 class _Rendered:
     """A snapshot's ``nvidia_smi_*`` block, or the error that makes the whole scrape fail."""
 
-    key: tuple[int, bool]
+    key: tuple[int, bool, tuple[XidRecord, ...]]
     block: Block | None
     error: str | None
 
@@ -116,7 +116,7 @@ class MetricsEndpoint:
         self._rendered: _Rendered | None = None
 
     def _render(self, snapshot: Snapshot) -> _Rendered:
-        key = (snapshot.sequence, snapshot.attempt is not None)
+        key = (snapshot.sequence, snapshot.attempt is not None, snapshot.xids)
         cached = self._rendered
         if cached is not None and cached.key == key:
             return cached

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..snapshot import QueryField, Readings, StatusFamily
+from ..snapshot import QueryField, Readings, StatusFamily, XidRecord
 
 
 class CollectionError(Exception):
     """A failed collection: the status code to report, and whether ``--shutdown-on-error`` applies."""
 
-    def __init__(
-        self, message: str, status_code: int = -1, *, fatal: bool = False, exit_code: int = 1
-    ) -> None:
+    def __init__(self, message: str, status_code: int = -1, *, fatal: bool = False, exit_code: int = 1) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.fatal = fatal
@@ -33,5 +31,9 @@ class Backend(Protocol):
     def fields(self) -> tuple[QueryField, ...]: ...
 
     async def collect(self) -> Readings: ...
+
+    def xid_records(self) -> tuple[XidRecord, ...]:
+        """XID counts so far (nvml, demo); served even when collections fail. Empty for exec."""
+        ...
 
     async def aclose(self) -> None: ...

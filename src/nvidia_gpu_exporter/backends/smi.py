@@ -11,7 +11,7 @@ import logging
 from collections.abc import Sequence
 
 from ..exposition.gotext import go_quote
-from ..snapshot import GpuTable, ProcessList, QueryField, Readings, StatusFamily
+from ..snapshot import GpuTable, ProcessList, QueryField, Readings, StatusFamily, XidRecord
 from . import CollectionError
 from .fields import (
     BUILTIN_FIELDS,
@@ -186,6 +186,10 @@ class SmiBackend:
             log.warning("failed to collect per-process data", extra={"reason": str(error)})
             return ProcessList(succeeded=False)
         return ProcessList(succeeded=True, rows=rows)
+
+    def xid_records(self) -> tuple[XidRecord, ...]:
+        """nvidia-smi has no XID event stream: none."""
+        return ()
 
     async def aclose(self) -> None:
         """Nothing is held between collections: each run's process is gone when it returns."""
