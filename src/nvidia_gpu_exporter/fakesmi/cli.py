@@ -1,0 +1,476 @@
+"""Command line of the fake ``nvidia-smi``: ``fake [fake flags...] <nvidia-smi arguments...>``.
+
+The exporter runs this as a fresh process for every nvidia-smi call it makes, so the start stays light
+(PyYAML only when ``--config`` is used). Fake flags are consumed from the front until the first token that
+is not one; the rest is the nvidia-smi invocation, answered by :func:`engine.answer`. Failure injection
+(``--delay``, ``--exit``, ``--fail-arg``) lives here, not in the engine, so in-process users leave it out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TextIO
+
+from nvidia_gpu_exporter.durations import DurationError, parse_duration
+from nvidia_gpu_exporter.exposition.gotext import go_quote
+from nvidia_gpu_exporter.exposition.gotext import go_trim_space as go_trim
+from nvidia_gpu_exporter.fakesmi.capture import Capture, CaptureError, load_capture
+from nvidia_gpu_exporter.fakesmi.config import ConfigError, FakeSmiConfig, load_config
+from nvidia_gpu_exporter.fakesmi.engine import (
+    DEFAULT_STATE,
+    EXIT_OK,
+    EXIT_REJECTED,
+    EXIT_USAGE,
+    MAX_GPUS,
+    PROG,
+    Answer,
+    Fixed,
+    Generator,
+    GpuEntry,
+    Range,
+    Scenario,
+    ScenarioError,
+    answer,
+    check_range,
+    check_value,
+    validate_settings,
+)
+
+CAPTURES_ENV = "NVIDIA_GPU_EXPORTER_CAPTURES"
+"""Directory in which a bare ``--capture NAME`` is looked up (the project embeds no capture corpus)."""
+
+USAGE = f"""\
+usage: nvidia-gpu-exporter-fake-smi [fake flags...] <nvidia-smi arguments...>
+       python -m nvidia_gpu_exporter.fakesmi [fake flags...] <nvidia-smi arguments...>
+
+A fake nvidia-smi that answers from a recorded capture file. Fake flags come first (--flag=value or
+--flag value); the first token that is not a fake flag starts the nvidia-smi invocation to answer.
+`--query-gpu=<fields> --format=csv` and `--query-compute-apps=<fields> --format=csv` are answered by
+projecting the recorded CSV; any other invocation (`--version`, `--help-query-gpu`, `-L`, `-q`, ...)
+replays the section recorded for the same command line.
+
+capture and values:
+  --capture X            capture file to replay (required here or in --config). A path, or a NAME
+                         (.txt optional) looked up in the directory ${CAPTURES_ENV}
+  --state S              capture state to serve (default {DEFAULT_STATE}; e.g. load)
+  --set FIELD=VALUE      fixed value for a field in every data row (repeatable, later wins)
+  --set-range FIELD=MIN:MAX
+                         random value per data row (repeatable); integral bounds print integers
+  --seed N               int64 seed for ranges and fluctuation (default: different on every call)
+  --gpus N               replicate the captured GPU into N simulated GPUs (1-{MAX_GPUS})
+  --fluctuate[=BOOL]     jitter utilization, temperatures, fan, power, current clocks, used memory
+  --config FILE          YAML with the same settings; any flag wins over the file
+
+failure injection:
+  --exit N               print --stderr-msg (if set) on stderr and exit N without output
+  --delay D              sleep this Go duration (e.g. 50ms, 2s) before anything else
+  --stderr-msg TEXT      message for --exit and --fail-arg
+  --fail-arg PREFIX      fail (exit 1) invocations with an argument starting with PREFIX, answer others
+  --help                 show this help (nvidia-smi's own help is `-h`)
+
+exit codes: 0 ok, 1 rejected query or --fail-arg, 2 problem of the fake itself, N for --exit N.
+"""
+
+_VALUE_FLAGS = frozenset(
+    {
+        "--capture",
+        "--state",
+        "--stderr-msg",
+        "--fail-arg",
+        "--exit",
+        "--delay",
+        "--set",
+        "--set-range",
+        "--config",
+        "--seed",
+        "--gpus",
+    }
+)
+_GO_BOOLS = {
+    "1": True,
+    "t": True,
+    "T": True,
+    "TRUE": True,
+    "true": True,
+    "True": True,
+    "0": False,
+    "f": False,
+    "F": False,
+    "FALSE": False,
+    "false": False,
+    "False": False,
+}
+_GO_INT = re.compile(r"[+-]?[0-9]+")
+_GO_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|infinity|nan)", re.I)
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+
+
+class UsageError(Exception):
+    """A problem of the fake itself (flag, config, capture): message on stderr, exit 2."""
+
+
+@dataclass(frozen=True, slots=True)
+class Injection:
+    """Failure injection, applied before the capture is even loaded (so it works without one)."""
+
+    exit_code: int | None = None
+    delay_ns: int = 0
+    stderr_msg: str = ""
+    fail_arg: str = ""
+
+    def apply(self, args: Sequence[str], sleep: Callable[[float], None] = time.sleep) -> Answer | None:
+        """Sleep the delay, then return the injected failure for ``args``, or ``None`` to answer normally."""
+        if self.delay_ns > 0:
+            sleep(self.delay_ns / 1e9)
+        if self.exit_code is not None:
+            return Answer("", f"{self.stderr_msg}\n" if self.stderr_msg else "", self.exit_code)
+        if self.fail_arg:
+            for arg in args:
+                if arg.startswith(self.fail_arg):
+                    message = self.stderr_msg or f"{PROG}: injected failure for {go_quote(arg)}"
+                    return Answer("", message + "\n", EXIT_REJECTED)
+        return None
+
+
+class Flags:
+    """The fake flags as given; ``None`` means "not given", so the config or the default applies.
+
+    A plain class rather than a dataclass: every dataclass costs the per-call process start time.
+    """
+
+    __slots__ = (
+        "capture",
+        "config",
+        "delay_ns",
+        "exit_code",
+        "fail_arg",
+        "fluctuate",
+        "gpus",
+        "help",
+        "overrides",
+        "seed",
+        "state",
+        "stderr_msg",
+    )
+
+    def __init__(self) -> None:
+        self.help = False
+        self.capture: str | None = None
+        self.state: str | None = None
+        self.stderr_msg: str | None = None
+        self.fail_arg: str | None = None
+        self.exit_code: int | None = None
+        self.delay_ns: int | None = None
+        self.config: str | None = None
+        self.seed: int | None = None
+        self.gpus: int | None = None
+        self.fluctuate: bool | None = None
+        self.overrides: dict[str, Generator] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """Flags and config merged: what to replay, how, with which injection, and the nvidia-smi args."""
+
+    capture: str | None
+    state: str
+    seed: int | None
+    overrides: dict[str, Generator]
+    gpus: int | tuple[GpuEntry, ...] | None
+    fluctuate: bool
+    injection: Injection
+    args: tuple[str, ...]
+
+
+def _go_int(flag: str, value: str, low: int = _INT64_MIN, high: int = _INT64_MAX) -> int:
+    if not _GO_INT.fullmatch(value):
+        raise UsageError(f"invalid {flag} value {go_quote(value)}: not an integer")
+    number = int(value)
+    if not low <= number <= high:
+        raise UsageError(f"invalid {flag} value {go_quote(value)}: value out of range")
+    return number
+
+
+def _go_float(text: str) -> float | None:
+    trimmed = go_trim(text)
+    return float(trimmed) if _GO_FLOAT.fullmatch(trimmed) else None
+
+
+def _parse_set(value: str) -> tuple[str, Generator]:
+    name, sep, text = value.partition("=")
+    if not sep or not name:
+        raise UsageError(f"invalid --set {go_quote(value)}, want field=value")
+    problem = check_value(name, text)
+    if problem:
+        raise UsageError(problem)
+    return name, Fixed(text)
+
+
+def _parse_set_range(value: str) -> tuple[str, Generator]:
+    name, sep, spec = value.partition("=")
+    if not sep or not name:
+        raise UsageError(f"invalid --set-range {go_quote(value)}, want field=min:max")
+    low_text, colon, high_text = spec.partition(":")
+    if not colon:
+        raise UsageError(f"invalid --set-range for {go_quote(name)}, want min:max")
+    low = _go_float(low_text)
+    if low is None:
+        raise UsageError(f"invalid --set-range min for {go_quote(name)}: {go_quote(low_text)} is not a number")
+    high = _go_float(high_text)
+    if high is None:
+        raise UsageError(f"invalid --set-range max for {go_quote(name)}: {go_quote(high_text)} is not a number")
+    problem = check_range(name, low, high)
+    if problem:
+        raise UsageError(problem)
+    return name, Range(low, high)
+
+
+def _apply_flag(flags: Flags, name: str, value: str) -> None:
+    if name == "--capture":
+        flags.capture = value
+    elif name == "--state":
+        flags.state = value
+    elif name == "--stderr-msg":
+        flags.stderr_msg = value
+    elif name == "--fail-arg":
+        flags.fail_arg = value
+    elif name == "--config":
+        if not value:
+            raise UsageError("--config needs a path")
+        flags.config = value
+    elif name in ("--set", "--set-range"):
+        field_name, generator = _parse_set(value) if name == "--set" else _parse_set_range(value)
+        flags.overrides.pop(field_name, None)  # re-insert so the latest --set is also the last in order
+        flags.overrides[field_name] = generator
+    elif name == "--exit":
+        flags.exit_code = _go_int(name, value)
+    elif name == "--delay":
+        try:
+            flags.delay_ns = parse_duration(value)
+        except DurationError as exc:
+            raise UsageError(f"invalid --delay value {go_quote(value)}: {exc}") from exc
+    elif name == "--seed":
+        flags.seed = _go_int(name, value)
+    else:  # --gpus
+        count = _go_int(name, value)
+        if not 1 <= count <= MAX_GPUS:
+            raise UsageError(f"gpu count must be between 1 and {MAX_GPUS}, got {count}")
+        flags.gpus = count
+
+
+def parse_flags(argv: Sequence[str]) -> tuple[Flags, list[str]]:
+    """Consume the fake flags from the front of ``argv``; return them and the nvidia-smi arguments."""
+    flags = Flags()
+    args = list(argv)
+    while args:
+        name, sep, value = args[0].partition("=")
+        if name == "--help":
+            if sep:
+                raise UsageError("flag --help takes no value")
+            flags.help = True
+            args = args[1:]
+            continue
+        if name == "--fluctuate":
+            args = args[1:]
+            if not sep and args and args[0] in _GO_BOOLS:
+                value, sep = args[0], "="
+                args = args[1:]
+            if sep:
+                if value not in _GO_BOOLS:
+                    raise UsageError(f"invalid --fluctuate value {go_quote(value)}: want a boolean")
+                flags.fluctuate = _GO_BOOLS[value]
+            else:
+                flags.fluctuate = True
+            continue
+        if name not in _VALUE_FLAGS:
+            break
+        args = args[1:]
+        if not sep:
+            if not args:
+                raise UsageError(f"flag {name} needs a value")
+            value, args = args[0], args[1:]
+        _apply_flag(flags, name, value)
+    return flags, args
+
+
+def _load_config(path: str) -> FakeSmiConfig:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def resolve(flags: Flags, args: Sequence[str]) -> Invocation:
+    """Merge the flags over the optional ``--config`` (a flag wins wherever ``--config`` sits)."""
+    config = _load_config(flags.config) if flags.config else FakeSmiConfig()
+    overrides = dict(config.overrides)
+    for name, generator in flags.overrides.items():
+        overrides.pop(name, None)
+        overrides[name] = generator
+    gpus: int | tuple[GpuEntry, ...] | None
+    if flags.gpus is not None:
+        gpus = flags.gpus  # a --gpus flag replaces config entries entirely, per-GPU overrides included
+    elif isinstance(config.gpus, tuple):
+        gpus = tuple(
+            replace(
+                entry,
+                overrides={k: v for k, v in entry.overrides.items() if k not in flags.overrides},
+            )
+            for entry in config.gpus
+        )
+    else:
+        gpus = config.gpus
+    try:
+        validate_settings(overrides, gpus)
+    except ScenarioError as exc:
+        raise UsageError(str(exc)) from exc
+
+    def pick(flag: str | None, configured: str | None) -> str | None:
+        return flag if flag is not None else configured
+
+    injection = Injection(
+        exit_code=flags.exit_code if flags.exit_code is not None else config.exit,
+        delay_ns=(flags.delay_ns if flags.delay_ns is not None else config.delay_ns) or 0,
+        stderr_msg=pick(flags.stderr_msg, config.stderr_msg) or "",
+        fail_arg=pick(flags.fail_arg, config.fail_arg) or "",
+    )
+    return Invocation(
+        capture=pick(flags.capture, config.capture),
+        state=pick(flags.state, config.state) or DEFAULT_STATE,
+        seed=flags.seed if flags.seed is not None else config.seed,
+        overrides=overrides,
+        gpus=gpus,
+        fluctuate=flags.fluctuate if flags.fluctuate is not None else config.fluctuate,
+        injection=injection,
+        args=tuple(args),
+    )
+
+
+def resolve_capture(reference: str | None) -> Capture:
+    """Load the capture a ``--capture`` value names: a file on disk, or a name in ``$CAPTURES_ENV``."""
+    if not reference:
+        raise UsageError(
+            f"--capture is required: give a capture file (or a NAME found in ${CAPTURES_ENV}), "
+            "or set capture: in the --config file"
+        )
+    try:
+        os.stat(reference)
+        exists = True
+    except (OSError, ValueError):
+        exists = False
+    separators = {"/", os.sep} | ({os.altsep} if os.altsep else set())
+    if exists or any(sep in reference for sep in separators):
+        path = reference
+    else:
+        directory = os.environ.get(CAPTURES_ENV, "")
+        name = reference if reference.endswith(".txt") else reference + ".txt"
+        if not directory:
+            raise UsageError(
+                f"capture {go_quote(reference)} is not a file, and ${CAPTURES_ENV} is not set to a "
+                "directory of captures to look the name up in"
+            )
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path):
+            raise UsageError(
+                f"capture {go_quote(reference)} is neither a file on disk nor in ${CAPTURES_ENV} "
+                f"({go_quote(directory)})"
+            )
+    try:
+        return load_capture(path)
+    except OSError as exc:
+        raise UsageError(f"failed to load capture {go_quote(path)}: {exc.strerror or exc}") from exc
+    except CaptureError as exc:
+        raise UsageError(f"failed to parse capture file {go_quote(path)}: {exc}") from exc
+
+
+def run(invocation: Invocation, sleep: Callable[[float], None] = time.sleep) -> Answer:
+    """Delay, exit injection, fail-arg injection, load the capture, answer: the order of the Go fake."""
+    injected = invocation.injection.apply(invocation.args, sleep)
+    if injected is not None:
+        return injected
+    try:
+        capture = resolve_capture(invocation.capture)
+        scenario = Scenario(
+            capture=capture,
+            state=invocation.state,
+            seed=invocation.seed,
+            overrides=invocation.overrides,
+            gpus=invocation.gpus,
+            fluctuate=invocation.fluctuate,
+        )
+    except (UsageError, ScenarioError) as exc:
+        return Answer("", f"{PROG}: {exc}\n", EXIT_USAGE)
+    return answer(scenario, invocation.args)
+
+
+def _write(stream: TextIO, text: str) -> None:
+    """Write exact bytes (no newline translation; undecodable argv bytes written back as they came)."""
+    if not text:
+        return
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:
+        stream.write(text)
+        stream.flush()
+        return
+    try:
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        data = text.encode("utf-8", "backslashreplace")
+    stream.flush()
+    buffer.write(data)
+    buffer.flush()
+
+
+def _exit_status(code: int) -> int:
+    """The status the OS reports for ``code`` (Go's ``os.Exit`` truncates the same way)."""
+    if os.name == "nt":
+        return ((code + (1 << 31)) % (1 << 32)) - (1 << 31)
+    return code & 0xFF
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the fake for ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    try:
+        try:
+            flags, rest = parse_flags(arguments)
+            if flags.help:
+                _write(sys.stdout, USAGE)
+                return EXIT_OK
+            invocation = resolve(flags, rest)
+        except UsageError as exc:
+            _write(sys.stderr, f"{PROG}: {exc}\n")
+            return EXIT_USAGE
+        result = run(invocation)
+        _write(sys.stdout, result.stdout)
+        _write(sys.stderr, result.stderr)
+        return _exit_status(result.exit_code)
+    except BrokenPipeError:
+        # the reader went away (e.g. the exporter's timeout); keep Python from complaining at exit
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_REJECTED
+    except KeyboardInterrupt:
+        return 130
+
+
+__all__ = [
+    "CAPTURES_ENV",
+    "USAGE",
+    "Flags",
+    "Injection",
+    "Invocation",
+    "UsageError",
+    "main",
+    "parse_flags",
+    "resolve",
+    "resolve_capture",
+    "run",
+]
