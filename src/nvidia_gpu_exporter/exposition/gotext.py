@@ -32,34 +32,33 @@ def collapse_go_space(text: str) -> str:
     return _GO_SPACE_RUN.sub(" ", text)
 
 
-_GO_QUOTE_ESCAPES = {
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-}
+_GO_QUOTE_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
 
 
 def go_quote(text: str) -> str:
-    """Go's ``%q`` / ``strconv.Quote``: double-quoted with Go escapes, for messages that must match Go's."""
+    """Go's ``%q`` (``strconv.Quote``), for messages that must read exactly like the Go exporter's.
+
+    Undecodable bytes that arrived as surrogate escapes are written as ``\\xNN``, as Go writes the raw
+    invalid byte.
+    """
     out = ['"']
     for char in text:
+        code = ord(char)
         if char in ('"', "\\"):
             out.append("\\" + char)
+        elif 0xDC80 <= code <= 0xDCFF:
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif 0xD800 <= code <= 0xDFFF:
+            out.append("\\ufffd")
+        elif char.isprintable():
+            out.append(char)
         elif char in _GO_QUOTE_ESCAPES:
             out.append(_GO_QUOTE_ESCAPES[char])
-        elif char.isprintable() or char == " ":
-            out.append(char)
-        elif ord(char) < 0x80:
-            out.append(f"\\x{ord(char):02x}")
-        elif 0xDC80 <= ord(char) <= 0xDCFF:  # an invalid byte kept by surrogateescape
-            out.append(f"\\x{ord(char) - 0xDC00:02x}")
-        elif ord(char) <= 0xFFFF:
-            out.append(f"\\u{ord(char):04x}")
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
         else:
-            out.append(f"\\U{ord(char):08x}")
+            out.append(f"\\U{code:08x}")
     out.append('"')
     return "".join(out)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ..snapshot import Attempt, GpuTable, ProcessList, QueryField, Snapshot, StatusFamily
 from .naming import FieldMetric, plan_field_metrics
+from .nvml_families import extras_families, xid_families
 from .text import (
     DuplicateSeriesError,
     Family,
@@ -246,5 +247,8 @@ class Exposition:
             blocks += self._field_blocks(gpus)
             if readings.processes is not None:
                 families += self.process_families(readings.processes, [gpu.uuid for gpu in gpus])
+            if readings.extras is not None:
+                families += extras_families(readings.extras)
+        families += xid_families(snapshot.xids)  # XID counts outlive failed collections (§3.2)
         blocks += [(family.name, render_family(family)) for family in families]
         return render_blocks(blocks)

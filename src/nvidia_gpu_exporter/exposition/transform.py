@@ -13,6 +13,16 @@ import re
 
 from .gotext import go_trim_space
 from .naming import ValueKind
+from .uuids import normalize_mig_uuid, normalize_uuid
+
+__all__ = [
+    "ABSENT_TOKENS",
+    "normalize_mig_uuid",
+    "normalize_uuid",
+    "transform_enum",
+    "transform_generic",
+    "transform_value",
+]
 
 ABSENT_TOKENS = frozenset({"", "n/a", "[n/a]", "[not supported]", "[insufficient permissions]"})
 
@@ -100,18 +110,3 @@ def transform_value(raw: str, kind: ValueKind, multiplier: float, field: str) ->
     if kind is ValueKind.GENERIC:
         return transform_generic(raw, multiplier)
     return transform_enum(raw, kind, field)
-
-
-def _normalize_with_prefix(raw: str, prefix: str) -> str:
-    text = go_trim_space(raw).lower()
-    return text[len(prefix) :] if text.startswith(prefix) else text
-
-
-def normalize_uuid(raw: str) -> str:
-    """The historic ``uuid`` label that dashboards join on: trimmed, lowercased, one ``gpu-`` removed."""
-    return _normalize_with_prefix(raw, "gpu-")
-
-
-def normalize_mig_uuid(raw: str) -> str:
-    """The ``mig_uuid`` label: trimmed, lowercased, one leading ``mig-`` removed."""
-    return _normalize_with_prefix(raw, "mig-")
