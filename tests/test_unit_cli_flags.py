@@ -1,0 +1,440 @@
+"""Command-line parsing (§1.1), startup validation in order (§1.2) and Go durations."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nvidia_gpu_exporter.config import Config, ConfigError, validate
+from nvidia_gpu_exporter.durations import DurationError, format_duration, parse_duration
+from nvidia_gpu_exporter.flags import FlagError, parse_args
+
+SECOND = 1_000_000_000
+MS = 1_000_000
+
+# -- flags (§1.1) -----------------------------------------------------------------------------------------------
+
+
+def test_defaults_match_spec_table() -> None:
+    config = parse_args([]).config
+    assert config.listen_addresses == (":9835",)
+    assert config.web_config_file == ""
+    assert config.systemd_socket is False
+    assert config.network == "tcp"
+    assert config.read_timeout_ns == 10 * SECOND
+    assert config.read_header_timeout_ns == 10 * SECOND
+    assert config.write_timeout_ns == 15 * SECOND
+    assert config.idle_timeout_ns == 60 * SECOND
+    assert config.telemetry_path == "/metrics"
+    assert config.max_requests == 40
+    assert config.timeout_offset_ns == 500 * MS
+    assert config.enable_pprof is False
+    assert config.nvidia_smi_command == "nvidia-smi"
+    assert config.query_field_names == "AUTO"
+    assert config.query_field_names_exclude == ""
+    assert config.backend == "exec"
+    assert config.collect_interval_ns == 0
+    assert config.collect_timeout_ns == 10 * SECOND
+    assert (config.compute_apps, config.compute_apps_mig, config.pcie_throughput) == (False, False, False)
+    assert config.demo_config == ""
+    assert config.shutdown_on_error is False
+    assert (config.log_level, config.log_format) == ("info", "logfmt")
+    assert parse_args([]).action == "run"
+
+
+@pytest.mark.parametrize(
+    ("argv", "attribute", "value"),
+    [
+        (["--collect.interval=1m30s"], "collect_interval_ns", 90 * SECOND),
+        (["--collect.interval", "500ms"], "collect_interval_ns", 500 * MS),
+        (["--web.telemetry-path=/x"], "telemetry_path", "/x"),
+        (["--web.telemetry-path", "/y"], "telemetry_path", "/y"),
+        (["--web.max-requests=0"], "max_requests", 0),
+        (["--web.max-requests", "-1"], "max_requests", -1),
+        (["--query-field-names=a, b"], "query_field_names", "a, b"),
+        (["--nvidia-smi-command=sudo nvidia-smi"], "nvidia_smi_command", "sudo nvidia-smi"),
+        (["--collect.backend=demo"], "backend", "demo"),
+        (["--log.level", "debug"], "log_level", "debug"),
+        (["--log.format=json"], "log_format", "json"),
+        (["--web.timeout-offset=0"], "timeout_offset_ns", 0),
+        (["--collect.timeout=-1s"], "collect_timeout_ns", -SECOND),
+        (["--query-field-names="], "query_field_names", ""),
+        (["--web.telemetry-path=a=b"], "telemetry_path", "a=b"),
+    ],
+    ids=[
+        "1.1 --flag=value duration",
+        "1.1 --flag value duration",
+        "1.1 --flag=value string",
+        "1.1 --flag value string",
+        "1.1 int zero",
+        "1.1 negative int parses (validation rejects later)",
+        "1.1 value kept verbatim",
+        "1.1 value with spaces",
+        "1.1 enum backend",
+        "1.1 enum log level",
+        "1.1 enum log format",
+        "1.1 duration 0",
+        "1.1 negative duration parses (validation rejects later)",
+        "1.1 empty value",
+        "1.1 only the first = separates",
+    ],
+)
+def test_flag_values(argv: list[str], attribute: str, value: object) -> None:
+    assert getattr(parse_args(argv).config, attribute) == value
+
+
+@pytest.mark.parametrize(
+    ("argv", "value"),
+    [
+        (["--collect.compute-apps"], True),
+        (["--no-collect.compute-apps"], False),
+        (["--collect.compute-apps=false"], False),
+        (["--collect.compute-apps=true"], True),
+        (["--collect.compute-apps", "--no-collect.compute-apps"], False),
+        (["--no-collect.compute-apps", "--collect.compute-apps"], True),
+    ],
+    ids=[
+        "1.1 --flag",
+        "1.1 --no-flag",
+        "1.1 --flag=false",
+        "1.1 --flag=true",
+        "1.1 last wins (off)",
+        "1.1 last wins (on)",
+    ],
+)
+def test_bool_flags(argv: list[str], value: bool) -> None:
+    assert parse_args(argv).config.compute_apps is value
+
+
+def test_bool_flag_does_not_consume_next_argument() -> None:
+    with pytest.raises(FlagError):
+        parse_args(["--collect.compute-apps", "false"])
+
+
+def test_repeatable_listen_address() -> None:
+    config = parse_args(["--web.listen-address=:1", "--web.listen-address", "127.0.0.1:2"]).config
+    assert config.listen_addresses == (":1", "127.0.0.1:2")
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--bogus"], "bogus"),
+        (["--bogus=1"], "bogus"),
+        (["--no-web.telemetry-path"], "web.telemetry-path"),
+        (["--web.telemetry-path"], "web.telemetry-path"),
+        (["--collect.timeout"], "collect.timeout"),
+        (["--collect.timeout=10"], "missing unit"),
+        (["--collect.interval=abc"], "collect.interval"),
+        (["--collect.backend=foo"], "foo"),
+        (["--log.level=trace"], "trace"),
+        (["--log.format=xml"], "xml"),
+        (["--web.max-requests=abc"], "web.max-requests"),
+        (["--web.max-requests=1.5"], "web.max-requests"),
+        (["--collect.compute-apps=maybe"], "collect.compute-apps"),
+        (["positional"], "positional"),
+        (["-x"], "-x"),
+    ],
+    ids=[
+        "1.2 unknown flag",
+        "1.2 unknown flag with value",
+        "1.2 --no- only for booleans",
+        "1.2 missing value (string)",
+        "1.2 missing value (duration)",
+        "1.2 bare 10 is not a duration",
+        "1.2 bad duration",
+        "1.2 bad backend enum",
+        "1.2 bad log level",
+        "1.2 bad log format",
+        "1.2 bad int",
+        "1.2 float is not an int",
+        "1.2 bad bool",
+        "1.2 unexpected positional argument",
+        "1.2 unknown short flag",
+    ],
+)
+def test_flag_errors(argv: list[str], fragment: str) -> None:
+    with pytest.raises(FlagError) as caught:
+        parse_args(argv)
+    assert fragment in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "action"),
+    [(["-h"], "help"), (["--help"], "help"), (["--version"], "version"), (["--help-long"], "help")],
+    ids=["1.1 -h", "1.1 --help", "1.1 --version", "1.1 --help-long"],
+)
+def test_actions(argv: list[str], action: str) -> None:
+    assert parse_args(argv).action == action
+
+
+# -- validation (§1.2) -------------------------------------------------------------------------------------------
+
+
+def problem(**changes: object) -> str | None:
+    try:
+        validate(dataclasses.replace(Config(), **changes))  # type: ignore[arg-type]
+    except ConfigError as error:
+        return str(error)
+    return None
+
+
+def test_defaults_are_valid() -> None:
+    assert problem() is None
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"collect_interval_ns": -SECOND}, "collect.interval must not be negative, got -1s"),
+        ({"collect_timeout_ns": -SECOND}, "collect.timeout must not be negative, got -1s"),
+        ({"collect_timeout_ns": -1500 * MS}, "collect.timeout must not be negative, got -1.5s"),
+        ({"collect_interval_ns": -90 * SECOND}, "collect.interval must not be negative, got -1m30s"),
+        ({"collect_interval_ns": -1}, "collect.interval must not be negative, got -1ns"),
+    ],
+    ids=[
+        "1.2.2 negative interval, Go duration text",
+        "1.2.2 negative timeout, same shape",
+        "1.2.2 fractional seconds",
+        "1.2.2 minutes",
+        "1.2.2 nanoseconds",
+    ],
+)
+def test_negative_durations(changes: dict[str, object], message: str) -> None:
+    assert problem(**changes) == message
+
+
+REJECTED_PATHS: list[tuple[str, str]] = [
+    ("/", "TestTelemetryPathValidation /"),
+    ("metrics", "TestTelemetryPathValidation metrics"),
+    ("/-/healthy", "TestTelemetryPathValidation /-/healthy"),
+    ("/debug/pprof/heap", "TestTelemetryPathValidation /debug/pprof/heap"),
+    ("/metrics/", "TestTelemetryPathValidation /metrics/"),
+    ("/met rics", "TestTelemetryPathValidation /met rics"),
+    ("", "must start with /: empty"),
+    ("/-/ready", "reserved /-/ready"),
+    ("/debug/pprof", "reserved /debug/pprof even with pprof off"),
+    ("/debug/pprof/", "under /debug/pprof/ and trailing slash"),
+    ("//metrics", "clean: leading //"),
+    ("/a//b", "clean: inner //"),
+    ("/a/./b", "clean: /./"),
+    ("/a/../b", "clean: /../"),
+    ("/a/.", "clean: trailing /."),
+    ("/a/..", "clean: trailing /.."),
+    ("/m{x}", "no {"),
+    ("/m}", "no }"),
+    ("/m%20", "no %"),
+    ("/m?x", "no ?"),
+    ("/m#x", "no #"),
+    ("/m\tx", "no tab"),
+    ("/m\nx", "no newline"),
+]
+
+
+@pytest.mark.parametrize(
+    "path", [p for p, _ in REJECTED_PATHS], ids=[f"1.2.3 rejected: {i}" for _, i in REJECTED_PATHS]
+)
+def test_telemetry_path_rejected(path: str) -> None:
+    message = problem(telemetry_path=path)
+    assert message is not None
+    assert "web.telemetry-path" in message
+
+
+ALLOWED_PATHS = [
+    "/metrics",
+    "/some/nested/path",
+    "/-/metrics",
+    "/-/healthy-metrics",
+    "/debug/pprofile",
+    "/custom-metrics",
+]
+
+
+@pytest.mark.parametrize("path", ALLOWED_PATHS, ids=[f"1.2.3 allowed: {p}" for p in ALLOWED_PATHS])
+def test_telemetry_path_allowed(path: str) -> None:
+    assert problem(telemetry_path=path) is None
+
+
+def test_max_requests_negative() -> None:
+    message = problem(max_requests=-1)
+    assert message is not None
+    assert "web.max-requests" in message
+
+
+def test_timeout_offset_negative() -> None:
+    message = problem(timeout_offset_ns=-MS)
+    assert message is not None
+    assert "web.timeout-offset" in message
+
+
+def test_zero_limits_allowed() -> None:
+    """§1.1: max-requests 0 = unlimited; offset 0; interval 0; timeout 0 = unbounded."""
+    assert problem(max_requests=0, timeout_offset_ns=0, collect_interval_ns=0, collect_timeout_ns=0) is None
+
+
+BACKEND_RULES: list[tuple[dict[str, object], str | None, str]] = [
+    (
+        {"backend": "nvml", "nvidia_smi_command": "sudo nvidia-smi"},
+        "--nvidia-smi-command cannot be combined with --collect.backend=nvml",
+        "1.2.5 nvml + custom command",
+    ),
+    (
+        {"backend": "demo", "nvidia_smi_command": "/usr/bin/nvidia-smi"},
+        "--nvidia-smi-command cannot be combined with --collect.backend=demo",
+        "1.2.5 demo + custom command",
+    ),
+    ({"backend": "nvml", "nvidia_smi_command": "nvidia-smi"}, None, "1.2.5 explicit literal nvidia-smi allowed"),
+    (
+        {"pcie_throughput": True},
+        "--collect.pcie-throughput requires --collect.backend=nvml",
+        "1.2.5 exec + pcie throughput",
+    ),
+    ({"backend": "nvml", "pcie_throughput": True}, None, "1.2.5 nvml + pcie throughput allowed"),
+    ({"backend": "demo", "pcie_throughput": True}, None, "1.2.5 demo + pcie throughput accepted no-op"),
+    (
+        {"compute_apps": True, "compute_apps_mig": True},
+        "--collect.compute-apps-mig requires --collect.backend=nvml or demo",
+        "1.2.5 exec + compute-apps-mig",
+    ),
+    (
+        {"backend": "nvml", "compute_apps_mig": True},
+        "--collect.compute-apps-mig requires --collect.compute-apps",
+        "1.2.5 mig without compute-apps",
+    ),
+    ({"backend": "demo", "compute_apps": True, "compute_apps_mig": True}, None, "1.2.5 demo + mig allowed"),
+    ({"demo_config": "x.yaml"}, "--demo-config requires --collect.backend=demo", "1.2.5 demo-config with exec"),
+    (
+        {"backend": "nvml", "demo_config": "x.yaml"},
+        "--demo-config requires --collect.backend=demo",
+        "1.2.5 demo-config with nvml",
+    ),
+    ({"backend": "demo", "demo_config": "x.yaml"}, None, "1.2.5 demo-config with demo"),
+    # order of the five rules
+    (
+        {"backend": "nvml", "nvidia_smi_command": "x", "compute_apps_mig": True, "demo_config": "y"},
+        "--nvidia-smi-command cannot be combined with --collect.backend=nvml",
+        "1.2.5 order: custom command first",
+    ),
+    (
+        {"pcie_throughput": True, "compute_apps_mig": True, "demo_config": "y"},
+        "--collect.pcie-throughput requires --collect.backend=nvml",
+        "1.2.5 order: pcie before mig",
+    ),
+    (
+        {"compute_apps_mig": True},
+        "--collect.compute-apps-mig requires --collect.backend=nvml or demo",
+        "1.2.5 order: exec mig rule before compute-apps rule",
+    ),
+    (
+        {"backend": "nvml", "compute_apps_mig": True, "demo_config": "y"},
+        "--collect.compute-apps-mig requires --collect.compute-apps",
+        "1.2.5 order: compute-apps rule before demo-config",
+    ),
+]
+
+
+@pytest.mark.parametrize(("changes", "message"), [r[:2] for r in BACKEND_RULES], ids=[r[2] for r in BACKEND_RULES])
+def test_backend_combinations(changes: dict[str, object], message: str | None) -> None:
+    assert problem(**changes) == message
+
+
+VALIDATION_ORDER: list[tuple[dict[str, object], str, str]] = [
+    ({"collect_interval_ns": -1, "collect_timeout_ns": -1}, "collect.interval", "interval before timeout"),
+    ({"collect_timeout_ns": -1, "telemetry_path": "/"}, "collect.timeout", "durations before telemetry path"),
+    ({"telemetry_path": "/", "max_requests": -1}, "web.telemetry-path", "telemetry path before max-requests"),
+    ({"max_requests": -1, "timeout_offset_ns": -1}, "web.max-requests", "max-requests before timeout-offset"),
+    (
+        {"timeout_offset_ns": -1, "backend": "nvml", "nvidia_smi_command": "x"},
+        "web.timeout-offset",
+        "timeout-offset before backend rules",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("changes", "prefix"), [r[:2] for r in VALIDATION_ORDER], ids=[f"1.2 order: {r[2]}" for r in VALIDATION_ORDER]
+)
+def test_validation_order(changes: dict[str, object], prefix: str) -> None:
+    message = problem(**changes)
+    assert message is not None
+    assert message.startswith(prefix)
+
+
+def test_parse_then_validate_negative_interval() -> None:
+    config = parse_args(["--collect.interval=-1s"]).config
+    with pytest.raises(ConfigError, match=r"^collect\.interval must not be negative, got -1s$"):
+        validate(config)
+
+
+# -- durations ----------------------------------------------------------------------------------------------------
+
+PARSE: list[tuple[str, int]] = [
+    ("1m30s", 90 * SECOND),
+    ("500ms", 500 * MS),
+    ("1.5h", 5400 * SECOND),
+    ("0", 0),
+    ("-0", 0),
+    ("+5s", 5 * SECOND),
+    ("-1s", -SECOND),
+    (".5s", 500 * MS),
+    ("1.s", SECOND),
+    ("1h2m3s4ms5us6ns", 3723 * SECOND + 4 * MS + 5000 + 6),
+    ("1µs", 1000),
+    ("1μs", 1000),
+    ("10s", 10 * SECOND),
+    ("0s", 0),
+    ("2562047h47m16.854775807s", (1 << 63) - 1),
+]
+
+
+@pytest.mark.parametrize(("text", "ns"), PARSE, ids=[f"go duration {t!r}" for t, _ in PARSE])
+def test_parse_duration(text: str, ns: int) -> None:
+    assert parse_duration(text) == ns
+
+
+BAD: list[tuple[str, str]] = [
+    ("10", 'time: missing unit in duration "10"'),
+    ("", 'time: invalid duration ""'),
+    ("1x", 'time: unknown unit "x" in duration "1x"'),
+    ("s", 'time: invalid duration "s"'),
+    ("-", 'time: invalid duration "-"'),
+    (".s", 'time: invalid duration ".s"'),
+    ("1.5", 'time: missing unit in duration "1.5"'),
+    ("9223372036854775808ns", 'time: invalid duration "9223372036854775808ns"'),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), BAD, ids=[f"bad go duration {t!r}" for t, _ in BAD])
+def test_parse_duration_errors(text: str, message: str) -> None:
+    with pytest.raises(DurationError) as caught:
+        parse_duration(text)
+    assert str(caught.value) == message
+
+
+FORMAT: list[tuple[int, str]] = [
+    (0, "0s"),
+    (1, "1ns"),
+    (1500, "1.5µs"),
+    (1_500_000, "1.5ms"),
+    (500 * MS, "500ms"),
+    (90 * SECOND, "1m30s"),
+    (5400 * SECOND, "1h30m0s"),
+    (3600 * SECOND, "1h0m0s"),
+    (-SECOND, "-1s"),
+    (10 * SECOND + 1, "10.000000001s"),
+    (60 * SECOND, "1m0s"),
+]
+
+
+@pytest.mark.parametrize(("ns", "text"), FORMAT, ids=[f"go duration string {t}" for _, t in FORMAT])
+def test_format_duration(ns: int, text: str) -> None:
+    assert format_duration(ns) == text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(min_value=-((1 << 63) - 1), max_value=(1 << 63) - 1))
+def test_duration_round_trip(ns: int) -> None:
+    assert parse_duration(format_duration(ns)) == ns

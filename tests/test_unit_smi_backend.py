@@ -1,0 +1,160 @@
+"""The exec pipeline per collection (§2.3, §2.4, §4.1, §5.6) and its startup sequence (§1.5), in memory."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from nvidia_gpu_exporter.backends import CollectionError
+from nvidia_gpu_exporter.backends.fields import FieldRequest
+from nvidia_gpu_exporter.backends.runner import RunResult
+from nvidia_gpu_exporter.backends.smi import SmiBackend
+from nvidia_gpu_exporter.exposition.metrics import IDENTITY_FIELDS
+from nvidia_gpu_exporter.snapshot import ProcessList, Readings, StatusFamily
+from unit_helpers import FakeRunner, exited, header_answer, help_query_gpu, ok, query_fields
+
+FIELDS = query_fields([("fan.speed", "fan.speed [%]")])
+QUERY = "--query-gpu=" + ",".join(field.qfield for field in FIELDS)
+HEADER = ", ".join(field.rfield for field in FIELDS)
+ROW = "38 %, GPU-A, NVIDIA X, [N/A], [N/A], 1.0, 535.54.03, 00000000:07:00.0, 1, 8.0, 0x1, 0"
+APPS_ARGS = ("--query-compute-apps=gpu_uuid,pid,process_name,used_gpu_memory", "--format=csv")
+
+
+def backend(runner: FakeRunner, *, compute_apps: bool = False, nvml: bool = False) -> SmiBackend:
+    return SmiBackend(
+        runner,
+        FIELDS,
+        cuda_version="12.2",
+        compute_apps=compute_apps,
+        status_family=StatusFamily.NVML_RETURN_CODE if nvml else StatusFamily.COMMAND_EXIT_CODE,
+    )
+
+
+def collect(smi: SmiBackend) -> Readings:
+    return asyncio.run(smi.collect())
+
+
+def test_gpu_query_command_line() -> None:
+    """§2.3: two argv entries `--query-gpu=<fields joined by ,>` and `--format=csv`."""
+    runner = FakeRunner({"--query-gpu=": ok(f"{HEADER}\n{ROW}\n")})
+    readings = collect(backend(runner))
+    assert runner.calls == [(QUERY, "--format=csv")]
+    assert readings.gpus.rows[0][0] == "38 %"
+    assert readings.cuda_version == "12.2"
+    assert readings.processes is None
+
+
+def test_compute_apps_query_after_gpu_query() -> None:
+    """§2.3/§4.1: the fixed per-process query runs after the GPU query."""
+    runner = FakeRunner(
+        {
+            "--query-gpu=": ok(f"{HEADER}\n{ROW}\n"),
+            "--query-compute-apps=": ok("gpu_uuid, pid, process_name, used_gpu_memory [MiB]\nGPU-A, 1, p, 2 MiB\n"),
+        }
+    )
+    readings = collect(backend(runner, compute_apps=True))
+    assert runner.calls == [(QUERY, "--format=csv"), APPS_ARGS]
+    assert readings.processes is not None
+    assert readings.processes.succeeded
+    assert [row.pid for row in readings.processes.rows] == ["1"]
+
+
+def test_non_zero_exit_fails_with_exit_code_and_is_fatal() -> None:
+    """§3.1/§5.6: a real non-zero exit -> command_exit_code = the status; fatal for --shutdown-on-error."""
+    runner = FakeRunner({"--query-gpu=": exited(7)})
+    with pytest.raises(CollectionError) as caught:
+        collect(backend(runner))
+    assert caught.value.status_code == 7
+    assert caught.value.fatal is True
+    assert caught.value.exit_code == 7
+
+
+def test_start_failure_reports_minus_one_not_fatal() -> None:
+    """§2.1/§5.6: could not start -> -1, not fatal."""
+    runner = FakeRunner({"--query-gpu=": RunResult("", "", -1, start_error="no such file")})
+    with pytest.raises(CollectionError) as caught:
+        collect(backend(runner))
+    assert caught.value.status_code == -1
+    assert caught.value.fatal is False
+
+
+def test_killed_by_signal_reports_minus_one_not_fatal() -> None:
+    runner = FakeRunner({"--query-gpu=": RunResult("", "", -1)})
+    with pytest.raises(CollectionError) as caught:
+        collect(backend(runner))
+    assert caught.value.status_code == -1
+    assert caught.value.fatal is False
+
+
+@pytest.mark.parametrize(
+    "stdout",
+    ["a, b\n1, 2\n", f"{HEADER}\n{ROW}, extra\n", f"{HEADER}\n{ROW}\n\n{ROW}\n"],
+    ids=["2.4 header count mismatch", "2.4 ragged row", "2.4 blank middle line"],
+)
+def test_csv_shape_error_reports_minus_one_not_fatal(stdout: str) -> None:
+    """§2.4: CSV-shape failure -> exit code -1 although nvidia-smi exited 0; never fatal (§5.6)."""
+    runner = FakeRunner({"--query-gpu=": ok(stdout)})
+    with pytest.raises(CollectionError) as caught:
+        collect(backend(runner))
+    assert caught.value.status_code == -1
+    assert caught.value.fatal is False
+
+
+def test_csv_shape_error_skips_compute_apps() -> None:
+    runner = FakeRunner({"--query-gpu=": ok("a\n"), "--query-compute-apps=": ok("")})
+    with pytest.raises(CollectionError):
+        collect(backend(runner, compute_apps=True))
+    assert [call[0] for call in runner.calls] == [QUERY]
+
+
+def test_header_only_is_success_with_zero_gpus() -> None:
+    runner = FakeRunner({"--query-gpu=": ok(f"{HEADER}\n")})
+    assert collect(backend(runner)).gpus.rows == ()
+
+
+def test_nvml_status_family_reports_minus_one() -> None:
+    """§3.1: nvml_return_code is -1 on any demo failure."""
+    runner = FakeRunner({"--query-gpu=": exited(7)})
+    with pytest.raises(CollectionError) as caught:
+        collect(backend(runner, nvml=True))
+    assert caught.value.status_code == -1
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [exited(3), RunResult("", "", -1, start_error="gone"), ok("only, three, cells\nGPU-A, 1, p\n")],
+    ids=["4.1 non-zero exit is a soft failure", "4.1 start failure is soft", "4.1 bad header is soft"],
+)
+def test_compute_apps_failure_is_soft(answer: RunResult) -> None:
+    """§3.3/§4.1: per-process failure never fails the collection."""
+    runner = FakeRunner({"--query-gpu=": ok(f"{HEADER}\n{ROW}\n"), "--query-compute-apps=": answer})
+    readings = collect(backend(runner, compute_apps=True))
+    assert readings.processes == ProcessList(succeeded=False)
+    assert len(readings.gpus.rows) == 1
+
+
+def test_compute_apps_empty_output_is_success() -> None:
+    runner = FakeRunner({"--query-gpu=": ok(f"{HEADER}\n{ROW}\n"), "--query-compute-apps=": ok("")})
+    readings = collect(backend(runner, compute_apps=True))
+    assert readings.processes == ProcessList(succeeded=True, rows=())
+
+
+def test_startup_sequence() -> None:
+    """§1.5: --help-query-gpu, then the mapping query, then --version; each answered in order."""
+    runner = FakeRunner(
+        {
+            "--help-query-gpu": ok(help_query_gpu("fan.speed")),
+            "--query-gpu=": header_answer({"fan.speed": "fan.speed [%]"}),
+            "--version": ok("CUDA Version : 12.4\n"),
+        }
+    )
+    smi = asyncio.run(SmiBackend.start(runner, FieldRequest(), timeout_seconds=5.0, compute_apps=False))
+    assert [call[0] for call in runner.calls] == [
+        "--help-query-gpu",
+        "--query-gpu=fan.speed," + ",".join(IDENTITY_FIELDS),
+        "--version",
+    ]
+    assert smi.cuda_version == "12.4"
+    assert smi.fields[0].rfield == "fan.speed [%]"
+    assert smi.status_family is StatusFamily.COMMAND_EXIT_CODE

@@ -1,0 +1,108 @@
+"""HTTP helpers: the scrape-timeout budget (§5.3), gzip negotiation (§2.10) and listen addresses (§1.1)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from nvidia_gpu_exporter.web import ListenError, _split_host_port, accepts_gzip, bind_socket, scrape_budget
+
+BUDGETS: list[tuple[str | None, float, float | None, str]] = [
+    ("10", 0.5, 9.5, "5.3 10 with 500ms offset -> 9.5 s"),
+    ("2.5", 0.5, 2.0, "5.3 2.5 -> 2 s"),
+    ("3", 0.0, 3.0, "5.3 3 with offset 0 -> 3 s"),
+    (None, 0.5, None, "5.3 missing header ignored"),
+    ("", 0.5, None, "5.3 empty header ignored"),
+    ("abc", 0.5, None, "5.3 unparsable ignored"),
+    ("NaN", 0.5, None, "5.3 NaN ignored"),
+    ("nan", 0.0, None, "5.3 lowercase nan ignored"),
+    ("0", 0.0, None, "5.3 zero ignored"),
+    ("-5", 0.0, None, "5.3 negative ignored"),
+    ("86400", 0.0, 86400.0, "5.3 exactly one day accepted"),
+    ("86400.5", 0.0, None, "5.3 more than one day ignored"),
+    ("Inf", 0.0, None, "5.3 infinity ignored"),
+    ("0.5", 0.5, None, "5.3 0.5 with 500ms offset -> no deadline"),
+    ("0.4", 0.5, None, "5.3 offset larger than header -> no deadline"),
+    ("1_0", 0.5, None, "5.3 Go ParseFloat rejects digit separators"),
+    ("\uff11\uff10", 0.5, None, "5.3 Go ParseFloat rejects non-ASCII digits"),
+]
+
+
+@pytest.mark.parametrize(("header", "offset", "budget"), [b[:3] for b in BUDGETS], ids=[b[3] for b in BUDGETS])
+def test_scrape_budget(header: str | None, offset: float, budget: float | None) -> None:
+    assert scrape_budget(header, offset) == budget
+
+
+GZIP: list[tuple[str | None, bool, str]] = [
+    ("gzip", True, "gzip"),
+    ("GZIP", True, "case-insensitive"),
+    ("deflate, gzip;q=0.5", True, "gzip among others with quality"),
+    ("gzip;q=0", False, "q=0 refuses gzip"),
+    ("gzip; q=0.0", False, "q=0.0 refuses gzip"),
+    ("identity", False, "identity only"),
+    ("", False, "empty header"),
+    (None, False, "no header"),
+    ("br, deflate", False, "other encodings only"),
+    ("x-gzip", False, "x-gzip is a different token"),
+    (" gzip , br", True, "spaces around tokens"),
+]
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"), [g[:2] for g in GZIP], ids=[f"2.10 Accept-Encoding: {g[2]}" for g in GZIP]
+)
+def test_accepts_gzip(header: str | None, expected: bool) -> None:
+    assert accepts_gzip(header) is expected
+
+
+ADDRESSES: list[tuple[str, tuple[str, int], str]] = [
+    (":9835", ("", 9835), "empty host means every interface"),
+    ("127.0.0.1:0", ("127.0.0.1", 0), "IPv4 and port 0"),
+    ("[::1]:9835", ("::1", 9835), "bracketed IPv6"),
+    ("localhost:65535", ("localhost", 65535), "highest port"),
+]
+
+
+@pytest.mark.parametrize(("address", "parts"), [a[:2] for a in ADDRESSES], ids=[a[2] for a in ADDRESSES])
+def test_split_host_port(address: str, parts: tuple[str, int]) -> None:
+    assert _split_host_port(address) == parts
+
+
+BAD_ADDRESSES: list[tuple[str, str]] = [
+    ("localhost", "missing port in address"),
+    ("a:b:9835", "too many colons in address"),
+    ("::1:9835", "too many colons in address"),
+    ("host:65536", "65536"),
+    ("host:no-such-service-name", "no-such-service-name"),
+]
+
+
+@pytest.mark.parametrize(
+    ("address", "fragment"), BAD_ADDRESSES, ids=[f"listen address error: {a}" for a, _ in BAD_ADDRESSES]
+)
+def test_split_host_port_errors(address: str, fragment: str) -> None:
+    with pytest.raises(ListenError) as caught:
+        _split_host_port(address)
+    assert fragment in str(caught.value)
+
+
+def test_bind_socket_unknown_network() -> None:
+    with pytest.raises(ListenError, match="unknown network"):
+        bind_socket("127.0.0.1:0", "udp")
+
+
+def test_bind_socket_loopback() -> None:
+    sock = bind_socket("127.0.0.1:0", "tcp4")
+    try:
+        host, port = sock.getsockname()[:2]
+        assert host == "127.0.0.1"
+        assert port > 0
+        assert sock.type == socket.SOCK_STREAM
+    finally:
+        sock.close()
+
+
+def test_bind_socket_bad_address() -> None:
+    with pytest.raises(ListenError):
+        bind_socket("localhost", "tcp")
