@@ -6,6 +6,7 @@ import posixpath
 from dataclasses import dataclass
 
 from .durations import format_duration
+from .exposition.gotext import is_go_space
 
 BACKENDS = ("exec", "nvml", "demo")
 DEFAULT_NVIDIA_SMI_COMMAND = "nvidia-smi"
@@ -61,7 +62,7 @@ def telemetry_path_problem(path: str) -> str | None:
     for char in "{}%?#":
         if char in path:
             return f"web.telemetry-path must not contain {char!r}, got {path!r}"
-    if any(char.isspace() for char in path):
+    if any(is_go_space(char) for char in path):
         return f"web.telemetry-path must not contain whitespace, got {path!r}"
     if path in RESERVED_ROUTES:
         return f"web.telemetry-path must not be {path}: that route is reserved"

@@ -11,7 +11,8 @@ import logging
 import re
 from dataclasses import dataclass
 
-from ..exposition.gotext import GO_SPACE, collapse_go_space, go_trim_space
+from ..exposition.gotext import GO_SPACE, collapse_go_space, go_quote, go_trim_space
+from ..exposition.uuids import normalize_uuid
 from ..snapshot import ProcessRow
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,9 @@ def parse_gpu_csv(stdout: str, field_count: int) -> GpuCsv:
     for number, line in enumerate(lines[1:], start=1):
         cells = _cells(line)
         if len(cells) != field_count:
-            raise CsvShapeError(f"row {number}: has {len(cells)} columns, want {field_count}: {line!r}")
+            raise CsvShapeError(
+                f"row {number}: has {len(cells)} columns, want {field_count}: {go_quote(go_trim_space(line))}"
+            )
         rows.append(cells)
     return GpuCsv(header, tuple(rows))
 
@@ -91,7 +94,7 @@ def parse_compute_apps(stdout: str) -> tuple[ProcessRow, ...]:
             if pid.lower() not in PID_ABSENT_TOKENS:
                 log.warning("skipping compute app row: pid is not an integer", extra={"row": line})
             continue
-        if not uuid:
+        if not normalize_uuid(uuid):
             log.warning("skipping compute app row: empty gpu uuid", extra={"row": line})
             continue
         rows.append(ProcessRow(gpu_uuid=uuid, pid=pid, process_name=name, used_memory=memory))

@@ -22,6 +22,16 @@ def go_trim_space(text: str) -> str:
     return text.strip(GO_SPACE)
 
 
+def go_lower(text: str) -> str:
+    """``strings.ToLower``: rune by rune, so U+0130 becomes ``i`` (Python's ``lower`` gives two characters)."""
+    return text.replace("\u0130", "i").lower() if "\u0130" in text else text.lower()
+
+
+def is_go_space(char: str) -> bool:
+    """``unicode.IsSpace`` (Python's ``isspace`` also counts ``\\x1c``-``\\x1f``)."""
+    return char in GO_SPACE
+
+
 def go_fields(text: str) -> list[str]:
     """``strings.Fields``: split on runs of Go whitespace, no empty words."""
     return [word for word in _GO_SPACE_RUN.split(text) if word]

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from .gotext import go_lower
+
 PREFIX = "nvidia_smi_"
 
 # (RField suffix, metric name suffix, multiplier); the first suffix the RField ends with wins.
@@ -99,7 +101,7 @@ class FieldMetric:
 def _snake_case(text: str) -> str:
     text = _CAMEL_WORD.sub(r"\1_\2", text)
     text = _CAMEL_BOUNDARY.sub(r"\1_\2", text)
-    return text.lower()
+    return go_lower(text)
 
 
 def derive_name(rfield: str) -> DerivedName:

@@ -11,7 +11,7 @@ import logging
 import math
 import re
 
-from .gotext import go_trim_space
+from .gotext import go_lower, go_trim_space
 from .naming import ValueKind
 from .uuids import normalize_mig_uuid, normalize_uuid
 
@@ -59,14 +59,13 @@ ENUM_VALUES: dict[ValueKind, dict[str, float]] = {
 
 _NUMBER = re.compile(r"[+-]?(?:[0-9]*[.])?[0-9]+")
 _HEX_DIGITS = re.compile(r"[0-9a-fA-F]+")
-_HEX_PREFIX = re.compile(r"0[xX]")
 _UINT64_MAX = (1 << 64) - 1
 
 log = logging.getLogger(__name__)
 
 
 def _parse_hex(text: str) -> float | None:
-    digits = _HEX_PREFIX.sub("", text)
+    digits = text.replace("0x", "").replace("0X", "")  # two passes, in Go's order: "0x0X1" -> "1"
     if not _HEX_DIGITS.fullmatch(digits):
         return None
     value = int(digits, 16)
@@ -80,7 +79,7 @@ def transform_generic(raw: str, multiplier: float) -> float | None:
     text = go_trim_space(raw)
     if text.startswith("0x"):
         return _parse_hex(text)
-    lowered = text.lower()
+    lowered = go_lower(text)
     word_value = WORD_VALUES.get(lowered)
     if word_value is not None:
         return word_value
@@ -96,7 +95,7 @@ def transform_generic(raw: str, multiplier: float) -> float | None:
 
 def transform_enum(raw: str, kind: ValueKind, field: str) -> float | None:
     """The enum fields (``gpu_recovery_action``, ``fabric.state``): known words only, absent tokens silent."""
-    key = go_trim_space(raw).lower()
+    key = go_lower(go_trim_space(raw))
     if key in ABSENT_TOKENS:
         return None
     value = ENUM_VALUES[kind].get(key)

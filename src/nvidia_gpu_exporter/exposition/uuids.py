@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from .gotext import go_trim_space
+from .gotext import go_lower, go_trim_space
 
 
 def _strip_prefix(raw: str, prefix: str) -> str:
-    text = go_trim_space(raw).lower()
+    text = go_lower(go_trim_space(raw))
     return text[len(prefix) :] if text.startswith(prefix) else text
 
 
