@@ -25,7 +25,8 @@ FIXTURE_CAPTURES = FIXTURES / "captures"
 SHARED = REPO.parent / "shared"
 CONFORMANCE = SHARED / "conformance"
 STARTUP_SECONDS = 30.0
-_LISTENING = re.compile(r'msg="Listening on" address=(\S+)')
+# The "Listening on" line in logfmt or in JSON (--log.format=json).
+_LISTENING = re.compile(r'msg="Listening on" address=(\S+)|"msg": "Listening on", "address": "([^"]+)"')
 
 
 def fake_smi_command(capture: str | os.PathLike[str] | None, *fake_args: str) -> str:
@@ -69,9 +70,7 @@ class Exporter:
     def url(self) -> str:
         return f"http://{self.address}"
 
-    def get(
-        self, path: str = "/metrics", headers: Mapping[str, str] | None = None, timeout: float = 30.0
-    ) -> Response:
+    def get(self, path: str = "/metrics", headers: Mapping[str, str] | None = None, timeout: float = 30.0) -> Response:
         return http_get(self.url + path, headers, timeout)
 
     def scrape(self, path: str = "/metrics", headers: Mapping[str, str] | None = None) -> str:
@@ -132,7 +131,7 @@ def start_exporter(args: Sequence[str], env: Mapping[str, str] | None = None) ->
             lines.append(line)
             match = _LISTENING.search(line)
             if match and not address:
-                address.append(match.group(1))
+                address.append(match.group(1) or match.group(2))
                 found.set()
         found.set()
 
@@ -151,9 +150,7 @@ def start_exporter(args: Sequence[str], env: Mapping[str, str] | None = None) ->
 
 def run_exporter_to_exit(args: Sequence[str], timeout: float = 60.0) -> tuple[int, str]:
     """Run the exporter expecting it to exit by itself (startup errors); returns (code, stderr)."""
-    completed = subprocess.run(
-        exporter_argv(*args), capture_output=True, timeout=timeout, cwd=REPO, check=False
-    )
+    completed = subprocess.run(exporter_argv(*args), capture_output=True, timeout=timeout, cwd=REPO, check=False)
     return completed.returncode, completed.stderr.decode("utf-8", "replace")
 
 
@@ -183,6 +180,4 @@ def sample_value(scrape: str, series: str) -> float | None:
 
 def samples(scrape: str, family: str) -> list[str]:
     """Sample lines of one family."""
-    return [
-        line for line in scrape.split("\n") if line and not line.startswith("#") and family_of(line) == family
-    ]
+    return [line for line in scrape.split("\n") if line and not line.startswith("#") and family_of(line) == family]

@@ -22,6 +22,8 @@ from .durations import to_seconds
 from .exposition.metrics import Exposition
 from .flags import FlagError, parse_args, usage
 from .web import ListenError, MetricsEndpoint, WebServer, WebSettings, bind_socket, build_app
+from .webconfig import WebConfigError
+from .websecurity import Security
 
 log = logging.getLogger("nvidia_gpu_exporter.main")
 
@@ -45,6 +47,12 @@ def version_text() -> str:
     )
 
 
+def _smallest_bound(*durations_ns: int) -> float:
+    """The tightest of several timeouts where 0 means "none" (we serve bodiless GETs: read = header read)."""
+    bounds = [to_seconds(value) for value in durations_ns if value > 0]
+    return min(bounds) if bounds else 0.0
+
+
 def web_settings(config: Config) -> WebSettings:
     return WebSettings(
         listen_addresses=config.listen_addresses,
@@ -53,6 +61,8 @@ def web_settings(config: Config) -> WebSettings:
         max_requests=config.max_requests,
         timeout_offset_seconds=to_seconds(config.timeout_offset_ns),
         idle_timeout_seconds=to_seconds(config.idle_timeout_ns),
+        header_timeout_seconds=_smallest_bound(config.read_header_timeout_ns, config.read_timeout_ns),
+        write_timeout_seconds=to_seconds(config.write_timeout_ns),
         enable_pprof=config.enable_pprof,
     )
 
@@ -79,7 +89,16 @@ async def build_backend(config: Config) -> Backend:
             return await start_demo_backend(config, request)
         except (BackendSetupError, FieldResolutionError) as error:
             raise StartupError(f"failed to set up the demo backend: {error}") from error
-    raise StartupError("failed to set up the nvml backend: not available in this build")
+    try:
+        from .backends.nvml import start_nvml_backend  # noqa: PLC0415 - imports pynvml: only for this backend
+    except ImportError as error:
+        raise StartupError(f"failed to set up the nvml backend: not available in this build ({error.msg})") from error
+    try:
+        return await start_nvml_backend(
+            request, compute_apps=config.compute_apps, pcie_throughput=config.pcie_throughput
+        )
+    except (BackendSetupError, FieldResolutionError) as error:
+        raise StartupError(f"failed to set up the nvml backend: {error}") from error
 
 
 def listen_sockets(config: Config) -> list[object]:
@@ -93,8 +112,10 @@ def listen_sockets(config: Config) -> list[object]:
 async def serve(config: Config) -> int:
     """Run the exporter until SIGINT/SIGTERM (exit 0) or a fatal collection error (nvidia-smi's code)."""
     log.info("Starting nvidia_gpu_exporter", extra={"version": __version__, "backend": config.backend})
-    if config.web_config_file:
-        raise StartupError("--web.config.file is not supported by this version yet (TLS and basic auth)")
+    try:
+        security = Security.from_file(config.web_config_file)
+    except WebConfigError as error:
+        raise StartupError(str(error)) from error
     backend = await build_backend(config)
     exposition = Exposition(backend.fields, backend.status_family, mig_process_labels=config.compute_apps_mig)
     stop = asyncio.Event()
@@ -119,7 +140,7 @@ async def serve(config: Config) -> int:
     except (ListenError, OSError) as error:
         await backend.aclose()
         raise StartupError(str(error)) from error
-    server = WebServer(build_app(endpoint, settings), settings)
+    server = WebServer(build_app(endpoint, settings, security), settings, security)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -139,6 +160,12 @@ async def serve(config: Config) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point; returns the process exit status."""
     arguments = list(sys.argv[1:] if argv is None else argv)
+    if sys.platform == "win32":  # `install`/`uninstall`, and running under the Service Control Manager (§1.4)
+        from . import winservice  # noqa: PLC0415 - Windows only
+
+        handled = winservice.dispatch(arguments, process_argv=argv is None)
+        if handled is not None:
+            return handled
     logs.configure()
     try:
         parsed = parse_args(arguments)

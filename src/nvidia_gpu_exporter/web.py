@@ -8,9 +8,11 @@ scrapes are refused at once with 503 instead of queueing behind a slow nvidia-sm
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import html
 import logging
 import math
+import re
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +26,8 @@ from .exposition.payload import Block, assemble, assemble_gzip, make_block
 from .exposition.selfmetrics import HandlerStats, SelfMetrics, build_info_values
 from .exposition.text import CONTENT_TYPE, DuplicateSeriesError
 from .snapshot import Snapshot, XidRecord
+from .websecurity import Security
+from .webtimeouts import DeadlineSockSite
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +38,7 @@ HEALTH_PATH = "/-/healthy"
 READY_PATH = "/-/ready"
 PPROF_PREFIX = "/debug/pprof"
 SHUTDOWN_GRACE_SECONDS = 5.0
+WRITE_MARGIN_SECONDS = 0.5  # kept free under --web.write-timeout to render and send the answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +51,29 @@ class WebSettings:
     max_requests: int = 40
     timeout_offset_seconds: float = 0.5
     idle_timeout_seconds: float = 60.0
+    header_timeout_seconds: float = 10.0  # request headers must arrive within this (0 = no bound)
+    write_timeout_seconds: float = 15.0  # a response must be produced and read within this (0 = no bound)
     enable_pprof: bool = False
     landing_description: str = "Prometheus exporter for Nvidia GPUs, using nvidia-smi."
+
+
+_GO_DECIMAL_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_GO_HEX_FLOAT = re.compile(r"[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?[0-9]+")
+
+
+def parse_go_float(text: str) -> float | None:
+    """``strconv.ParseFloat(text, 64)``'s accepted syntax (no ``_`` separators, ASCII digits only)."""
+    if _GO_DECIMAL_FLOAT.fullmatch(text):
+        return float(text)
+    if _GO_HEX_FLOAT.fullmatch(text):
+        return float.fromhex(text)
+    lowered = text.lower()
+    if lowered in ("nan", "+nan", "-nan"):
+        return math.nan
+    unsigned = lowered.lstrip("+-")
+    if unsigned in ("inf", "infinity"):
+        return -math.inf if lowered.startswith("-") else math.inf
+    return None
 
 
 def scrape_budget(header_value: str | None, offset_seconds: float) -> float | None:
@@ -58,9 +84,8 @@ def scrape_budget(header_value: str | None, offset_seconds: float) -> float | No
     """
     if header_value is None:
         return None
-    try:
-        value = float(header_value.strip())
-    except ValueError:
+    value = parse_go_float(header_value.strip())
+    if value is None:
         return None
     if math.isnan(value) or value <= 0 or value > MAX_SCRAPE_TIMEOUT_SECONDS:
         return None
@@ -115,6 +140,14 @@ class MetricsEndpoint:
         self._self_metrics = SelfMetrics(build_info_values())
         self._rendered: _Rendered | None = None
 
+    def _cap_by_write_timeout(self, budget: float | None) -> float | None:
+        """Answer (with health series) before the write timeout would cut the connection."""
+        write_timeout = self.settings.write_timeout_seconds
+        if write_timeout <= 0:
+            return budget
+        cap = max(write_timeout - min(WRITE_MARGIN_SECONDS, write_timeout / 2), 0.0)
+        return cap if budget is None else min(budget, cap)
+
     def _render(self, snapshot: Snapshot) -> _Rendered:
         key = (snapshot.sequence, snapshot.attempt is not None, snapshot.xids)
         cached = self._rendered
@@ -143,7 +176,7 @@ class MetricsEndpoint:
         self.stats.in_flight += 1
         try:
             budget = scrape_budget(request.headers.get(SCRAPE_TIMEOUT_HEADER), self.settings.timeout_offset_seconds)
-            snapshot = await self.collector.scrape(budget)
+            snapshot = await self.collector.scrape(self._cap_by_write_timeout(budget))
             rendered = self._render(snapshot)
             if rendered.block is None:
                 self.stats.errors["gathering"] += 1
@@ -209,8 +242,10 @@ async def go_style_errors(request: web.Request, handler: Handler) -> web.StreamR
         )
 
 
-def build_app(endpoint: MetricsEndpoint, settings: WebSettings) -> web.Application:
+def build_app(endpoint: MetricsEndpoint, settings: WebSettings, security: Security | None = None) -> web.Application:
     app = web.Application(middlewares=[go_style_errors])
+    if security is not None:
+        security.install(app)
     page = landing_page(settings)
 
     async def landing(_: web.Request) -> web.Response:
@@ -285,11 +320,13 @@ def bound_address(sock: socket.socket) -> str:
 
 
 class WebServer:
-    """The aiohttp runner and its listening sockets."""
+    """The aiohttp runner, its listening sockets and the web-config watcher."""
 
-    def __init__(self, app: web.Application, settings: WebSettings) -> None:
+    def __init__(self, app: web.Application, settings: WebSettings, security: Security | None = None) -> None:
         self.app = app
         self.settings = settings
+        self.security = security or Security()
+        self._watcher: asyncio.Task[None] | None = None
         self.runner = web.AppRunner(
             app,
             access_log=None,
@@ -302,15 +339,24 @@ class WebServer:
     async def start(self, sockets: Sequence[socket.socket]) -> None:
         await self.runner.setup()
         for sock in sockets:
-            site = web.SockSite(self.runner, sock, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
+            site = DeadlineSockSite(
+                self.runner,
+                sock,
+                header_timeout=self.settings.header_timeout_seconds,
+                write_timeout=self.settings.write_timeout_seconds,
+                shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
+                ssl_context=self.security.ssl_context,
+            )
             await site.start()
             address = bound_address(sock)
             self.addresses.append(address)
-            log.info("Listening on", extra={"address": address})
+            log.info("Listening on", extra={"address": address, "tls": self.security.tls_enabled})
+        if self.security.path:
+            self._watcher = asyncio.create_task(self.security.watch(), name="web-config-watcher")
 
     async def stop(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
         await self.runner.cleanup()
-
-
-async def wait_forever() -> None:
-    await asyncio.Event().wait()

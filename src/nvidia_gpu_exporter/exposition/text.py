@@ -7,7 +7,6 @@ Two samples with the same name and label values are an error, never a silently d
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -17,8 +16,6 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 _LABEL_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n"})
 _HELP_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n"})
-_FORMAT_CACHE_LIMIT = 65536
-_format_cache: dict[float, str] = {}
 
 
 class DuplicateSeriesError(ValueError):
@@ -34,15 +31,8 @@ def escape_help(text: str) -> str:
 
 
 def format_value(value: float) -> str:
-    """Go float formatting, memoized: the same few hundred values recur in every scrape."""
-    text = _format_cache.get(value)
-    if text is None:
-        if len(_format_cache) >= _FORMAT_CACHE_LIMIT:
-            _format_cache.clear()
-        text = format_go_float(value)
-        if not math.isnan(value):  # NaN never equals itself: caching it would only grow the dict
-            _format_cache[value] = text
-    return text
+    """Go float formatting (not memoized: hot query-field values are cached per field by the exposition)."""
+    return format_go_float(value)
 
 
 def label_block(pairs: Iterable[tuple[str, str]]) -> str:
@@ -82,8 +72,7 @@ def render_family(family: Family) -> str:
         labels = label_block(zip(sorted_names, values, strict=True))
         if values == previous:
             raise DuplicateSeriesError(
-                f"collected metric {family.name}{labels} was collected before "
-                "with the same name and label values"
+                f"collected metric {family.name}{labels} was collected before with the same name and label values"
             )
         previous = values
         lines.append(f"{family.name}{labels} {format_value(value)}\n")

@@ -1,0 +1,172 @@
+"""Applies ``--web.config.file`` to every route: basic auth, client-certificate SANs, rate limit, headers.
+
+The file is re-checked every few seconds; users, headers, the rate limit and the certificate files
+(rotated certificates) apply to new connections and requests without a restart. A broken edit is
+logged and the previous settings stay in force.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from .webauth import BasicAuthenticator, parse_basic_authorization
+from .webconfig import (
+    RateLimit,
+    TlsSettings,
+    WebConfig,
+    WebConfigError,
+    build_ssl_context,
+    config_warnings,
+    fingerprint,
+    load_chain,
+    load_web_config,
+    resolve_path,
+)
+
+log = logging.getLogger(__name__)
+
+RELOAD_INTERVAL_SECONDS = 5.0
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class TokenBucket:
+    """exporter-toolkit's ``rate_limit``: one token per interval, at most ``burst`` saved up."""
+
+    def __init__(self, limit: RateLimit, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit = limit
+        self.clock = clock
+        self.tokens = float(limit.burst)
+        self.updated = clock()
+
+    def take(self) -> bool:
+        now = self.clock()
+        self.tokens = min(float(self.limit.burst), self.tokens + (now - self.updated) / self.limit.interval_seconds)
+        self.updated = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+def _policy(tls: TlsSettings) -> tuple[object, ...]:
+    """The TLS settings an existing ``SSLContext`` cannot change safely."""
+    return (tls.client_auth_type, tls.min_version, tls.max_version, tls.cipher_suites, tls.curve_preferences)
+
+
+def _peer_sans(request: web.Request) -> set[str]:
+    transport = request.transport
+    certificate = transport.get_extra_info("peercert") if transport is not None else None
+    if not certificate:
+        return set()
+    return {str(value) for _, value in certificate.get("subjectAltName", ())}
+
+
+class Security:
+    """The live web config and the hooks that enforce it."""
+
+    def __init__(self, path: str = "", config: WebConfig | None = None) -> None:
+        self.path = path
+        self.config = config or WebConfig()
+        self.ssl_context: ssl.SSLContext | None = build_ssl_context(self.config) if self.config.tls else None
+        self._apply(self.config)
+        self._fingerprint = fingerprint(path, self.config) if path else ""
+        for warning in config_warnings(self.config):
+            log.warning(warning)
+
+    @classmethod
+    def from_file(cls, path: str) -> Security:
+        if not path:
+            return cls()
+        return cls(path, load_web_config(path))
+
+    def _apply(self, config: WebConfig) -> None:
+        self.config = config
+        self.authenticator = BasicAuthenticator(config.basic_auth_users) if config.basic_auth_users else None
+        self.bucket = TokenBucket(config.rate_limit) if config.rate_limit else None
+        self.headers = dict(config.headers)
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self.ssl_context is not None
+
+    # -- request path -----------------------------------------------------------------------------------
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        tls = self.config.tls
+        if tls is not None and tls.client_allowed_sans and not (_peer_sans(request) & set(tls.client_allowed_sans)):
+            log.warning("refused a client certificate: no allowed SAN", extra={"remote": request.remote})
+            return web.Response(status=403, text="Forbidden\n", content_type="text/plain", charset="utf-8")
+        if self.bucket is not None and not self.bucket.take():
+            return web.Response(status=429, text="Too Many Requests\n", content_type="text/plain", charset="utf-8")
+        if self.authenticator is not None:
+            credentials = parse_basic_authorization(request.headers.get("Authorization"))
+            if credentials is None or not await self.authenticator.verify(*credentials):
+                return web.Response(
+                    status=401,
+                    text="Unauthorized\n",
+                    content_type="text/plain",
+                    charset="utf-8",
+                    headers={"WWW-Authenticate": "Basic"},
+                )
+        return await handler(request)
+
+    async def on_response_prepare(self, _: web.Request, response: web.StreamResponse) -> None:
+        for name, value in self.headers.items():
+            response.headers[name] = value
+
+    def install(self, app: web.Application) -> None:
+        """Put the checks in front of every route (outermost middleware) and the headers on every reply."""
+        app.middlewares.insert(0, self.middleware)
+        app.on_response_prepare.append(self.on_response_prepare)
+
+    # -- reloading --------------------------------------------------------------------------------------
+
+    def reload_if_changed(self) -> bool:
+        """Re-read the file when it or a referenced file changed; returns whether new settings apply."""
+        if not self.path:
+            return False
+        current = fingerprint(self.path, self.config)
+        if current == self._fingerprint:
+            return False
+        self._fingerprint = current
+        try:
+            config = load_web_config(self.path)
+        except WebConfigError as error:
+            log.error("web config reload failed, keeping the previous settings", extra={"err": str(error)})
+            return False
+        if (config.tls is None) != (self.ssl_context is None):
+            log.warning("web config: turning TLS on or off applies after a restart")
+        elif config.tls is not None and self.ssl_context is not None:
+            self._reload_certificates(config)
+            old = self.config.tls
+            if old is not None and _policy(old) != _policy(config.tls):
+                log.warning("web config: TLS versions, cipher suites and client auth apply after a restart")
+        self._apply(config)
+        self._fingerprint = fingerprint(self.path, config)
+        log.info("web config reloaded", extra={"file": self.path})
+        return True
+
+    def _reload_certificates(self, config: WebConfig) -> None:
+        """New handshakes use the rotated certificate and any added client CA."""
+        assert self.ssl_context is not None
+        assert config.tls is not None
+        load_chain(self.ssl_context, config, config.tls)
+        if config.tls.client_ca_file:
+            self.ssl_context.load_verify_locations(cafile=resolve_path(config, config.tls.client_ca_file))
+        elif config.tls.client_ca:
+            self.ssl_context.load_verify_locations(cadata=config.tls.client_ca)
+
+    async def watch(self, interval: float = RELOAD_INTERVAL_SECONDS) -> None:
+        """Poll for changes until cancelled."""
+        while True:
+            await asyncio.sleep(interval)
+            with contextlib.suppress(OSError, ssl.SSLError):
+                self.reload_if_changed()

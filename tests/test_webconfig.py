@@ -1,0 +1,184 @@
+"""--web.config.file parsing: exporter-toolkit's format, strict, with clear messages naming the key."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import bcrypt
+import pytest
+import trustme
+
+from nvidia_gpu_exporter.webauth import BasicAuthenticator, parse_basic_authorization
+from nvidia_gpu_exporter.webconfig import (
+    GO_CIPHER_SUITES,
+    WebConfigError,
+    build_ssl_context,
+    config_warnings,
+    load_web_config,
+    parse_web_config,
+)
+from nvidia_gpu_exporter.websecurity import TokenBucket
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("pki")
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    server.private_key_pem.write_to_path(str(directory / "key.pem"))
+    server.cert_chain_pems[0].write_to_path(str(directory / "cert.pem"))
+    ca.cert_pem.write_to_path(str(directory / "ca.pem"))
+    return directory
+
+
+TLS = "tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("bogus: 1\n", "bogus: unknown key"),
+        ("tls_server_config:\n  cert_file: a\n  key_file: b\n  colour: red\n", "tls_server_config.colour: unknown key"),
+        ("tls_server_config:\n  key_file: b\n", "exactly one of cert and cert_file"),
+        ("tls_server_config:\n  cert_file: a\n", "exactly one of key and key_file"),
+        (TLS + "  client_auth_type: Sometimes\n", "client_auth_type: unknown 'Sometimes'"),
+        (TLS + "  client_auth_type: RequireAnyClientCert\n", "cannot be honoured"),
+        (TLS + "  client_auth_type: RequestClientCert\n", "cannot be honoured"),
+        (TLS + "  client_auth_type: RequireAndVerifyClientCert\n", "needs client_ca_file"),
+        (TLS + "  client_ca_file: ca.pem\n", "does not verify clients"),
+        (TLS + "  client_allowed_sans: [a]\n", "needs client_auth_type RequireAndVerifyClientCert"),
+        (TLS + "  min_version: SSL3\n", "min_version: unknown TLS version 'SSL3'"),
+        (TLS + "  min_version: TLS13\n  max_version: TLS12\n", "min_version TLS13 is above max_version TLS12"),
+        (TLS + "  cipher_suites: [TLS_RSA_WITH_RC4_128_SHA]\n", "unknown or insecure cipher suite"),
+        (TLS + "  curve_preferences: [P-256]\n", "unknown curve 'P-256'"),
+        (TLS + "  prefer_server_cipher_suites: yes please\n", "must be true or false"),
+        ("http_server_config:\n  headers:\n    X-Powered-By: me\n", "headers.X-Powered-By: unknown key"),
+        ("http_server_config:\n  headers:\n    X-Frame-Options: allow\n", "invalid value 'allow'"),
+        ("http_server_config:\n  headers:\n    X-Content-Type-Options: sniff\n", "invalid value 'sniff'"),
+        ("http_server_config:\n  http2: maybe\n", "http2: must be true or false"),
+        ("basic_auth_users:\n  alice: hunter2\n", "basic_auth_users.alice: not a bcrypt hash"),
+        ("rate_limit:\n  interval: 10\n", "rate_limit.interval: time: missing unit"),
+        ("rate_limit:\n  interval: 1s\n  burst: -1\n", "rate_limit.burst: must be a non-negative integer"),
+        ("- a list\n", "must be a mapping"),
+        ("tls_server_config: [\n", "invalid YAML"),
+    ],
+    ids=lambda value: value if len(value) < 60 else value[:60],
+)
+def test_invalid_config_is_refused_with_the_key_named(text: str, message: str) -> None:
+    with pytest.raises(WebConfigError, match=None) as raised:
+        parse_web_config(text, "web.yml")
+    assert message in str(raised.value)
+    assert str(raised.value).startswith("web.yml")
+
+
+def test_empty_file_means_plain_http_without_auth() -> None:
+    config = parse_web_config("", "web.yml")
+    assert config.tls is None
+    assert config.basic_auth_users == {}
+    assert config.headers == {}
+
+
+def test_blank_header_value_means_unset() -> None:
+    config = parse_web_config("http_server_config:\n  headers:\n    X-XSS-Protection: ''\n    X-Frame-Options: DENY\n")
+    assert dict(config.headers) == {"X-Frame-Options": "DENY"}
+
+
+def test_unreadable_file_is_a_startup_error(tmp_path: Path) -> None:
+    with pytest.raises(WebConfigError, match="cannot read web config file"):
+        load_web_config(str(tmp_path / "absent.yml"))
+
+
+def test_missing_certificate_fails_at_load_not_at_first_handshake(tmp_path: Path) -> None:
+    (tmp_path / "web.yml").write_text(TLS)
+    with pytest.raises(WebConfigError, match="cannot load certificate and key"):
+        load_web_config(str(tmp_path / "web.yml"))
+
+
+def test_file_names_are_relative_to_the_config_file(pki: Path) -> None:
+    (pki / "web.yml").write_text(TLS)
+    config = load_web_config(str(pki / "web.yml"))
+    context = build_ssl_context(config)
+    assert context.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert context.verify_mode == ssl.CERT_NONE
+
+
+@pytest.mark.parametrize(
+    ("auth_type", "mode"),
+    [("VerifyClientCertIfGiven", ssl.CERT_OPTIONAL), ("RequireAndVerifyClientCert", ssl.CERT_REQUIRED)],
+    ids=["verify-if-given-is-optional", "require-and-verify-is-required"],
+)
+def test_client_auth_types_map_to_verify_modes(pki: Path, auth_type: str, mode: ssl.VerifyMode) -> None:
+    (pki / "web.yml").write_text(TLS + f"  client_auth_type: {auth_type}\n  client_ca_file: ca.pem\n")
+    assert build_ssl_context(load_web_config(str(pki / "web.yml"))).verify_mode == mode
+
+
+def test_inline_certificate_and_key_load(pki: Path) -> None:
+    cert = (pki / "cert.pem").read_text()
+    key = (pki / "key.pem").read_text()
+    def indent(pem: str) -> str:
+        return "\n".join("    " + line for line in pem.strip().splitlines())
+
+    text = f"tls_server_config:\n  cert: |\n{indent(cert)}\n  key: |\n{indent(key)}\n"
+    assert build_ssl_context(parse_web_config(text)).minimum_version == ssl.TLSVersion.TLSv1_2
+
+
+def test_go_cipher_suite_names_map_to_openssl_names(pki: Path) -> None:
+    (pki / "web.yml").write_text(
+        TLS + "  max_version: TLS12\n  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n"
+    )
+    context = build_ssl_context(load_web_config(str(pki / "web.yml")))
+    names = {cipher["name"] for cipher in context.get_ciphers() if cipher["protocol"] == "TLSv1.2"}
+    assert names == {GO_CIPHER_SUITES["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"]}
+
+
+def test_http2_request_is_reported_as_not_supported() -> None:
+    assert config_warnings(parse_web_config("http_server_config:\n  http2: true\n")) == [
+        "http_server_config.http2: HTTP/2 is not supported; serving HTTP/1.1"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        ("Basic YWxpY2U6c2VjcmV0", ("alice", "secret")),
+        ("basic YWxpY2U6c2VjOnJldA==", ("alice", "sec:ret")),
+        ("Bearer abc", None),
+        ("Basic !!!", None),
+        ("Basic YWxpY2U=", None),
+        (None, None),
+    ],
+    ids=["basic", "password-with-colon", "other-scheme", "bad-base64", "no-colon", "absent"],
+)
+def test_parse_basic_authorization(header: str | None, expected: tuple[str, str] | None) -> None:
+    assert parse_basic_authorization(header) == expected
+
+
+def test_bcrypt_runs_once_per_credentials_then_the_cache_answers() -> None:
+    import asyncio
+
+    hashed = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()
+    authenticator = BasicAuthenticator({"alice": hashed})
+
+    async def checks() -> list[bool]:
+        results = [await authenticator.verify("alice", "secret") for _ in range(5)]
+        results += [await authenticator.verify("alice", "wrong") for _ in range(3)]
+        results.append(await authenticator.verify("mallory", "secret"))
+        return results
+
+    assert asyncio.run(checks()) == [True] * 5 + [False] * 3 + [False]
+    assert authenticator.bcrypt_checks == 3  # right, wrong, unknown user (against the dummy hash)
+
+
+def test_rate_limit_bucket_allows_bursts_then_one_per_interval() -> None:
+    now = [0.0]
+    config = parse_web_config("rate_limit:\n  interval: 1s\n  burst: 2\n")
+    assert config.rate_limit is not None
+    bucket = TokenBucket(config.rate_limit, clock=lambda: now[0])
+    assert [bucket.take(), bucket.take(), bucket.take()] == [True, True, False]
+    now[0] = 1.0
+    assert [bucket.take(), bucket.take()] == [True, False]
+
+
+def test_zero_rate_limit_interval_disables_it() -> None:
+    assert parse_web_config("rate_limit:\n  interval: 0s\n  burst: 5\n").rate_limit is None
