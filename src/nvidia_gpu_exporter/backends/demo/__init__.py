@@ -5,39 +5,54 @@ laid out as a capture and answered by the fake nvidia-smi's engine, so ``--demo-
 (``overrides:``, ``fluctuate:``) work exactly as with the fake, and every byte then goes through the
 same parse → transform → render path as real nvidia-smi output. A config may instead name a
 ``capture:`` file to replay, e.g. one recorded on the operator's own machine.
+
+On top of that pipeline the demo synthesizes the NVML-only families (energy, PCIe, MIG, XIDs; see
+:mod:`.extras`), and :mod:`.backend` ties both together per collection. The responders here answer from a
+state frozen between :meth:`~FleetResponder.advance` calls, so every query of one collection (GPU table,
+processes, the demo's private power query) reads the same simulated instant.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from ...config import Config
-from ...fakesmi.capture import Capture, CaptureError, Section, load_capture
-from ...fakesmi.config import ConfigError, FakeSmiConfig, load_config
-from ...fakesmi.engine import Scenario, ScenarioError, answer
-from ...snapshot import StatusFamily
+from ...fakesmi.capture import GPU_CSV_LABEL_PREFIX, Capture, CaptureError, Section, load_capture
+from ...fakesmi.config import FakeSmiConfig
+from ...fakesmi.engine import Fixed, GpuEntry, Scenario, ScenarioError, answer
 from .. import BackendSetupError
 from ..fields import FieldRequest
 from ..runner import RunResult
-from ..smi import SmiBackend, gpu_query_args
+from ..smi import gpu_query_args
 from ..smi_output import COMPUTE_APPS_ARGS, COMPUTE_APPS_FIELDS
 from .model import FIELD_NAMES, FIELDS, DemoFleet, help_query_gpu_text, version_text
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from .backend import DemoBackend
 
 DEMO_STATE = "demo"
 DEFAULT_GPU_COUNT = 2
 COMMAND_PLACEHOLDER = "demo-nvidia-smi"
-SUPPORTED_EXTRAS = ("seed",)
 WORKLOAD_PRESETS = {"idle": "idle", "load": "training"}
+MIG_MODE_FIELDS = ("mig.mode.current", "mig.mode.pending")
+MIG_ENABLED = "Enabled"
 
 
-def fleet_capture(fleet: DemoFleet) -> Capture:
-    """The fleet's current readings laid out as a capture the fake engine can answer from."""
+def fleet_capture(fleet: DemoFleet, mig_gpus: frozenset[int] = frozenset()) -> Capture:
+    """The fleet's current readings laid out as a capture the fake engine can answer from.
+
+    GPUs in ``mig_gpus`` have a simulated MIG topology, so they report MIG mode ``Enabled`` (a config
+    override of those fields still wins: the engine applies overrides on top of this layout).
+    """
     header = ", ".join(spec.header for spec in FIELDS)
-    rows = [", ".join(cells[name] for name in FIELD_NAMES) for cells in fleet.gpu_rows()]
+    gpu_rows = fleet.gpu_rows()
+    for index in mig_gpus:
+        if index < len(gpu_rows):
+            gpu_rows[index].update(dict.fromkeys(MIG_MODE_FIELDS, MIG_ENABLED))
+    rows = [", ".join(cells[name] for name in FIELD_NAMES) for cells in gpu_rows]
     processes = [", ".join(row) for row in fleet.process_rows()]
     apps_header = ", ".join((*COMPUTE_APPS_FIELDS[:-1], "used_gpu_memory [MiB]"))
     return Capture(
@@ -68,67 +83,126 @@ def fleet_capture(fleet: DemoFleet) -> Capture:
 
 
 class FleetResponder:
-    """Answers nvidia-smi command lines from the simulated fleet; each GPU query is one simulation step."""
+    """Answers nvidia-smi command lines from the simulated fleet, one simulation step per :meth:`advance`.
 
-    def __init__(self, fleet: DemoFleet, settings: FakeSmiConfig) -> None:
+    Between two steps every answer comes from the same readings and the same fluctuation seed
+    (``fleet seed + step``), so the GPU table, the process list and the demo's private power query agree.
+    """
+
+    def __init__(self, fleet: DemoFleet, settings: FakeSmiConfig, mig_gpus: frozenset[int] = frozenset()) -> None:
         self.fleet = fleet
         self.settings = settings
+        self.mig_gpus = mig_gpus
+        self.scenario = self._current_scenario()
 
     @property
     def description(self) -> str:
         return COMMAND_PLACEHOLDER
 
-    async def run(self, args: Sequence[str]) -> RunResult:
-        if args and args[0].startswith("--query-gpu="):
-            self.fleet.step()
-        scenario = Scenario(
-            capture=fleet_capture(self.fleet),
+    def _current_scenario(self) -> Scenario:
+        return Scenario(
+            capture=fleet_capture(self.fleet, self.mig_gpus),
             state=DEMO_STATE,
-            seed=None if self.settings.seed is None else self.settings.seed + self.fleet.steps,
+            seed=self.fleet.seed + self.fleet.steps,
             overrides=self.settings.overrides,
             fluctuate=self.settings.fluctuate,
         )
-        result = answer(scenario, args)
-        return RunResult(result.stdout, result.stderr, result.exit_code)
 
-
-class CaptureResponder:
-    """Answers from a capture file named in the demo config (the Go demo's way, with the operator's data)."""
-
-    def __init__(self, scenario: Scenario) -> None:
-        self.scenario = scenario
-
-    @property
-    def description(self) -> str:
-        return COMMAND_PLACEHOLDER
+    def advance(self) -> None:
+        """Step the simulation: the readings of the next collection."""
+        self.fleet.step()
+        self.scenario = self._current_scenario()
 
     async def run(self, args: Sequence[str]) -> RunResult:
         result = answer(self.scenario, args)
         return RunResult(result.stdout, result.stderr, result.exit_code)
 
 
-def _extras_seed(extras: Mapping[Any, Any] | None) -> int | None:
-    if not extras:
-        return None
-    if not isinstance(extras, Mapping):
-        raise BackendSetupError("extras: must be a mapping")
-    for key in extras:
-        if key not in SUPPORTED_EXTRAS:
-            raise BackendSetupError(f"extras.{key}: unknown key (supported: {', '.join(SUPPORTED_EXTRAS)})")
-    seed = extras.get("seed")
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-        raise BackendSetupError(f"extras.seed: must be an integer, got {seed!r}")
-    return seed
+class CaptureResponder:
+    """Answers from a capture file named in the demo config (the Go demo's way, with the operator's data).
+
+    Each :meth:`advance` moves the fluctuation seed on (``seed + cycle``), so values move from one
+    collection to the next yet every query within one collection agrees, and a fixed seed replays.
+    """
+
+    def __init__(self, scenario: Scenario, seed: int) -> None:
+        self.base = scenario
+        self.seed = scenario.seed if scenario.seed is not None else seed
+        self.cycles = 0
+        self.scenario = replace(scenario, seed=self.seed)
+
+    @property
+    def description(self) -> str:
+        return COMMAND_PLACEHOLDER
+
+    def advance(self) -> None:
+        """The next collection's fluctuation and range draws."""
+        self.cycles += 1
+        self.scenario = replace(self.base, seed=self.seed + self.cycles)
+
+    async def run(self, args: Sequence[str]) -> RunResult:
+        result = answer(self.scenario, args)
+        return RunResult(result.stdout, result.stderr, result.exit_code)
 
 
-def build_responder(settings: FakeSmiConfig) -> FleetResponder | CaptureResponder:
-    """The in-process nvidia-smi for a demo config (the built-in fleet when the config names no capture)."""
-    seed = _extras_seed(settings.extras)
+def _enable_mig_rows(capture: Capture, state: str, indices: frozenset[int]) -> Capture:
+    """The capture with MIG mode ``Enabled`` in the GPU rows ``indices`` of the state's query-gpu section."""
+    section = capture.find(state, GPU_CSV_LABEL_PREFIX)
+    if section is None or not indices:
+        return capture
+    token = next((word for word in section.command.split() if word.startswith("--query-gpu=")), "")
+    recorded = [name.strip() for name in token.removeprefix("--query-gpu=").split(",")]
+    columns = [recorded.index(name) for name in MIG_MODE_FIELDS if name in recorded]
+    lines = section.body.split("\n")
+    for index in indices:
+        if columns and index + 1 < len(lines):
+            cells = lines[index + 1].split(",")
+            if len(cells) == len(recorded):
+                for column in columns:
+                    cells[column] = MIG_ENABLED  # the engine trims cells
+                lines[index + 1] = ",".join(cells)
+    patched = replace(section, body="\n".join(lines))
+    return replace(capture, sections=tuple(patched if item is section else item for item in capture.sections))
+
+
+def _capture_scenario(settings: FakeSmiConfig, capture: Capture, mig_gpus: frozenset[int]) -> Scenario:
+    """The config's scenario with MIG mode ``Enabled`` on the MIG GPUs, unless the config sets those fields.
+
+    With replication the mode goes into each MIG GPU's own entry (a per-GPU override); without it the
+    captured rows themselves are patched. Top-level overrides win either way.
+    """
+    scenario = settings.scenario(capture)
+    if not mig_gpus:
+        return scenario
+    if settings.gpus is None:
+        return replace(scenario, capture=_enable_mig_rows(capture, scenario.state, mig_gpus))
+    entries = list(settings.gpus) if isinstance(settings.gpus, tuple) else [GpuEntry()] * settings.gpus
+    for index in mig_gpus:
+        if index < len(entries):
+            entry = entries[index]
+            mode = {
+                name: Fixed(MIG_ENABLED)
+                for name in MIG_MODE_FIELDS
+                if name not in settings.overrides and name not in entry.overrides
+            }
+            entries[index] = replace(entry, overrides={**mode, **entry.overrides})
+    return replace(scenario, gpus=tuple(entries))
+
+
+def build_responder(
+    settings: FakeSmiConfig, seed: int | None = None, mig_gpus: frozenset[int] = frozenset()
+) -> FleetResponder | CaptureResponder:
+    """The in-process nvidia-smi for a demo config (the built-in fleet when the config names no capture).
+
+    ``seed`` (``extras.seed``, or the wall clock) drives the simulation unless the config has its own
+    top-level ``seed``, which then drives the capture replay's draws.
+    """
     if settings.capture:
         try:
-            return CaptureResponder(settings.scenario(load_capture(settings.capture)))
+            scenario = _capture_scenario(settings, load_capture(settings.capture), mig_gpus)
         except (OSError, CaptureError, ScenarioError) as error:
             raise BackendSetupError(f"capture {settings.capture!r}: {error}") from error
+        return CaptureResponder(scenario, seed if seed is not None else time.time_ns())
     if isinstance(settings.gpus, tuple):
         raise BackendSetupError("gpus: per-GPU entries need a capture: to replicate; give a count instead")
     if settings.state is not None and settings.state not in WORKLOAD_PRESETS:
@@ -143,25 +217,11 @@ def build_responder(settings: FakeSmiConfig) -> FleetResponder | CaptureResponde
         )
     except ValueError as error:
         raise BackendSetupError(str(error)) from error
-    return FleetResponder(fleet, settings)
+    return FleetResponder(fleet, settings, mig_gpus)
 
 
-async def start_demo_backend(config: Config, request: FieldRequest) -> SmiBackend:
+async def start_demo_backend(config: Config, request: FieldRequest) -> DemoBackend:
     """Load and check the scenario, preflight it, then run the exec startup sequence against it."""
-    try:
-        settings = load_config(config.demo_config) if config.demo_config else FakeSmiConfig()
-    except ConfigError as error:
-        raise BackendSetupError(str(error)) from error
-    responder = build_responder(settings)
-    preflight = await responder.run(["--query-gpu=uuid", "--format=csv"])
-    if not preflight.ok:
-        raise BackendSetupError(f"the simulated nvidia-smi does not answer: {preflight.describe_failure()}")
-    log.warning("demo mode: serving synthetic data, not a real GPU")
-    return await SmiBackend.start(
-        responder,
-        request,
-        timeout_seconds=None,
-        compute_apps=config.compute_apps,
-        status_family=StatusFamily.NVML_RETURN_CODE,
-        exit_errors_are_fatal=False,
-    )
+    from .backend import DemoBackend  # noqa: PLC0415 - backend.py builds on the responders above
+
+    return await DemoBackend.start(config, request)

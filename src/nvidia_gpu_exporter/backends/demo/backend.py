@@ -1,0 +1,246 @@
+"""One demo collection: re-read the config, step the simulation, read it through the exec pipeline, then
+add the synthesized NVML families.
+
+The GPU table and process list go through the same parse → transform path as real nvidia-smi output; the
+NVML-only families come from :class:`~.extras.ExtrasSynthesizer`, fed with the GPU uuids and power
+draws of that very table, so the energy counter integrates the power the scrape shows.
+
+With ``--demo-config FILE`` the file is re-read every collection, so a demo can be steered live: a
+broken edit fails that one collection (status ``-1``, the error logged by the collector), and a changed
+file (a different SHA-256 of its bytes) rebuilds the simulation and resets all synthesized state. The
+field plan and the ``cuda_version`` label stay as resolved at startup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ...config import Config
+from ...exposition.gotext import go_quote
+from ...exposition.transform import normalize_uuid, transform_generic
+from ...fakesmi.config import ConfigError, FakeSmiConfig, parse_config
+from ...snapshot import QueryField, Readings, StatusFamily, XidRecord
+from .. import BackendSetupError, CollectionError
+from ..fields import FieldRequest
+from ..runner import RunResult
+from ..smi import SmiBackend
+from ..smi_output import CsvShapeError, parse_gpu_csv
+from . import COMMAND_PLACEHOLDER, CaptureResponder, FleetResponder, build_responder
+from .extras import DEFAULT_SCENARIO, ExtrasError, ExtrasSpec, ExtrasSynthesizer, parse_extras
+
+log = logging.getLogger(__name__)
+
+PREFLIGHT_ARGS = ("--query-gpu=uuid", "--format=csv")
+POWER_QUERY_ARGS = ("--query-gpu=uuid,power.draw", "--format=csv")
+
+
+@dataclass(frozen=True, slots=True)
+class Scene:
+    """Everything one demo config builds; replaced as a whole when the config file changes."""
+
+    settings: FakeSmiConfig
+    spec: ExtrasSpec
+    responder: FleetResponder | CaptureResponder
+    synthesizer: ExtrasSynthesizer
+    gpu_count: int
+
+
+def read_config_file(path: str) -> bytes:
+    """The config file's bytes (hashed to notice edits), or a setup error naming the file."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as error:
+        raise BackendSetupError(f"failed to read config {go_quote(path)}: {error.strerror or error}") from error
+
+
+def parse_demo_config(data: bytes | None, path: str = "") -> tuple[FakeSmiConfig, ExtrasSpec]:
+    """The fake-nvidia-smi settings and the validated ``extras:`` of a config (the §7.2 default when
+    there is no config at all)."""
+    if data is None:
+        return FakeSmiConfig(), DEFAULT_SCENARIO
+    try:
+        settings = parse_config(data.decode("utf-8"), path)
+    except UnicodeDecodeError as error:
+        raise BackendSetupError(f"failed to read config {go_quote(path)}: not UTF-8 text ({error.reason})") from error
+    except ConfigError as error:
+        raise BackendSetupError(str(error)) from error
+    try:
+        return settings, parse_extras(settings.extras)
+    except ExtrasError as error:
+        raise BackendSetupError(f"config {go_quote(path)}: {error}") from error
+
+
+async def build_scene(settings: FakeSmiConfig, spec: ExtrasSpec, path: str = "") -> Scene:
+    """Build the simulated machine, ask it which GPUs it has, and check ``extras`` against them."""
+    if spec.seed is not None:
+        seed = spec.seed
+    elif settings.seed is not None:
+        seed = settings.seed
+    else:
+        seed = time.time_ns()
+    responder = build_responder(settings, seed, spec.mig_gpus)
+    preflight = await responder.run(PREFLIGHT_ARGS)
+    if not preflight.ok:
+        raise BackendSetupError(f"the simulated nvidia-smi does not answer: {preflight.describe_failure()}")
+    try:
+        gpu_count = len(parse_gpu_csv(preflight.stdout, 1).rows)
+    except CsvShapeError as error:
+        raise BackendSetupError(f"the simulated nvidia-smi answers oddly: {error}") from error
+    try:
+        spec.check_gpu_count(gpu_count)
+    except ExtrasError as error:
+        raise BackendSetupError(f"config {go_quote(path)}: {error}" if path else str(error)) from error
+    return Scene(settings, spec, responder, ExtrasSynthesizer(spec, seed), gpu_count)
+
+
+class _Relay:
+    """The runner the exec pipeline talks to: whichever responder the current config built."""
+
+    def __init__(self, target: FleetResponder | CaptureResponder) -> None:
+        self.target = target
+
+    @property
+    def description(self) -> str:
+        return COMMAND_PLACEHOLDER
+
+    async def run(self, args: Sequence[str]) -> RunResult:
+        return await self.target.run(args)
+
+
+def watts(cell: str) -> float | None:
+    """A ``power.draw`` cell as the exposition would transform it, if it is a usable power."""
+    value = transform_generic(cell, 1.0)
+    if value is None or not math.isfinite(value) or value < 0:
+        return None
+    return value
+
+
+class DemoBackend:
+    """The demo: the exec pipeline answered in-process, plus the synthesized NVML-only families."""
+
+    def __init__(
+        self,
+        smi: SmiBackend,
+        relay: _Relay,
+        scene: Scene,
+        *,
+        config_path: str | None = None,
+        config_digest: str = "",
+        mig_process_labels: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._smi = smi
+        self._relay = relay
+        self._scene = scene
+        self._config_path = config_path
+        self._config_digest = config_digest
+        self._mig_process_labels = mig_process_labels
+        self._clock = clock
+        columns = {field.qfield: index for index, field in enumerate(smi.fields)}
+        self._uuid_column = columns["uuid"]  # an identity field: always queried
+        self._power_column = columns.get("power.draw")
+
+    @classmethod
+    async def start(
+        cls, config: Config, request: FieldRequest, *, clock: Callable[[], float] = time.time
+    ) -> DemoBackend:
+        """Load and check the scenario, preflight it, then run the exec startup sequence against it."""
+        path = config.demo_config or None
+        data = read_config_file(path) if path else None
+        settings, spec = parse_demo_config(data, path or "")
+        scene = await build_scene(settings, spec, path or "")
+        log.warning("demo mode: serving synthetic data, not a real GPU")
+        relay = _Relay(scene.responder)
+        smi = await SmiBackend.start(
+            relay,
+            request,
+            timeout_seconds=None,
+            compute_apps=config.compute_apps,
+            status_family=StatusFamily.NVML_RETURN_CODE,
+            exit_errors_are_fatal=False,
+        )
+        return cls(
+            smi,
+            relay,
+            scene,
+            config_path=path,
+            config_digest=hashlib.sha256(data).hexdigest() if data is not None else "",
+            mig_process_labels=config.compute_apps_mig,
+            clock=clock,
+        )
+
+    @property
+    def status_family(self) -> StatusFamily:
+        return StatusFamily.NVML_RETURN_CODE
+
+    @property
+    def fields(self) -> tuple[QueryField, ...]:
+        return self._smi.fields
+
+    @property
+    def scene(self) -> Scene:
+        return self._scene
+
+    async def collect(self) -> Readings:
+        if self._config_path is not None:
+            await self._reload_if_changed(self._config_path)
+        scene = self._scene
+        now = self._clock()
+        scene.responder.advance()
+        readings = await self._smi.collect()
+        rows = readings.gpus.rows
+        uuids = [row[self._uuid_column] for row in rows]
+        extras = scene.synthesizer.cycle(now, uuids, await self._powers(scene, rows))
+        processes = readings.processes
+        if processes is not None and self._mig_process_labels:
+            processes = scene.synthesizer.attribute(processes)
+        return replace(readings, processes=processes, extras=extras)
+
+    async def _reload_if_changed(self, path: str) -> None:
+        """Re-read the config; a broken one fails this collection, a changed one starts a new scene."""
+        try:
+            data = await asyncio.to_thread(read_config_file, path)
+            digest = hashlib.sha256(data).hexdigest()
+            if digest == self._config_digest:
+                return
+            settings, spec = parse_demo_config(data, path)
+            scene = await build_scene(settings, spec, path)
+        except BackendSetupError as error:
+            raise CollectionError(f"demo config: {error}") from error
+        self._scene = scene
+        self._relay.target = scene.responder
+        self._config_digest = digest
+        log.info("demo config changed: the simulation and its synthesized state start afresh", extra={"path": path})
+
+    async def _powers(self, scene: Scene, rows: Sequence[Sequence[str]]) -> list[float | None]:
+        """Each GPU's power draw: the served table's, else a private query of the same instant."""
+        column = self._power_column
+        powers = [None if column is None else watts(row[column]) for row in rows]
+        if all(power is not None for power in powers):
+            return powers
+        result = await scene.responder.run(POWER_QUERY_ARGS)
+        if not result.ok:
+            return powers
+        try:
+            answered = parse_gpu_csv(result.stdout, 2).rows
+        except CsvShapeError:
+            return powers
+        by_uuid = {normalize_uuid(uuid): watts(cell) for uuid, cell in answered}
+        return [
+            power if power is not None else by_uuid.get(normalize_uuid(row[self._uuid_column]))
+            for power, row in zip(powers, rows, strict=True)
+        ]
+
+    def xid_records(self) -> tuple[XidRecord, ...]:
+        """The current scene's XID counts; they stay visible while collections fail."""
+        return self._scene.synthesizer.xid_records()
+
+    async def aclose(self) -> None:
+        """Nothing to release: the simulation lives in this process."""

@@ -1,0 +1,782 @@
+"""The demo's NVML surface (spec §7.3/§7.4): ``extras:`` validation, and the synthesis driven through the
+real :class:`DemoBackend` with a controlled clock: determinism per seed, energy integrating power, hot busy
+MIG instances, windowed activity, growing XID counters, MIG attribution, and the per-cycle config re-read."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvidia_gpu_exporter.backends import BackendSetupError, CollectionError
+from nvidia_gpu_exporter.backends.demo.backend import POWER_QUERY_ARGS, DemoBackend, parse_demo_config
+from nvidia_gpu_exporter.backends.demo.extras import (
+    DEFAULT_PCIE_RX,
+    DEFAULT_PCIE_TX,
+    DEFAULT_XID_CODES,
+    GIB,
+    MAX_XIDS_PER_CYCLE,
+    Bounds,
+    ExtrasError,
+    ExtrasSpec,
+    MigInstanceSpec,
+    XidEventSpec,
+    parse_extras,
+)
+from nvidia_gpu_exporter.backends.fields import FieldRequest
+from nvidia_gpu_exporter.backends.smi_output import parse_gpu_csv
+from nvidia_gpu_exporter.collector import Collector
+from nvidia_gpu_exporter.config import Config
+from nvidia_gpu_exporter.exposition.metrics import Exposition
+from nvidia_gpu_exporter.exposition.transform import normalize_uuid
+from nvidia_gpu_exporter.snapshot import Attempt, MigInstanceReading, NvmlExtras, Readings, Snapshot, XidRecord
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "captures"
+STEP = 10.0
+T0 = 1_700_000_000.0
+
+
+@dataclass
+class Clock:
+    """A wall clock the test moves by hand."""
+
+    now: float = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def start(
+    tmp_path: Path | None = None,
+    config: str | None = None,
+    *,
+    clock: Clock | None = None,
+    names: str = "AUTO",
+    compute_apps: bool = False,
+    mig_labels: bool = False,
+) -> DemoBackend:
+    """A started demo backend; ``config`` is written to ``tmp_path/demo.yaml`` when given."""
+    path = ""
+    if config is not None:
+        assert tmp_path is not None
+        file = tmp_path / "demo.yaml"
+        file.write_text(config, encoding="utf-8")
+        path = str(file)
+    settings = Config(
+        backend="demo", demo_config=path, compute_apps=compute_apps or mig_labels, compute_apps_mig=mig_labels
+    )
+    return asyncio.run(DemoBackend.start(settings, FieldRequest(names), clock=clock or Clock()))
+
+
+def collect(backend: DemoBackend) -> Readings:
+    return asyncio.run(backend.collect())
+
+
+def extras_of(readings: Readings) -> NvmlExtras:
+    assert readings.extras is not None
+    return readings.extras
+
+
+def cycles(backend: DemoBackend, clock: Clock, count: int, step: float = STEP) -> list[NvmlExtras]:
+    """``count`` collections, the clock moving ``step`` seconds before each one after the first."""
+    out: list[NvmlExtras] = []
+    for number in range(count):
+        if number:
+            clock.now += step
+        out.append(extras_of(collect(backend)))
+    return out
+
+
+def column(backend: DemoBackend, readings: Readings, qfield: str) -> list[str]:
+    index = [field.qfield for field in backend.fields].index(qfield)
+    return [row[index] for row in readings.gpus.rows]
+
+
+def watts(cell: str) -> float:
+    return float(cell.removesuffix(" W"))
+
+
+def instance(extras: NvmlExtras, gi: int) -> MigInstanceReading:
+    return next(reading for reading in extras.mig_instances if reading.gpu_instance_id == gi)
+
+
+def render(backend: DemoBackend, readings: Readings) -> str:
+    expo = Exposition(backend.fields, backend.status_family)
+    return expo.render(Snapshot(Attempt(readings, 0, 0.0, T0), 0, T0, 1, backend.xid_records()))
+
+
+SEEDED = """\
+extras:
+  seed: 7
+  mig:
+    - gpu: 0
+      instances:
+        - {gi: 2, profile: 3g.71gb, cis: 2, busy: true}
+        - {gi: 7, profile: 1g.18gb}
+  xids:
+    initial:
+      - {gpu: 1, xid: 79, count: 2}
+"""
+
+
+# -- validation -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        pytest.param("not a mapping", "extras: must be a mapping", id="extras-not-mapping"),
+        pytest.param({"bogus": 1}, "extras: unknown key 'bogus'", id="unknown-top-key"),
+        pytest.param({"seed": "forty-two"}, "extras.seed: must be an integer", id="seed-text"),
+        pytest.param({"seed": True}, "extras.seed: must be an integer", id="seed-bool"),
+        pytest.param({"seed": 1 << 63}, "extras.seed: 9223372036854775808 is out of the int64 range", id="seed-big"),
+        pytest.param(
+            {"energy-fallback-power-watts": -1},
+            "extras.energy-fallback-power-watts: must not be negative",
+            id="fallback-negative",
+        ),
+        pytest.param(
+            {"energy-fallback-power-watts": float("nan")},
+            "extras.energy-fallback-power-watts: must be a finite number",
+            id="fallback-nan",
+        ),
+        pytest.param(
+            {"energy-fallback-power-watts": "lots"},
+            "extras.energy-fallback-power-watts: must be a number",
+            id="fallback-text",
+        ),
+        pytest.param({"pcie": {"tx": 1}}, "extras.pcie: unknown key 'tx'", id="pcie-unknown-key"),
+        pytest.param(
+            {"pcie": {"tx-bytes-per-second": {"min": 3, "max": 2}}},
+            "extras.pcie.tx-bytes-per-second: min 3 is greater than max 2",
+            id="pcie-min-above-max",
+        ),
+        pytest.param(
+            {"pcie": {"rx-bytes-per-second": {"min": -1, "max": 2}}},
+            "extras.pcie.rx-bytes-per-second.min: must not be negative",
+            id="pcie-negative",
+        ),
+        pytest.param(
+            {"pcie": {"tx-bytes-per-second": {"min": 1}}},
+            "extras.pcie.tx-bytes-per-second.max: required",
+            id="pcie-missing-max",
+        ),
+        pytest.param(
+            {"pcie": {"rx-bytes-per-second": {"min": 0, "max": float("inf")}}},
+            "extras.pcie.rx-bytes-per-second.max: must be a finite number",
+            id="pcie-infinite",
+        ),
+        pytest.param(
+            {"pcie": {"rx-bytes-per-second": {"min": 0, "max": 1, "avg": 1}}},
+            "extras.pcie.rx-bytes-per-second: unknown key 'avg'",
+            id="pcie-bounds-unknown-key",
+        ),
+        pytest.param({"mig": {"gpu": 0}}, "extras.mig: must be a list", id="mig-not-list"),
+        pytest.param({"mig": [{"gpu": 0}]}, "extras.mig[0].instances: required", id="mig-without-instances"),
+        pytest.param(
+            {"mig": [{"gpu": 0, "instances": []}]},
+            "extras.mig[0].instances: needs at least one GPU instance",
+            id="mig-empty-instances",
+        ),
+        pytest.param(
+            {"mig": [{"instances": [{"gi": 1, "profile": "1g.10gb"}]}]},
+            "extras.mig[0].gpu: required",
+            id="mig-without-gpu",
+        ),
+        pytest.param(
+            {"mig": [{"gpu": -1, "instances": [{"gi": 1, "profile": "1g.10gb"}]}]},
+            "extras.mig[0].gpu: must be at least 0",
+            id="mig-negative-gpu",
+        ),
+        pytest.param(
+            {
+                "mig": [
+                    {"gpu": 0, "instances": [{"gi": 1, "profile": "1g.10gb"}]},
+                    {"gpu": 0, "instances": [{"gi": 2, "profile": "1g.10gb"}]},
+                ]
+            },
+            "extras.mig[1].gpu: GPU 0 already has a MIG topology",
+            id="mig-duplicate-gpu",
+        ),
+        pytest.param(
+            {"mig": [{"gpu": 0, "instances": [{"gi": 1, "profile": "1g.10gb", "slices": 2}]}]},
+            "extras.mig[0].instances[0]: unknown key 'slices'",
+            id="instance-unknown-key",
+        ),
+        pytest.param(
+            {"mig": [{"gpu": 0, "instances": [{"profile": "1g.10gb"}]}]},
+            "extras.mig[0].instances[0].gi: required",
+            id="instance-without-gi",
+        ),
+        pytest.param(
+            {"mig": [{"gpu": 0, "instances": [{"gi": 1, "profile": "1g.10gb"}, {"gi": 1, "profile": "2g.20gb"}]}]},
+            "extras.mig[0].instances[1].gi: GPU instance 1 is listed twice",
+            id="instance-duplicate-gi",
+        ),
+        pytest.param(
+            {"mig": [{"gpu": 0, "instances": [{"gi": 1}]}]},
+            "extras.mig[0].instances[0].profile: required",
+            id="instance-without-profile",
+        ),
+        pytest.param(
+            {"mig": [{"gpu": 0, "instances": [{"gi": 1, "profile": "custom"}]}]},
+            "extras.mig[0].instances[0].memory-total-bytes: required",
+            id="profile-without-size-needs-memory",
+        ),
+        pytest.param(
+            {"mig": [{"gpu": 0, "instances": [{"gi": 1, "profile": "1g.10gb", "cis": -1}]}]},
+            "extras.mig[0].instances[0].cis: must be at least 0",
+            id="instance-negative-cis",
+        ),
+        pytest.param(
+            {"mig": [{"gpu": 0, "instances": [{"gi": 1, "profile": "1g.10gb", "busy": "yes please"}]}]},
+            "extras.mig[0].instances[0].busy: must be true or false",
+            id="instance-busy-not-bool",
+        ),
+        pytest.param(
+            {"mig": [{"gpu": 0, "instances": [{"gi": 1, "profile": "1g.10gb", "memory-total-bytes": 0}]}]},
+            "extras.mig[0].instances[0].memory-total-bytes: must be at least 1",
+            id="instance-zero-memory",
+        ),
+        pytest.param({"xids": {"history": []}}, "extras.xids: unknown key 'history'", id="xids-unknown-key"),
+        pytest.param(
+            {"xids": {"initial": [{"gpu": 0}]}}, "extras.xids.initial[0].xid: required", id="xid-without-code"
+        ),
+        pytest.param(
+            {"xids": {"initial": [{"gpu": -2, "xid": 79}]}},
+            "extras.xids.initial[0].gpu: must be at least 0",
+            id="xid-negative-gpu",
+        ),
+        pytest.param(
+            {"xids": {"initial": [{"gpu": 0, "xid": 79, "when": 1}]}},
+            "extras.xids.initial[0]: unknown key 'when'",
+            id="xid-unknown-key",
+        ),
+        pytest.param({"xids": {"interval": "0s"}}, "extras.xids.interval: must be greater than 0", id="interval-zero"),
+        pytest.param(
+            {"xids": {"interval": "soon"}},
+            'extras.xids.interval: time: invalid duration "soon"',
+            id="interval-not-duration",
+        ),
+        pytest.param(
+            {"xids": {"interval": 10}}, "extras.xids.interval: must be a duration such as 10m", id="interval-number"
+        ),
+        pytest.param({"xids": {"codes": []}}, "extras.xids.codes: needs at least one XID code", id="codes-empty"),
+        pytest.param({"xids": {"codes": [13, "x"]}}, "extras.xids.codes[1]: must be an integer", id="codes-text"),
+    ],
+)
+def test_invalid_extras_name_the_key_path(raw: Any, message: str) -> None:
+    with pytest.raises(ExtrasError) as caught:
+        parse_extras(raw)
+    assert str(caught.value).startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("spec", "count", "message"),
+    [
+        pytest.param(
+            parse_extras({"mig": [{"gpu": 2, "instances": [{"gi": 1, "profile": "1g.10gb"}]}]}),
+            2,
+            "extras.mig[0].gpu: GPU 2 does not exist (2 GPUs)",
+            id="mig-gpu-beyond-count",
+        ),
+        pytest.param(
+            parse_extras({"xids": {"initial": [{"gpu": 1, "xid": 79}]}}),
+            1,
+            "extras.xids.initial[0].gpu: GPU 1 does not exist (1 GPUs)",
+            id="xid-gpu-beyond-count",
+        ),
+    ],
+)
+def test_gpu_indices_are_checked_against_the_simulated_gpus(spec: ExtrasSpec, count: int, message: str) -> None:
+    with pytest.raises(ExtrasError, match=r"^" + message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        spec.check_gpu_count(count)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        pytest.param(None, ExtrasSpec(), id="absent-block-defaults"),
+        pytest.param({}, ExtrasSpec(), id="empty-block-defaults"),
+        pytest.param({"energy-fallback-power-watts": 0}, ExtrasSpec(fallback_watts=120.0), id="zero-fallback-default"),
+        pytest.param(
+            {"pcie": {"tx-bytes-per-second": {"min": "1e6", "max": "2.5e6"}}},
+            ExtrasSpec(pcie_tx=Bounds(1e6, 2.5e6)),
+            id="exponent-text-is-a-number",
+        ),
+        pytest.param({"seed": -5, "xids": None}, ExtrasSpec(seed=-5), id="negative-seed-null-xids"),
+    ],
+)
+def test_valid_extras_parse_to_defaults_and_values(raw: Any, expected: ExtrasSpec) -> None:
+    assert parse_extras(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        pytest.param({"gi": 3, "profile": "2g.35gb"}, MigInstanceSpec(3, "2g.35gb", 1, 35 * GIB, False), id="derived"),
+        pytest.param(
+            {"gi": 3, "profile": "custom", "memory-total-bytes": 1000, "cis": 0, "busy": True},
+            MigInstanceSpec(3, "custom", 0, 1000, True),
+            id="explicit",
+        ),
+    ],
+)
+def test_mig_instance_defaults(raw: dict[str, Any], expected: MigInstanceSpec) -> None:
+    spec = parse_extras({"mig": [{"gpu": 0, "instances": [raw]}]})
+    assert spec.mig[0].instances == (expected,)
+
+
+def test_xid_event_with_count_zero_is_ignored() -> None:
+    spec = parse_extras({"xids": {"initial": [{"gpu": 0, "xid": 13, "count": 0}, {"gpu": 0, "xid": 31}]}})
+    assert spec.xid_initial == (XidEventSpec(0, 31, 1),)
+
+
+def test_xid_defaults_when_only_an_interval_is_set() -> None:
+    spec = parse_extras({"xids": {"interval": "1m30s"}})
+    assert (spec.xid_interval_seconds, spec.xid_codes) == (90.0, DEFAULT_XID_CODES)
+
+
+def test_default_pcie_bounds() -> None:
+    assert (DEFAULT_PCIE_TX.min, DEFAULT_PCIE_TX.max, DEFAULT_PCIE_RX.min, DEFAULT_PCIE_RX.max) == (
+        0.2e9,
+        3e9,
+        0.5e9,
+        8e9,
+    )
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        pytest.param("extras:\n  mig: [{gpu: 0}]\n", "extras.mig[0].instances: required", id="yaml-mig"),
+        pytest.param("extras:\n  seed: forty-two\n", "extras.seed: must be an integer", id="yaml-seed"),
+        pytest.param("extras: [1]\n", "extras: must be a mapping", id="yaml-extras-list"),
+    ],
+)
+def test_config_errors_name_the_file_and_key(config: str, message: str) -> None:
+    with pytest.raises(BackendSetupError) as caught:
+        parse_demo_config(config.encode(), "demo.yaml")
+    assert message in str(caught.value)
+    assert '"demo.yaml"' in str(caught.value)
+
+
+def test_startup_rejects_a_mig_gpu_the_fleet_lacks(tmp_path: Path) -> None:
+    config = "gpus: 1\nextras:\n  mig:\n    - {gpu: 1, instances: [{gi: 1, profile: 1g.10gb}]}\n"
+    with pytest.raises(BackendSetupError, match=r"extras\.mig\[0\]\.gpu: GPU 1 does not exist \(1 GPUs\)"):
+        start(tmp_path, config)
+
+
+# -- determinism ------------------------------------------------------------------------------------------
+
+
+def test_same_seed_and_clock_give_identical_scrapes(tmp_path: Path) -> None:
+    texts = []
+    for run in ("one", "two"):
+        folder = tmp_path / run
+        folder.mkdir()
+        clock = Clock()
+        backend = start(folder, SEEDED + "    interval: 15s\n", clock=clock)
+        scrapes = []
+        for _ in range(4):
+            scrapes.append(render(backend, collect(backend)))
+            clock.now += STEP
+        texts.append(scrapes)
+    assert texts[0] == texts[1]
+    assert texts[0][1] != texts[0][2]  # seeded, yet moving
+
+
+def test_same_seed_differs_only_in_wall_clock_values_when_timing_differs(tmp_path: Path) -> None:
+    """Energy follows elapsed time; everything else is seed-determined."""
+    results = []
+    for run, step in (("fast", 1.0), ("slow", 37.0)):
+        folder = tmp_path / run
+        folder.mkdir()
+        clock = Clock()
+        backend = start(folder, SEEDED, clock=clock)
+        results.append(cycles(backend, clock, 3, step))
+    fast, slow = results
+    for one, two in zip(fast, slow, strict=True):
+        assert one.mig_devices == two.mig_devices
+        assert one.mig_instances == two.mig_instances
+        assert [(gpu.pcie_tx_bytes_per_second, gpu.pcie_rx_bytes_per_second) for gpu in one.gpus] == [
+            (gpu.pcie_tx_bytes_per_second, gpu.pcie_rx_bytes_per_second) for gpu in two.gpus
+        ]
+    assert [gpu.energy_joules for gpu in fast[-1].gpus] != [gpu.energy_joules for gpu in slow[-1].gpus]
+
+
+def test_different_seeds_draw_differently(tmp_path: Path) -> None:
+    draws = []
+    for seed in (1, 2):
+        folder = tmp_path / str(seed)
+        folder.mkdir()
+        backend = start(folder, f"extras:\n  seed: {seed}\n")
+        draws.append([gpu.pcie_tx_bytes_per_second for gpu in extras_of(collect(backend)).gpus])
+    assert draws[0] != draws[1]
+
+
+# -- energy -----------------------------------------------------------------------------------------------
+
+
+def test_energy_starts_at_zero_on_first_sight(tmp_path: Path) -> None:
+    backend = start(tmp_path, SEEDED)
+    assert [gpu.energy_joules for gpu in extras_of(collect(backend)).gpus] == [0.0, 0.0]
+
+
+def test_energy_integrates_the_served_power_draw(tmp_path: Path) -> None:
+    clock = Clock()
+    backend = start(tmp_path, SEEDED, clock=clock)
+    previous = collect(backend)
+    totals = [0.0, 0.0]
+    for _ in range(5):
+        clock.now += STEP
+        current = collect(backend)
+        before = [watts(cell) for cell in column(backend, previous, "power.draw")]
+        now = [watts(cell) for cell in column(backend, current, "power.draw")]
+        totals = [total + (a + b) / 2 * STEP for total, a, b in zip(totals, before, now, strict=True)]
+        assert [gpu.energy_joules for gpu in extras_of(current).gpus] == pytest.approx(totals)
+        previous = current
+    assert all(total > 0 for total in totals)
+
+
+def test_energy_grows_every_cycle(tmp_path: Path) -> None:
+    clock = Clock()
+    backend = start(tmp_path, SEEDED, clock=clock)
+    series = [[gpu.energy_joules for gpu in extras.gpus] for extras in cycles(backend, clock, 6)]
+    for earlier, later in itertools.pairwise(series):
+        assert all(b is not None and a is not None and b > a for a, b in zip(earlier, later, strict=True))
+
+
+def test_energy_uses_a_private_power_query_when_power_draw_is_not_served(tmp_path: Path) -> None:
+    clock = Clock()
+    backend = start(tmp_path, SEEDED, clock=clock, names="uuid,name")
+    assert "power.draw" not in [field.qfield for field in backend.fields]
+
+    def powers() -> list[float]:
+        answer = asyncio.run(backend.scene.responder.run(POWER_QUERY_ARGS))
+        return [watts(row[1]) for row in parse_gpu_csv(answer.stdout, 2).rows]
+
+    collect(backend)
+    first = powers()
+    clock.now += STEP
+    second_extras = extras_of(collect(backend))
+    expected = [(a + b) / 2 * STEP for a, b in zip(first, powers(), strict=True)]
+    assert [gpu.energy_joules for gpu in second_extras.gpus] == pytest.approx(expected)
+
+
+def test_energy_falls_back_to_the_configured_watts(tmp_path: Path) -> None:
+    clock = Clock()
+    config = "overrides:\n  power.draw: '[N/A]'\nextras:\n  seed: 1\n  energy-fallback-power-watts: 50\n"
+    backend = start(tmp_path, config, clock=clock)
+    last = cycles(backend, clock, 3)[-1]
+    assert [gpu.energy_joules for gpu in last.gpus] == pytest.approx([50 * 2 * STEP, 50 * 2 * STEP])
+
+
+def test_energy_does_not_grow_when_no_time_passed(tmp_path: Path) -> None:
+    clock = Clock()
+    backend = start(tmp_path, SEEDED, clock=clock)
+    cycles(backend, clock, 2)
+    before = [gpu.energy_joules for gpu in extras_of(collect(backend)).gpus]
+    assert [gpu.energy_joules for gpu in extras_of(collect(backend)).gpus] == before
+
+
+# -- PCIe -------------------------------------------------------------------------------------------------
+
+
+def test_pcie_draws_stay_within_the_configured_bounds(tmp_path: Path) -> None:
+    clock = Clock()
+    config = (
+        "extras:\n  seed: 3\n  pcie:\n    tx-bytes-per-second: {min: 1e6, max: 2e6}\n"
+        "    rx-bytes-per-second: {min: 5, max: 5}\n"
+    )
+    backend = start(tmp_path, config, clock=clock)
+    for extras in cycles(backend, clock, 8):
+        for gpu in extras.gpus:
+            assert gpu.pcie_tx_bytes_per_second is not None
+            assert 1e6 <= gpu.pcie_tx_bytes_per_second <= 2e6
+            assert gpu.pcie_rx_bytes_per_second == 5
+
+
+# -- MIG --------------------------------------------------------------------------------------------------
+
+
+def test_busy_mig_instance_uses_more_memory_than_an_idle_one(tmp_path: Path) -> None:
+    clock = Clock()
+    backend = start(tmp_path, SEEDED, clock=clock)
+    for extras in cycles(backend, clock, 6):
+        busy, idle = instance(extras, 2), instance(extras, 7)
+        assert busy.memory_used_bytes is not None
+        assert idle.memory_used_bytes is not None
+        busy_fraction = busy.memory_used_bytes / (71 * GIB)
+        idle_fraction = idle.memory_used_bytes / (18 * GIB)
+        assert busy_fraction >= 0.5
+        assert idle_fraction <= 0.1
+
+
+def test_busy_mig_instance_is_more_active_than_an_idle_one(tmp_path: Path) -> None:
+    clock = Clock()
+    backend = start(tmp_path, SEEDED, clock=clock)
+    windows = cycles(backend, clock, 6)[1:]
+    for extras in windows:  # the activity ranges do not overlap: every window shows it
+        busy, idle = instance(extras, 2), instance(extras, 7)
+        for field in ("graphics_activity_ratio", "sm_activity_ratio", "sm_occupancy_ratio", "tensor_activity_ratio"):
+            assert getattr(busy, field) > getattr(idle, field), field
+    for field in ("pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second"):  # PCIe shares overlap at the edges
+        busy_total = sum(getattr(instance(extras, 2), field) for extras in windows)
+        idle_total = sum(getattr(instance(extras, 7), field) for extras in windows)
+        assert busy_total > idle_total, field
+
+
+def test_mig_memory_adds_up(tmp_path: Path) -> None:
+    backend = start(tmp_path, SEEDED)
+    reading = instance(extras_of(collect(backend)), 2)
+    assert reading.memory_total_bytes == 71 * GIB
+    assert reading.memory_reserved_bytes == (71 * GIB) // 200
+    assert reading.memory_used_bytes is not None
+    assert reading.memory_free_bytes == 71 * GIB - reading.memory_used_bytes - (71 * GIB) // 200
+
+
+@pytest.mark.parametrize(
+    ("cycle", "present"),
+    [pytest.param(0, False, id="first-cycle-absent"), pytest.param(1, True, id="second-cycle-present")],
+)
+def test_mig_activity_needs_a_previous_sighting(tmp_path: Path, cycle: int, present: bool) -> None:
+    clock = Clock()
+    backend = start(tmp_path, SEEDED, clock=clock)
+    extras = cycles(backend, clock, 2)[cycle]
+    activity = [reading.sm_activity_ratio for reading in extras.mig_instances]
+    assert all((value is not None) is present for value in activity)
+    assert all(reading.memory_used_bytes is not None for reading in extras.mig_instances)
+
+
+def test_mig_devices_one_per_compute_instance_with_hashed_uuids(tmp_path: Path) -> None:
+    backend = start(tmp_path, SEEDED)
+    readings = collect(backend)
+    parent = column(backend, readings, "uuid")[0]
+
+    def expected_uuid(gi: int, ci: int, profile: str) -> str:
+        text = hashlib.sha256(f"{normalize_uuid(parent)}/{gi}/{ci}/{profile}".encode()).hexdigest()
+        return f"MIG-{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:32]}"
+
+    devices = [
+        (device.gpu_uuid, device.mig_uuid, device.gpu_instance_id, device.compute_instance_id, device.profile)
+        for device in extras_of(readings).mig_devices
+    ]
+    assert devices == [
+        (parent, expected_uuid(2, 0, "3g.71gb"), 2, 0, "1c.3g.71gb"),
+        (parent, expected_uuid(2, 1, "3g.71gb"), 2, 1, "1c.3g.71gb"),
+        (parent, expected_uuid(7, 0, "1g.18gb"), 7, 0, "1g.18gb"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("config", "modes"),
+    [
+        pytest.param(SEEDED, [("Enabled", "Enabled"), ("Disabled", "Disabled")], id="mig-gpu-enabled"),
+        pytest.param("extras:\n  seed: 1\n", [("Disabled", "Disabled"), ("Disabled", "Disabled")], id="no-mig"),
+        pytest.param(
+            SEEDED + "overrides:\n  mig.mode.pending: Disabled\n",
+            [("Enabled", "Disabled"), ("Disabled", "Disabled")],
+            id="config-override-wins",
+        ),
+    ],
+)
+def test_mig_mode_follows_the_topology(tmp_path: Path, config: str, modes: list[tuple[str, str]]) -> None:
+    backend = start(tmp_path, config)
+    readings = collect(backend)
+    served = list(
+        zip(column(backend, readings, "mig.mode.current"), column(backend, readings, "mig.mode.pending"), strict=True)
+    )
+    assert served == modes
+
+
+def test_default_scenario_has_mig_on_gpu_zero_and_an_initial_xid() -> None:
+    clock = Clock()
+    backend = start(clock=clock)
+    readings = collect(backend)
+    uuids = column(backend, readings, "uuid")
+    extras = extras_of(readings)
+    assert {(device.gpu_uuid, device.gpu_instance_id, device.profile) for device in extras.mig_devices} == {
+        (uuids[0], 2, "1c.3g.71gb"),
+        (uuids[0], 7, "1g.18gb"),
+    }
+    assert backend.xid_records() == (XidRecord(uuids[1], 79, 2, T0),)
+    assert backend.scene.spec.xid_interval_seconds == 600.0
+
+
+def test_processes_on_a_mig_gpu_get_a_slot_from_their_pid(tmp_path: Path) -> None:
+    backend = start(tmp_path, SEEDED, mig_labels=True)
+    readings = collect(backend)
+    assert readings.processes is not None
+    mig_parent = column(backend, readings, "uuid")[0]
+    slots = [(2, 0), (2, 1), (7, 0)]
+    rows = readings.processes.rows
+    assert any(row.gpu_uuid == mig_parent for row in rows)
+    assert any(row.gpu_uuid != mig_parent for row in rows)
+    for row in rows:
+        if row.gpu_uuid == mig_parent:
+            gi, ci = slots[hashlib.sha256(row.pid.encode()).digest()[0] % len(slots)]
+            assert (row.gpu_instance_id, row.compute_instance_id) == (str(gi), str(ci))
+        else:
+            assert (row.gpu_instance_id, row.compute_instance_id) == ("", "")
+
+
+def test_processes_keep_empty_ids_without_the_mig_flag(tmp_path: Path) -> None:
+    backend = start(tmp_path, SEEDED, compute_apps=True)
+    processes = collect(backend).processes
+    assert processes is not None
+    assert processes.rows
+    assert {(row.gpu_instance_id, row.compute_instance_id) for row in processes.rows} == {("", "")}
+
+
+# -- XIDs -------------------------------------------------------------------------------------------------
+
+
+def test_initial_xids_are_applied_once_at_the_first_cycle(tmp_path: Path) -> None:
+    clock = Clock()
+    backend = start(tmp_path, SEEDED, clock=clock)
+    cycles(backend, clock, 3)
+    records = backend.xid_records()
+    assert [(record.xid, record.count, record.last_seen) for record in records] == [(79, 2, T0)]
+
+
+def test_xid_counters_only_grow(tmp_path: Path) -> None:
+    clock = Clock()
+    backend = start(tmp_path, "extras:\n  seed: 5\n  xids:\n    interval: 2s\n    codes: [13, 48]\n", clock=clock)
+    history: list[dict[tuple[str, int], XidRecord]] = []
+    for _ in range(30):
+        collect(backend)
+        history.append({(record.gpu_uuid, record.xid): record for record in backend.xid_records()})
+        clock.now += 3.0
+    for earlier, later in itertools.pairwise(history):
+        for key, record in earlier.items():
+            assert later[key].count >= record.count
+            assert later[key].last_seen >= record.last_seen
+    assert sum(record.count for record in history[-1].values()) > sum(record.count for record in history[1].values())
+    assert {xid for _, xid in history[-1]} <= {13, 48}
+
+
+def test_at_most_ten_ongoing_xids_per_cycle(tmp_path: Path) -> None:
+    clock = Clock()
+    backend = start(tmp_path, "extras:\n  seed: 5\n  xids:\n    interval: 1s\n", clock=clock)
+    collect(backend)
+    clock.now += 3600.0
+    collect(backend)
+    assert sum(record.count for record in backend.xid_records()) == MAX_XIDS_PER_CYCLE
+
+
+def test_xids_stay_visible_when_a_cycle_fails(tmp_path: Path) -> None:
+    backend = start(tmp_path, SEEDED)
+    collect(backend)
+    before = backend.xid_records()
+    (tmp_path / "demo.yaml").write_text("extras:\n  bogus: 1\n", encoding="utf-8")
+    with pytest.raises(CollectionError):
+        collect(backend)
+    assert before
+    assert backend.xid_records() == before
+
+
+def test_failed_demo_cycle_snapshot_carries_xids_and_status_minus_one(tmp_path: Path) -> None:
+    backend = start(tmp_path, SEEDED)
+
+    async def scrape_twice() -> tuple[Any, Any]:
+        collector = Collector(backend, timeout_seconds=None)
+        first = await collector.scrape()
+        (tmp_path / "demo.yaml").write_text("gpus: [broken\n", encoding="utf-8")
+        return first, await collector.scrape()
+
+    good, bad = asyncio.run(scrape_twice())
+    assert bad.attempt is not None
+    assert (bad.attempt.succeeded, bad.attempt.status_code) == (False, -1)
+    assert bad.xids == good.xids != ()
+    text = Exposition(backend.fields, backend.status_family).render(bad)
+    assert "nvidia_smi_nvml_return_code -1\n" in text
+    assert "nvidia_smi_xid_errors_total{" in text
+    assert "nvidia_smi_energy_joules_total" not in text
+
+
+# -- config re-read ---------------------------------------------------------------------------------------
+
+
+def test_broken_edit_fails_one_cycle_then_recovers_with_state_kept(tmp_path: Path) -> None:
+    clock = Clock()
+    backend = start(tmp_path, SEEDED, clock=clock)
+    before = cycles(backend, clock, 2)[-1]
+    path = tmp_path / "demo.yaml"
+    path.write_text(SEEDED + "  bogus: 1\n", encoding="utf-8")
+    clock.now += STEP
+    with pytest.raises(CollectionError, match=r"extras: unknown key 'bogus'") as caught:
+        collect(backend)
+    assert caught.value.status_code == -1
+    path.write_text(SEEDED, encoding="utf-8")
+    clock.now += STEP
+    after = extras_of(collect(backend))
+    energy_before = [gpu.energy_joules for gpu in before.gpus]
+    energy_after = [gpu.energy_joules for gpu in after.gpus]
+    assert all(b is not None and a is not None and b > a for a, b in zip(energy_before, energy_after, strict=True))
+    assert all(reading.sm_activity_ratio is not None for reading in after.mig_instances)
+
+
+def test_changed_file_resets_synthesized_state(tmp_path: Path) -> None:
+    clock = Clock()
+    backend = start(tmp_path, SEEDED, clock=clock)
+    cycles(backend, clock, 3)
+    (tmp_path / "demo.yaml").write_text(SEEDED.replace("seed: 7", "seed: 8"), encoding="utf-8")
+    clock.now += STEP
+    after = extras_of(collect(backend))
+    assert [gpu.energy_joules for gpu in after.gpus] == [0.0, 0.0]
+    assert all(reading.sm_activity_ratio is None for reading in after.mig_instances)
+    assert [(record.xid, record.count, record.last_seen) for record in backend.xid_records()] == [(79, 2, clock.now)]
+    assert backend.scene.spec.seed == 8
+
+
+def test_changed_file_applies_new_settings(tmp_path: Path) -> None:
+    backend = start(tmp_path, SEEDED)
+    collect(backend)
+    (tmp_path / "demo.yaml").write_text(SEEDED + "overrides:\n  temperature.gpu: 91\n", encoding="utf-8")
+    assert column(backend, collect(backend), "temperature.gpu") == ["91", "91"]
+
+
+def test_unchanged_file_keeps_state(tmp_path: Path) -> None:
+    clock = Clock()
+    backend = start(tmp_path, SEEDED, clock=clock)
+    scene = backend.scene
+    (tmp_path / "demo.yaml").write_text(SEEDED, encoding="utf-8")  # rewritten, same bytes
+    cycles(backend, clock, 2)
+    assert backend.scene is scene
+
+
+# -- capture replay ---------------------------------------------------------------------------------------
+
+
+def test_capture_rows_of_mig_gpus_report_mig_enabled(tmp_path: Path) -> None:
+    capture = FIXTURES / "fixture-linux-2gpu-mig.txt"
+    config = (
+        f"capture: '{capture}'\nstate: load\n"
+        + "extras:\n  mig:\n    - {gpu: 1, instances: [{gi: 1, profile: 7g.80gb}]}\n"
+    )
+    backend = start(tmp_path, config)
+    assert column(backend, collect(backend), "mig.mode.current") == ["Enabled", "Enabled"]
+
+
+def test_replicated_capture_enables_mig_per_gpu_entry(tmp_path: Path) -> None:
+    fields = "uuid,name,driver_model.current,driver_model.pending,vbios_version,driver_version,pci.bus_id,serial,"
+    fields += "compute_cap,pci.sub_device_id,index,power.draw,mig.mode.current"
+    fence = "#" * 80
+    capture = tmp_path / "one.txt"
+    capture.write_text(
+        f"{fence}\n# load :: query-gpu (csv, test)\n# $ nvidia-smi --query-gpu={fields} --format=csv\n{fence}\n"
+        f"{fields.replace(',power.draw,', ',power.draw [W],').replace(',', ', ')}\n"
+        "GPU-00000000-0000-0000-0000-000000000000, Test GPU, [N/A], [N/A], 1.0, 550.00, 00000000:01:00.0, 1, "
+        "9.0, 0x000010DE, 0, 100.00 W, Disabled\n",
+        encoding="utf-8",
+    )
+    config = f"capture: '{capture}'\nstate: load\ngpus: 3\n"
+    config += "extras:\n  mig:\n    - {gpu: 2, instances: [{gi: 1, profile: 1g.10gb}]}\n"
+    backend = start(tmp_path, config, names="uuid,mig.mode.current")
+    assert column(backend, collect(backend), "mig.mode.current") == ["Disabled", "Disabled", "Enabled"]
