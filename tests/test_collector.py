@@ -1,0 +1,438 @@
+"""The collector in-process: single-flight sharing, abandonment, timeouts, fatal errors and background mode.
+
+Every test drives a hand-written backend whose ``collect()`` is steered by asyncio events, so the order of
+events is decided by the test, not by wall-clock luck. Timeouts given to the collector are short (tens of
+milliseconds); every wait of the test itself is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, TypeVar
+
+import pytest
+
+from nvidia_gpu_exporter.backends import Backend, CollectionError
+from nvidia_gpu_exporter.collector import Collector
+from nvidia_gpu_exporter.snapshot import GpuTable, QueryField, Readings, Snapshot, StatusFamily, XidRecord
+
+T = TypeVar("T")
+
+WAIT_SECONDS = 5.0
+FIELDS = (QueryField("uuid", "uuid"), QueryField("temperature.gpu", "temperature.gpu"))
+READINGS = Readings(GpuTable((("GPU-0000", "40"),)), None, "12.4")
+
+
+class FakeBackend:
+    """A backend whose runs the test steers: each ``collect()`` waits for ``gate``, then returns an outcome.
+
+    ``outcomes[i]`` is what call ``i`` returns (``Readings``) or raises (an exception); calls past the list
+    return :data:`READINGS`. ``delays[i]`` is slept by call ``i`` after the gate opened.
+    """
+
+    def __init__(
+        self,
+        outcomes: Sequence[Readings | BaseException] = (),
+        *,
+        gated: bool = False,
+        delays: Sequence[float] = (),
+    ) -> None:
+        self.outcomes = list(outcomes)
+        self.delays = list(delays)
+        self.gate = asyncio.Event()
+        if not gated:
+            self.gate.set()
+        self.started = asyncio.Event()
+        self.cancelled = asyncio.Event()
+        self.calls = 0
+        self.active = 0
+        self.max_active = 0
+        self.start_times: list[float] = []
+        self.closed = False
+
+    @property
+    def status_family(self) -> StatusFamily:
+        return StatusFamily.COMMAND_EXIT_CODE
+
+    @property
+    def fields(self) -> tuple[QueryField, ...]:
+        return FIELDS
+
+    async def collect(self) -> Readings:
+        index = self.calls
+        self.calls += 1
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        self.start_times.append(asyncio.get_running_loop().time())
+        self.started.set()
+        try:
+            await self.gate.wait()
+            if index < len(self.delays) and self.delays[index] > 0:
+                await asyncio.sleep(self.delays[index])
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        finally:
+            self.active -= 1
+        outcome = self.outcomes[index] if index < len(self.outcomes) else READINGS
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def xid_records(self) -> tuple[XidRecord, ...]:
+        return ()
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    return asyncio.run(main())
+
+
+async def bounded(awaitable: Awaitable[T]) -> T:
+    return await asyncio.wait_for(awaitable, WAIT_SECONDS)
+
+
+async def eventually(predicate: Callable[[], bool], what: str) -> None:
+    """Yield to the loop until ``predicate`` holds; fail after :data:`WAIT_SECONDS`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT_SECONDS
+    while not predicate():
+        if loop.time() > deadline:
+            pytest.fail(f"timed out waiting for: {what}")
+        await asyncio.sleep(0.005)
+
+
+def test_fake_backend_satisfies_the_backend_protocol() -> None:
+    async def main() -> None:
+        backend: Backend = FakeBackend()
+        assert backend.fields == FIELDS
+
+    run(main)
+
+
+# -- synchronous mode: single flight ----------------------------------------------------------------------
+
+
+def test_concurrent_scrapes_share_one_collection() -> None:
+    async def main() -> None:
+        backend = FakeBackend(gated=True)
+        collector = Collector(backend, timeout_seconds=None)
+        scrapes = [asyncio.create_task(collector.scrape()) for _ in range(5)]
+        await bounded(backend.started.wait())
+        await asyncio.sleep(0.01)  # let every scrape join before the run ends
+        backend.gate.set()
+        snapshots = await bounded(asyncio.gather(*scrapes))
+        assert backend.calls == 1
+        assert collector.collections == 1
+        assert all(snapshot is snapshots[0] for snapshot in snapshots)
+        first = snapshots[0]
+        assert first.attempt is not None
+        assert first.attempt.succeeded
+        assert first.attempt.readings == READINGS
+
+    run(main)
+
+
+def test_sequential_scrapes_each_start_a_new_collection() -> None:
+    async def main() -> None:
+        backend = FakeBackend()
+        collector = Collector(backend, timeout_seconds=None)
+        first = await bounded(collector.scrape())
+        second = await bounded(collector.scrape())
+        assert backend.calls == 2
+        assert second.sequence > first.sequence
+        assert second.failed_collections == 0
+
+    run(main)
+
+
+def test_scrape_whose_budget_expires_gets_the_no_result_snapshot_while_the_run_continues() -> None:
+    async def main() -> None:
+        backend = FakeBackend([READINGS, READINGS], gated=False)
+        collector = Collector(backend, timeout_seconds=None)
+        earlier = await bounded(collector.scrape())  # one success, so the no-result snapshot has a timestamp
+        assert earlier.attempt is not None
+        backend.gate.clear()
+        backend.started.clear()
+
+        patient = asyncio.create_task(collector.scrape())
+        await bounded(backend.started.wait())
+        impatient = await bounded(collector.scrape(0.05))
+
+        assert impatient.attempt is None
+        assert impatient.failed_collections == 0
+        assert impatient.last_success_at == earlier.attempt.finished_at
+        assert not backend.cancelled.is_set()  # the patient scrape still waits for the run
+        backend.gate.set()
+        result = await bounded(patient)
+        assert result.attempt is not None
+        assert result.attempt.succeeded
+        assert backend.calls == 2
+
+    run(main)
+
+
+def test_run_is_cancelled_and_counted_as_one_failure_when_every_waiter_gives_up() -> None:
+    async def main() -> None:
+        backend = FakeBackend(gated=True)
+        collector = Collector(backend, timeout_seconds=None)
+        snapshots = await bounded(asyncio.gather(collector.scrape(0.05), collector.scrape(0.08)))
+
+        assert [snapshot.attempt for snapshot in snapshots] == [None, None]
+        await bounded(backend.cancelled.wait())
+        await eventually(lambda: collector.collections == 1, "the abandoned run to be published")
+        latest = collector.latest
+        assert latest.failed_collections == 1
+        assert latest.attempt is not None
+        assert not latest.attempt.succeeded
+        assert latest.attempt.status_code == -1
+        assert backend.calls == 1
+
+    run(main)
+
+
+def test_scrape_after_abandonment_starts_a_new_run() -> None:
+    async def main() -> None:
+        backend = FakeBackend(gated=True)
+        collector = Collector(backend, timeout_seconds=None)
+        gave_up = await bounded(collector.scrape(0.05))
+        assert gave_up.attempt is None
+
+        backend.gate.set()
+        fresh = await bounded(collector.scrape())
+        assert backend.calls == 2
+        assert fresh.attempt is not None
+        assert fresh.attempt.succeeded
+        await eventually(lambda: collector.latest.failed_collections == 1, "the abandoned run to count")
+
+    run(main)
+
+
+def test_no_result_snapshot_carries_the_failure_count_so_far() -> None:
+    async def main() -> None:
+        backend = FakeBackend([CollectionError("boom", 3)])
+        collector = Collector(backend, timeout_seconds=None)
+        failed = await bounded(collector.scrape())
+        assert failed.failed_collections == 1
+        backend.gate.clear()
+        gave_up = await bounded(collector.scrape(0.05))
+        assert gave_up.attempt is None
+        assert gave_up.failed_collections == 1
+        assert gave_up.last_success_at is None
+
+    run(main)
+
+
+# -- failures ---------------------------------------------------------------------------------------------
+
+
+def test_collection_timeout_is_a_failed_attempt_with_status_minus_one_and_not_fatal() -> None:
+    async def main() -> None:
+        fatal_codes: list[int] = []
+        backend = FakeBackend(gated=True)
+        collector = Collector(backend, timeout_seconds=0.05, shutdown_on_error=True, on_fatal=fatal_codes.append)
+        snapshot = await bounded(collector.scrape())
+
+        assert backend.cancelled.is_set()  # the backend's run was cancelled by the timeout
+        attempt = snapshot.attempt
+        assert attempt is not None
+        assert not attempt.succeeded
+        assert attempt.status_code == -1
+        assert not attempt.fatal
+        assert attempt.error is not None
+        assert "timed out" in attempt.error
+        assert snapshot.failed_collections == 1
+        assert fatal_codes == []
+
+    run(main)
+
+
+@pytest.mark.parametrize(
+    ("fatal", "shutdown_on_error", "expected_calls"),
+    [
+        pytest.param(True, True, [7], id="fatal-error-with-shutdown-on-error-calls-on-fatal"),
+        pytest.param(True, False, [], id="fatal-error-without-shutdown-on-error-keeps-running"),
+        pytest.param(False, True, [], id="non-fatal-error-never-shuts-down"),
+    ],
+)
+def test_fatal_collection_error_and_shutdown_on_error(
+    fatal: bool, shutdown_on_error: bool, expected_calls: list[int]
+) -> None:
+    async def main() -> None:
+        fatal_codes: list[int] = []
+        backend = FakeBackend([CollectionError("nvidia-smi failed", 7, fatal=fatal, exit_code=7)])
+        collector = Collector(
+            backend,
+            timeout_seconds=None,
+            shutdown_on_error=shutdown_on_error,
+            on_fatal=fatal_codes.append,
+        )
+        snapshot = await bounded(collector.scrape())
+        assert fatal_codes == expected_calls
+        assert snapshot.attempt is not None
+        assert snapshot.attempt.status_code == 7
+        assert snapshot.attempt.readings is None
+        assert snapshot.failed_collections == 1
+
+    run(main)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        pytest.param(RuntimeError("backend bug"), id="runtime-error"),
+        pytest.param(KeyError("missing"), id="key-error"),
+        pytest.param(ValueError("bad value"), id="value-error"),
+    ],
+)
+def test_unexpected_backend_exception_becomes_a_failed_attempt(error: Exception) -> None:
+    async def main() -> None:
+        backend = FakeBackend([error])
+        collector = Collector(backend, timeout_seconds=None)
+        snapshot = await bounded(collector.scrape())
+        assert snapshot.attempt is not None
+        assert not snapshot.attempt.succeeded
+        assert snapshot.attempt.status_code == -1
+        assert snapshot.failed_collections == 1
+        recovered = await bounded(collector.scrape())  # the collector keeps working afterwards
+        assert recovered.attempt is not None
+        assert recovered.attempt.succeeded
+        assert recovered.failed_collections == 1
+
+    run(main)
+
+
+def test_success_records_whole_attempt_details() -> None:
+    async def main() -> None:
+        backend = FakeBackend(delays=[0.02])
+        collector = Collector(backend, timeout_seconds=None)
+        snapshot = await bounded(collector.scrape())
+        attempt = snapshot.attempt
+        assert attempt is not None
+        assert attempt.status_code == 0
+        assert attempt.duration_seconds >= 0.015
+        assert snapshot.last_success_at == attempt.finished_at
+        assert snapshot.failed_collections == 0
+
+    run(main)
+
+
+def test_aclose_cancels_the_collection_in_flight() -> None:
+    async def main() -> None:
+        backend = FakeBackend(gated=True)
+        collector = Collector(backend, timeout_seconds=None)
+        scrape = asyncio.create_task(collector.scrape())
+        await bounded(backend.started.wait())
+        await bounded(collector.aclose())
+        assert backend.cancelled.is_set()
+        snapshot = await bounded(scrape)
+        assert snapshot.attempt is None or not snapshot.attempt.succeeded
+
+    run(main)
+
+
+# -- background mode --------------------------------------------------------------------------------------
+
+
+def test_background_mode_serves_an_empty_snapshot_until_the_first_run_completes() -> None:
+    async def main() -> None:
+        backend = FakeBackend(gated=True)
+        collector = Collector(backend, timeout_seconds=None, interval_seconds=3600)
+        collector.start()
+        try:
+            await bounded(backend.started.wait())
+            before = await bounded(collector.scrape())  # never waits for the run in flight
+            assert before.attempt is None
+            assert before.failed_collections == 0
+            assert before.last_success_at is None
+
+            backend.gate.set()
+            await eventually(lambda: collector.collections == 1, "the first background run")
+            after = await bounded(collector.scrape(0.001))  # the budget has no effect in this mode
+            assert after.attempt is not None
+            assert after.attempt.succeeded
+            assert backend.calls == 1
+        finally:
+            await bounded(collector.aclose())
+
+    run(main)
+
+
+def test_background_mode_never_runs_two_collections_at_once_and_coalesces_missed_ticks() -> None:
+    async def main() -> None:
+        interval = 0.1
+        backend = FakeBackend(delays=[0.35])  # the first run overruns three ticks
+        collector = Collector(backend, timeout_seconds=None, interval_seconds=interval)
+        collector.start()
+        try:
+            await eventually(lambda: backend.calls >= 5, "five background runs")
+        finally:
+            await bounded(collector.aclose())
+        assert backend.max_active == 1
+        starts = backend.start_times
+        assert starts[1] - starts[0] >= 0.3  # the second run waited for the overrunning first one
+        gaps = [later - earlier for earlier, later in itertools.pairwise(starts[1:])]
+        # Missed ticks coalesce: after the overrun the runs keep the interval instead of bursting.
+        assert min(gaps) >= interval * 0.5, gaps
+
+    run(main)
+
+
+def test_background_failed_tick_publishes_no_readings_but_keeps_the_last_success_time() -> None:
+    async def main() -> None:
+        backend = FakeBackend([READINGS, CollectionError("exit status 3", 3)], delays=[0, 0, 60])
+        collector = Collector(backend, timeout_seconds=None, interval_seconds=0.2)
+        collector.start()
+        try:
+            await eventually(lambda: collector.collections == 1, "the first background run")
+            first = collector.latest
+            await eventually(lambda: collector.collections == 2, "the failing background run")
+            failed = await bounded(collector.scrape())
+        finally:
+            await bounded(collector.aclose())
+        assert first.attempt is not None
+        assert first.attempt.succeeded
+        assert failed.attempt is not None
+        assert failed.attempt.readings is None
+        assert failed.attempt.status_code == 3
+        assert failed.failed_collections == 1
+        assert failed.last_success_at == first.attempt.finished_at
+
+    run(main)
+
+
+def test_background_timeout_counts_as_a_failed_tick() -> None:
+    async def main() -> None:
+        backend = FakeBackend(delays=[60])
+        collector = Collector(backend, timeout_seconds=0.05, interval_seconds=3600)
+        collector.start()
+        try:
+            await eventually(lambda: collector.collections == 1, "the timed-out background run")
+        finally:
+            await bounded(collector.aclose())
+        latest: Snapshot = collector.latest
+        assert backend.cancelled.is_set()
+        assert latest.attempt is not None
+        assert latest.attempt.status_code == -1
+        assert latest.failed_collections == 1
+
+    run(main)
+
+
+def test_aclose_stops_the_background_loop() -> None:
+    async def main() -> None:
+        backend = FakeBackend(gated=True)
+        collector = Collector(backend, timeout_seconds=None, interval_seconds=0.01)
+        collector.start()
+        await bounded(backend.started.wait())
+        await bounded(collector.aclose())
+        assert backend.cancelled.is_set()
+        calls = backend.calls
+        await asyncio.sleep(0.1)
+        assert backend.calls == calls
+
+    run(main)

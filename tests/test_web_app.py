@@ -1,0 +1,420 @@
+"""The HTTP layer in-process: the real ``WebServer`` on a loopback port-0 socket, a hand-written backend.
+
+What only an in-process test can see: how often a snapshot is rendered, the handler's own counters after a
+500 or a 503, and whether a client that hangs up releases its place in the single-flight collection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from nvidia_gpu_exporter.backends import CollectionError
+from nvidia_gpu_exporter.collector import Collector
+from nvidia_gpu_exporter.exposition.metrics import IDENTITY_FIELDS, Exposition
+from nvidia_gpu_exporter.exposition.text import CONTENT_TYPE
+from nvidia_gpu_exporter.snapshot import GpuTable, QueryField, Readings, Snapshot, StatusFamily, XidRecord
+from nvidia_gpu_exporter.web import (
+    MetricsEndpoint,
+    WebServer,
+    WebSettings,
+    accepts_gzip,
+    bind_socket,
+    build_app,
+    scrape_budget,
+)
+
+T = TypeVar("T")
+
+WAIT_SECONDS = 5.0
+FIELDS = (*(QueryField(name, name) for name in IDENTITY_FIELDS), QueryField("temperature.gpu", "temperature.gpu"))
+
+
+def gpu_row(uuid: str, index: str, temperature: str) -> tuple[str, ...]:
+    cells = {
+        "uuid": uuid,
+        "name": "NVIDIA Test GPU",
+        "driver_model.current": "[N/A]",
+        "driver_model.pending": "[N/A]",
+        "vbios_version": "96.00.00.00.01",
+        "driver_version": "550.54.15",
+        "pci.bus_id": f"00000000:0{index}:00.0",
+        "serial": "1320000000000",
+        "compute_cap": "9.0",
+        "pci.sub_device_id": "0x17F010DE",
+        "index": index,
+        "temperature.gpu": temperature,
+    }
+    return tuple(cells[field.qfield] for field in FIELDS)
+
+
+UUID_A = "GPU-aaaaaaaa-0000-4000-8000-000000000001"
+UUID_B = "GPU-bbbbbbbb-0000-4000-8000-000000000002"
+READINGS = Readings(GpuTable((gpu_row(UUID_A, "0", "41"), gpu_row(UUID_B, "1", "42"))), None, "12.4")
+DUPLICATE_READINGS = Readings(GpuTable((gpu_row(UUID_A, "0", "41"), gpu_row(UUID_A, "1", "42"))), None, "12.4")
+
+
+class FakeBackend:
+    """Each ``collect()`` waits for ``gate`` and returns ``outcomes[i]`` (or raises it); then :data:`READINGS`."""
+
+    def __init__(self, outcomes: Sequence[Readings | BaseException] = (), *, gated: bool = False) -> None:
+        self.outcomes = list(outcomes)
+        self.gate = asyncio.Event()
+        if not gated:
+            self.gate.set()
+        self.started = asyncio.Event()
+        self.cancelled = asyncio.Event()
+        self.calls = 0
+
+    @property
+    def status_family(self) -> StatusFamily:
+        return StatusFamily.COMMAND_EXIT_CODE
+
+    @property
+    def fields(self) -> tuple[QueryField, ...]:
+        return FIELDS
+
+    async def collect(self) -> Readings:
+        index = self.calls
+        self.calls += 1
+        self.started.set()
+        try:
+            await self.gate.wait()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        outcome = self.outcomes[index] if index < len(self.outcomes) else READINGS
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def xid_records(self) -> tuple[XidRecord, ...]:
+        return ()
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+
+class CountingExposition(Exposition):
+    """An exposition that counts how often a snapshot is actually rendered."""
+
+    renders = 0
+
+    def render(self, snapshot: Snapshot) -> str:
+        self.renders += 1
+        return super().render(snapshot)
+
+
+@dataclass
+class Served:
+    url: str
+    endpoint: MetricsEndpoint
+    collector: Collector
+    exposition: CountingExposition
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    backend: FakeBackend, *, interval_seconds: float = 0.0, max_requests: int = 40
+) -> AsyncIterator[Served]:
+    """The real web server on 127.0.0.1:0 in front of a collector of ``backend``."""
+    settings = WebSettings(listen_addresses=("127.0.0.1:0",), max_requests=max_requests)
+    collector = Collector(backend, timeout_seconds=None, interval_seconds=interval_seconds)
+    exposition = CountingExposition(backend.fields, backend.status_family)
+    endpoint = MetricsEndpoint(collector, exposition, settings)
+    server = WebServer(build_app(endpoint, settings), settings)
+    await server.start([bind_socket("127.0.0.1:0")])
+    collector.start()
+    try:
+        yield Served(f"http://{server.addresses[0]}", endpoint, collector, exposition)
+    finally:
+        await collector.aclose()
+        await server.stop()
+
+
+def run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    return asyncio.run(main())
+
+
+async def bounded(awaitable: Awaitable[T]) -> T:
+    return await asyncio.wait_for(awaitable, WAIT_SECONDS)
+
+
+async def eventually(predicate: Callable[[], bool], what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT_SECONDS
+    while not predicate():
+        if loop.time() > deadline:
+            pytest.fail(f"timed out waiting for: {what}")
+        await asyncio.sleep(0.005)
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8")
+
+
+async def get(url: str, headers: dict[str, str] | None = None) -> Reply:
+    """GET without transparent decompression, so the test sees the bytes on the wire.
+
+    aiohttp asks for gzip by default; a plain request here says ``identity`` unless ``headers`` differ.
+    """
+    timeout = aiohttp.ClientTimeout(total=WAIT_SECONDS)
+    async with (
+        aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as session,
+        session.get(url, headers={"Accept-Encoding": "identity", **(headers or {})}) as response,
+    ):
+        return Reply(response.status, dict(response.headers), await response.read())
+
+
+def nvidia_smi_part(text: str) -> str:
+    return "".join(line + "\n" for line in text.splitlines() if "nvidia_smi_" in line)
+
+
+def parses(text: str) -> list[str]:
+    return [family.name for family in text_string_to_metric_families(text)]
+
+
+# -- pure helpers of the metrics route ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("header", "offset", "expected"),
+    [
+        pytest.param(None, 0.5, None, id="missing-header-means-no-bound"),
+        pytest.param("10", 0.5, 9.5, id="header-minus-offset"),
+        pytest.param("2.5", 0.5, 2.0, id="fractional-header"),
+        pytest.param("3", 0.0, 3.0, id="zero-offset"),
+        pytest.param(" 4 ", 1.0, 3.0, id="surrounding-spaces-ignored"),
+        pytest.param("0.5", 0.5, None, id="offset-eats-the-whole-budget-means-no-bound"),
+        pytest.param("0.4", 0.5, None, id="offset-larger-than-header-means-no-bound"),
+        pytest.param("abc", 0.5, None, id="unparsable-ignored"),
+        pytest.param("nan", 0.5, None, id="nan-ignored"),
+        pytest.param("0", 0.5, None, id="zero-ignored"),
+        pytest.param("-3", 0.5, None, id="negative-ignored"),
+        pytest.param("86401", 0.5, None, id="more-than-a-day-ignored"),
+        pytest.param("86400", 0.0, 86400.0, id="exactly-a-day-accepted"),
+    ],
+)
+def test_scrape_budget_from_the_scrape_timeout_header(
+    header: str | None, offset: float, expected: float | None
+) -> None:
+    assert scrape_budget(header, offset) == expected
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        pytest.param(None, False, id="no-header"),
+        pytest.param("", False, id="empty"),
+        pytest.param("gzip", True, id="gzip"),
+        pytest.param("deflate, gzip;q=1.0, *;q=0.5", True, id="gzip-among-others"),
+        pytest.param("GZIP", True, id="case-insensitive"),
+        pytest.param("gzip;q=0", False, id="gzip-refused-with-zero-quality"),
+        pytest.param("identity", False, id="identity-only"),
+        pytest.param("*", True, id="wildcard"),
+        pytest.param("br, deflate", False, id="other-encodings-only"),
+    ],
+)
+def test_accept_encoding_negotiates_gzip(header: str | None, expected: bool) -> None:
+    assert accepts_gzip(header) is expected
+
+
+# -- render cache -------------------------------------------------------------------------------------
+
+
+def test_background_snapshot_is_rendered_once_for_every_scrape_of_it() -> None:
+    async def main() -> None:
+        backend = FakeBackend()
+        async with serving(backend, interval_seconds=3600) as served:
+            await eventually(lambda: served.collector.collections == 1, "the first background run")
+            first = await bounded(get(served.url + "/metrics"))
+            second = await bounded(get(served.url + "/metrics"))
+            zipped = await bounded(get(served.url + "/metrics", {"Accept-Encoding": "gzip"}))
+            renders = served.exposition.renders
+        assert [first.status, second.status, zipped.status] == [200, 200, 200]
+        assert renders == 1
+        assert nvidia_smi_part(first.text) == nvidia_smi_part(second.text)
+        assert zipped.headers["Content-Encoding"] == "gzip"
+        assert nvidia_smi_part(gzip.decompress(zipped.body).decode("utf-8")) == nvidia_smi_part(first.text)
+        assert 'nvidia_smi_temperature_gpu{uuid="aaaaaaaa-0000-4000-8000-000000000001"} 41' in first.text
+
+    run(main)
+
+
+def test_synchronous_scrapes_render_each_new_snapshot() -> None:
+    async def main() -> None:
+        backend = FakeBackend()
+        async with serving(backend) as served:
+            await bounded(get(served.url + "/metrics"))
+            await bounded(get(served.url + "/metrics"))
+            renders = served.exposition.renders
+        assert backend.calls == 2
+        assert renders == 2
+
+    run(main)
+
+
+def test_gzip_body_is_a_valid_gzip_of_the_plain_body() -> None:
+    async def main() -> None:
+        backend = FakeBackend()
+        async with serving(backend, interval_seconds=3600) as served:
+            await eventually(lambda: served.collector.collections == 1, "the first background run")
+            plain = await bounded(get(served.url + "/metrics"))
+            zipped = await bounded(get(served.url + "/metrics", {"Accept-Encoding": "gzip"}))
+        assert plain.headers["Content-Type"] == CONTENT_TYPE
+        assert zipped.headers["Content-Type"] == CONTENT_TYPE
+        assert "Content-Encoding" not in plain.headers
+        unzipped = gzip.decompress(zipped.body).decode("utf-8")
+        parses(unzipped)
+        assert nvidia_smi_part(unzipped) == nvidia_smi_part(plain.text)
+
+    run(main)
+
+
+# -- failures and their counters ------------------------------------------------------------------------
+
+
+def test_duplicate_series_answer_500_and_count_a_gathering_error() -> None:
+    async def main() -> None:
+        backend = FakeBackend([DUPLICATE_READINGS])
+        async with serving(backend) as served:
+            failed = await bounded(get(served.url + "/metrics"))
+            healthy = await bounded(get(served.url + "/-/healthy"))
+            later = await bounded(get(served.url + "/metrics"))
+            errors = dict(served.endpoint.stats.errors)
+        assert failed.status == 500
+        assert failed.text.startswith("An error has occurred while serving metrics:\n\n")
+        assert "was collected before with the same name and label values" in failed.text
+        assert not any(line.startswith(("# ", "nvidia_smi_")) for line in failed.text.splitlines())  # no partial page
+        assert healthy.status == 200
+        assert errors["gathering"] == 1
+        assert later.status == 200
+        assert 'promhttp_metric_handler_errors_total{cause="gathering"} 1\n' in later.text
+        assert 'promhttp_metric_handler_requests_total{code="500"} 1\n' in later.text
+
+    run(main)
+
+
+def test_refused_scrape_answers_503_and_is_counted() -> None:
+    async def main() -> None:
+        backend = FakeBackend(gated=True)
+        async with serving(backend, max_requests=1) as served:
+            first = asyncio.create_task(get(served.url + "/metrics"))
+            await bounded(backend.started.wait())
+            refused = await bounded(get(served.url + "/metrics"))
+            healthy = await bounded(get(served.url + "/-/healthy"))
+            backend.gate.set()
+            answered = await bounded(first)
+            later = await bounded(get(served.url + "/metrics"))
+        assert refused.status == 503
+        assert refused.text == "limit of 1 concurrent requests reached, try again later\n"
+        assert refused.headers["Content-Type"] == "text/plain; charset=utf-8"
+        assert healthy.status == 200
+        assert answered.status == 200
+        assert backend.calls == 2  # the refused scrape started no collection
+        assert 'promhttp_metric_handler_requests_total{code="503"} 1\n' in later.text
+        assert 'promhttp_metric_handler_requests_total{code="200"} 1\n' in later.text
+
+    run(main)
+
+
+def test_failed_collection_renders_health_only() -> None:
+    async def main() -> None:
+        backend = FakeBackend([CollectionError("exit status 7", 7)])
+        async with serving(backend) as served:
+            reply = await bounded(get(served.url + "/metrics"))
+        assert reply.status == 200
+        assert "nvidia_smi_command_exit_code 7\n" in reply.text
+        assert "nvidia_smi_failed_scrapes_total 1\n" in reply.text
+        assert "nvidia_smi_last_collect_success 0\n" in reply.text
+        assert "nvidia_smi_gpu_info" not in reply.text
+        assert "nvidia_smi_temperature_gpu" not in reply.text
+        parses(reply.text)
+
+    run(main)
+
+
+def test_scrape_timeout_header_answers_with_the_no_result_snapshot() -> None:
+    async def main() -> None:
+        backend = FakeBackend(gated=True)
+        async with serving(backend) as served:
+            reply = await bounded(get(served.url + "/metrics", {"X-Prometheus-Scrape-Timeout-Seconds": "0.7"}))
+            await bounded(backend.cancelled.wait())  # it was the only waiter: the run is cancelled
+        assert reply.status == 200
+        assert "nvidia_smi_last_collect_success 0\n" in reply.text
+        assert "nvidia_smi_failed_scrapes_total 0\n" in reply.text
+        assert "nvidia_smi_command_exit_code" not in reply.text
+        assert "nvidia_smi_last_collect_duration_seconds" not in reply.text
+        assert "nvidia_smi_gpu_info" not in reply.text
+
+    run(main)
+
+
+# -- client disconnects -----------------------------------------------------------------------------------
+
+
+async def open_raw_scrape(url: str) -> asyncio.StreamWriter:
+    """Send a metrics request on a raw connection and return its writer, without reading any answer."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    _, writer = await asyncio.open_connection(host, int(port))
+    writer.write(f"GET /metrics HTTP/1.1\r\nHost: {host}\r\n\r\n".encode("ascii"))
+    await writer.drain()
+    return writer
+
+
+def test_client_that_disconnects_mid_wait_releases_its_waiter_and_cancels_the_collection() -> None:
+    async def main() -> None:
+        backend = FakeBackend(gated=True)
+        async with serving(backend) as served:
+            writer = await bounded(open_raw_scrape(served.url))
+            await bounded(backend.started.wait())
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await bounded(writer.wait_closed())
+            await bounded(backend.cancelled.wait())
+            await eventually(lambda: served.collector.latest.failed_collections == 1, "the abandoned run")
+            backend.gate.set()
+            later = await bounded(get(served.url + "/metrics"))
+        assert backend.calls == 2
+        assert later.status == 200
+        assert "nvidia_smi_failed_scrapes_total 1\n" in later.text
+        assert "nvidia_smi_last_collect_success 1\n" in later.text
+
+    run(main)
+
+
+def test_disconnecting_client_does_not_cancel_a_collection_others_still_wait_for() -> None:
+    async def main() -> None:
+        backend = FakeBackend(gated=True)
+        async with serving(backend) as served:
+            writer = await bounded(open_raw_scrape(served.url))
+            await bounded(backend.started.wait())
+            patient = asyncio.create_task(get(served.url + "/metrics"))
+            await eventually(lambda: served.endpoint.stats.in_flight == 2, "both scrapes to be waiting")
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await bounded(writer.wait_closed())
+            await eventually(lambda: served.endpoint.stats.in_flight == 1, "the disconnect to be noticed")
+            assert not backend.cancelled.is_set()
+            backend.gate.set()
+            reply = await bounded(patient)
+        assert reply.status == 200
+        assert backend.calls == 1
+        assert "nvidia_smi_last_collect_success 1\n" in reply.text
+
+    run(main)
