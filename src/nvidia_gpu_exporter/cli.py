@@ -14,7 +14,7 @@ from . import __version__, logs
 from .backends import Backend, BackendSetupError
 from .backends.cmdsplit import CommandSplitError, split_command
 from .backends.fields import FieldRequest, FieldResolutionError
-from .backends.runner import SubprocessRunner
+from .backends.runner import SmiRunner, SubprocessRunner, UnrunnableCommand
 from .backends.smi import SmiBackend
 from .collector import Collector
 from .config import Config, ConfigError, validate
@@ -72,14 +72,15 @@ async def build_backend(config: Config) -> Backend:
     timeout = to_seconds(config.collect_timeout_ns) or None
     request = FieldRequest(config.query_field_names, config.query_field_names_exclude)
     if config.backend == "exec":
+        runner: SmiRunner
         try:
-            argv = split_command(config.nvidia_smi_command)
+            runner = SubprocessRunner(split_command(config.nvidia_smi_command))
         except CommandSplitError as error:
-            raise StartupError(f"invalid --nvidia-smi-command: {error}") from error
+            # As in Go: the exporter still starts, and every run fails with exit code -1 and this reason.
+            log.error("invalid --nvidia-smi-command", extra={"err": str(error)})
+            runner = UnrunnableCommand(f"invalid --nvidia-smi-command: {error}")
         try:
-            return await SmiBackend.start(
-                SubprocessRunner(argv), request, timeout_seconds=timeout, compute_apps=config.compute_apps
-            )
+            return await SmiBackend.start(runner, request, timeout_seconds=timeout, compute_apps=config.compute_apps)
         except FieldResolutionError as error:
             raise StartupError(f"failed to resolve query fields: {error}") from error
     if config.backend == "demo":

@@ -344,7 +344,6 @@ class WebServer:
                 sock,
                 header_timeout=self.settings.header_timeout_seconds,
                 write_timeout=self.settings.write_timeout_seconds,
-                shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
                 ssl_context=self.security.ssl_context,
             )
             await site.start()

@@ -128,10 +128,9 @@ class DeadlineSockSite(web.SockSite):
         *,
         header_timeout: float,
         write_timeout: float,
-        shutdown_timeout: float,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        super().__init__(runner, sock, shutdown_timeout=shutdown_timeout, ssl_context=ssl_context)
+        super().__init__(runner, sock, ssl_context=ssl_context)
         self.header_timeout = header_timeout
         self.write_timeout = write_timeout
 

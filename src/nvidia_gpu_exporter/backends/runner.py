@@ -62,6 +62,20 @@ class SmiRunner(Protocol):
     async def run(self, args: Sequence[str]) -> RunResult: ...
 
 
+class UnrunnableCommand:
+    """A command line that cannot be split: every run fails at once with exit code -1 and the reason."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    @property
+    def description(self) -> str:
+        return self.reason
+
+    async def run(self, args: Sequence[str]) -> RunResult:
+        return RunResult("", "", NO_EXIT_STATUS, start_error=self.reason)
+
+
 def _decode(data: bytes) -> str:
     # surrogateescape keeps invalid bytes visible to the exposition, which drops such labels.
     return data.decode("utf-8", errors="surrogateescape")
