@@ -1,0 +1,393 @@
+"""The nvml backend: one collection cycle reads libnvidia-ml in-process and renders nvidia-smi's text.
+
+NVML calls are blocking C calls, so a cycle runs in a worker thread of its own. When the collector gives
+up on it (timeout) the thread keeps going until the driver returns; until then further cycles fail at
+once with ``a previous collection is still in progress`` rather than pile up threads stuck in the driver.
+Lifecycle failures (GPU lost, driver gone) fail the cycle as fatal and schedule an NVML re-init for the
+next one; fields a GPU cannot report are simply absent, exactly as their nvidia-smi text would be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import ctypes
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pynvml
+
+from ...exposition.gotext import GO_SPACE
+from ...snapshot import (
+    GpuExtras,
+    GpuTable,
+    MigDevice,
+    MigInstanceReading,
+    NvmlExtras,
+    ProcessList,
+    ProcessRow,
+    QueryField,
+    Readings,
+    StatusFamily,
+    XidRecord,
+)
+from .. import BackendSetupError, CollectionError
+from ..fields import FieldRequest, FieldResolutionError
+from .api import (
+    DEPRECATED,
+    FUNCTION_NOT_FOUND,
+    NA_UINT64,
+    NO_INSTANCE,
+    NO_PERMISSION,
+    Failure,
+    call,
+    read_string,
+    return_name,
+)
+from .catalog import ResolvedField, resolve_fields
+from .cells import CYCLE_FIELDS, DEPRECATED_FIELDS, NA, Cell, mib, sources_for, token
+from .mig import GpmSampler, read_mig
+from .session import NvmlSession
+from .xid import XidWatcher
+
+log = logging.getLogger(__name__)
+
+STILL_IN_PROGRESS = "a previous collection is still in progress"
+CLOSE_WAIT_SECONDS = 2.0
+PCIE_KB = 1000.0  # NVML reports PCIe throughput in KB/s
+UNKNOWN_ERROR = -1  # any code outside the token table renders "[Unknown Error]"
+
+
+class _LifecycleError(Exception):
+    """A lifecycle-class NVML failure inside a cycle: fatal, and NVML must be re-initialized."""
+
+    def __init__(self, code: int, where: str) -> None:
+        super().__init__(f"{where}: {return_name(code)}")
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class _Gpu:
+    handle: Any
+    uuid: str
+
+
+def cuda_version_text(version: int) -> str:
+    """``nvmlSystemGetCudaDriverVersion``'s integer as nvidia-smi prints it: 13010 -> ``13.1``."""
+    return f"{version // 1000}.{(version % 1000) // 10}"
+
+
+def timestamp_text(now: float) -> str:
+    """The ``timestamp`` cell: local time as nvidia-smi prints it, ``YYYY/MM/DD HH:MM:SS.mmm``."""
+    return time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
+
+
+class NvmlBackend:
+    """Reads the GPUs through NVML; ``collect`` runs one cycle in a worker thread."""
+
+    def __init__(
+        self,
+        session: NvmlSession,
+        fields: Sequence[ResolvedField],
+        *,
+        compute_apps: bool = False,
+        pcie_throughput: bool = False,
+        watcher: XidWatcher | None = None,
+        gpm_clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.session = session
+        self.resolved = tuple(fields)
+        self.compute_apps = compute_apps
+        self.pcie_throughput = pcie_throughput
+        self.watcher = watcher
+        self.sampler = GpmSampler(gpm_clock)
+        session.on_teardown(self.sampler.release_all)
+        self._fields = tuple(field.query for field in self.resolved)
+        device_fields = {field.source for field in self.resolved} - CYCLE_FIELDS - DEPRECATED_FIELDS
+        self._plan = sources_for(sorted(device_fields))
+        self._needs_driver_version = any(field.source == "driver_version" for field in self.resolved)
+        self._cuda_version = ""
+        self._warned_unreadable: set[str] = set()
+        self._busy = threading.Lock()
+        self._worker: threading.Thread | None = None
+        self._closed = False
+
+    # -- Backend protocol -------------------------------------------------------------------------------
+
+    @property
+    def status_family(self) -> StatusFamily:
+        return StatusFamily.NVML_RETURN_CODE
+
+    @property
+    def fields(self) -> tuple[QueryField, ...]:
+        return self._fields
+
+    async def collect(self) -> Readings:
+        if self._closed:
+            raise CollectionError("the nvml backend is closed")
+        if not self._busy.acquire(blocking=False):
+            raise CollectionError(STILL_IN_PROGRESS)
+        future: concurrent.futures.Future[Readings] = concurrent.futures.Future()
+        worker = threading.Thread(target=self._work, args=(future,), name="nvml-collection", daemon=True)
+        try:
+            worker.start()
+        except RuntimeError as error:
+            self._busy.release()
+            raise CollectionError(f"cannot start the collection thread: {error}") from error
+        self._worker = worker
+        return await asyncio.wrap_future(future)
+
+    def xid_records(self) -> tuple[XidRecord, ...]:
+        return self.watcher.records() if self.watcher is not None else ()
+
+    async def aclose(self) -> None:
+        """Stop the watcher, wait briefly for a cycle in the driver, then shut NVML down if nobody is inside."""
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.to_thread(self._close_blocking)
+
+    def _close_blocking(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop(CLOSE_WAIT_SECONDS)
+        worker = self._worker
+        if worker is not None and worker.is_alive():
+            worker.join(CLOSE_WAIT_SECONDS)
+        if not self.session.close(CLOSE_WAIT_SECONDS):
+            log.warning("NVML is still busy in another thread; leaving it initialized at exit")
+
+    # -- one cycle --------------------------------------------------------------------------------------
+
+    def _work(self, future: concurrent.futures.Future[Readings]) -> None:
+        # The busy flag is released before the outcome is published: the next cycle may start the moment the
+        # collector sees this one finish, and it must not find the flag still set.
+        readings: Readings | None = None
+        failure: CollectionError | None = None
+        try:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                readings = self.collect_blocking()
+            except CollectionError as error:
+                failure = error
+            except Exception as error:  # a bug here must fail the cycle, never the process
+                log.exception("the NVML collection raised an unexpected error")
+                failure = CollectionError(f"unexpected error: {error!r}")
+        finally:
+            self._busy.release()
+        if failure is not None or readings is None:
+            future.set_exception(failure or CollectionError("the collection produced nothing"))
+        else:
+            future.set_result(readings)
+
+    def collect_blocking(self) -> Readings:
+        """One cycle, in the calling thread (the worker; tests and benchmarks call it directly)."""
+        session = self.session
+        if session.needs_reinit or not session.initialized:
+            failure = session.reinit(session.generation)
+            if failure is not None:
+                raise CollectionError(
+                    f"failed to re-initialize NVML: {return_name(failure.code)}", failure.code, fatal=True
+                )
+        with session.lock.reading():
+            try:
+                return self._read()
+            except _LifecycleError as error:
+                session.mark_lost()
+                raise CollectionError(f"NVML lifecycle error: {error}", error.code, fatal=True) from error
+
+    def _check(self, value: Any, where: str) -> Any:
+        """A result that must succeed for the cycle to go on: lifecycle failures are fatal, others fail it."""
+        if isinstance(value, Failure):
+            if value.lifecycle:
+                raise _LifecycleError(value.code, where)
+            raise CollectionError(f"{where}: {return_name(value.code)}", value.code)
+        return value
+
+    def _read(self) -> Readings:
+        cuda = call("nvmlSystemGetCudaDriverVersion")
+        if isinstance(cuda, int) and cuda > 0:
+            self._cuda_version = cuda_version_text(cuda)
+        count = int(self._check(call("nvmlDeviceGetCount"), "failed to get the device count"))
+        if count == 0:
+            raise CollectionError("NVML reports no GPUs", -1)
+        cycle: dict[str, str] = {"timestamp": timestamp_text(time.time()), "count": str(count)}
+        if self._needs_driver_version:
+            driver = read_string("nvmlSystemGetDriverVersion", 80)
+            if isinstance(driver, Failure) and driver.lifecycle:
+                raise _LifecycleError(driver.code, "failed to read the driver version")
+            cycle["driver_version"] = token(driver.code) if isinstance(driver, Failure) else str(driver)
+        unreadable: set[str] = set()
+        rows: list[tuple[str, ...]] = []
+        gpus: list[_Gpu] = []
+        for index in range(count):
+            handle = self._check(call("nvmlDeviceGetHandleByIndex", index), f"failed to get GPU {index}")
+            cells = self._device_cells(handle, index)
+            row = tuple(self._cell(cells, cycle, field, unreadable) for field in self.resolved)
+            rows.append(row)
+            uuid = cells.get("uuid")
+            gpus.append(_Gpu(handle, uuid if isinstance(uuid, str) else token(UNKNOWN_ERROR)))
+        self._warn_unreadable(unreadable)
+        processes = self._processes(gpus) if self.compute_apps else None
+        return Readings(GpuTable(tuple(rows)), processes, self._cuda_version, self._extras(gpus))
+
+    def _device_cells(self, handle: Any, index: int) -> dict[str, Cell]:
+        cells: dict[str, Cell] = {}
+        for entry, wanted in self._plan:
+            result = entry.read(handle, wanted)
+            if isinstance(result, Failure):
+                if result.lifecycle:
+                    raise _LifecycleError(result.code, f"GPU {index}: {entry.name}")
+                cells.update(dict.fromkeys(wanted, result))
+            else:
+                cells.update(result)
+        return cells
+
+    def _cell(self, cells: dict[str, Cell], cycle: dict[str, str], field: ResolvedField, unreadable: set[str]) -> str:
+        source = field.source
+        if source in DEPRECATED_FIELDS:
+            return token(DEPRECATED)
+        value: Cell | None = cycle.get(source) if source in CYCLE_FIELDS else cells.get(source)
+        if value is None:
+            return NA
+        if isinstance(value, Failure):
+            if value.lifecycle:
+                raise _LifecycleError(value.code, source)
+            if value.code in (NO_PERMISSION, FUNCTION_NOT_FOUND):
+                unreadable.add(field.query.qfield)
+            return token(value.code, source)
+        return value.strip(GO_SPACE)
+
+    def _warn_unreadable(self, fields: set[str]) -> None:
+        """NO_PERMISSION / FUNCTION_NOT_FOUND fields, listed once: they are absent, not broken."""
+        new = sorted(fields - self._warned_unreadable)
+        if new:
+            self._warned_unreadable.update(new)
+            log.warning(
+                "some query fields cannot be read (insufficient permissions or not in this driver); they are absent",
+                extra={"fields": ",".join(new)},
+            )
+
+    # -- soft parts: processes and NVML-only readings ---------------------------------------------------
+
+    def _soft(self, value: Any) -> Any:
+        """A per-process or extras result: failures never fail the cycle, lifecycle ones schedule a re-init."""
+        if isinstance(value, Failure) and value.lifecycle:
+            self.session.mark_lost()
+        return value
+
+    def _processes(self, gpus: Sequence[_Gpu]) -> ProcessList:
+        rows: list[ProcessRow] = []
+        names: dict[int, str] = {}
+        for gpu in gpus:
+            processes = self._soft(call("nvmlDeviceGetComputeRunningProcesses", gpu.handle))
+            if isinstance(processes, Failure):
+                log.warning("failed to collect per-process data", extra={"reason": return_name(processes.code)})
+                return ProcessList(succeeded=False)
+            for process in processes:
+                pid = int(process.pid)
+                if pid not in names:
+                    name = self._soft(read_string("nvmlSystemGetProcessName", 1024, ctypes.c_uint(pid)))
+                    names[pid] = token(name.code) if isinstance(name, Failure) else str(name).strip(GO_SPACE)
+                memory = process.usedGpuMemory
+                used = NA if memory is None or int(memory) == NA_UINT64 else mib(int(memory))
+                rows.append(
+                    ProcessRow(
+                        gpu_uuid=gpu.uuid,
+                        pid=str(pid),
+                        process_name=names[pid],
+                        used_memory=used,
+                        gpu_instance_id=_instance_id(process.gpuInstanceId),
+                        compute_instance_id=_instance_id(process.computeInstanceId),
+                    )
+                )
+        return ProcessList(succeeded=True, rows=tuple(rows))
+
+    def _extras(self, gpus: Sequence[_Gpu]) -> NvmlExtras:
+        per_gpu: list[GpuExtras] = []
+        mig_devices: list[MigDevice] = []
+        mig_instances: list[MigInstanceReading] = []
+        self.sampler.begin_cycle()
+        for gpu in gpus:
+            energy = self._soft(call("nvmlDeviceGetTotalEnergyConsumption", gpu.handle))
+            tx = rx = None
+            if self.pcie_throughput:
+                tx = self._soft(call("nvmlDeviceGetPcieThroughput", gpu.handle, 0))
+                rx = self._soft(call("nvmlDeviceGetPcieThroughput", gpu.handle, 1))
+            per_gpu.append(
+                GpuExtras(
+                    gpu_uuid=gpu.uuid,
+                    energy_joules=None if isinstance(energy, Failure) else int(energy) / 1000.0,
+                    pcie_tx_bytes_per_second=None if tx is None or isinstance(tx, Failure) else int(tx) * PCIE_KB,
+                    pcie_rx_bytes_per_second=None if rx is None or isinstance(rx, Failure) else int(rx) * PCIE_KB,
+                )
+            )
+            mode = self._soft(call("nvmlDeviceGetMigMode", gpu.handle))
+            if isinstance(mode, Failure) or not mode[0]:
+                continue
+            mig = self._soft(read_mig(gpu.handle, gpu.uuid, self.sampler))
+            if not isinstance(mig, Failure):
+                mig_devices += mig[0]
+                mig_instances += mig[1]
+        self.sampler.end_cycle()
+        return NvmlExtras(tuple(per_gpu), tuple(mig_devices), tuple(mig_instances))
+
+
+def _instance_id(value: Any) -> str:
+    """A process's GPU/compute instance id label: empty when it does not run on a MIG device."""
+    number = int(value)
+    return "" if number == NO_INSTANCE else str(number)
+
+
+# -- startup ------------------------------------------------------------------------------------------------
+
+
+def open_backend(
+    request: FieldRequest,
+    *,
+    compute_apps: bool = False,
+    pcie_throughput: bool = False,
+    watch_xids: bool = True,
+    gpm_clock: Callable[[], float] = time.monotonic,
+) -> NvmlBackend:
+    """Init NVML, check the exports the exporter cannot do without, resolve fields, start the XID watcher."""
+    session = NvmlSession()
+    failure = session.init()
+    if failure is not None:
+        raise BackendSetupError(f"failed to initialize NVML: {return_name(failure.code)}")
+    try:
+        if isinstance(call(pynvml._nvmlGetFunctionPointer, "nvmlDeviceGetUUID"), Failure):
+            raise BackendSetupError("the NVML library does not export nvmlDeviceGetUUID")
+        driver = read_string("nvmlSystemGetDriverVersion", 80)
+        fields = resolve_fields(request, driver if isinstance(driver, str) else "")
+    except (BackendSetupError, FieldResolutionError) as error:
+        with session.lock.writing():
+            session.teardown()
+        raise BackendSetupError(str(error)) from error
+    watcher = XidWatcher(session) if watch_xids else None
+    backend = NvmlBackend(
+        session,
+        fields,
+        compute_apps=compute_apps,
+        pcie_throughput=pcie_throughput,
+        watcher=watcher,
+        gpm_clock=gpm_clock,
+    )
+    if watcher is not None:
+        watcher.start()
+    log.info(
+        "NVML initialized",
+        extra={"driver_version": driver if isinstance(driver, str) else "", "fields": len(fields)},
+    )
+    return backend
+
+
+async def start_nvml_backend(
+    request: FieldRequest, *, compute_apps: bool = False, pcie_throughput: bool = False
+) -> NvmlBackend:
+    """The startup sequence, off the event loop (``nvmlInit`` can block on a sick driver)."""
+    return await asyncio.to_thread(open_backend, request, compute_apps=compute_apps, pcie_throughput=pcie_throughput)

@@ -1,0 +1,309 @@
+"""The nvml backend's field vocabulary: every QField it serves and the exact header nvidia-smi prints for it.
+
+NVML has no ``--help-query-gpu``, so the fields and their returned headers ("RFields", with units) are
+compiled in. The headers are what makes the metric names and unit multipliers identical to the exec
+backend's, so they are copied from what real nvidia-smi prints. Field resolution mirrors exec: AUTO is
+the whole catalog, an explicit list gets the identity fields appended and de-duplicated, and exclusions
+apply the same way; an explicit field nobody can read is an operator error that stops startup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ...exposition.gotext import go_quote
+from ...snapshot import QueryField
+from ..fields import FieldRequest, FieldResolutionError, apply_exclusions, with_identity
+
+# Driver majors before this print the clock-event reasons under their old ``clocks_throttle_reasons`` name.
+EVENT_REASONS_DRIVER_MAJOR = 555
+
+_REASON_SUFFIXES = (
+    "supported",
+    "active",
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "sw_thermal_slowdown",
+    "sync_boost",
+)
+_ECC_LOCATIONS = ("device_memory", "dram", "register_file", "l1_cache", "l2_cache", "texture_memory", "cbu", "sram")
+_ECC_PREFIXES = tuple(
+    f"ecc.errors.{kind}.{scope}" for kind in ("corrected", "uncorrected") for scope in ("volatile", "aggregate")
+)
+
+# The catalog, in catalog order (= AUTO's query order); units as nvidia-smi prints them in the header.
+CATALOG: tuple[str, ...] = (
+    "timestamp",
+    "driver_version",
+    "count",
+    "name",
+    "serial",
+    "uuid",
+    "pci.bus_id",
+    "pci.domain",
+    "pci.bus",
+    "pci.device",
+    "pci.baseClass",
+    "pci.subClass",
+    "pci.device_id",
+    "pci.sub_device_id",
+    "pcie.link.gen.current",
+    "pcie.link.gen.gpucurrent",
+    "pcie.link.gen.max",
+    "pcie.link.gen.gpumax",
+    "pcie.link.width.current",
+    "pcie.link.width.max",
+    "index",
+    "display_mode",
+    "display_attached",
+    "display_active",
+    "persistence_mode",
+    "addressing_mode",
+    "accounting.mode",
+    "accounting.buffer_size",
+    "driver_model.current",
+    "driver_model.pending",
+    "vbios_version",
+    "inforom.img",
+    "inforom.oem",
+    "inforom.ecc",
+    "inforom.pwr",
+    "inforom.checksum_validation",
+    "gpu_recovery_action",
+    "gom.current",
+    "gom.pending",
+    "fan.speed",
+    "pstate",
+    *(f"clocks_event_reasons.{suffix}" for suffix in _REASON_SUFFIXES),
+    *(
+        f"clocks_event_reasons_counters.{suffix}"
+        for suffix in (
+            "sw_power_cap",
+            "sync_boost",
+            "sw_thermal_slowdown",
+            "hw_thermal_slowdown",
+            "hw_power_brake_slowdown",
+        )
+    ),
+    "memory.total",
+    "memory.reserved",
+    "memory.used",
+    "memory.free",
+    "compute_mode",
+    "compute_cap",
+    "utilization.gpu",
+    "utilization.memory",
+    "utilization.encoder",
+    "utilization.decoder",
+    "utilization.jpeg",
+    "utilization.ofa",
+    "encoder.stats.sessionCount",
+    "encoder.stats.averageFps",
+    "encoder.stats.averageLatency",
+    "dramEncryption.mode.current",
+    "dramEncryption.mode.pending",
+    "ecc.mode.current",
+    "ecc.mode.pending",
+    *(f"{prefix}.{location}" for prefix in _ECC_PREFIXES for location in (*_ECC_LOCATIONS, "total")),
+    "ecc.errors.uncorrected.volatile.sram.parity",
+    "ecc.errors.uncorrected.volatile.sram.secded",
+    "ecc.errors.uncorrected.aggregate.sram.parity",
+    "ecc.errors.uncorrected.aggregate.sram.secded",
+    "ecc.errors.uncorrected.aggregate.sram.thresholdExceeded",
+    "ecc.errors.uncorrected.aggregate.sram.l2",
+    "ecc.errors.uncorrected.aggregate.sram.sm",
+    "ecc.errors.uncorrected.aggregate.sram.mcu",
+    "ecc.errors.uncorrected.aggregate.sram.pcie",
+    "ecc.errors.uncorrected.aggregate.sram.other",
+    "retired_pages.single_bit_ecc.count",
+    "retired_pages.double_bit.count",
+    "retired_pages.pending",
+    "remapped_rows.correctable",
+    "remapped_rows.correctable_inactive",
+    "remapped_rows.uncorrectable",
+    "remapped_rows.uncorrectable_inactive",
+    "remapped_rows.pending",
+    "remapped_rows.failure",
+    "remapped_rows.histogram.max",
+    "remapped_rows.histogram.high",
+    "remapped_rows.histogram.partial",
+    "remapped_rows.histogram.low",
+    "remapped_rows.histogram.none",
+    "temperature.gpu",
+    "temperature.gpu.tlimit",
+    "temperature.memory",
+    "power.management",
+    "power.draw",
+    "power.draw.average",
+    "power.draw.instant",
+    "power.limit",
+    "enforced.power.limit",
+    "power.default_limit",
+    "power.min_limit",
+    "power.max_limit",
+    "edpp_multiplier",
+    "clocks.current.graphics",
+    "clocks.current.sm",
+    "clocks.current.memory",
+    "clocks.current.video",
+    "clocks.applications.graphics",
+    "clocks.applications.memory",
+    "clocks.default_applications.graphics",
+    "clocks.default_applications.memory",
+    "clocks.max.graphics",
+    "clocks.max.sm",
+    "clocks.max.memory",
+    "mig.mode.current",
+    "mig.mode.pending",
+    "gsp.mode.current",
+    "gsp.mode.default",
+    "c2c.mode",
+    "protected_memory.total",
+    "protected_memory.used",
+    "protected_memory.free",
+    "fabric.state",
+    "fabric.status",
+    "fabric.cliqueId",
+    "fabric.clusterUuid",
+    "platform.chassis_serial_number",
+    "platform.slot_number",
+    "platform.tray_index",
+    "platform.host_id",
+    "platform.peer_type",
+    "platform.module_id",
+    "platform.gpu_fabric_guid",
+    "hostname",
+)
+
+
+def _unit(field: str) -> str:
+    """The unit nvidia-smi appends to a field's header ("" for none)."""
+    if field == "fan.speed" or field.startswith("utilization.") or field == "edpp_multiplier":
+        return "[%]"
+    if field.startswith(("memory.", "protected_memory.")):
+        return "[MiB]"
+    if field.startswith("clocks_event_reasons_counters."):
+        return "[us]"
+    if field.startswith(("clocks.current.", "clocks.applications.", "clocks.default_applications.", "clocks.max.")):
+        return "[MHz]"
+    if field.startswith(("power.", "enforced.power.")) and field != "power.management":
+        return "[W]"
+    return ""
+
+
+RFIELDS: dict[str, str] = {field: f"{field} {_unit(field)}" if _unit(field) else field for field in CATALOG}
+
+MODERN_REASONS = tuple(f"clocks_event_reasons.{suffix}" for suffix in _REASON_SUFFIXES)
+LEGACY_REASONS = tuple(f"clocks_throttle_reasons.{suffix}" for suffix in _REASON_SUFFIXES)
+_LEGACY_OF = dict(zip(MODERN_REASONS, LEGACY_REASONS, strict=True))
+
+# Alternative spellings nvidia-smi accepts for a catalog field; it answers under the field's own header.
+ALIASES: dict[str, str] = {
+    **dict(zip(LEGACY_REASONS, MODERN_REASONS, strict=True)),
+    "gpu_name": "name",
+    "gpu_serial": "serial",
+    "gpu_uuid": "uuid",
+    "gpu_bus_id": "pci.bus_id",
+    "inforom.image": "inforom.img",
+    "inforom.power": "inforom.pwr",
+    "gpu_operation_mode.current": "gom.current",
+    "gpu_operation_mode.pending": "gom.pending",
+    "clocks.gr": "clocks.current.graphics",
+    "clocks.sm": "clocks.current.sm",
+    "clocks.mem": "clocks.current.memory",
+    "clocks.video": "clocks.current.video",
+    "clocks.applications.gr": "clocks.applications.graphics",
+    "clocks.applications.mem": "clocks.applications.memory",
+    "clocks.default_applications.gr": "clocks.default_applications.graphics",
+    "clocks.default_applications.mem": "clocks.default_applications.memory",
+    "clocks.max.gr": "clocks.max.graphics",
+    "clocks.max.mem": "clocks.max.memory",
+    "gpu.power.current_limit": "enforced.power.limit",
+    "gpu.power.requested_limit": "power.limit",
+    "gpu.power.default_limit": "power.default_limit",
+    "gpu.power.min_limit": "power.min_limit",
+    "gpu.power.max_limit": "power.max_limit",
+    "gpu.power.draw.average": "power.draw.average",
+    "gpu.power.draw.instant": "power.draw.instant",
+    "remapped_rows.sbe": "remapped_rows.correctable",
+    "remapped_rows.dbe": "remapped_rows.uncorrectable",
+    "retired_pages.sbe": "retired_pages.single_bit_ecc.count",
+    "retired_pages.dbe": "retired_pages.double_bit.count",
+}
+
+# Fields nvidia-smi has but this backend deliberately does not read (exec serves them when they parse).
+NOT_SERVED_FIELDS = frozenset({"kmd_version", "pcie.link.gen.hostmax"})
+NOT_SERVED_PREFIXES = (
+    "vgpu_",
+    "module.power.",
+    "module.enforced.",
+    "gpu.base.",
+    "power_smoothing.",
+    "bbx.",
+    "fabric.health.",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedField:
+    """A queried field: what the exposition sees (QField, RField) and which catalog reading answers it."""
+
+    query: QueryField
+    source: str  # the catalog field whose reading fills the cell
+
+
+def driver_major(version: str) -> int | None:
+    """The driver's major version (the text before the first dot), or ``None`` when it does not parse."""
+    head = version.split(".", 1)[0].strip()
+    with contextlib.suppress(ValueError):
+        if head.isascii() and head.isdigit():
+            return int(head)
+    return None
+
+
+def uses_legacy_reasons(driver_version: str) -> bool:
+    """Whether this driver's nvidia-smi spells the reasons ``clocks_throttle_reasons`` (unparsable = modern)."""
+    major = driver_major(driver_version)
+    return major is not None and major < EVENT_REASONS_DRIVER_MAJOR
+
+
+def header(source: str, legacy: bool) -> str:
+    """The header nvidia-smi of this driver era prints for a catalog field."""
+    if legacy and source in _LEGACY_OF:
+        return _LEGACY_OF[source]
+    return RFIELDS[source]
+
+
+def catalog_names(legacy: bool) -> list[str]:
+    """AUTO's field list: the whole catalog, reasons spelled as this driver's nvidia-smi spells them."""
+    return [_LEGACY_OF.get(field, field) if legacy else field for field in CATALOG]
+
+
+def source_of(name: str) -> str | None:
+    """The catalog field a requested name reads, or ``None`` when this backend cannot serve it."""
+    if name in RFIELDS:
+        return name
+    return ALIASES.get(name)
+
+
+def resolve_fields(request: FieldRequest, driver_version: str) -> tuple[ResolvedField, ...]:
+    """The query fields for a request, as exec would resolve them against this driver's nvidia-smi.
+
+    Raises :class:`FieldResolutionError` for an explicit field outside the catalog and its aliases.
+    """
+    legacy = uses_legacy_reasons(driver_version)
+    names: Sequence[str] = catalog_names(legacy) if request.auto else request.names.split(",")
+    fields = apply_exclusions(with_identity(names), request.exclude)
+    resolved: list[ResolvedField] = []
+    for name in fields:
+        source = source_of(name)
+        if source is None:
+            raise FieldResolutionError(f"query field {go_quote(name)} is not supported by this backend")
+        resolved.append(ResolvedField(QueryField(name, header(source, legacy)), source))
+    return tuple(resolved)
