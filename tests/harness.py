@@ -12,9 +12,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from nvidia_gpu_exporter.backends.cmdsplit import quote_word
 from nvidia_gpu_exporter.exposition.metrics import WALL_CLOCK_FAMILIES
@@ -181,3 +183,75 @@ def sample_value(scrape: str, series: str) -> float | None:
 def samples(scrape: str, family: str) -> list[str]:
     """Sample lines of one family."""
     return [line for line in scrape.split("\n") if line and not line.startswith("#") and family_of(line) == family]
+
+
+def assert_parses(text: str) -> list[str]:
+    """The body must parse with the reference Prometheus parser; returns the family names."""
+    return [family.name for family in text_string_to_metric_families(text)]
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
+    """Poll ``predicate`` every 20 ms; fail the test after ``timeout`` seconds."""
+    import pytest
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for: {what}")
+        time.sleep(0.02)
+
+
+def process_gone(pid: int) -> bool:
+    """True when ``pid`` no longer runs (a zombie waiting for an init that does not reap counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
+
+
+WRAPPER_SCRIPT = FIXTURES / "scripts" / "fake-smi-wrapper.sh"
+MIG_FIXTURE = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
+
+
+@dataclass
+class Wrapper:
+    """The control directory of ``fake-smi-wrapper.sh`` (see the script for the files it obeys)."""
+
+    control: Path
+
+    @classmethod
+    def create(cls, tmp_path: Path) -> Wrapper:
+        control = tmp_path / "control"
+        control.mkdir()
+        (control / "invocations").touch()
+        return cls(control)
+
+    def command(self, capture: Path = MIG_FIXTURE, *fake_args: str) -> str:
+        """An ``--nvidia-smi-command`` value running the fake through the wrapper."""
+        words = ["/bin/sh", str(WRAPPER_SCRIPT), str(self.control), sys.executable, "--capture", str(capture)]
+        return " ".join(quote_word(word) for word in [*words, *fake_args])
+
+    def args(self, capture: Path = MIG_FIXTURE, *fake_args: str) -> tuple[str, str]:
+        """The flag and its value, ready to pass to the exporter."""
+        return ("--nvidia-smi-command", self.command(capture, *fake_args))
+
+    def set(self, name: str, content: str) -> None:
+        (self.control / name).write_text(content, encoding="utf-8")
+
+    def pid(self, name: str) -> int:
+        path = self.control / name
+        wait_until(path.is_file, f"{name} to be written")
+        wait_until(lambda: path.read_text(encoding="ascii").strip() != "", f"{name} to be filled")
+        return int(path.read_text(encoding="ascii"))
+
+    def gpu_queries(self) -> list[int]:
+        """Pids of the ``--query-gpu`` invocations so far, in order."""
+        lines = (self.control / "invocations").read_text(encoding="utf-8").splitlines()
+        return [int(line.split(" ", 1)[0]) for line in lines if " --query-gpu=" in line]

@@ -7,7 +7,6 @@ Where a collection must misbehave only after startup (slow, hung, odd output), t
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import sys
@@ -18,24 +17,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import StartExporter
 from harness import (
     FIXTURE_CAPTURES,
-    FIXTURES,
+    Wrapper,
+    assert_parses,
     comparable,
     fake_smi_command,
+    process_gone,
     run_exporter_to_exit,
     sample_value,
     samples,
+    wait_until,
 )
 from nvidia_gpu_exporter.backends.cmdsplit import quote_word
 from nvidia_gpu_exporter.fakesmi.capture import load_capture
 
 MIG_FIXTURE = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
 WINDOWS_FIXTURE = FIXTURE_CAPTURES / "fixture-windows-1gpu.txt"
-WRAPPER_SCRIPT = FIXTURES / "scripts" / "fake-smi-wrapper.sh"
 MIG_GPU0 = "3f1a9c2e-7b4d-4e8a-9c61-2d5e8f0a1b37"
 MIG_GPU1 = "8d42e1b5-0c9f-4a73-b2e6-5f17c3d9a804"
 WINDOWS_GPU = "5b0d7e19-a4c3-4f26-8e91-3c7a2f6d0e48"
@@ -66,10 +66,6 @@ def fixture_command(capture: Path = MIG_FIXTURE, *fake_args: str) -> tuple[str, 
     return ("--nvidia-smi-command", fake_smi_command(capture, *fake_args))
 
 
-def assert_parses(text: str) -> None:
-    assert list(text_string_to_metric_families(text))
-
-
 def label_values(scrape: str, family: str, label: str) -> list[str]:
     pattern = re.compile(rf'[{{,]{label}="((?:[^"\\]|\\.)*)"')
     values = []
@@ -82,60 +78,6 @@ def label_values(scrape: str, family: str, label: str) -> list[str]:
 
 def values_of(scrape: str, family: str) -> list[float]:
     return [float(line.rsplit(" ", 1)[1]) for line in samples(scrape, family)]
-
-
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for: {what}")
-        time.sleep(0.02)
-
-
-def process_gone(pid: int) -> bool:
-    """True when ``pid`` no longer runs (a zombie waiting for an init that does not reap counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
-    except OSError:
-        return True
-    return stat[stat.rindex(")") + 2] == "Z"
-
-
-@dataclass
-class Wrapper:
-    """The control directory of ``fake-smi-wrapper.sh`` (see the script for the files it obeys)."""
-
-    control: Path
-
-    @classmethod
-    def create(cls, tmp_path: Path) -> Wrapper:
-        control = tmp_path / "control"
-        control.mkdir()
-        (control / "invocations").touch()
-        return cls(control)
-
-    def command(self, capture: Path = MIG_FIXTURE, *fake_args: str) -> tuple[str, str]:
-        words = ["/bin/sh", str(WRAPPER_SCRIPT), str(self.control), sys.executable, "--capture", str(capture)]
-        return ("--nvidia-smi-command", " ".join(quote_word(word) for word in [*words, *fake_args]))
-
-    def set(self, name: str, content: str) -> None:
-        (self.control / name).write_text(content, encoding="utf-8")
-
-    def pid(self, name: str) -> int:
-        path = self.control / name
-        wait_until(path.is_file, f"{name} to be written")
-        wait_until(lambda: path.read_text(encoding="ascii").strip() != "", f"{name} to be filled")
-        return int(path.read_text(encoding="ascii"))
-
-    def gpu_queries(self) -> list[int]:
-        lines = (self.control / "invocations").read_text(encoding="utf-8").splitlines()
-        return [int(line.split(" ", 1)[0]) for line in lines if " --query-gpu=" in line]
 
 
 def mig_csv_lines(state: str = "idle") -> list[str]:
@@ -213,7 +155,7 @@ def test_shutdown_on_error_ignores_failures_that_are_not_a_non_zero_exit(
     exporter: StartExporter, tmp_path: Path, setup: str, flags: tuple[str, ...], exit_code: int
 ) -> None:
     wrapper = Wrapper.create(tmp_path)
-    command = () if flags and flags[0].startswith("--nvidia-smi-command") else wrapper.command()
+    command = () if flags and flags[0].startswith("--nvidia-smi-command") else wrapper.args()
     handle = exporter(*command, *flags, "--shutdown-on-error")
     if setup == "stdout":
         wrapper.set("stdout", "not csv at all\n")
@@ -242,7 +184,7 @@ def test_sigterm_during_an_in_flight_scrape_exits_promptly_and_kills_nvidia_smi(
     exporter: StartExporter, tmp_path: Path
 ) -> None:
     wrapper = Wrapper.create(tmp_path)
-    handle = exporter(*wrapper.command())
+    handle = exporter(*wrapper.args())
     wrapper.set("delay", "6s")
     before = len(wrapper.gpu_queries())
     with ThreadPoolExecutor(1) as pool:
@@ -261,7 +203,7 @@ def test_sigterm_during_an_in_flight_scrape_exits_promptly_and_kills_nvidia_smi(
 @posix_only
 def test_collect_timeout_kills_the_whole_process_group(exporter: StartExporter, tmp_path: Path) -> None:
     wrapper = Wrapper.create(tmp_path)
-    handle = exporter(*wrapper.command(), "--collect.timeout=1s")
+    handle = exporter(*wrapper.args(), "--collect.timeout=1s")
     wrapper.set("hang", "")
     started = time.monotonic()
     scrape = handle.scrape()
@@ -281,7 +223,7 @@ def test_collect_timeout_kills_the_whole_process_group(exporter: StartExporter, 
 def test_startup_runs_are_bounded_by_the_collect_timeout(exporter: StartExporter, tmp_path: Path) -> None:
     wrapper = Wrapper.create(tmp_path)
     wrapper.set("hang", "")  # every --query-gpu run hangs, the startup mapping query included
-    handle = exporter(*wrapper.command(), "--collect.timeout=1s")
+    handle = exporter(*wrapper.args(), "--collect.timeout=1s")
     assert "using the built-in list for field mapping" in handle.log
     startup_wrapper = wrapper.pid("wrapper.pid")
     startup_grandchild = wrapper.pid("grandchild.pid")
@@ -358,7 +300,7 @@ def test_malformed_output_fails_the_collection_although_nvidia_smi_exited_zero(
     exporter: StartExporter, tmp_path: Path, make_output: Callable[[], str]
 ) -> None:
     wrapper = Wrapper.create(tmp_path)
-    handle = exporter(*wrapper.command())
+    handle = exporter(*wrapper.args())
     wrapper.set("stdout", make_output())
     assert_failed_collection(handle.scrape(), -1)
 
@@ -366,7 +308,7 @@ def test_malformed_output_fails_the_collection_although_nvidia_smi_exited_zero(
 @posix_only
 def test_header_only_output_is_a_successful_collection_without_gpus(exporter: StartExporter, tmp_path: Path) -> None:
     wrapper = Wrapper.create(tmp_path)
-    handle = exporter(*wrapper.command())
+    handle = exporter(*wrapper.args())
     wrapper.set("stdout", mig_csv_lines()[0] + "\n")
     scrape = handle.scrape()
     assert_parses(scrape)
@@ -380,7 +322,7 @@ def test_header_only_output_is_a_successful_collection_without_gpus(exporter: St
 @posix_only
 def test_trailing_whitespace_and_crlf_rows_still_parse(exporter: StartExporter, tmp_path: Path) -> None:
     wrapper = Wrapper.create(tmp_path)
-    handle = exporter(*wrapper.command())
+    handle = exporter(*wrapper.args())
     baseline = comparable(handle.scrape())
     header, row0, row1 = mig_csv_lines()
     wrapper.set("stdout", f"\n{header}\r\n{row0}\r\n{row1}\r\n\n\n")
@@ -649,7 +591,7 @@ def test_cached_mode_first_scrape_does_not_wait_for_the_first_collection(
     wrapper = Wrapper.create(tmp_path)
     wrapper.set("from", "2")  # the startup mapping query is number 1; the first background run is 2
     wrapper.set("delay", "5s")
-    handle = exporter(*wrapper.command(), "--collect.interval=1s")
+    handle = exporter(*wrapper.args(), "--collect.interval=1s")
     wait_until(lambda: len(wrapper.gpu_queries()) == 2, "the first background collection to start")
     started = time.monotonic()
     response = handle.get("/metrics")
@@ -667,7 +609,7 @@ def test_cached_mode_first_scrape_does_not_wait_for_the_first_collection(
 @posix_only
 def test_cached_mode_ignores_the_scrape_timeout_header(exporter: StartExporter, tmp_path: Path) -> None:
     wrapper = Wrapper.create(tmp_path)
-    handle = exporter(*wrapper.command(), "--collect.interval=100ms")
+    handle = exporter(*wrapper.args(), "--collect.interval=100ms")
     wait_until(lambda: "nvidia_smi_gpu_info{" in handle.scrape(), "the first background collection")
     wrapper.set("delay", "3s")
     time.sleep(0.3)  # a slow background run is now in flight
@@ -682,7 +624,7 @@ def test_cached_mode_failed_tick_drops_gpu_series_but_keeps_the_timestamp(
     exporter: StartExporter, tmp_path: Path
 ) -> None:
     wrapper = Wrapper.create(tmp_path)
-    handle = exporter(*wrapper.command(), "--collect.interval=100ms")
+    handle = exporter(*wrapper.args(), "--collect.interval=100ms")
     wait_until(lambda: "nvidia_smi_gpu_info{" in handle.scrape(), "the first background collection")
     timestamp = sample_value(handle.scrape(), "nvidia_smi_last_collect_success_timestamp_seconds")
     wrapper.set("stdout", "garbage\n")

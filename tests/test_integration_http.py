@@ -9,34 +9,32 @@ from __future__ import annotations
 
 import gzip
 import http.client
-import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import StartExporter
 from harness import (
     FIXTURE_CAPTURES,
-    FIXTURES,
     Exporter,
     Response,
+    Wrapper,
+    assert_parses,
     comparable,
     fake_smi_command,
+    process_gone,
     sample_value,
     samples,
     start_exporter,
+    wait_until,
 )
-from nvidia_gpu_exporter.backends.cmdsplit import quote_word
 
 MIG_FIXTURE = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
 WINDOWS_FIXTURE = FIXTURE_CAPTURES / "fixture-windows-1gpu.txt"
-WRAPPER_SCRIPT = FIXTURES / "scripts" / "fake-smi-wrapper.sh"
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
 HEALTHY_BODY = "Nvidia GPU Exporter is Healthy.\n"
@@ -67,60 +65,6 @@ def header(response: Response, name: str) -> str | None:
         if key.lower() == name.lower():
             return value
     return None
-
-
-def assert_parses(text: str) -> list[str]:
-    """The body must parse with the reference Prometheus parser; returns the family names."""
-    return [family.name for family in text_string_to_metric_families(text)]
-
-
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for: {what}")
-        time.sleep(0.02)
-
-
-def process_gone(pid: int) -> bool:
-    """True when ``pid`` no longer runs (a zombie waiting for an init that does not reap counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
-    except OSError:
-        return True
-    return stat[stat.rindex(")") + 2] == "Z"
-
-
-@dataclass
-class Wrapper:
-    """The control directory of ``fake-smi-wrapper.sh`` (see the script for the files it obeys)."""
-
-    control: Path
-
-    @classmethod
-    def create(cls, tmp_path: Path) -> Wrapper:
-        control = tmp_path / "control"
-        control.mkdir()
-        (control / "invocations").touch()
-        return cls(control)
-
-    def command(self, capture: Path, *fake_args: str) -> str:
-        words = ["/bin/sh", str(WRAPPER_SCRIPT), str(self.control), sys.executable, "--capture", str(capture)]
-        return " ".join(quote_word(word) for word in [*words, *fake_args])
-
-    def set(self, name: str, content: str) -> None:
-        (self.control / name).write_text(content, encoding="utf-8")
-
-    def gpu_queries(self) -> list[int]:
-        """Pids of the ``--query-gpu`` invocations so far, in order."""
-        lines = (self.control / "invocations").read_text(encoding="utf-8").splitlines()
-        return [int(line.split(" ", 1)[0]) for line in lines if " --query-gpu=" in line]
 
 
 @pytest.fixture(scope="module")
