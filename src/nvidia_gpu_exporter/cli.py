@@ -7,6 +7,7 @@ import contextlib
 import logging
 import platform
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 
@@ -102,7 +103,8 @@ async def build_backend(config: Config) -> Backend:
         raise StartupError(f"failed to set up the nvml backend: {error}") from error
 
 
-def listen_sockets(config: Config) -> list[object]:
+def listen_sockets(config: Config) -> list[socket.socket]:
+    """The listening sockets: systemd's (socket activation) or one bound per --web.listen-address."""
     if config.systemd_socket:
         from .systemd import activation_sockets  # noqa: PLC0415 - Linux only
 
@@ -148,7 +150,7 @@ async def serve(config: Config) -> int:
             loop.add_signal_handler(signum, stop.set)
     collector.start()
     try:
-        await server.start(sockets)  # type: ignore[arg-type]
+        await server.start(sockets)
         await stop.wait()
         log.info("Shutting down")
     finally:
