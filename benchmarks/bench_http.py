@@ -189,7 +189,9 @@ def bench_reference(args: argparse.Namespace, payload: Path, tls: tuple[Path, Pa
         assert server.stdout is not None
         assert server.stdout.readline().strip() == "ready"
         scheme = "https" if tls else "http"
-        rows = [(clients, *wrk(f"{scheme}://127.0.0.1:{port}/metrics", clients, args.duration, [])) for clients in CLIENTS]
+        rows = [
+            (clients, *wrk(f"{scheme}://127.0.0.1:{port}/metrics", clients, args.duration, [])) for clients in CLIENTS
+        ]
         table(title, rows, status_kib(server.pid))
     finally:
         server.terminate()
