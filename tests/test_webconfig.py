@@ -116,6 +116,7 @@ def test_client_auth_types_map_to_verify_modes(pki: Path, auth_type: str, mode: 
 def test_inline_certificate_and_key_load(pki: Path) -> None:
     cert = (pki / "cert.pem").read_text()
     key = (pki / "key.pem").read_text()
+
     def indent(pem: str) -> str:
         return "\n".join("    " + line for line in pem.strip().splitlines())
 

@@ -85,9 +85,7 @@ def validate(config: Config) -> None:
     if config.max_requests < 0:
         raise ConfigError(f"web.max-requests must not be negative, got {config.max_requests}")
     if config.timeout_offset_ns < 0:
-        raise ConfigError(
-            f"web.timeout-offset must not be negative, got {format_duration(config.timeout_offset_ns)}"
-        )
+        raise ConfigError(f"web.timeout-offset must not be negative, got {format_duration(config.timeout_offset_ns)}")
     backend = config.backend
     if backend != "exec" and config.nvidia_smi_command != DEFAULT_NVIDIA_SMI_COMMAND:
         raise ConfigError(f"--nvidia-smi-command cannot be combined with --collect.backend={backend}")

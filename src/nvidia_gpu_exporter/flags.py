@@ -51,9 +51,7 @@ FLAGS: tuple[Flag, ...] = (
         "bool",
     ),
     Flag("web.network", "network", "Network to listen on: tcp (dual stack), tcp4 or tcp6.", "string"),
-    Flag(
-        "web.read-timeout", "read_timeout_ns", "Maximum duration for reading the entire request.", "duration"
-    ),
+    Flag("web.read-timeout", "read_timeout_ns", "Maximum duration for reading the entire request.", "duration"),
     Flag(
         "web.read-header-timeout",
         "read_header_timeout_ns",
@@ -150,9 +148,7 @@ FLAGS: tuple[Flag, ...] = (
         "Exit the process when a collection fails fatally (nvidia-smi exits non-zero).",
         "bool",
     ),
-    Flag(
-        "log.level", "log_level", "Only log messages with the given severity or above.", "enum", tuple(LEVELS)
-    ),
+    Flag("log.level", "log_level", "Only log messages with the given severity or above.", "enum", tuple(LEVELS)),
     Flag("log.format", "log_format", "Output format of log messages.", "enum", FORMATS),
 )
 _BY_NAME = {flag.name: flag for flag in FLAGS}
@@ -186,13 +182,9 @@ def _convert(flag: Flag, value: str) -> Any:
         try:
             return int(value, 10)
         except ValueError as error:
-            raise FlagError(
-                f'strconv.ParseInt: parsing "{value}": invalid syntax for flag --{flag.name}'
-            ) from error
+            raise FlagError(f'strconv.ParseInt: parsing "{value}": invalid syntax for flag --{flag.name}') from error
     if value not in flag.choices:
-        raise FlagError(
-            f"enum value must be one of {','.join(flag.choices)}, got '{value}' for flag --{flag.name}"
-        )
+        raise FlagError(f"enum value must be one of {','.join(flag.choices)}, got '{value}' for flag --{flag.name}")
     return value
 
 

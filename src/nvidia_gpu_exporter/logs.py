@@ -60,15 +60,12 @@ class LogfmtFormatter(logging.Formatter):
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         payload = {
-            key: value if isinstance(value, (int, float, bool)) else str(value)
-            for key, value in record_fields(record)
+            key: value if isinstance(value, (int, float, bool)) else str(value) for key, value in record_fields(record)
         }
         return json.dumps(payload, ensure_ascii=False)
 
 
-def configure(
-    level: str = "info", log_format: str = "logfmt", stream: TextIO | None = None
-) -> logging.Logger:
+def configure(level: str = "info", log_format: str = "logfmt", stream: TextIO | None = None) -> logging.Logger:
     """Install one stderr handler on the package logger (idempotent: replaces an earlier one)."""
     logger = logging.getLogger(ROOT_LOGGER)
     for handler in list(logger.handlers):

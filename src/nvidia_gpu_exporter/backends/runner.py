@@ -113,9 +113,7 @@ async def _spawn(argv: Sequence[str]) -> asyncio.subprocess.Process:
         return await asyncio.create_subprocess_exec(
             *argv, stdin=devnull, stdout=pipe, stderr=pipe, creationflags=subprocess.CREATE_NEW_PROCESS_GROUP
         )
-    return await asyncio.create_subprocess_exec(
-        *argv, stdin=devnull, stdout=pipe, stderr=pipe, start_new_session=True
-    )
+    return await asyncio.create_subprocess_exec(*argv, stdin=devnull, stdout=pipe, stderr=pipe, start_new_session=True)
 
 
 def kill_process_group(process: asyncio.subprocess.Process) -> None:

@@ -19,9 +19,7 @@ log = logging.getLogger(__name__)
 
 COMPUTE_APPS_FIELDS = ("gpu_uuid", "pid", "process_name", "used_gpu_memory")
 COMPUTE_APPS_ARGS = ("--query-compute-apps=" + ",".join(COMPUTE_APPS_FIELDS), "--format=csv")
-PID_ABSENT_TOKENS = frozenset(
-    {"", "n/a", "[n/a]", "[not supported]", "[insufficient permissions]", "[unknown error]"}
-)
+PID_ABSENT_TOKENS = frozenset({"", "n/a", "[n/a]", "[not supported]", "[insufficient permissions]", "[unknown error]"})
 
 _HELP_FIELD = re.compile(r'\n[\t\n\f\r ]*\n^"([^"]+)"', re.MULTILINE)
 _VERSION_VALUE = re.compile(r"[0-9]+\.[0-9]+")
@@ -49,9 +47,7 @@ def parse_gpu_csv(stdout: str, field_count: int) -> GpuCsv:
     lines = go_trim_space(stdout).split("\n")
     header = _cells(lines[0])
     if len(header) != field_count:
-        raise CsvShapeError(
-            f"field count mismatch: query fields: {field_count}, returned fields: {len(header)}"
-        )
+        raise CsvShapeError(f"field count mismatch: query fields: {field_count}, returned fields: {len(header)}")
     rows: list[tuple[str, ...]] = []
     for number, line in enumerate(lines[1:], start=1):
         cells = _cells(line)
@@ -103,11 +99,7 @@ def parse_compute_apps(stdout: str) -> tuple[ProcessRow, ...]:
 
 def parse_help_query_gpu(stdout: str) -> list[str]:
     """Field names from ``--help-query-gpu``: the first quoted name of a line that follows a blank line."""
-    return [
-        name
-        for name in _HELP_FIELD.findall(stdout)
-        if "," not in name and "\r" not in name and "\n" not in name
-    ]
+    return [name for name in _HELP_FIELD.findall(stdout) if "," not in name and "\r" not in name and "\n" not in name]
 
 
 def parse_cuda_version(stdout: str) -> str:

@@ -115,16 +115,12 @@ FIELDS: tuple[FieldSpec, ...] = (
     _spec("accounting.mode", "Whether accounting is enabled for the GPU."),
     _spec("accounting.buffer_size", "The size of the circular buffer that holds the accounted processes."),
     _spec("driver_model.current", "The driver model currently in use. Always N/A on Linux."),
-    _spec(
-        "driver_model.pending", "The driver model that will be used on the next reboot. Always N/A on Linux."
-    ),
+    _spec("driver_model.pending", "The driver model that will be used on the next reboot. Always N/A on Linux."),
     _spec("vbios_version", "The BIOS of the GPU board."),
     _spec("inforom.img", "Global version of the infoROM image."),
     _spec("inforom.oem", "Version for the OEM configuration data."),
     _spec("inforom.ecc", "Version for the ECC recording data."),
-    _spec(
-        "gpu_recovery_action", "The recovery action the driver asks for (None, GPU Reset, Node Reboot, ...)."
-    ),
+    _spec("gpu_recovery_action", "The recovery action the driver asks for (None, GPU Reset, Node Reboot, ...)."),
     _spec("fan.speed", "The fan speed value is the percent of the product's maximum noise tolerance.", "%"),
     _spec("pstate", "The current performance state for the GPU, from P0 (maximum) to P12 (minimum)."),
     _spec("clocks_event_reasons.supported", "Bitmask of supported clock event reasons."),
@@ -172,15 +168,11 @@ FIELDS: tuple[FieldSpec, ...] = (
     ),
     _spec("encoder.stats.sessionCount", "Number of encoder sessions running on the GPU."),
     _spec("encoder.stats.averageFps", "Average FPS of all sessions running on the GPU."),
-    _spec(
-        "encoder.stats.averageLatency", "Average latency in microseconds of all sessions running on the GPU."
-    ),
+    _spec("encoder.stats.averageLatency", "Average latency in microseconds of all sessions running on the GPU."),
     _spec("ecc.mode.current", "The ECC mode that the GPU is currently operating under."),
     _spec("ecc.mode.pending", "The ECC mode that the GPU will operate under after the next reboot."),
     *(
-        _spec(
-            f"ecc.errors.{kind}.{scope}.{location}", f"{kind.capitalize()} {scope} ECC errors in {location}."
-        )
+        _spec(f"ecc.errors.{kind}.{scope}.{location}", f"{kind.capitalize()} {scope} ECC errors in {location}.")
         for kind in ("corrected", "uncorrected")
         for scope in ("volatile", "aggregate")
         for location in _ECC_LOCATIONS
@@ -283,8 +275,7 @@ class DemoFleet:
         self.steps = 0
         kinds = [workload or WORKLOADS[index % len(WORKLOADS)] for index in range(gpu_count)]
         self.gpus = [
-            DemoGpu(index, Workload(kind), self._initial_processes(index, kind))
-            for index, kind in enumerate(kinds)
+            DemoGpu(index, Workload(kind), self._initial_processes(index, kind)) for index, kind in enumerate(kinds)
         ]
         for gpu in self.gpus:
             gpu.uuid = demo_uuid(gpu.index)
@@ -350,9 +341,7 @@ class DemoFleet:
             gpu.processes.remove(batch)
         for process in gpu.processes:
             if process.name.endswith("tritonserver"):
-                process.memory_mib = max(
-                    20_480, min(80_000, process.memory_mib + self.rng.randint(-512, 512))
-                )
+                process.memory_mib = max(20_480, min(80_000, process.memory_mib + self.rng.randint(-512, 512)))
 
     # -- what nvidia-smi would print --------------------------------------------------------------------
 
@@ -376,10 +365,7 @@ class DemoFleet:
         sm_clock = gpu.sm_clock_mhz
         bus = 0x18 + 0x10 * gpu.index
         utilization = round(gpu.utilization * 100)
-        stamp = (
-            time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(self.now))
-            + f".{int(self.now * 1000) % 1000:03d}"
-        )
+        stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(self.now)) + f".{int(self.now * 1000) % 1000:03d}"
         cells = {
             "timestamp": stamp,
             "driver_version": DRIVER_VERSION,
