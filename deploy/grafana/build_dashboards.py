@@ -1,0 +1,1084 @@
+"""Build the two Grafana dashboards of the exporter: a per-GPU detail view and a fleet overview.
+
+Dashboards as code: this script writes ``deploy/grafana/*.json`` and the byte-identical copies in the Helm chart's
+``dashboards/`` (the chart's ConfigMap ships those to the Grafana sidecar). tests/test_dashboards.py fails when
+the files differ from what this script builds, and proves against a real Prometheus scraping the demo backend
+that every panel query and every variable query parses and returns data.
+
+Run: ``python deploy/grafana/build_dashboards.py`` (standard library only).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+CHART_DASHBOARDS = HERE.parent / "helm" / "nvidia-gpu-exporter" / "dashboards"
+TAG = "nvidia_gpu_exporter"
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+
+Json = dict[str, Any]
+
+# Selectors: the detail view shows one GPU (`uuid="$gpu"`), the overview any set of nodes and GPUs.
+DETAIL = 'job="$job", instance="$node", uuid="$gpu"'
+DETAIL_NODE = 'job="$job", instance="$node"'
+FLEET = 'job="$job", instance=~"$node", uuid=~"$gpu"'
+FLEET_NODE = 'job="$job", instance=~"$node"'
+
+# Throttle and clock event reasons: drivers >= 555 say clocks_event_reasons, older ones clocks_throttle_reasons.
+REASONS = [
+    ("sw_power_cap", "SW power cap"),
+    ("sw_thermal_slowdown", "SW thermal"),
+    ("hw_slowdown", "HW slowdown"),
+    ("hw_thermal_slowdown", "HW thermal"),
+    ("hw_power_brake_slowdown", "HW power brake"),
+    ("sync_boost", "Sync boost"),
+    ("applications_clocks_setting", "App clocks"),
+    ("gpu_idle", "Idle"),
+]
+
+
+def reason(name: str, selector: str) -> str:
+    return (
+        f"(nvidia_smi_clocks_event_reasons_{name}{{{selector}}}"
+        f" or nvidia_smi_clocks_throttle_reasons_{name}{{{selector}}})"
+    )
+
+
+def throttled(selector: str) -> str:
+    """1 per GPU while any slowdown reason other than idle, app clocks and sync boost is active, else 0."""
+    active = " + ".join(reason(name, selector) for name, _ in REASONS[:5])
+    return f"clamp_max({active}, 1)"
+
+
+def by_gpu(expr: str, selector: str) -> str:
+    """Add the GPU's index and name (from gpu_info) to each series, for legends like `node #0 NVIDIA H200`."""
+    return f"({expr}) * on (job, instance, uuid) group_left (index, name) nvidia_smi_gpu_info{{{selector}}}"
+
+
+def mig_profile(selector: str) -> str:
+    """One series per GPU instance with its profile, the compute slice prefix (`1c.`) stripped."""
+    return (
+        "max by (job, instance, uuid, gpu_instance_id, profile) "
+        f'(label_replace(nvidia_smi_mig_info{{{selector}}}, "profile", "$1", "profile", "^[0-9]+c\\\\.(.*)$"))'
+    )
+
+
+def by_mig(expr: str, selector: str) -> str:
+    return f"({expr}) * on (job, instance, uuid, gpu_instance_id) group_left (profile) {mig_profile(selector)}"
+
+
+@dataclass
+class Target:
+    expr: str
+    legend: str = ""
+    instant: bool = False
+    table: bool = False
+
+
+@dataclass
+class Panel:
+    title: str
+    kind: str
+    targets: list[Target]
+    width: int = 12
+    height: int = 8
+    unit: str = ""
+    description: str = ""
+    min: float | None = None
+    max: float | None = None
+    thresholds: list[tuple[float | None, str]] = field(default_factory=list)
+    mappings: list[Json] = field(default_factory=list)
+    options: Json = field(default_factory=dict)
+    custom: Json = field(default_factory=dict)
+    transformations: list[Json] = field(default_factory=list)
+    decimals: int | None = None
+
+
+@dataclass
+class Row:
+    title: str
+
+
+Item = Panel | Row
+
+
+def na_mapping() -> Json:
+    return {"type": "value", "options": {"-1": {"text": "N/A", "index": 0}}}
+
+
+def recovery_mapping() -> Json:
+    return {
+        "type": "value",
+        "options": {
+            "0": {"text": "none", "color": "green", "index": 0},
+            "1": {"text": "reset GPU", "color": "red", "index": 1},
+            "2": {"text": "reboot node", "color": "red", "index": 2},
+            "3": {"text": "drain P2P", "color": "orange", "index": 3},
+            "4": {"text": "drain and reset", "color": "red", "index": 4},
+        },
+    }
+
+
+def on_off_mapping(on: str, off: str) -> Json:
+    return {
+        "type": "value",
+        "options": {"0": {"text": off, "color": "green", "index": 0}, "1": {"text": on, "color": "red", "index": 1}},
+    }
+
+
+def render_panel(panel: Panel, panel_id: int, x: int, y: int) -> Json:
+    steps: list[Json] = [
+        {"color": color, "value": value} for value, color in (panel.thresholds or [(None, "green"), (80.0, "red")])
+    ]
+    defaults: Json = {"unit": panel.unit or "short", "thresholds": {"mode": "absolute", "steps": steps}}
+    if panel.min is not None:
+        defaults["min"] = panel.min
+    if panel.max is not None:
+        defaults["max"] = panel.max
+    if panel.decimals is not None:
+        defaults["decimals"] = panel.decimals
+    if panel.mappings:
+        defaults["mappings"] = panel.mappings
+    if panel.custom:
+        defaults["custom"] = panel.custom
+    targets: list[Json] = []
+    for index, target in enumerate(panel.targets):
+        entry: Json = {
+            "datasource": DATASOURCE,
+            "refId": chr(ord("A") + index),
+            "expr": target.expr,
+            "legendFormat": target.legend or "__auto",
+            "range": not target.instant,
+            "instant": target.instant,
+        }
+        if target.table:
+            entry["format"] = "table"
+        targets.append(entry)
+    options = dict(panel.options)
+    if panel.kind == "timeseries":
+        options.setdefault("legend", {"displayMode": "list", "placement": "bottom", "showLegend": True})
+        options.setdefault("tooltip", {"mode": "multi", "sort": "desc"})
+    rendered: Json = {
+        "id": panel_id,
+        "type": panel.kind,
+        "title": panel.title,
+        "datasource": DATASOURCE,
+        "gridPos": {"h": panel.height, "w": panel.width, "x": x, "y": y},
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": options,
+        "targets": targets,
+    }
+    if panel.description:
+        rendered["description"] = panel.description
+    if panel.transformations:
+        rendered["transformations"] = panel.transformations
+    return rendered
+
+
+def layout(items: list[Item]) -> list[Json]:
+    """Place panels left to right in rows of 24 columns; each Row starts a new line."""
+    panels: list[Json] = []
+    x = y = 0
+    line_height = 0
+    for panel_id, item in enumerate(items, start=1):
+        if isinstance(item, Row):
+            y += line_height
+            x, line_height = 0, 0
+            panels.append(
+                {
+                    "id": panel_id,
+                    "type": "row",
+                    "title": item.title,
+                    "collapsed": False,
+                    "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
+                    "panels": [],
+                }
+            )
+            y += 1
+            continue
+        if x + item.width > 24:
+            y += line_height
+            x, line_height = 0, 0
+        panels.append(render_panel(item, panel_id, x, y))
+        x += item.width
+        line_height = max(line_height, item.height)
+    return panels
+
+
+def query_variable(name: str, label: str, query: str, *, multi: bool, regex: str = "", sort: int = 1) -> Json:
+    variable: Json = {
+        "type": "query",
+        "name": name,
+        "label": label,
+        "datasource": DATASOURCE,
+        "definition": query,
+        "query": {"query": query, "refId": "StandardVariableQuery"},
+        "refresh": 2,
+        "regex": regex,
+        "sort": sort,
+        "multi": multi,
+        "includeAll": multi,
+        "current": {},
+        "options": [],
+        "hide": 0,
+        "skipUrlSync": False,
+    }
+    if multi:
+        variable["allValue"] = ".*"
+    return variable
+
+
+def templating(*, multi: bool) -> Json:
+    gpu_query = (
+        'query_result(label_join(nvidia_smi_gpu_info{job="$job", instance=~"$node"},'
+        ' "gpu_label", " ", "index", "name"))'
+    )
+    return {
+        "list": [
+            {
+                "type": "datasource",
+                "name": "datasource",
+                "label": "Data source",
+                "query": "prometheus",
+                "current": {},
+                "hide": 0,
+                "includeAll": False,
+                "multi": False,
+                "options": [],
+                "refresh": 1,
+                "regex": "",
+                "skipUrlSync": False,
+            },
+            query_variable("job", "Job", "label_values(nvidia_smi_gpu_info, job)", multi=False),
+            query_variable("node", "Node", 'label_values(nvidia_smi_gpu_info{job="$job"}, instance)', multi=multi),
+            # Text "#<index> <name>", value the uuid; gpu_label sorts before index, name and uuid in the result.
+            query_variable(
+                "gpu",
+                "GPU",
+                gpu_query,
+                multi=multi,
+                regex='/gpu_label="(?<text>[^"]+)".*uuid="(?<value>[^"]+)"/',
+                sort=3,
+            ),
+        ]
+    }
+
+
+def dashboard(uid: str, title: str, description: str, items: list[Item], *, multi: bool, other: str) -> Json:
+    return {
+        "uid": uid,
+        "title": title,
+        "description": description,
+        "tags": [TAG],
+        "editable": True,
+        "graphTooltip": 1,
+        "schemaVersion": 39,
+        "version": 1,
+        "time": {"from": "now-1h", "to": "now"},
+        "refresh": "30s",
+        "timezone": "",
+        "fiscalYearStartMonth": 0,
+        "liveNow": False,
+        "weekStart": "",
+        "annotations": {"list": []},
+        "links": [
+            {
+                "type": "dashboards",
+                "title": other,
+                "tags": [TAG],
+                "asDropdown": False,
+                "includeVars": True,
+                "keepTime": True,
+                "icon": "external link",
+                "targetBlank": False,
+                "url": "",
+                "tooltip": "",
+            }
+        ],
+        "templating": templating(multi=multi),
+        "panels": layout(items),
+    }
+
+
+Steps = list[tuple[float | None, str]]
+PERCENT: Steps = [(None, "green"), (0.8, "orange"), (0.95, "red")]
+TEMPERATURE: Steps = [(None, "green"), (75.0, "orange"), (85.0, "red")]
+ALWAYS_GREEN: Steps = [(None, "green")]
+ANY_RED: Steps = [(None, "green"), (1.0, "red")]
+TIMELINE = {"fillOpacity": 80, "lineWidth": 0}
+
+
+def detail_items() -> list[Item]:
+    s, n = DETAIL, DETAIL_NODE
+    return [
+        Row("Overview"),
+        Panel(
+            "GPU",
+            "table",
+            [Target(f"nvidia_smi_gpu_info{{{s}}}", instant=True, table=True)],
+            width=24,
+            height=4,
+            transformations=[
+                {"id": "organize", "options": {"excludeByName": {"Time": True, "Value": True, "__name__": True}}}
+            ],
+        ),
+        Panel(
+            "GPU utilization",
+            "gauge",
+            [Target(f"nvidia_smi_utilization_gpu_ratio{{{s}}} or sum(nvidia_smi_gpu_info{{{s}}}) * 0 - 1")],
+            width=4,
+            unit="percentunit",
+            min=0,
+            max=1,
+            thresholds=PERCENT,
+            mappings=[na_mapping()],
+            description="Fraction of time a kernel ran; N/A on MIG-enabled GPUs (see the MIG panels).",
+        ),
+        Panel(
+            "Memory allocated",
+            "gauge",
+            [Target(f"nvidia_smi_memory_used_bytes{{{s}}} / nvidia_smi_memory_total_bytes{{{s}}}")],
+            width=4,
+            unit="percentunit",
+            min=0,
+            max=1,
+            thresholds=PERCENT,
+        ),
+        Panel(
+            "Temperature",
+            "gauge",
+            [Target(f"nvidia_smi_temperature_gpu{{{s}}}")],
+            width=4,
+            unit="celsius",
+            min=0,
+            max=100,
+            thresholds=TEMPERATURE,
+        ),
+        Panel(
+            "Power of limit",
+            "gauge",
+            [
+                Target(
+                    f"nvidia_smi_power_draw_watts{{{s}}} / (nvidia_smi_enforced_power_limit_watts{{{s}}}"
+                    f" or nvidia_smi_power_limit_watts{{{s}}})"
+                )
+            ],
+            width=4,
+            unit="percentunit",
+            min=0,
+            max=1,
+            thresholds=PERCENT,
+        ),
+        Panel(
+            "Recovery action",
+            "stat",
+            [Target(f"nvidia_smi_gpu_recovery_action{{{s}}}", instant=True)],
+            width=4,
+            thresholds=ANY_RED,
+            mappings=[recovery_mapping()],
+            description="What the driver asks for: a GPU reset, a node reboot or a drain.",
+        ),
+        Panel(
+            "Throttled",
+            "stat",
+            [Target(throttled(s), instant=True)],
+            width=4,
+            thresholds=ANY_RED,
+            mappings=[on_off_mapping("throttled", "no")],
+            description="A power cap, thermal or hardware slowdown holds the clocks down.",
+        ),
+        Row("Utilization and memory"),
+        Panel(
+            "Utilization",
+            "timeseries",
+            [
+                Target(f"nvidia_smi_utilization_gpu_ratio{{{s}}}", "GPU"),
+                Target(f"nvidia_smi_utilization_memory_ratio{{{s}}}", "memory controller"),
+                Target(f"nvidia_smi_utilization_encoder_ratio{{{s}}}", "encoder"),
+                Target(f"nvidia_smi_utilization_decoder_ratio{{{s}}}", "decoder"),
+            ],
+            unit="percentunit",
+            min=0,
+            max=1,
+        ),
+        Panel(
+            "Memory",
+            "timeseries",
+            [
+                Target(f"nvidia_smi_memory_used_bytes{{{s}}}", "used"),
+                Target(f"nvidia_smi_memory_reserved_bytes{{{s}}}", "reserved"),
+                Target(f"nvidia_smi_memory_total_bytes{{{s}}}", "total"),
+            ],
+            unit="bytes",
+            min=0,
+        ),
+        Row("Temperature, power and energy"),
+        Panel(
+            "Temperature",
+            "timeseries",
+            [
+                Target(f"nvidia_smi_temperature_gpu{{{s}}}", "core"),
+                Target(f"nvidia_smi_temperature_memory{{{s}}}", "memory (HBM)"),
+            ],
+            width=8,
+            unit="celsius",
+            thresholds=TEMPERATURE,
+            custom={"thresholdsStyle": {"mode": "line"}},
+        ),
+        Panel(
+            "Power",
+            "timeseries",
+            [
+                Target(f"nvidia_smi_power_draw_watts{{{s}}}", "draw"),
+                Target(f"rate(nvidia_smi_energy_joules_total{{{s}}}[$__rate_interval])", "from the energy counter"),
+                Target(f"nvidia_smi_enforced_power_limit_watts{{{s}}}", "enforced limit"),
+            ],
+            width=8,
+            unit="watt",
+            min=0,
+            description="The sampled draw against the average from the energy counter (NVML and demo backends).",
+        ),
+        Panel(
+            "Energy in the time range",
+            "stat",
+            [Target(f"increase(nvidia_smi_energy_joules_total{{{s}}}[$__range]) / 3.6e6", instant=True)],
+            width=8,
+            unit="kwatth",
+            decimals=3,
+            thresholds=ALWAYS_GREEN,
+        ),
+        Row("Clocks and throttling"),
+        Panel(
+            "Clocks",
+            "timeseries",
+            [
+                Target(f"nvidia_smi_clocks_current_graphics_clock_hz{{{s}}}", "graphics"),
+                Target(f"nvidia_smi_clocks_current_sm_clock_hz{{{s}}}", "SM"),
+                Target(f"nvidia_smi_clocks_current_memory_clock_hz{{{s}}}", "memory"),
+                Target(f"nvidia_smi_clocks_current_video_clock_hz{{{s}}}", "video"),
+                Target(f"nvidia_smi_clocks_max_graphics_clock_hz{{{s}}}", "graphics max"),
+            ],
+            unit="hertz",
+            min=0,
+        ),
+        Panel(
+            "Throttle reasons",
+            "state-timeline",
+            [Target(reason(name, s), legend) for name, legend in REASONS],
+            mappings=[on_off_mapping("active", "off")],
+            thresholds=ANY_RED,
+            custom=TIMELINE,
+            options={"showValue": "never", "mergeValues": True, "rowHeight": 0.8},
+        ),
+        Panel(
+            "Time throttled per second",
+            "timeseries",
+            [
+                Target(
+                    f"rate(nvidia_smi_clocks_event_reasons_counters_{name}_seconds{{{s}}}[$__rate_interval])",
+                    legend,
+                )
+                for name, legend in [
+                    ("sw_power_cap", "SW power cap"),
+                    ("sw_thermal_slowdown", "SW thermal"),
+                    ("hw_thermal_slowdown", "HW thermal"),
+                    ("hw_power_brake_slowdown", "HW power brake"),
+                    ("sync_boost", "Sync boost"),
+                ]
+            ],
+            unit="percentunit",
+            min=0,
+            description="From the driver's cumulative counters (drivers 535 and later).",
+        ),
+        Panel(
+            "Performance state",
+            "state-timeline",
+            [Target(f"nvidia_smi_pstate{{{s}}}", "P-state")],
+            thresholds=[(None, "green"), (2.0, "orange"), (8.0, "blue")],
+            custom=TIMELINE,
+            options={"showValue": "auto", "mergeValues": True, "rowHeight": 0.8},
+            description="P0 is full performance, P8 and above idle.",
+        ),
+        Row("PCIe"),
+        Panel(
+            "PCIe throughput",
+            "timeseries",
+            [
+                Target(f"nvidia_smi_pcie_throughput_tx_bytes_per_second{{{s}}}", "TX"),
+                Target(f"nvidia_smi_pcie_throughput_rx_bytes_per_second{{{s}}}", "RX"),
+            ],
+            unit="Bps",
+            min=0,
+        ),
+        Panel(
+            "PCIe link",
+            "stat",
+            [
+                Target(f"nvidia_smi_pcie_link_gen_current{{{s}}}", "gen", instant=True),
+                Target(f"nvidia_smi_pcie_link_gen_max{{{s}}}", "gen max", instant=True),
+                Target(f"nvidia_smi_pcie_link_width_current{{{s}}}", "width", instant=True),
+                Target(f"nvidia_smi_pcie_link_width_max{{{s}}}", "width max", instant=True),
+            ],
+            thresholds=ALWAYS_GREEN,
+            description="A link below its maximum generation or width under load points at a bad slot or riser.",
+        ),
+        Row("ECC and XID"),
+        Panel(
+            "Uncorrectable ECC errors",
+            "stat",
+            [Target(f"nvidia_smi_ecc_errors_uncorrected_volatile_total{{{s}}}", "since driver load", instant=True)],
+            width=6,
+            thresholds=ANY_RED,
+        ),
+        Panel(
+            "Remapped rows",
+            "stat",
+            [
+                Target(f"nvidia_smi_remapped_rows_correctable{{{s}}}", "correctable", instant=True),
+                Target(f"nvidia_smi_remapped_rows_uncorrectable{{{s}}}", "uncorrectable", instant=True),
+                Target(f"nvidia_smi_remapped_rows_pending{{{s}}}", "pending (reset)", instant=True),
+                Target(f"nvidia_smi_remapped_rows_failure{{{s}}}", "failure (RMA)", instant=True),
+            ],
+            width=6,
+            thresholds=ANY_RED,
+        ),
+        Panel(
+            "ECC errors",
+            "timeseries",
+            [
+                Target(f"nvidia_smi_ecc_errors_corrected_volatile_total{{{s}}}", "corrected"),
+                Target(f"nvidia_smi_ecc_errors_uncorrected_volatile_total{{{s}}}", "uncorrected"),
+            ],
+            min=0,
+        ),
+        Panel(
+            "XID errors by code",
+            "timeseries",
+            [Target(f"nvidia_smi_xid_errors_total{{{s}}}", "Xid {{xid}}")],
+            min=0,
+            description="Counted since the exporter started (NVML and demo backends).",
+        ),
+        Panel(
+            "Last XID",
+            "table",
+            [Target(f"time() - nvidia_smi_xid_last_timestamp_seconds{{{s}}}", instant=True, table=True)],
+            unit="s",
+            thresholds=[(None, "red"), (600.0, "green")],
+            transformations=[
+                {
+                    "id": "organize",
+                    "options": {
+                        "excludeByName": {"Time": True, "job": True, "instance": True, "uuid": True},
+                        "renameByName": {"xid": "Xid", "Value": "seconds ago"},
+                    },
+                }
+            ],
+        ),
+        Row("Processes"),
+        Panel(
+            "Processes",
+            "table",
+            [
+                Target(
+                    f"nvidia_smi_compute_app_used_memory_bytes{{{s}}} or nvidia_smi_compute_app_info{{{s}}} * 0",
+                    instant=True,
+                    table=True,
+                )
+            ],
+            unit="bytes",
+            thresholds=ALWAYS_GREEN,
+            description="Needs --collect.compute-apps, and hostPID in Kubernetes.",
+            transformations=[
+                {
+                    "id": "organize",
+                    "options": {
+                        "excludeByName": {"Time": True, "job": True, "instance": True, "uuid": True},
+                        "renameByName": {"Value": "memory"},
+                    },
+                }
+            ],
+        ),
+        Panel(
+            "Process memory",
+            "timeseries",
+            [Target(f"nvidia_smi_compute_app_used_memory_bytes{{{s}}}", "{{process_name}} ({{pid}})")],
+            unit="bytes",
+            min=0,
+        ),
+        Row("MIG"),
+        Panel(
+            "MIG devices",
+            "table",
+            [Target(f"nvidia_smi_mig_info{{{s}}}", instant=True, table=True)],
+            thresholds=ALWAYS_GREEN,
+            transformations=[
+                {
+                    "id": "organize",
+                    "options": {"excludeByName": {"Time": True, "Value": True, "__name__": True, "job": True}},
+                }
+            ],
+        ),
+        Panel(
+            "MIG memory used",
+            "bargauge",
+            [
+                Target(
+                    by_mig(f"nvidia_smi_mig_memory_used_bytes{{{s}}} / nvidia_smi_mig_memory_total_bytes{{{s}}}", s),
+                    "GI {{gpu_instance_id}} {{profile}}",
+                    instant=True,
+                )
+            ],
+            unit="percentunit",
+            min=0,
+            max=1,
+            thresholds=PERCENT,
+            options={"displayMode": "gradient", "orientation": "horizontal"},
+        ),
+        Panel(
+            "MIG SM activity",
+            "timeseries",
+            [Target(by_mig(f"nvidia_smi_mig_sm_activity_ratio{{{s}}}", s), "GI {{gpu_instance_id}} {{profile}}")],
+            width=8,
+            unit="percentunit",
+            min=0,
+            max=1,
+        ),
+        Panel(
+            "MIG tensor activity",
+            "timeseries",
+            [Target(by_mig(f"nvidia_smi_mig_tensor_activity_ratio{{{s}}}", s), "GI {{gpu_instance_id}} {{profile}}")],
+            width=8,
+            unit="percentunit",
+            min=0,
+            max=1,
+        ),
+        Panel(
+            "MIG SM occupancy",
+            "timeseries",
+            [Target(by_mig(f"nvidia_smi_mig_sm_occupancy_ratio{{{s}}}", s), "GI {{gpu_instance_id}} {{profile}}")],
+            width=8,
+            unit="percentunit",
+            min=0,
+            max=1,
+        ),
+        Row("Exporter"),
+        Panel(
+            "Collection",
+            "stat",
+            [Target(f"nvidia_smi_last_collect_success{{{n}}}", instant=True)],
+            width=6,
+            thresholds=[(None, "red"), (1.0, "green")],
+            mappings=[
+                {
+                    "type": "value",
+                    "options": {
+                        "0": {"text": "failing", "color": "red", "index": 0},
+                        "1": {"text": "ok", "color": "green", "index": 1},
+                    },
+                }
+            ],
+        ),
+        Panel(
+            "Last success",
+            "stat",
+            [Target(f"time() - nvidia_smi_last_collect_success_timestamp_seconds{{{n}}}", instant=True)],
+            width=6,
+            unit="s",
+            thresholds=[(None, "green"), (300.0, "red")],
+        ),
+        Panel(
+            "Collection duration and failures",
+            "timeseries",
+            [
+                Target(f"nvidia_smi_last_collect_duration_seconds{{{n}}}", "duration (s)"),
+                Target(f"rate(nvidia_smi_failed_scrapes_total{{{n}}}[$__rate_interval])", "failures per second"),
+            ],
+            min=0,
+        ),
+        Panel(
+            "Utilization vs. power",
+            "timeseries",
+            [
+                Target(f"nvidia_smi_utilization_gpu_ratio{{{s}}}", "GPU utilization"),
+                Target(
+                    f"nvidia_smi_power_draw_watts{{{s}}} / nvidia_smi_enforced_power_limit_watts{{{s}}}",
+                    "power of limit",
+                ),
+            ],
+            width=24,
+            unit="percentunit",
+            min=0,
+        ),
+    ]
+
+
+def fleet_items() -> list[Item]:
+    s, n = FLEET, FLEET_NODE
+    legend = "{{instance}} #{{index}} {{name}}"
+    return [
+        Row("Fleet"),
+        Panel(
+            "Nodes",
+            "stat",
+            [Target(f"count(count by (instance) (nvidia_smi_gpu_info{{{s}}}))", instant=True)],
+            width=3,
+            height=4,
+            thresholds=ALWAYS_GREEN,
+        ),
+        Panel(
+            "GPUs",
+            "stat",
+            [Target(f"count(nvidia_smi_gpu_info{{{s}}})", instant=True)],
+            width=3,
+            height=4,
+            thresholds=ALWAYS_GREEN,
+        ),
+        Panel(
+            "Average utilization",
+            "stat",
+            [Target(f"avg(nvidia_smi_utilization_gpu_ratio{{{s}}})", instant=True)],
+            width=3,
+            height=4,
+            unit="percentunit",
+            thresholds=ALWAYS_GREEN,
+        ),
+        Panel(
+            "Power draw",
+            "stat",
+            [Target(f"sum(nvidia_smi_power_draw_watts{{{s}}})", instant=True)],
+            width=3,
+            height=4,
+            unit="watt",
+            thresholds=ALWAYS_GREEN,
+        ),
+        Panel(
+            "Energy in the time range",
+            "stat",
+            [Target(f"sum(increase(nvidia_smi_energy_joules_total{{{s}}}[$__range])) / 3.6e6", instant=True)],
+            width=3,
+            height=4,
+            unit="kwatth",
+            decimals=3,
+            thresholds=ALWAYS_GREEN,
+        ),
+        Panel(
+            "GPUs above 85 °C",
+            "stat",
+            [Target(f"count(nvidia_smi_temperature_gpu{{{s}}} > 85) or vector(0)", instant=True)],
+            width=3,
+            height=4,
+            thresholds=ANY_RED,
+        ),
+        Panel(
+            "Failing collections",
+            "stat",
+            [Target(f"count(nvidia_smi_last_collect_success{{{n}}} == 0) or vector(0)", instant=True)],
+            width=3,
+            height=4,
+            thresholds=ANY_RED,
+        ),
+        Panel(
+            "GPUs needing action",
+            "stat",
+            [
+                Target(
+                    f"count(nvidia_smi_gpu_recovery_action{{{s}}} > 0"
+                    f" or nvidia_smi_remapped_rows_pending{{{s}}} == 1"
+                    f" or nvidia_smi_remapped_rows_failure{{{s}}} == 1) or vector(0)",
+                    instant=True,
+                )
+            ],
+            width=3,
+            height=4,
+            thresholds=ANY_RED,
+            description="Recovery action requested, row remap pending (reset) or failed (RMA).",
+        ),
+        Panel(
+            "GPUs",
+            "table",
+            [
+                Target(f"nvidia_smi_gpu_info{{{s}}}", instant=True, table=True),
+                Target(f"nvidia_smi_utilization_gpu_ratio{{{s}}}", instant=True, table=True),
+                Target(
+                    f"nvidia_smi_memory_used_bytes{{{s}}} / nvidia_smi_memory_total_bytes{{{s}}}",
+                    instant=True,
+                    table=True,
+                ),
+                Target(f"nvidia_smi_temperature_gpu{{{s}}}", instant=True, table=True),
+                Target(f"nvidia_smi_power_draw_watts{{{s}}}", instant=True, table=True),
+                Target(f"nvidia_smi_pstate{{{s}}}", instant=True, table=True),
+                Target(throttled(s), instant=True, table=True),
+                Target(f"nvidia_smi_ecc_errors_uncorrected_volatile_total{{{s}}}", instant=True, table=True),
+                Target(f"nvidia_smi_gpu_recovery_action{{{s}}}", instant=True, table=True),
+            ],
+            width=24,
+            height=8,
+            thresholds=ALWAYS_GREEN,
+            transformations=[
+                {"id": "joinByField", "options": {"byField": "uuid", "mode": "outer"}},
+                {
+                    "id": "organize",
+                    "options": {
+                        "excludeByName": {"Time": True, "__name__": True, "Value #A": True},
+                        "renameByName": {
+                            "Value #B": "utilization",
+                            "Value #C": "memory",
+                            "Value #D": "°C",
+                            "Value #E": "watts",
+                            "Value #F": "P-state",
+                            "Value #G": "throttled",
+                            "Value #H": "uncorrectable ECC",
+                            "Value #I": "recovery action",
+                        },
+                    },
+                },
+            ],
+        ),
+        Row("Utilization and memory"),
+        Panel(
+            "GPU utilization",
+            "timeseries",
+            [Target(by_gpu(f"nvidia_smi_utilization_gpu_ratio{{{s}}}", s), legend)],
+            unit="percentunit",
+            min=0,
+            max=1,
+        ),
+        Panel(
+            "Memory allocated",
+            "timeseries",
+            [
+                Target(
+                    by_gpu(f"nvidia_smi_memory_used_bytes{{{s}}} / nvidia_smi_memory_total_bytes{{{s}}}", s),
+                    legend,
+                )
+            ],
+            unit="percentunit",
+            min=0,
+            max=1,
+        ),
+        Row("Temperature, power and energy"),
+        Panel(
+            "Temperature",
+            "timeseries",
+            [Target(by_gpu(f"nvidia_smi_temperature_gpu{{{s}}}", s), legend)],
+            width=8,
+            unit="celsius",
+            thresholds=TEMPERATURE,
+            custom={"thresholdsStyle": {"mode": "line"}},
+        ),
+        Panel(
+            "Power draw",
+            "timeseries",
+            [Target(by_gpu(f"nvidia_smi_power_draw_watts{{{s}}}", s), legend)],
+            width=8,
+            unit="watt",
+            min=0,
+        ),
+        Panel(
+            "Power per node (energy counter)",
+            "timeseries",
+            [
+                Target(
+                    f"sum by (instance) (rate(nvidia_smi_energy_joules_total{{{s}}}[$__rate_interval]))",
+                    "{{instance}}",
+                )
+            ],
+            width=8,
+            unit="watt",
+            min=0,
+        ),
+        Row("Clocks and throttling"),
+        Panel(
+            "SM clock",
+            "timeseries",
+            [Target(by_gpu(f"nvidia_smi_clocks_current_sm_clock_hz{{{s}}}", s), legend)],
+            width=8,
+            unit="hertz",
+            min=0,
+        ),
+        Panel(
+            "Memory clock",
+            "timeseries",
+            [Target(by_gpu(f"nvidia_smi_clocks_current_memory_clock_hz{{{s}}}", s), legend)],
+            width=8,
+            unit="hertz",
+            min=0,
+        ),
+        Panel(
+            "Throttled GPUs",
+            "state-timeline",
+            [Target(by_gpu(throttled(s), s), legend)],
+            width=8,
+            mappings=[on_off_mapping("throttled", "no")],
+            thresholds=ANY_RED,
+            custom=TIMELINE,
+            options={"showValue": "never", "mergeValues": True, "rowHeight": 0.8},
+        ),
+        Row("ECC and XID"),
+        Panel(
+            "Uncorrectable ECC errors",
+            "timeseries",
+            [Target(by_gpu(f"nvidia_smi_ecc_errors_uncorrected_volatile_total{{{s}}}", s), legend)],
+            width=8,
+            min=0,
+        ),
+        Panel(
+            "XID errors in the time range",
+            "bargauge",
+            [
+                Target(
+                    f"sum by (instance, uuid, xid) (increase(nvidia_smi_xid_errors_total{{{s}}}[$__range]))",
+                    "{{instance}} {{uuid}} Xid {{xid}}",
+                    instant=True,
+                )
+            ],
+            width=8,
+            thresholds=ANY_RED,
+            options={"displayMode": "basic", "orientation": "horizontal"},
+        ),
+        Panel(
+            "Recovery actions",
+            "state-timeline",
+            [Target(by_gpu(f"nvidia_smi_gpu_recovery_action{{{s}}}", s), legend)],
+            width=8,
+            mappings=[recovery_mapping()],
+            thresholds=ANY_RED,
+            custom=TIMELINE,
+            options={"showValue": "never", "mergeValues": True, "rowHeight": 0.8},
+        ),
+        Row("Processes and MIG"),
+        Panel(
+            "Top processes by GPU memory",
+            "bargauge",
+            [
+                Target(
+                    f"topk(10, nvidia_smi_compute_app_used_memory_bytes{{{s}}})",
+                    "{{instance}} {{process_name}} ({{pid}})",
+                    instant=True,
+                )
+            ],
+            width=8,
+            unit="bytes",
+            thresholds=ALWAYS_GREEN,
+            options={"displayMode": "gradient", "orientation": "horizontal"},
+            description="Needs --collect.compute-apps, and hostPID in Kubernetes.",
+        ),
+        Panel(
+            "Processes per GPU",
+            "timeseries",
+            [Target(by_gpu(f"nvidia_smi_compute_apps{{{s}}}", s), legend)],
+            width=8,
+            min=0,
+        ),
+        Panel(
+            "MIG memory used",
+            "bargauge",
+            [
+                Target(
+                    by_mig(f"nvidia_smi_mig_memory_used_bytes{{{s}}}", s),
+                    "{{instance}} GI {{gpu_instance_id}} {{profile}}",
+                    instant=True,
+                )
+            ],
+            width=8,
+            unit="bytes",
+            thresholds=ALWAYS_GREEN,
+            options={"displayMode": "gradient", "orientation": "horizontal"},
+        ),
+        Panel(
+            "MIG instances",
+            "table",
+            [Target(f"nvidia_smi_mig_info{{{s}}}", instant=True, table=True)],
+            thresholds=ALWAYS_GREEN,
+            transformations=[
+                {
+                    "id": "organize",
+                    "options": {"excludeByName": {"Time": True, "Value": True, "__name__": True, "job": True}},
+                }
+            ],
+        ),
+        Panel(
+            "MIG SM activity",
+            "timeseries",
+            [
+                Target(
+                    by_mig(f"nvidia_smi_mig_sm_activity_ratio{{{s}}}", s),
+                    "{{instance}} GI {{gpu_instance_id}} {{profile}}",
+                )
+            ],
+            unit="percentunit",
+            min=0,
+            max=1,
+        ),
+        Row("Exporters"),
+        Panel(
+            "Collection duration",
+            "timeseries",
+            [Target(f"nvidia_smi_last_collect_duration_seconds{{{n}}}", "{{instance}}")],
+            unit="s",
+            min=0,
+        ),
+        Panel(
+            "Seconds since the last successful collection",
+            "timeseries",
+            [Target(f"time() - nvidia_smi_last_collect_success_timestamp_seconds{{{n}}}", "{{instance}}")],
+            unit="s",
+            min=0,
+            thresholds=[(None, "green"), (300.0, "red")],
+            custom={"thresholdsStyle": {"mode": "line"}},
+        ),
+    ]
+
+
+def build() -> dict[str, Json]:
+    detail = dashboard(
+        "nvidia-gpu-detail",
+        "NVIDIA GPU detail",
+        "One GPU in detail: utilization, memory, temperature, power and energy, clocks and throttling, PCIe, "
+        "ECC and XID errors, processes and MIG instances (nvidia_gpu_exporter).",
+        detail_items(),
+        multi=False,
+        other="NVIDIA GPU fleet",
+    )
+    fleet = dashboard(
+        "nvidia-gpu-fleet",
+        "NVIDIA GPU fleet",
+        "Every GPU of the selected nodes: health at a glance, then utilization, memory, temperature, power, "
+        "clocks, errors, processes and MIG (nvidia_gpu_exporter).",
+        fleet_items(),
+        multi=True,
+        other="NVIDIA GPU detail",
+    )
+    return {"nvidia-gpu-detail.json": detail, "nvidia-gpu-fleet.json": fleet}
+
+
+def encode(board: Json) -> str:
+    return json.dumps(board, indent=2, ensure_ascii=False) + "\n"
+
+
+def main() -> int:
+    outputs = {name: encode(board) for name, board in build().items()}
+    stale = [
+        path
+        for directory in (HERE, CHART_DASHBOARDS)
+        for name, text in outputs.items()
+        if not (path := directory / name).is_file() or path.read_text(encoding="utf-8") != text
+    ]
+    if "--check" in sys.argv[1:]:
+        for path in stale:
+            print(f"{path} is out of date: run python deploy/grafana/build_dashboards.py", file=sys.stderr)
+        return 1 if stale else 0
+    CHART_DASHBOARDS.mkdir(parents=True, exist_ok=True)
+    for path in stale:
+        path.write_text(outputs[path.name], encoding="utf-8")
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

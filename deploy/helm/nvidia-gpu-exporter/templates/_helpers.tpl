@@ -1,0 +1,63 @@
+{{/* Chart name, truncated to the 63 characters of a DNS label. */}}
+{{- define "nvidia-gpu-exporter.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified app name: the release name, plus the chart name unless the release name contains it. */}}
+{{- define "nvidia-gpu-exporter.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "nvidia-gpu-exporter.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "nvidia-gpu-exporter.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "nvidia-gpu-exporter.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "nvidia-gpu-exporter.labels" -}}
+helm.sh/chart: {{ include "nvidia-gpu-exporter.chart" . }}
+{{ include "nvidia-gpu-exporter.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: metrics
+{{- end }}
+
+{{- define "nvidia-gpu-exporter.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "nvidia-gpu-exporter.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "nvidia-gpu-exporter.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* The Prometheus job of the exporter targets: the monitors set jobLabel to app.kubernetes.io/name. */}}
+{{- define "nvidia-gpu-exporter.job" -}}
+{{- $job := dig "exporterDown" "job" "" .Values.prometheusRule }}
+{{- default (include "nvidia-gpu-exporter.name" .) $job }}
+{{- end }}
+
+{{/* Built-in relabelings of both monitors, then the user's. */}}
+{{- define "nvidia-gpu-exporter.relabelings" -}}
+{{- $relabelings := list }}
+{{- if .monitor.instanceFromNodeName }}
+{{- $relabelings = append $relabelings (dict "sourceLabels" (list "__meta_kubernetes_pod_node_name") "targetLabel" "instance" "action" "replace") }}
+{{- end }}
+{{- $relabelings = append $relabelings (dict "sourceLabels" (list "__meta_kubernetes_pod_node_name") "targetLabel" "node" "action" "replace") }}
+{{- concat $relabelings (.monitor.relabelings | default list) | toYaml }}
+{{- end }}

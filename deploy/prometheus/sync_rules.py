@@ -1,0 +1,65 @@
+"""Write nvidia-gpu-exporter-rules.yml from the Helm chart's PrometheusRule template (the single source).
+
+The chart template holds every rule with its knobs; rendered with the default values it gives the groups of the
+standalone rules file for Prometheus without the operator. tests/test_rules.py fails when the two differ.
+Needs helm-python-sdk (`pip install helm-python-sdk`); run from anywhere: `python deploy/prometheus/sync_rules.py`.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CHART = HERE.parent / "helm" / "nvidia-gpu-exporter"
+RULES = HERE / "nvidia-gpu-exporter-rules.yml"
+KUSTOMIZE_RULE = HERE.parent / "kustomize" / "components" / "prometheus-operator" / "prometheusrule.yaml"
+HEADER = """\
+# Alert rules for the NVIDIA GPU exporter, for Prometheus without the Prometheus Operator (rule_files:).
+# GENERATED from deploy/helm/nvidia-gpu-exporter/templates/prometheusrule.yaml with the chart's default values
+# by deploy/prometheus/sync_rules.py; edit the template, then run that script. The Helm chart's PrometheusRule
+# carries the same groups. NvidiaGpuExporterDown expects the scrape job to be named "nvidia-gpu-exporter".
+# Tests: deploy/prometheus/tests/ (promtool test rules), tests/test_rules.py, tests/test_sre_loop.py.
+"""
+
+
+def rendered_groups_text() -> str:
+    """The `groups:` block of the PrometheusRule rendered with the default values, at its indentation there."""
+    from helm_python.chart import Chart  # noqa: PLC0415 - optional, heavy dependency of this script only
+
+    with Chart.load(CHART) as chart:
+        manifests = chart.render({"prometheusRule": {"enabled": True}}, name="nvidia-gpu-exporter", namespace="default")
+    text: str = manifests["nvidia-gpu-exporter/templates/prometheusrule.yaml"]
+    lines = text.split("\n")
+    start = lines.index("  groups:")
+    return "\n".join(lines[start:]).rstrip("\n") + "\n"
+
+
+def outputs() -> dict[Path, str]:
+    groups = rendered_groups_text()
+    kustomize_header = HEADER.replace(
+        "for Prometheus without the Prometheus Operator (rule_files:)", "as a PrometheusRule for kustomize"
+    )
+    return {
+        RULES: HEADER + textwrap.dedent(groups),
+        KUSTOMIZE_RULE: kustomize_header
+        + "apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata:\n  name: nvidia-gpu-exporter\nspec:\n"
+        + groups,
+    }
+
+
+def main() -> int:
+    stale = {path: text for path, text in outputs().items() if not path.is_file() or path.read_text("utf-8") != text}
+    if "--check" in sys.argv[1:]:
+        for path in stale:
+            print(f"{path} is out of date: run python deploy/prometheus/sync_rules.py", file=sys.stderr)
+        return 1 if stale else 0
+    for path, text in stale.items():
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

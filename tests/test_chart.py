@@ -1,0 +1,410 @@
+"""The Helm chart: render and strict lint over a matrix of values, schema validation of every rendered object
+(kubernetes-validate --strict for several Kubernetes versions, the Prometheus operator's CRD models), the
+restricted Pod Security Standard, and the rendered flags against the real exporter.
+
+Needs helm-python-sdk, kubernetes-validate and cloudcoil-models-prometheus-operator (installed by
+.ci/steps/40-kubernetes.sh); each test skips with a clear message where its package is missing.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from conftest import StartExporter
+from deploy_helpers import (
+    CHART,
+    GRAFANA,
+    KUBERNETES_VERSIONS,
+    OPERATOR_KINDS,
+    by_kind,
+    chart_objects,
+    helm_chart_module,
+    kubernetes_validate,
+    one,
+    operator_models,
+    render_chart,
+    requests_a_gpu,
+    restricted_violations,
+    skip_reason,
+)
+from nvidia_gpu_exporter import __version__
+
+# The value matrix of issue 6: each case renders, lints strictly with no finding and validates.
+MATRIX: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "service-monitor": {"serviceMonitor": {"enabled": True, "additionalLabels": {"release": "kube-prometheus"}}},
+    "service-monitor-tls": {
+        "serviceMonitor": {
+            "enabled": True,
+            "scheme": "https",
+            "scrapeTimeout": "10s",
+            "tlsConfig": {"insecureSkipVerify": True},
+            "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+            "instanceFromNodeName": False,
+            "relabelings": [{"targetLabel": "cluster", "replacement": "gpu-a"}],
+            "metricRelabelings": [{"sourceLabels": ["__name__"], "regex": "nvidia_smi_pci_.*", "action": "drop"}],
+        }
+    },
+    "pod-monitor": {"podMonitor": {"enabled": True, "scrapeTimeout": "5s"}, "service": {"enabled": False}},
+    "rules": {"prometheusRule": {"enabled": True, "additionalLabels": {"role": "alert-rules"}}},
+    "rules-all-on-custom": {
+        "prometheusRule": {
+            "enabled": True,
+            "swThermalSlowdown": {"enabled": True},
+            "temperatureHigh": {"thresholdCelsius": 80, "for": "2m", "severity": "critical"},
+            "xidCritical": {"codes": [79, 48]},
+            "xidWarning": {"codes": [94, 13]},
+            "exporterDown": {"job": "gpu-nodes"},
+        }
+    },
+    "dashboards": {"grafanaDashboard": {"enabled": True, "annotations": {"grafana_folder": "GPUs"}}},
+    "host-pid-compute-apps": {"hostPID": True, "computeApps": {"enabled": True}},
+    "host-network": {"hostNetwork": True, "hostPort": {"enabled": True, "port": 19835}},
+    "custom-args": {
+        "backend": "demo",
+        "port": 9900,
+        "telemetryPath": "/gpu/metrics",
+        "nvidiaSmiCommand": "/usr/local/bin/nvidia-smi",
+        "queryFieldNames": ["AUTO"],
+        "queryFieldNamesExclude": ["pci.*", "vbios_version"],
+        "log": {"level": "debug", "format": "json"},
+        "extraArgs": ["--collect.interval=15s", "--collect.timeout=5s"],
+        "extraEnv": [{"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"}],
+    },
+    "scheduling-and-naming": {
+        "fullnameOverride": "gpu-exporter",
+        "runtimeClassName": "",
+        "nodeSelector": {"nvidia.com/gpu.present": "true"},
+        "tolerations": [],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "nvidia.com/gpu.count", "operator": "Exists"}]}]
+                }
+            }
+        },
+        "priorityClassName": "system-node-critical",
+        "podLabels": {"team": "ml-platform", "app.kubernetes.io/name": "ignored"},
+        "podAnnotations": {"example.com/owner": "sre"},
+        "imagePullSecrets": [{"name": "registry"}],
+        "image": {"repository": "registry.example.com/nvidia-gpu-exporter", "tag": "0.1.0", "pullPolicy": "Always"},
+        "updateStrategy": {"type": "OnDelete"},
+        "revisionHistoryLimit": 0,
+        "service": {"type": "NodePort", "nodePort": 30935, "annotations": {"example.com/x": "y"}},
+        "serviceAccount": {"create": False, "name": "gpu-exporter"},
+        "livenessProbe": None,
+        "readinessProbe": None,
+        "resources": {},
+    },
+    # null removes a default (Helm semantics): no security contexts, no node selector, no probes.
+    "nulls": {"securityContext": None, "podSecurityContext": None, "nodeSelector": None, "livenessProbe": None},
+    "everything": {
+        "serviceMonitor": {"enabled": True},
+        "prometheusRule": {"enabled": True},
+        "grafanaDashboard": {"enabled": True},
+        "computeApps": {"enabled": True},
+        "hostPID": True,
+    },
+}
+# Cases whose exporter pods do not meet the restricted Pod Security Standard, by design.
+NOT_RESTRICTED_CASES = {"host-pid-compute-apps", "host-network", "everything", "nulls"}
+
+
+def pod_specs(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    specs: list[tuple[str, dict[str, Any]]] = []
+    for document in objects:
+        if document["kind"] == "DaemonSet":
+            specs.append((document["metadata"]["name"], document["spec"]["template"]["spec"]))
+        elif document["kind"] == "Pod":
+            specs.append((document["metadata"]["name"], document["spec"]))
+    return specs
+
+
+def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    containers: list[dict[str, Any]] = one(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+# --- the matrix -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", sorted(MATRIX))
+def test_chart_lints_strictly_without_findings(case: str) -> None:
+    chart_module = helm_chart_module()
+    for kube_version in ("v1.25.0", "v1.37.0"):
+        report = chart_module.lint(
+            str(CHART), copy.deepcopy(MATRIX[case]), strict=True, namespace="monitoring", kube_version=kube_version
+        )
+        assert report["errors"] == [], report
+        assert report["messages"] == [], report
+        assert report["total_charts_linted"] == 1
+
+
+@pytest.mark.parametrize("case", sorted(MATRIX))
+def test_rendered_objects_validate_strictly(case: str) -> None:
+    validator = kubernetes_validate()
+    models = operator_models()
+    objects = chart_objects(copy.deepcopy(MATRIX[case]))
+    assert objects
+    for document in objects:
+        kind = document["kind"]
+        if kind in OPERATOR_KINDS:
+            model = getattr(models, kind).model_validate(document)
+            # The models accept unknown fields; a lossless round trip proves there are none.
+            assert model.model_dump(by_alias=True, exclude_unset=True, mode="json") == document, kind
+            continue
+        for version in KUBERNETES_VERSIONS:
+            validator.validate(document, version, strict=True)
+
+
+@pytest.mark.parametrize("case", sorted(MATRIX))
+def test_pod_security_and_gpu_access(case: str) -> None:
+    objects = chart_objects(copy.deepcopy(MATRIX[case]))
+    specs = pod_specs(objects)
+    assert {name for name, _ in specs} >= {next(iter(by_kind(objects, "DaemonSet")))["metadata"]["name"]}
+    for name, spec in specs:
+        assert not requests_a_gpu(spec), f"{name} requests a GPU: it would take it away from the workloads"
+        problems = restricted_violations(spec)
+        if case in NOT_RESTRICTED_CASES and spec["containers"][0]["name"] != "wget":
+            assert problems, f"{name}: the checker should see what case {case} gives up"
+        else:
+            assert problems == [], f"{name} breaks the restricted Pod Security Standard: {problems}"
+    env = {entry["name"]: entry.get("value") for entry in container(objects)["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+
+
+def test_defaults_render_the_documented_objects() -> None:
+    objects = chart_objects({})
+    assert sorted(document["kind"] for document in objects) == ["DaemonSet", "Pod", "Service", "ServiceAccount"]
+    daemonset = one(objects, "DaemonSet")
+    spec = daemonset["spec"]["template"]["spec"]
+    assert spec["runtimeClassName"] == "nvidia"
+    assert spec["automountServiceAccountToken"] is False
+    assert "hostPID" not in spec
+    assert "hostNetwork" not in spec
+    main = container(objects)
+    assert main["image"] == f"ghcr.io/owner/nvidia-gpu-exporter:{__version__}"
+    assert main["args"] == [
+        "--web.listen-address=:9835",
+        "--web.telemetry-path=/metrics",
+        "--nvidia-smi-command=nvidia-smi",
+        "--query-field-names=AUTO",
+        "--log.level=info",
+        "--log.format=logfmt",
+    ]
+    assert main["livenessProbe"]["httpGet"] == {"path": "/-/healthy", "port": "http"}
+    assert main["readinessProbe"]["httpGet"] == {"path": "/-/ready", "port": "http"}
+    assert main["ports"] == [{"name": "http", "containerPort": 9835, "protocol": "TCP"}]
+    context = main["securityContext"]
+    assert context["runAsUser"] == 65534
+    assert context["runAsNonRoot"] is True
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert {"name": "tmp", "mountPath": "/tmp"} in main["volumeMounts"]
+    assert "nvidia.com/gpu" not in json.dumps(main.get("resources", {}))
+    selector = daemonset["spec"]["selector"]["matchLabels"]
+    assert selector == {"app.kubernetes.io/name": "nvidia-gpu-exporter", "app.kubernetes.io/instance": "gpu"}
+    service = one(objects, "Service")
+    assert service["spec"]["selector"] == selector
+    test_pod = one(objects, "Pod")
+    assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert not set(selector.items()) <= set(test_pod["metadata"]["labels"].items())
+    assert "http://gpu-nvidia-gpu-exporter:9835/metrics" in test_pod["spec"]["containers"][0]["command"][-1]
+
+
+def test_chart_version_follows_the_package() -> None:
+    chart_yaml = yaml.safe_load((CHART / "Chart.yaml").read_text(encoding="utf-8"))
+    assert chart_yaml["appVersion"] == __version__
+    assert chart_yaml["name"] == "nvidia-gpu-exporter"
+
+
+def test_custom_values_reach_the_pod() -> None:
+    objects = chart_objects(copy.deepcopy(MATRIX["custom-args"]))
+    main = container(objects)
+    assert main["args"] == [
+        "--web.listen-address=:9900",
+        "--web.telemetry-path=/gpu/metrics",
+        "--collect.backend=demo",
+        "--nvidia-smi-command=/usr/local/bin/nvidia-smi",
+        "--query-field-names=AUTO",
+        "--query-field-names-exclude=pci.*,vbios_version",
+        "--log.level=debug",
+        "--log.format=json",
+        "--collect.interval=15s",
+        "--collect.timeout=5s",
+    ]
+    assert {"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"} in main["env"]
+    assert main["ports"][0]["containerPort"] == 9900
+
+
+def test_host_namespaces_and_compute_apps() -> None:
+    objects = chart_objects(copy.deepcopy(MATRIX["host-pid-compute-apps"]))
+    assert one(objects, "DaemonSet")["spec"]["template"]["spec"]["hostPID"] is True
+    assert "--collect.compute-apps" in container(objects)["args"]
+    objects = chart_objects(copy.deepcopy(MATRIX["host-network"]))
+    spec = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+    assert spec["hostNetwork"] is True
+    assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert container(objects)["ports"][0]["hostPort"] == 19835
+
+
+def test_scheduling_naming_and_optional_fields() -> None:
+    objects = chart_objects(copy.deepcopy(MATRIX["scheduling-and-naming"]))
+    daemonset = one(objects, "DaemonSet")
+    spec = daemonset["spec"]["template"]["spec"]
+    assert daemonset["metadata"]["name"] == "gpu-exporter"
+    assert "runtimeClassName" not in spec
+    assert spec["serviceAccountName"] == "gpu-exporter"
+    assert not by_kind(objects, "ServiceAccount")
+    assert daemonset["spec"]["revisionHistoryLimit"] == 0
+    assert daemonset["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    labels = daemonset["spec"]["template"]["metadata"]["labels"]
+    assert labels["team"] == "ml-platform"
+    assert labels["app.kubernetes.io/name"] == "nvidia-gpu-exporter", "the selector labels must win"
+    main = container(objects)
+    assert "livenessProbe" not in main
+    assert "readinessProbe" not in main
+    assert main["image"] == "registry.example.com/nvidia-gpu-exporter:0.1.0"
+    assert one(objects, "Service")["spec"]["ports"][0]["nodePort"] == 30935
+
+
+def test_monitors_select_the_exporter_and_name_the_job() -> None:
+    objects = chart_objects(copy.deepcopy(MATRIX["service-monitor"]))
+    monitor = one(objects, "ServiceMonitor")
+    service = one(objects, "Service")
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    # The job label becomes the Service's app.kubernetes.io/name: the NvidiaGpuExporterDown rule selects it.
+    assert monitor["spec"]["jobLabel"] == "app.kubernetes.io/name"
+    assert service["metadata"]["labels"]["app.kubernetes.io/name"] == "nvidia-gpu-exporter"
+    endpoint = monitor["spec"]["endpoints"][0]
+    assert endpoint["port"] == "http"
+    assert endpoint["path"] == "/metrics"
+    assert endpoint["interval"] == "15s"
+    assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "instance", "action": "replace"} in (
+        endpoint["relabelings"]
+    )
+    objects = chart_objects(copy.deepcopy(MATRIX["pod-monitor"]))
+    pod_monitor = one(objects, "PodMonitor")
+    assert not by_kind(objects, "Service")
+    pod_labels = one(objects, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["scrapeTimeout"] == "5s"
+
+
+def test_dashboards_configmap_ships_the_dashboards() -> None:
+    objects = chart_objects(copy.deepcopy(MATRIX["dashboards"]))
+    configmap = one(objects, "ConfigMap")
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert configmap["metadata"]["annotations"] == {"grafana_folder": "GPUs"}
+    shipped = {path.name: path.read_text(encoding="utf-8") for path in sorted(GRAFANA.glob("*.json"))}
+    assert set(configmap["data"]) == set(shipped) == {"nvidia-gpu-detail.json", "nvidia-gpu-fleet.json"}
+    for name, text in shipped.items():
+        assert json.loads(configmap["data"][name]) == json.loads(text), name
+        assert (CHART / "dashboards" / name).read_text(encoding="utf-8") == text, f"chart copy of {name} differs"
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"bogus": 1}, "bogus"),
+        ({"port": 70000}, "port"),
+        ({"telemetryPath": "/metrics/"}, "telemetryPath"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "pullPolicy"),
+        ({"service": {"type": "ExternalName"}}, "type"),
+        ({"log": {"level": "verbose"}}, "level"),
+        ({"backend": "dcgm"}, "backend"),
+        ({"serviceMonitor": {"interval": "15 seconds"}}, "interval"),
+        ({"prometheusRule": {"temperatureHigh": {"thresholdCelsius": 0}}}, "thresholdCelsius"),
+        ({"prometheusRule": {"temperatureHigh": {"treshold": 80}}}, "treshold"),
+        ({"prometheusRule": {"collectionStale": {"thresholdSeconds": 0}}}, "thresholdSeconds"),
+        ({"hostPID": "yes"}, "hostPID"),
+    ],
+)
+def test_schema_rejects_bad_values(values: dict[str, Any], message: str) -> None:
+    chart_module = helm_chart_module()
+    errors = pytest.importorskip("helm_python.errors", reason=skip_reason("helm-python-sdk"))
+    with chart_module.Chart.load(CHART) as chart, pytest.raises(errors.HelmError) as raised:
+        chart.render(values, name="gpu", namespace="monitoring")
+    assert message in str(raised.value)
+    report = chart_module.lint(str(CHART), values, strict=True)
+    assert report["errors"] or report["messages"], "lint should report the schema violation too"
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}}, "not both"),
+        ({"serviceMonitor": {"enabled": True}, "service": {"enabled": False}}, "needs service.enabled"),
+        (
+            {"prometheusRule": {"enabled": True, "xidCritical": {"codes": [79, 94]}}},
+            "XID 94 is in both",
+        ),
+    ],
+)
+def test_contradictory_values_fail_the_render(values: dict[str, Any], message: str) -> None:
+    chart_module = helm_chart_module()
+    errors = pytest.importorskip("helm_python.errors", reason=skip_reason("helm-python-sdk"))
+    with chart_module.Chart.load(CHART) as chart, pytest.raises(errors.HelmError) as raised:
+        chart.render(values, name="gpu", namespace="monitoring")
+    assert message in str(raised.value)
+
+
+def test_notes_warn_about_missing_runtime_class_and_host_pid() -> None:
+    notes = render_chart({"runtimeClassName": "", "computeApps": {"enabled": True}})[
+        "nvidia-gpu-exporter/templates/NOTES.txt"
+    ]
+    assert "WARNING: runtimeClassName is empty" in notes
+    assert "computeApps.enabled is true but hostPID is false" in notes
+    notes = render_chart({})["nvidia-gpu-exporter/templates/NOTES.txt"]
+    assert "WARNING" not in notes
+    assert "restricted Pod Security Standard" in notes
+    assert "requests no nvidia.com/gpu" in notes
+
+
+def test_rendered_flags_run_the_real_exporter(exporter: StartExporter) -> None:
+    """The args the chart renders are accepted by the exporter, and the probe paths answer 200."""
+    objects = chart_objects(copy.deepcopy(MATRIX["custom-args"]))
+    main = container(objects)
+    # The harness listens on 127.0.0.1:0 (it reads the port from the log, so keep the log level at info).
+    args = [
+        arg
+        for arg in main["args"]
+        if not arg.startswith(("--web.listen-address=", "--log.level=", "--log.format=", "--nvidia-smi-command="))
+    ]
+    handle = exporter(*args)
+    for probe in ("livenessProbe", "readinessProbe"):
+        path = one(chart_objects({}), "DaemonSet")["spec"]["template"]["spec"]["containers"][0][probe]["httpGet"][
+            "path"
+        ]
+        assert handle.get(path).status == 200, path
+    assert "nvidia_smi_last_collect_success" in handle.scrape("/gpu/metrics")
+
+
+def test_restricted_check_catches_a_weakened_security_context() -> None:
+    """The restricted-PSS assertions can fail: emptied security contexts or an added capability are caught."""
+    objects = chart_objects({"securityContext": None, "podSecurityContext": None})  # null removes a default
+    spec = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+    problems = restricted_violations(spec)
+    assert any("allowPrivilegeEscalation" in problem for problem in problems)
+    assert any("drop ALL" in problem for problem in problems)
+    assert any("runAsNonRoot" in problem for problem in problems)
+    assert any("seccompProfile" in problem for problem in problems)
+    weakened = copy.deepcopy(MATRIX["defaults"])
+    weakened["securityContext"] = {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    spec = one(chart_objects(weakened), "DaemonSet")["spec"]["template"]["spec"]
+    assert restricted_violations(spec) == ["nvidia-gpu-exporter: adds capabilities ['SYS_ADMIN']"]

