@@ -151,6 +151,9 @@ SPEC_RESERVED = [
     "xid_last_timestamp_seconds",
     "command_exit_code",
     "nvml_return_code",
+    "gpu_pod_info",
+    "compute_app_pod_info",
+    "kubernetes_attribution_up",
 ]
 
 

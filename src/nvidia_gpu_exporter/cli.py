@@ -10,6 +10,7 @@ import signal
 import socket
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from . import __version__, logs
 from .backends import Backend, BackendSetupError
@@ -25,6 +26,9 @@ from .flags import FlagError, parse_args, usage
 from .web import ListenError, MetricsEndpoint, WebServer, WebSettings, bind_socket, build_app
 from .webconfig import WebConfigError
 from .websecurity import Security
+
+if TYPE_CHECKING:
+    from .kubernetes.attribution import Attributor
 
 log = logging.getLogger("nvidia_gpu_exporter.main")
 
@@ -103,6 +107,19 @@ async def build_backend(config: Config) -> Backend:
         raise StartupError(f"failed to set up the nvml backend: {error}") from error
 
 
+def build_attributor(config: Config, backend: Backend) -> Attributor | None:
+    """Kubernetes attribution, when a ``--kubernetes.*`` flag asks for it (imported only then)."""
+    if not (config.kubernetes_pod_resources or config.kubernetes_process_pods):
+        return None
+    from .kubernetes import setup  # noqa: PLC0415 - attribution is opt-in
+    from .kubernetes.podresources import MissingExtra  # noqa: PLC0415
+
+    try:
+        return setup.build_attributor(config, backend)
+    except MissingExtra as error:
+        raise StartupError(str(error)) from error
+
+
 def listen_sockets(config: Config) -> list[socket.socket]:
     """The listening sockets: systemd's (socket activation) or one bound per --web.listen-address."""
     if config.systemd_socket:
@@ -120,7 +137,17 @@ async def serve(config: Config) -> int:
     except WebConfigError as error:
         raise StartupError(str(error)) from error
     backend = await build_backend(config)
-    exposition = Exposition(backend.fields, backend.status_family, mig_process_labels=config.compute_apps_mig)
+    try:
+        attributor = build_attributor(config, backend)
+    except StartupError:
+        await backend.aclose()
+        raise
+    exposition = Exposition(
+        backend.fields,
+        backend.status_family,
+        mig_process_labels=config.compute_apps_mig,
+        kubernetes_pod_labels=config.kubernetes_pod_labels,
+    )
     stop = asyncio.Event()
     exit_code = 0
 
@@ -135,6 +162,7 @@ async def serve(config: Config) -> int:
         interval_seconds=to_seconds(config.collect_interval_ns),
         shutdown_on_error=config.shutdown_on_error,
         on_fatal=on_fatal,
+        attributor=attributor,
     )
     settings = web_settings(config)
     endpoint = MetricsEndpoint(collector, exposition, settings)
@@ -163,6 +191,10 @@ async def serve(config: Config) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point; returns the process exit status."""
     arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["doctor"]:  # `nvidia_gpu_exporter doctor`: the node checklist, exit 0/1/2
+        from .doctor import main as doctor_main  # noqa: PLC0415 - a separate command
+
+        return doctor_main(arguments[1:])
     if sys.platform == "win32":  # `install`/`uninstall`, and running under the Service Control Manager (§1.4)
         from . import winservice  # noqa: PLC0415 - Windows only
 

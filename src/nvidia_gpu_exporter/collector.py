@@ -17,9 +17,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .backends import Backend, CollectionError
 from .snapshot import Attempt, Readings, Snapshot
+
+if TYPE_CHECKING:
+    from .kubernetes.attribution import Attributor
+    from .kubernetes.model import KubernetesAttribution, PodResourcesReading
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +53,11 @@ class Collector:
         interval_seconds: float = 0.0,
         shutdown_on_error: bool = False,
         on_fatal: Callable[[int], None] | None = None,
+        attributor: Attributor | None = None,
     ) -> None:
         self.backend = backend
+        self.attributor = attributor  # Kubernetes attribution, consulted once per collection (opt-in)
+        self._kubernetes: KubernetesAttribution | None = None
         self.timeout_seconds = timeout_seconds or None
         self.interval_seconds = interval_seconds
         self.shutdown_on_error = shutdown_on_error
@@ -97,16 +105,34 @@ class Collector:
             else:
                 self._failed += 1
         self._latest = Snapshot(
-            attempt, self._failed, self._last_success_at, self._sequence, self.backend.xid_records()
+            attempt,
+            self._failed,
+            self._last_success_at,
+            self._sequence,
+            self.backend.xid_records(),
+            kubernetes=self._kubernetes,
         )
         return self._latest
 
     def no_result(self) -> Snapshot:
         """What a scrape that gave up waiting serves: health counters only, no status or duration."""
-        return Snapshot(None, self._failed, self._last_success_at, self._sequence, self.backend.xid_records())
+        return Snapshot(
+            None,
+            self._failed,
+            self._last_success_at,
+            self._sequence,
+            self.backend.xid_records(),
+            kubernetes=self._kubernetes,
+        )
+
+    async def _attribute(self, lookup: asyncio.Task[PodResourcesReading | None], readings: Readings | None) -> None:
+        """Join the kubelet's answer (fetched alongside the collection, bounded by its own timeout) with it."""
+        assert self.attributor is not None
+        self._kubernetes = await self.attributor.attribute(await lookup, readings)
 
     async def _collect_once(self) -> Snapshot:
         started = time.perf_counter()
+        lookup = asyncio.ensure_future(self.attributor.fetch()) if self.attributor is not None else None
         readings: Readings | None = None
         error: CollectionError | None = None
         cancelled = False
@@ -138,6 +164,15 @@ class Collector:
                 fatal=error.fatal,
                 exit_code_for_shutdown=error.exit_code,
             )
+        if lookup is not None:
+            try:
+                if cancelled:
+                    lookup.cancel()
+                else:
+                    await self._attribute(lookup, readings)
+            except asyncio.CancelledError:
+                lookup.cancel()
+                cancelled = True
         snapshot = self._publish(attempt)
         if attempt.fatal and self.shutdown_on_error and self.on_fatal is not None:
             log.error("shutting down on a fatal collection error", extra={"err": attempt.error})

@@ -12,6 +12,9 @@ BACKENDS = ("exec", "nvml", "demo")
 DEFAULT_NVIDIA_SMI_COMMAND = "nvidia-smi"
 RESERVED_ROUTES = ("/-/healthy", "/-/ready")
 PPROF_ROUTE = "/debug/pprof"
+ATTRIBUTION_ROUTE = "/-/attribution"  # served only with Kubernetes attribution on
+DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+DEFAULT_RESOURCE_NAMES = "nvidia.com/gpu,nvidia.com/gpu.shared,nvidia.com/mig-*"
 
 
 class ConfigError(ValueError):
@@ -45,6 +48,14 @@ class Config:
     pcie_throughput: bool = False
     demo_config: str = ""
     shutdown_on_error: bool = False
+    kubernetes_pod_resources: bool = False
+    kubernetes_pod_resources_socket: str = DEFAULT_POD_RESOURCES_SOCKET
+    kubernetes_pod_resources_timeout_ns: int = 2_000_000_000
+    kubernetes_pod_resources_cache_ns: int = 5_000_000_000
+    kubernetes_resource_names: str = DEFAULT_RESOURCE_NAMES
+    kubernetes_pod_labels: bool = False
+    kubernetes_process_pods: bool = False
+    kubernetes_proc_root: str = "/proc"
     log_level: str = "info"
     log_format: str = "logfmt"
 
@@ -97,3 +108,28 @@ def validate(config: Config) -> None:
         raise ConfigError("--collect.compute-apps-mig requires --collect.compute-apps")
     if config.demo_config and backend != "demo":
         raise ConfigError("--demo-config requires --collect.backend=demo")
+    validate_kubernetes(config)
+
+
+def validate_kubernetes(config: Config) -> None:
+    """The ``--kubernetes.*`` flags; with attribution off (the default) nothing here can fail."""
+    if config.kubernetes_pod_labels and not config.kubernetes_pod_resources:
+        raise ConfigError("--kubernetes.pod-labels requires --kubernetes.pod-resources")
+    if config.kubernetes_process_pods and not config.compute_apps:
+        raise ConfigError("--kubernetes.process-pods requires --collect.compute-apps")
+    if config.kubernetes_pod_resources:
+        if config.kubernetes_pod_resources_timeout_ns <= 0:
+            timeout = format_duration(config.kubernetes_pod_resources_timeout_ns)
+            raise ConfigError(f"kubernetes.pod-resources-timeout must be positive, got {timeout}")
+        if config.kubernetes_pod_resources_cache_ns < 0:
+            cache = format_duration(config.kubernetes_pod_resources_cache_ns)
+            raise ConfigError(f"kubernetes.pod-resources-cache must not be negative, got {cache}")
+        if not config.kubernetes_pod_resources_socket:
+            raise ConfigError("--kubernetes.pod-resources-socket must not be empty")
+        if not any(part.strip() for part in config.kubernetes_resource_names.split(",")):
+            raise ConfigError("--kubernetes.resource-names must name at least one resource")
+    if config.kubernetes_process_pods and not config.kubernetes_proc_root:
+        raise ConfigError("--kubernetes.proc-root must not be empty")
+    attribution = config.kubernetes_pod_resources or config.kubernetes_process_pods
+    if attribution and config.telemetry_path == ATTRIBUTION_ROUTE:
+        raise ConfigError(f"web.telemetry-path must not be {ATTRIBUTION_ROUTE} with Kubernetes attribution on")

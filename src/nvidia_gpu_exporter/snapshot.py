@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .kubernetes.model import KubernetesAttribution
 
 
 class StatusFamily(Enum):
@@ -146,3 +150,4 @@ class Snapshot:
     last_success_at: float | None
     sequence: int = field(default=0, compare=False)  # bumps with every published snapshot
     xids: tuple[XidRecord, ...] = ()  # rendered whatever the attempt's outcome
+    kubernetes: KubernetesAttribution | None = None  # None unless --kubernetes.* attribution is on

@@ -265,6 +265,12 @@ def build_app(endpoint: MetricsEndpoint, settings: WebSettings, security: Securi
         from .profiling import add_profiling_routes  # noqa: PLC0415 - only loaded when asked for
 
         add_profiling_routes(app, PPROF_PREFIX)
+    attributor = endpoint.collector.attributor
+    if attributor is not None:  # only with Kubernetes attribution on: GET /-/attribution explains it
+        from .kubernetes.diagnosis import PATH, attribution_handler  # noqa: PLC0415 - opt-in feature
+
+        budget = endpoint._cap_by_write_timeout(None)
+        app.router.add_get(PATH, attribution_handler(endpoint.collector, attributor.settings, budget))
     return app
 
 

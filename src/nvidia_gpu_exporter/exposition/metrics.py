@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..snapshot import Attempt, GpuTable, ProcessList, QueryField, Snapshot, StatusFamily
+from .kubernetes_families import attribution_families, labelled_gpu, sole_holders
 from .naming import FieldMetric, plan_field_metrics
 from .nvml_families import extras_families, xid_families
 from .text import (
@@ -55,21 +56,16 @@ HELP = {
     LAST_DURATION: "Duration of the most recent collection",
     StatusFamily.COMMAND_EXIT_CODE.value: "Exit code of the most recent nvidia-smi run",
     StatusFamily.NVML_RETURN_CODE.value: "NVML return code of the most recent collection (0 = success)",
-    GPU_INFO: "A metric with a constant '1' value labeled by gpu uuid, "
-    + ", ".join(GPU_INFO_LABELS[1:])
-    + ".",
+    GPU_INFO: "A metric with a constant '1' value labeled by gpu uuid, " + ", ".join(GPU_INFO_LABELS[1:]) + ".",
     COMPUTE_APP_INFO: "A metric with a constant '1' value labeled by the identity of a process with a "
     "compute context on a GPU.",
-    COMPUTE_APP_MEMORY: "GPU memory used by the process. Absent when the driver cannot report it "
-    "(e.g. Windows WDDM).",
+    COMPUTE_APP_MEMORY: "GPU memory used by the process. Absent when the driver cannot report it (e.g. Windows WDDM).",
     COMPUTE_APPS: "Number of processes with a compute context on the GPU.",
     COMPUTE_APPS_SUCCESS: "Whether the most recent per-process collection succeeded (1) or not (0)",
 }
 
 # The wall-clock families: their values change on every run, so byte comparisons leave them out.
-WALL_CLOCK_FAMILIES = frozenset(
-    {LAST_DURATION, LAST_SUCCESS_TIMESTAMP, "nvidia_smi_xid_last_timestamp_seconds"}
-)
+WALL_CLOCK_FAMILIES = frozenset({LAST_DURATION, LAST_SUCCESS_TIMESTAMP, "nvidia_smi_xid_last_timestamp_seconds"})
 
 MIB = 1_048_576.0
 CELL_CACHE_LIMIT = 4096  # distinct cell texts remembered per field (bounded: some values never repeat)
@@ -103,16 +99,16 @@ class Exposition:
         status_family: StatusFamily,
         *,
         mig_process_labels: bool = False,
+        kubernetes_pod_labels: bool = False,
     ) -> None:
         self.fields = tuple(fields)
         self.status_family = status_family
         self.mig_process_labels = mig_process_labels
+        self.kubernetes_pod_labels = kubernetes_pod_labels  # --kubernetes.pod-labels
         self.field_metrics: tuple[FieldMetric, ...] = plan_field_metrics(
             [(field.qfield, field.rfield) for field in self.fields]
         )
-        self._headers = {
-            metric.name: header(metric.name, metric.help, "gauge") for metric in self.field_metrics
-        }
+        self._headers = {metric.name: header(metric.name, metric.help, "gauge") for metric in self.field_metrics}
         positions = {field.qfield: index for index, field in enumerate(self.fields)}
         missing = [name for name in IDENTITY_FIELDS if name not in positions]
         if missing:
@@ -154,9 +150,7 @@ class Exposition:
             identity[0] = normalize_uuid(identity[0])
             identity.append(cuda_version)
             if any(_has_surrogates(value) for value in identity):
-                log.error(
-                    "dropping a GPU whose identity is not valid UTF-8", extra={"pci_bus_id": identity[6]}
-                )
+                log.error("dropping a GPU whose identity is not valid UTF-8", extra={"pci_bus_id": identity[6]})
                 continue
             info.add(identity, 1.0)
             uuid = identity[0]
@@ -240,15 +234,22 @@ class Exposition:
         families = self.health_families(snapshot)
         blocks: list[tuple[str, str]] = []
         attempt: Attempt | None = snapshot.attempt
+        rendered_uuids: set[str] | None = None  # the GPUs of a successful collection, for attribution
         if attempt is not None and attempt.readings is not None:
             readings = attempt.readings
             gpus, info = self._renderable_gpus(readings.gpus, readings.cuda_version)
             families.append(info)
+            if self.kubernetes_pod_labels and snapshot.kubernetes is not None:
+                holders = sole_holders(snapshot.kubernetes)
+                gpus = [replace(gpu, label=labelled_gpu(gpu.uuid, holders.get(gpu.uuid))) for gpu in gpus]
             blocks += self._field_blocks(gpus)
+            rendered_uuids = {gpu.uuid for gpu in gpus}
             if readings.processes is not None:
                 families += self.process_families(readings.processes, [gpu.uuid for gpu in gpus])
             if readings.extras is not None:
                 families += extras_families(readings.extras)
         families += xid_families(snapshot.xids)  # XID counts outlive failed collections (§3.2)
+        if snapshot.kubernetes is not None:  # only with --kubernetes.* attribution on
+            families += attribution_families(snapshot.kubernetes, rendered_uuids)
         blocks += [(family.name, render_family(family)) for family in families]
         return render_blocks(blocks)

@@ -59,6 +59,10 @@ RESERVED_SUFFIXES = (
     "xid_last_timestamp_seconds",
     "command_exit_code",
     "nvml_return_code",
+    # Kubernetes attribution (opt-in), reserved whether or not it is on.
+    "gpu_pod_info",
+    "compute_app_pod_info",
+    "kubernetes_attribution_up",
 )
 RESERVED_NAMES = frozenset(PREFIX + suffix for suffix in RESERVED_SUFFIXES)
 

@@ -1,0 +1,496 @@
+"""The node half of the checklist: driver, nvidia-smi/NVML, GPUs, CUDA, device nodes, container runtime,
+kubelet socket, and the exporter's own scrape.
+
+Every file is looked up under ``--root`` (``/`` by default; ``/host`` when the host's filesystem is
+mounted there; a fake node's directory in tests), so the same checks serve a shell on the node, a pod,
+and CI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..backends.cmdsplit import CommandSplitError, split_command
+from ..backends.smi_output import CsvShapeError, parse_cuda_version, parse_gpu_csv
+from .report import CheckResult, Status
+
+GPU_QUERY_FIELDS = ("index", "uuid", "name", "driver_version")
+CONTAINERD_CONFIGS = (
+    "etc/containerd/config.toml",
+    "var/lib/rancher/k3s/agent/etc/containerd/config.toml",
+    "var/lib/rancher/rke2/agent/etc/containerd/config.toml",
+)
+CONTAINERD_DROPINS = ("etc/containerd/conf.d", "etc/containerd/config.d")
+CRIO_CONFIGS = ("etc/crio/crio.conf",)
+CRIO_DROPINS = ("etc/crio/crio.conf.d",)
+DOCKER_CONFIG = "etc/docker/daemon.json"
+CDI_DIRS = ("etc/cdi", "var/run/cdi")
+_KERNEL_MODULE = re.compile(r"Kernel Module\s+([0-9][0-9.]*)")
+_CONTAINERD_NVIDIA = re.compile(r"runtimes\.[\"']?nvidia[\"']?\]|nvidia-container-runtime")
+_CONTAINERD_DEFAULT = re.compile(r"default_runtime_name\s*=\s*[\"']nvidia[\"']")
+_CRIO_NVIDIA = re.compile(r"crio\.runtime\.runtimes\.[\"']?nvidia[\"']?\]|nvidia-container-runtime")
+_CDI_KIND = re.compile(r"[\"']?kind[\"']?\s*:\s*[\"']?nvidia\.com/gpu[\"']?")
+_VERSION = re.compile(r"^([0-9]+)\.([0-9]+)")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeOptions:
+    root: Path
+    nvidia_smi_command: str = "nvidia-smi"
+    image_cuda: str = ""
+    pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    exporter_url: str = "http://127.0.0.1:9835/metrics"
+    timeout_seconds: float = 5.0
+
+
+@dataclass(slots=True)
+class GpuProbe:
+    """What nvidia-smi (or, failing that, NVML) says about the GPUs."""
+
+    source: str = ""  # "nvidia-smi", "NVML", or "" when neither answered
+    smi_error: str = ""
+    nvml_error: str = ""
+    gpus: list[tuple[str, str, str]] = field(default_factory=list)  # (index, uuid, name)
+    driver_version: str = ""
+    cuda_version: str = ""
+
+
+def under_root(root: Path, path: str) -> Path:
+    return root / path.lstrip("/")
+
+
+# -- driver -----------------------------------------------------------------------------------------------
+
+
+def check_driver(options: NodeOptions) -> CheckResult:
+    path = under_root(options.root, "proc/driver/nvidia/version")
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return CheckResult(
+            "driver",
+            "NVIDIA kernel driver",
+            Status.FAIL,
+            f"{path} is missing: the NVIDIA kernel module is not loaded",
+            "install the NVIDIA driver on the node and load it (modprobe nvidia), then reboot if it asks",
+        )
+    match = _KERNEL_MODULE.search(text)
+    version = match.group(1) if match else "unknown version"
+    return CheckResult("driver", "NVIDIA kernel driver", Status.PASS, f"kernel module {version} loaded")
+
+
+# -- nvidia-smi / NVML ------------------------------------------------------------------------------------
+
+
+def _run_smi(argv: Sequence[str], args: Sequence[str], timeout: float) -> str:
+    try:
+        completed = subprocess.run(
+            [*argv, *args], capture_output=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise RuntimeError(str(error)) from error
+    if completed.returncode != 0:
+        message = " ".join(completed.stderr.decode("utf-8", "replace").split())[:200]
+        raise RuntimeError(f"exit status {completed.returncode}: {message}".rstrip(": "))
+    return completed.stdout.decode("utf-8", "replace")
+
+
+def _probe_smi(options: NodeOptions, probe: GpuProbe) -> bool:
+    try:
+        argv = split_command(options.nvidia_smi_command)
+        csv_text = _run_smi(
+            argv, ["--query-gpu=" + ",".join(GPU_QUERY_FIELDS), "--format=csv"], options.timeout_seconds
+        )
+        table = parse_gpu_csv(csv_text, len(GPU_QUERY_FIELDS))
+    except (CommandSplitError, RuntimeError, CsvShapeError) as error:
+        probe.smi_error = f"{options.nvidia_smi_command}: {error}"
+        return False
+    probe.source = "nvidia-smi"
+    probe.gpus = [(row[0], row[1], row[2]) for row in table.rows]
+    probe.driver_version = table.rows[0][3] if table.rows else ""
+    try:
+        probe.cuda_version = parse_cuda_version(_run_smi(argv, ["--version"], options.timeout_seconds))
+    except RuntimeError:
+        probe.cuda_version = ""
+    return True
+
+
+def _probe_nvml(probe: GpuProbe) -> bool:
+    try:
+        import pynvml  # noqa: PLC0415 - only when nvidia-smi fails
+    except ImportError as error:
+        probe.nvml_error = f"NVML bindings missing: {error}"
+        return False
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as error:
+        probe.nvml_error = f"NVML: {error}"
+        return False
+    try:
+        gpus = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            gpus.append((str(index), str(pynvml.nvmlDeviceGetUUID(handle)), str(pynvml.nvmlDeviceGetName(handle))))
+        probe.gpus = gpus
+        probe.driver_version = str(pynvml.nvmlSystemGetDriverVersion())
+        cuda = int(pynvml.nvmlSystemGetCudaDriverVersion_v2())
+        probe.cuda_version = f"{cuda // 1000}.{cuda % 1000 // 10}"
+    except pynvml.NVMLError as error:
+        probe.nvml_error = f"NVML: {error}"
+        return False
+    finally:
+        pynvml.nvmlShutdown()
+    probe.source = "NVML"
+    return True
+
+
+def probe_gpus(options: NodeOptions) -> GpuProbe:
+    probe = GpuProbe()
+    if not _probe_smi(options, probe):
+        _probe_nvml(probe)
+    return probe
+
+
+def check_smi(probe: GpuProbe) -> CheckResult:
+    title = "nvidia-smi or NVML"
+    if probe.source == "nvidia-smi":
+        return CheckResult("nvidia-smi", title, Status.PASS, f"nvidia-smi answers (driver {probe.driver_version})")
+    if probe.source == "NVML":
+        return CheckResult(
+            "nvidia-smi",
+            title,
+            Status.WARN,
+            f"NVML answers (driver {probe.driver_version}) but nvidia-smi does not: {probe.smi_error}",
+            "run the exporter with --collect.backend=nvml, or fix --nvidia-smi-command",
+        )
+    return CheckResult(
+        "nvidia-smi",
+        title,
+        Status.FAIL,
+        f"{probe.smi_error}; {probe.nvml_error}",
+        "install the driver's utilities on the node; in a pod, use the NVIDIA runtime "
+        "(runtimeClassName: nvidia) with NVIDIA_DRIVER_CAPABILITIES=utility",
+    )
+
+
+def check_gpus(probe: GpuProbe) -> CheckResult:
+    if not probe.source:
+        return CheckResult("gpus", "GPUs listed", Status.SKIP, "neither nvidia-smi nor NVML answered")
+    if not probe.gpus:
+        return CheckResult(
+            "gpus",
+            "GPUs listed",
+            Status.FAIL,
+            f"{probe.source} lists no GPU",
+            "check NVIDIA_VISIBLE_DEVICES (all, for the exporter) and dmesg for NVRM/Xid errors",
+        )
+    listed = ", ".join(f"{index}: {name} ({uuid})" for index, uuid, name in probe.gpus)
+    return CheckResult("gpus", "GPUs listed", Status.PASS, f"{len(probe.gpus)} GPU(s): {listed}")
+
+
+def _version(text: str) -> tuple[int, int] | None:
+    match = _VERSION.match(text.strip())
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def check_cuda(probe: GpuProbe, image_cuda: str) -> CheckResult:
+    title = "driver's CUDA version"
+    if not probe.source:
+        return CheckResult("cuda", title, Status.SKIP, "neither nvidia-smi nor NVML answered")
+    driver = _version(probe.cuda_version)
+    if driver is None:
+        return CheckResult("cuda", title, Status.WARN, "the driver reports no CUDA version", "update the NVIDIA driver")
+    if not image_cuda:
+        return CheckResult(
+            "cuda", title, Status.PASS, f"the driver supports CUDA up to {probe.cuda_version} (--image-cuda compares)"
+        )
+    image = _version(image_cuda)
+    if image is None:
+        return CheckResult("cuda", title, Status.WARN, f"--image-cuda {image_cuda!r} is not a version like 12.4")
+    if image > driver:
+        return CheckResult(
+            "cuda",
+            title,
+            Status.WARN,
+            f"the image's CUDA {image_cuda} is newer than the driver supports ({probe.cuda_version}): CUDA calls fail "
+            "with 'driver version is insufficient' unless the image ships the CUDA forward-compat package",
+            f"upgrade the driver to one for CUDA {image[0]}.{image[1]}, or use an image built for CUDA "
+            f"{probe.cuda_version} or older",
+        )
+    return CheckResult(
+        "cuda", title, Status.PASS, f"the driver supports CUDA {probe.cuda_version}; the image needs {image_cuda}"
+    )
+
+
+# -- device nodes -----------------------------------------------------------------------------------------
+
+
+def check_devices(options: NodeOptions) -> CheckResult:
+    title = "/dev/nvidia* device nodes"
+    directory = under_root(options.root, "dev")
+    nodes = sorted(directory.glob("nvidia*")) if directory.is_dir() else []
+    names = {node.name for node in nodes}
+    gpu_nodes = sorted(name for name in names if re.fullmatch(r"nvidia[0-9]+", name))
+    if not nodes:
+        return CheckResult(
+            "devices",
+            title,
+            Status.FAIL,
+            f"no nvidia* device nodes in {directory}",
+            "load the driver on the node; in a pod, use the NVIDIA runtime or a CDI device so they are injected",
+        )
+    missing = [name for name in ("nvidiactl", "nvidia-uvm") if name not in names]
+    if not gpu_nodes:
+        missing.append("nvidia<N>")
+    unusable = [node.name for node in nodes if not node.is_dir() and not _readable(node)]  # nvidia-caps: a dir
+    if missing or unusable:
+        problems = []
+        if missing:
+            problems.append("missing: " + ", ".join(missing))
+        if unusable:
+            problems.append("not readable and writable: " + ", ".join(unusable))
+        return CheckResult(
+            "devices",
+            title,
+            Status.WARN,
+            f"{directory}: " + "; ".join(problems),
+            "nvidia-uvm appears once a CUDA program ran (or nvidia-modprobe -u -c=0); run as a user in the "
+            "device nodes' group or as root",
+        )
+    return CheckResult(
+        "devices", title, Status.PASS, f"nvidiactl, nvidia-uvm and {', '.join(gpu_nodes)} present and readable"
+    )
+
+
+def _readable(path: Path) -> bool:
+    return os.access(path, os.R_OK | os.W_OK)
+
+
+# -- container runtime ------------------------------------------------------------------------------------
+
+
+def _texts(root: Path, files: Sequence[str], dropins: Sequence[str]) -> list[tuple[Path, str]]:
+    found = [under_root(root, name) for name in files]
+    for directory in dropins:
+        base = under_root(root, directory)
+        if base.is_dir():
+            found += sorted(path for path in base.iterdir() if path.is_file())
+    texts = []
+    for path in found:
+        try:
+            texts.append((path, path.read_text(encoding="utf-8", errors="replace")))
+        except OSError:
+            continue
+    return texts
+
+
+def _docker(root: Path) -> tuple[bool, str] | None:
+    path = under_root(root, DOCKER_CONFIG)
+    try:
+        document: Any = json.loads(path.read_text(encoding="utf-8"))
+    except OSError:
+        return None
+    except ValueError:
+        return False, f"Docker: {path} is not valid JSON"
+    if not isinstance(document, dict):
+        return False, f"Docker: {path} is not a JSON object"
+    runtimes = document.get("runtimes")
+    if isinstance(runtimes, dict) and "nvidia" in runtimes:
+        default = " (default)" if document.get("default-runtime") == "nvidia" else ""
+        return True, f"Docker: nvidia runtime{default} in {path}"
+    return False, f"Docker: no nvidia runtime in {path}"
+
+
+def _cdi_specs(root: Path) -> list[str]:
+    specs = []
+    for directory in CDI_DIRS:
+        base = under_root(root, directory)
+        if not base.is_dir():
+            continue
+        for path in sorted(base.iterdir()):
+            if path.suffix not in (".yaml", ".yml", ".json") or not path.is_file():
+                continue
+            try:
+                if _CDI_KIND.search(path.read_text(encoding="utf-8", errors="replace")):
+                    specs.append(str(path))
+            except OSError:
+                continue
+    return specs
+
+
+def check_runtime(options: NodeOptions) -> CheckResult:
+    title = "container runtime configured for NVIDIA"
+    root = options.root
+    configured: list[str] = []
+    unconfigured: list[str] = []
+    for label, pattern, texts in (
+        ("containerd", _CONTAINERD_NVIDIA, _texts(root, CONTAINERD_CONFIGS, CONTAINERD_DROPINS)),
+        ("CRI-O", _CRIO_NVIDIA, _texts(root, CRIO_CONFIGS, CRIO_DROPINS)),
+    ):
+        hits = [path for path, text in texts if pattern.search(text)]
+        if hits:
+            default = any(_CONTAINERD_DEFAULT.search(text) for _, text in texts) and label == "containerd"
+            configured.append(f"{label}: nvidia runtime{' (default)' if default else ''} in {hits[0]}")
+        elif texts:
+            unconfigured.append(f"{label}: no nvidia runtime in {', '.join(str(path) for path, _ in texts)}")
+    docker = _docker(root)
+    if docker is not None:
+        (configured if docker[0] else unconfigured).append(docker[1])
+    specs = _cdi_specs(root)
+    if specs:
+        configured.append(f"CDI: nvidia.com/gpu spec in {', '.join(specs)}")
+    if configured:
+        return CheckResult("runtime", title, Status.PASS, "; ".join(configured))
+    if unconfigured:
+        return CheckResult(
+            "runtime",
+            title,
+            Status.FAIL,
+            "; ".join(unconfigured),
+            "nvidia-ctk runtime configure --runtime=containerd (or crio, docker), then restart the runtime; "
+            "or generate CDI specs with nvidia-ctk cdi generate",
+        )
+    return CheckResult(
+        "runtime",
+        title,
+        Status.WARN,
+        f"no containerd, CRI-O or Docker configuration and no CDI spec under {root}",
+        "run the doctor on the node, or with --root pointing at the host's filesystem mounted read-only",
+    )
+
+
+# -- kubelet PodResources ---------------------------------------------------------------------------------
+
+
+def check_pod_resources(options: NodeOptions) -> CheckResult:
+    from ..kubernetes.devices import DEFAULT_RESOURCE_PATTERNS, resource_matches  # noqa: PLC0415
+    from ..kubernetes.podresources import (  # noqa: PLC0415
+        GrpcPodResources,
+        MissingExtra,
+        PodResourcesError,
+        socket_problem,
+    )
+
+    title = "kubelet PodResources socket"
+    path = str(under_root(options.root, options.pod_resources_socket))
+    problem = socket_problem(path)
+    if problem is not None:
+        status = Status.WARN if problem.reason == "socket_missing" else Status.FAIL
+        return CheckResult(
+            "pod-resources",
+            title,
+            status,
+            problem.detail,
+            "mount /var/lib/kubelet/pod-resources read-only into the exporter (as root: the socket is root's) "
+            "and start it with --kubernetes.pod-resources",
+        )
+    try:
+        devices = asyncio.run(GrpcPodResources(path).list_devices(options.timeout_seconds))
+    except MissingExtra:
+        return CheckResult(
+            "pod-resources",
+            title,
+            Status.WARN,
+            f"{path} exists but grpcio is not installed, so List was not called",
+            "pip install 'nvidia-gpu-exporter[kubernetes]'",
+        )
+    except PodResourcesError as error:
+        return CheckResult(
+            "pod-resources",
+            title,
+            Status.FAIL,
+            f"{error.reason}: {error.detail}",
+            "check that the kubelet runs and that this is its socket (KubeletPodResources is GA since 1.20)",
+        )
+    gpu = [device for device in devices if resource_matches(device.resource, DEFAULT_RESOURCE_PATTERNS)]
+    containers = {(device.namespace, device.pod, device.container) for device in gpu}
+    return CheckResult(
+        "pod-resources",
+        title,
+        Status.PASS,
+        f"List answers: {len(gpu)} NVIDIA device(s) allocated to {len(containers)} container(s)",
+    )
+
+
+# -- the exporter's own scrape ----------------------------------------------------------------------------
+
+
+def _sample(text: str, name: str) -> tuple[str, float] | None:
+    """The first sample of a family: (its label block, its value)."""
+    for line in text.splitlines():
+        if line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " "):
+            series, _, value = line.rpartition(" ")
+            try:
+                return series[len(name) :], float(value)
+            except ValueError:
+                return None
+    return None
+
+
+def check_exporter(options: NodeOptions) -> CheckResult:
+    title = "the exporter's scrape"
+    url = options.exporter_url
+    try:
+        with urllib.request.urlopen(url, timeout=options.timeout_seconds) as reply:  # noqa: S310 - the user's URL
+            text = reply.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as error:
+        return CheckResult(
+            "exporter", title, Status.FAIL, f"{url} answers HTTP {error.code}", "read the exporter's log"
+        )
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        reason = getattr(error, "reason", error)
+        return CheckResult(
+            "exporter",
+            title,
+            Status.WARN,
+            f"no exporter answers at {url}: {reason}",
+            "pass --exporter-url (in the exporter's pod: http://127.0.0.1:9835/metrics)",
+        )
+    success = _sample(text, "nvidia_smi_last_collect_success")
+    if success is None:
+        return CheckResult(
+            "exporter", title, Status.WARN, f"{url} has no nvidia_smi_last_collect_success", "check --exporter-url"
+        )
+    if success[1] != 1:
+        return CheckResult(
+            "exporter",
+            title,
+            Status.FAIL,
+            f"{url}: the exporter's most recent collection failed",
+            "read its log for 'failed to collect metrics'",
+        )
+    gpus = sum(1 for line in text.splitlines() if line.startswith("nvidia_smi_gpu_info{"))
+    attribution = _sample(text, "nvidia_smi_kubernetes_attribution_up")
+    if attribution is not None and attribution[1] != 1:
+        return CheckResult(
+            "exporter",
+            title,
+            Status.WARN,
+            f"{url}: collection OK ({gpus} GPU(s)) but pod attribution is down {attribution[0]}",
+            "GET /-/attribution on the exporter says why and what to change",
+        )
+    return CheckResult("exporter", title, Status.PASS, f"{url}: collection OK, {gpus} GPU(s)")
+
+
+def node_checks(options: NodeOptions) -> list[CheckResult]:
+    probe = probe_gpus(options)
+    return [
+        check_driver(options),
+        check_smi(probe),
+        check_gpus(probe),
+        check_cuda(probe, options.image_cuda),
+        check_devices(options),
+        check_runtime(options),
+        check_pod_resources(options),
+        check_exporter(options),
+    ]

@@ -1,0 +1,88 @@
+"""The Kubernetes attribution families, and the opt-in pod labels of the per-GPU series.
+
+Rendered only when attribution is enabled (the snapshot then carries a
+:class:`~..kubernetes.model.KubernetesAttribution`); with it off, nothing here runs and the output is the
+Go exporter's byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from ..kubernetes.model import KubernetesAttribution
+from .text import Family, escape_label_value
+
+ATTRIBUTION_UP = "nvidia_smi_kubernetes_attribution_up"
+GPU_POD_INFO = "nvidia_smi_gpu_pod_info"
+COMPUTE_APP_POD_INFO = "nvidia_smi_compute_app_pod_info"
+
+GPU_POD_LABELS = ("uuid", "namespace", "pod", "container", "mig_uuid")
+COMPUTE_APP_POD_LABELS = ("uuid", "pid", "pod_uid", "container_id")
+POD_LABELS = ("container", "namespace", "pod")  # sorted by name, as label blocks are written
+
+HELP = {
+    ATTRIBUTION_UP: "Whether the kubelet's PodResources API answered the most recent attribution request (1) "
+    "or not (0, with the reason label saying why).",
+    GPU_POD_INFO: "A metric with a constant '1' value for each container holding a GPU, a MIG device of it "
+    "(mig_uuid) or a time-sliced replica, as the kubelet's PodResources API reports. Join on uuid.",
+    COMPUTE_APP_POD_INFO: "A metric with a constant '1' value labeled by the pod uid and container id of a "
+    "process with a compute context, from its cgroup. Join on uuid and pid with nvidia_smi_compute_app_info, "
+    "on pod_uid with kube_pod_info{uid}.",
+}
+
+
+def attribution_families(attribution: KubernetesAttribution, gpu_uuids: Collection[str] | None) -> list[Family]:
+    """``attribution_up`` (when the kubelet source is on) and, for a successful collection
+    (``gpu_uuids`` set), the pod info of its GPUs and processes. Repeats collapse: a container holding
+    two replicas of one GPU is one series."""
+    families: list[Family] = []
+    reading = attribution.pod_resources
+    if reading is not None:
+        up = Family(ATTRIBUTION_UP, HELP[ATTRIBUTION_UP], "gauge", ("reason",))
+        up.add((reading.reason,), 1.0 if reading.ok else 0.0)
+        families.append(up)
+    if gpu_uuids is None:
+        return families
+    info = Family(GPU_POD_INFO, HELP[GPU_POD_INFO], "gauge", GPU_POD_LABELS)
+    seen: set[tuple[str, ...]] = set()
+    for link in attribution.gpu_pods:
+        labels = (link.uuid, link.namespace, link.pod, link.container, link.mig_uuid)
+        if link.uuid in gpu_uuids and labels not in seen:
+            seen.add(labels)
+            info.add(labels, 1.0)
+    families.append(info)
+    if attribution.processes is not None:
+        apps = Family(COMPUTE_APP_POD_INFO, HELP[COMPUTE_APP_POD_INFO], "gauge", COMPUTE_APP_POD_LABELS)
+        seen_apps: set[tuple[str, ...]] = set()
+        for process in attribution.processes:
+            app = (process.uuid, process.pid, process.pod_uid, process.container_id)
+            if process.pod_uid and app not in seen_apps:
+                seen_apps.add(app)
+                apps.add(app, 1.0)
+        families.append(apps)
+    return families
+
+
+def sole_holders(attribution: KubernetesAttribution) -> dict[str, tuple[str, str, str]]:
+    """GPU uuid → (container, namespace, pod) for GPUs held whole (or every replica) by exactly one container.
+
+    A GPU shared by several containers (time-slicing) gets no pod labels on its per-GPU series: any one
+    pick would be wrong, and one series per pod would multiply sums. Neither does a GPU split into MIG
+    devices: its per-GPU series cover every slice, not the one a pod holds. ``nvidia_smi_gpu_pod_info``
+    lists them all.
+    """
+    holders: dict[str, set[tuple[str, str, str]]] = {}
+    split: set[str] = set()
+    for link in attribution.gpu_pods:
+        holders.setdefault(link.uuid, set()).add((link.container, link.namespace, link.pod))
+        if link.mig_uuid:
+            split.add(link.uuid)
+    return {uuid: next(iter(found)) for uuid, found in holders.items() if len(found) == 1 and uuid not in split}
+
+
+def labelled_gpu(uuid: str, holder: tuple[str, str, str] | None) -> str:
+    """The label block of a per-GPU series: ``{uuid="..."}``, with the pod labels first when one holds it."""
+    if holder is None:
+        return '{uuid="' + escape_label_value(uuid) + '"}'
+    pairs = [*zip(POD_LABELS, holder, strict=True), ("uuid", uuid)]
+    return "{" + ",".join(f'{name}="{escape_label_value(value)}"' for name, value in pairs if value) + "}"

@@ -1,0 +1,302 @@
+"""The attributor: asks the kubelet (cached, time-bounded) and maps its answer onto one collection's GPUs.
+
+The collector starts :meth:`Attributor.fetch` alongside the backend's collection, so a slow kubelet
+costs at most ``--kubernetes.pod-resources-timeout`` and usually nothing; :meth:`Attributor.attribute`
+then joins the kubelet's device ids with the GPUs (and processes) the collection read. Neither ever
+raises: a kubelet problem becomes a reason in the data, logged once when it starts and once when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from ..exposition.uuids import normalize_mig_uuid, normalize_uuid
+from ..snapshot import QueryField, Readings
+from . import cgroups
+from .devices import (
+    DeviceRef,
+    UnrecognisedDeviceId,
+    looks_like_gpu,
+    parse_device_id,
+    parse_list_gpus,
+    resource_matches,
+)
+from .model import (
+    DEVICE_ID_NOT_RECOGNISED,
+    GPU_NOT_VISIBLE,
+    HOSTPID_OFF,
+    MIG_DEVICE_UNKNOWN,
+    PROCESS_NOT_VISIBLE,
+    PROCESS_QUERY_FAILED,
+    RESOURCE_NOT_MATCHED,
+    RPC_ERROR,
+    TIMEOUT,
+    GpuPod,
+    KubernetesAttribution,
+    PodDevice,
+    PodResourcesReading,
+    ProcessPod,
+    UnmatchedDevice,
+)
+from .podresources import PodResourcesError, PodResourcesSource
+
+log = logging.getLogger(__name__)
+
+MigLister = Callable[[], Awaitable[str]]
+"""Returns ``nvidia-smi -L`` text: the exec backend's way to place MIG uuids on their parent GPUs."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttributionSettings:
+    """The ``--kubernetes.*`` flags, in seconds."""
+
+    pod_resources: bool = False
+    socket: str = ""
+    timeout_seconds: float = 2.0
+    cache_seconds: float = 5.0
+    resource_patterns: tuple[str, ...] = ()
+    process_pods: bool = False
+    proc_root: str = "/proc"
+
+
+@dataclass(frozen=True, slots=True)
+class _GpuIndex:
+    """One collection's GPUs, keyed the ways device ids name them."""
+
+    uuids: frozenset[str]
+    by_index: dict[str, str]
+    mig_parents: dict[str, str]
+    legacy_mig: dict[tuple[str, int, int], str]
+
+
+def _column(fields: Sequence[QueryField], name: str) -> int | None:
+    for position, field in enumerate(fields):
+        if field.qfield == name:
+            return position
+    return None
+
+
+class Attributor:
+    """Owns the kubelet cache and the state that is logged on change."""
+
+    def __init__(
+        self,
+        settings: AttributionSettings,
+        fields: Sequence[QueryField],
+        *,
+        source: PodResourcesSource | None,
+        mig_lister: MigLister | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.source = source if settings.pod_resources else None
+        self.mig_lister = mig_lister
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._uuid_column = _column(fields, "uuid")
+        self._index_column = _column(fields, "index")
+        self._cached: PodResourcesReading | None = None
+        self._cached_at = 0.0
+        self._lock: asyncio.Lock | None = None
+        self._logged_state: tuple[bool, str] | None = None
+        self._listed_mig: dict[str, str] = {}
+        self._listed_for: float | None = None  # fetched_at of the reading the last -L ran for
+        self.fetches = 0  # kubelet calls made, for tests
+
+    # -- the kubelet ------------------------------------------------------------------------------------
+
+    async def fetch(self) -> PodResourcesReading | None:
+        """The kubelet's allocations, at most ``cache_seconds`` old; ``None`` when the source is off."""
+        if self.source is None:
+            return None
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            cached = self._cached
+            if cached is not None and self._clock() - self._cached_at < self.settings.cache_seconds:
+                return cached
+            reading = await self._call(self.source)
+            self._cached, self._cached_at = reading, self._clock()
+            self._log_transition(reading)
+            return reading
+
+    async def _call(self, source: PodResourcesSource) -> PodResourcesReading:
+        timeout = self.settings.timeout_seconds
+        self.fetches += 1
+        try:
+            devices = await asyncio.wait_for(source.list_devices(timeout), timeout)
+        except PodResourcesError as error:
+            return PodResourcesReading(False, error.reason, error.detail, fetched_at=self._wall_clock())
+        except asyncio.TimeoutError:
+            detail = f"no answer from {source.socket} within {timeout:g}s"
+            return PodResourcesReading(False, TIMEOUT, detail, fetched_at=self._wall_clock())
+        except Exception as error:  # a client bug must not take collections down with it
+            log.exception("kubelet PodResources call raised an unexpected error")
+            return PodResourcesReading(False, RPC_ERROR, repr(error), fetched_at=self._wall_clock())
+        return PodResourcesReading(True, devices=devices, fetched_at=self._wall_clock())
+
+    def _log_transition(self, reading: PodResourcesReading) -> None:
+        state = (reading.ok, reading.reason)
+        if state == self._logged_state:
+            return
+        previous, self._logged_state = self._logged_state, state
+        socket = self.source.socket if self.source is not None else ""
+        if reading.ok:
+            log.info("Kubernetes pod attribution is up", extra={"socket": socket, "devices": len(reading.devices)})
+        elif previous is None or previous[0] or previous[1] != reading.reason:
+            log.warning(
+                "Kubernetes pod attribution is unavailable",
+                extra={"socket": socket, "reason": reading.reason, "detail": reading.detail},
+            )
+
+    # -- mapping ----------------------------------------------------------------------------------------
+
+    def _gpu_index(self, readings: Readings) -> _GpuIndex:
+        uuids: set[str] = set()
+        by_index: dict[str, str] = {}
+        for row in readings.gpus.rows:
+            if self._uuid_column is None:
+                break
+            uuid = normalize_uuid(row[self._uuid_column])
+            uuids.add(uuid)
+            if self._index_column is not None:
+                by_index[row[self._index_column].strip()] = uuid
+        mig_parents = dict(self._listed_mig)
+        legacy: dict[tuple[str, int, int], str] = {}
+        if readings.extras is not None:
+            for device in readings.extras.mig_devices:
+                parent, mig = normalize_uuid(device.gpu_uuid), normalize_mig_uuid(device.mig_uuid)
+                mig_parents[mig] = parent
+                legacy[(parent, device.gpu_instance_id, device.compute_instance_id)] = mig
+        return _GpuIndex(frozenset(uuids), by_index, mig_parents, legacy)
+
+    async def _refresh_mig_list(self, reading: PodResourcesReading) -> bool:
+        """Run ``nvidia-smi -L`` once per kubelet answer that names an unknown MIG uuid."""
+        if self.mig_lister is None or self._listed_for == reading.fetched_at:
+            return False
+        self._listed_for = reading.fetched_at
+        try:
+            text = await asyncio.wait_for(self.mig_lister(), self.settings.timeout_seconds)
+        except Exception as error:  # best effort: the devices stay "unknown", with this in the debug log
+            log.debug("nvidia-smi -L failed", extra={"err": repr(error)})
+            return False
+        self._listed_mig = parse_list_gpus(text)
+        return True
+
+    def _place(self, device: PodDevice, ref: DeviceRef, gpus: _GpuIndex) -> GpuPod | UnmatchedDevice:
+        def pod(uuid: str, mig_uuid: str = "") -> GpuPod:
+            return GpuPod(
+                uuid, mig_uuid, device.namespace, device.pod, device.container, device.resource,
+                device.device_id, ref.replica,
+            )  # fmt: skip
+
+        if ref.kind == "index":
+            uuid = gpus.by_index.get(ref.index)
+            if uuid is None:
+                return UnmatchedDevice(device, GPU_NOT_VISIBLE, f"no GPU with index {ref.index} among those read")
+            return pod(uuid)
+        if ref.kind == "mig":
+            parent = gpus.mig_parents.get(ref.mig_uuid)
+            if parent is None:
+                return UnmatchedDevice(
+                    device,
+                    MIG_DEVICE_UNKNOWN,
+                    "no MIG inventory (NVML, or nvidia-smi -L) places this MIG device on a GPU",
+                )
+            if parent not in gpus.uuids:
+                return UnmatchedDevice(device, GPU_NOT_VISIBLE, "its parent GPU is not among those read", parent)
+            return pod(parent, ref.mig_uuid)
+        if ref.gpu_uuid not in gpus.uuids:
+            return UnmatchedDevice(device, GPU_NOT_VISIBLE, "this GPU is not among those read", ref.gpu_uuid)
+        if ref.kind == "legacy_mig":
+            mig = gpus.legacy_mig.get((ref.gpu_uuid, ref.gpu_instance or 0, ref.compute_instance or 0))
+            return pod(ref.gpu_uuid, mig or normalize_mig_uuid(device.device_id.split("::", 1)[0]))
+        return pod(ref.gpu_uuid)
+
+    async def _map_devices(
+        self, reading: PodResourcesReading, readings: Readings
+    ) -> tuple[tuple[GpuPod, ...], tuple[UnmatchedDevice, ...]]:
+        gpus = self._gpu_index(readings)
+        patterns = self.settings.resource_patterns
+        parsed: list[tuple[PodDevice, DeviceRef]] = []
+        unmatched: list[UnmatchedDevice] = []
+        for device in reading.devices:
+            matched = resource_matches(device.resource, patterns)
+            if not matched and not looks_like_gpu(device.device_id):
+                continue  # another vendor's device: none of our business
+            try:
+                ref = parse_device_id(device.device_id)
+            except UnrecognisedDeviceId as error:
+                if matched:
+                    unmatched.append(UnmatchedDevice(device, DEVICE_ID_NOT_RECOGNISED, str(error)))
+                continue
+            if not matched:
+                uuid = ref.gpu_uuid or gpus.mig_parents.get(ref.mig_uuid, "")
+                unmatched.append(
+                    UnmatchedDevice(
+                        device,
+                        RESOURCE_NOT_MATCHED,
+                        f"resource {device.resource!r} is not in --kubernetes.resource-names "
+                        f"({','.join(patterns)}): add it to attribute this device",
+                        uuid,
+                    )
+                )
+                continue
+            parsed.append((device, ref))
+        unknown_mig = any(ref.kind == "mig" and ref.mig_uuid not in gpus.mig_parents for _, ref in parsed)
+        if unknown_mig and await self._refresh_mig_list(reading):
+            gpus = self._gpu_index(readings)
+        placed: list[GpuPod] = []
+        for device, ref in parsed:
+            result = self._place(device, ref, gpus)
+            if isinstance(result, GpuPod):
+                placed.append(result)
+            else:
+                unmatched.append(result)
+        return tuple(placed), tuple(unmatched)
+
+    def _map_processes(self, readings: Readings) -> tuple[tuple[ProcessPod, ...] | None, str, str]:
+        processes = readings.processes
+        if not self.settings.process_pods or processes is None:
+            return None, "", ""
+        if not processes.succeeded:
+            return (), PROCESS_QUERY_FAILED, "the per-process query failed in this collection"
+        proc_root = self.settings.proc_root
+        reason, detail = cgroups.host_pid_problem(proc_root)
+        if reason:
+            rows = tuple(ProcessPod(normalize_uuid(row.gpu_uuid), row.pid, reason=reason) for row in processes.rows)
+            return rows, reason, detail
+        found: list[ProcessPod] = []
+        for row in processes.rows:
+            lookup = cgroups.lookup_process(proc_root, row.pid)
+            uuid = normalize_uuid(row.gpu_uuid)
+            if lookup.pod is None:
+                found.append(ProcessPod(uuid, row.pid, reason=lookup.reason, detail=lookup.detail))
+            else:
+                pod = lookup.pod
+                found.append(ProcessPod(uuid, row.pid, pod.pod_uid, pod.container_id, pod.runtime))
+        if found and all(process.reason == PROCESS_NOT_VISIBLE for process in found):
+            return (
+                tuple(found),
+                HOSTPID_OFF,
+                f"none of the {len(found)} GPU processes exists under {proc_root}: set hostPID: true",
+            )
+        return tuple(found), "", ""
+
+    async def attribute(self, reading: PodResourcesReading | None, readings: Readings | None) -> KubernetesAttribution:
+        """Join the kubelet's answer (``None``: source off) with one collection (``None``: it failed)."""
+        socket = self.source.socket if self.source is not None else ""
+        gpu_pods: tuple[GpuPod, ...] = ()
+        unmatched: tuple[UnmatchedDevice, ...] = ()
+        if reading is not None and reading.ok and readings is not None:
+            gpu_pods, unmatched = await self._map_devices(reading, readings)
+        processes: tuple[ProcessPod, ...] | None = None
+        process_reason = process_detail = ""
+        if readings is not None:
+            processes, process_reason, process_detail = self._map_processes(readings)
+        return KubernetesAttribution(reading, socket, gpu_pods, unmatched, processes, process_reason, process_detail)

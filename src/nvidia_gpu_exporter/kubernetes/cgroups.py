@@ -1,0 +1,131 @@
+"""Pod uid and container id of a host process, from ``/proc/<pid>/cgroup``.
+
+The kubelet puts every container in a cgroup under its pod's, so the path names both, whatever the
+layout:
+
+* cgroup v1 (one ``id:controllers:path`` line per hierarchy) and v2 (one ``0::path`` line), and hybrids;
+* the cgroupfs driver: ``/kubepods/burstable/pod<uid>/<container-id>``;
+* the systemd driver: ``/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_with_underscores>
+  .slice/cri-containerd-<id>.scope`` (``crio-<id>.scope`` for CRI-O, ``docker-<id>.scope`` for Docker);
+* containerd's own systemd form ``.../kubepods-burstable-pod<uid>.slice:cri-containerd:<id>``;
+* paths seen through a private cgroup namespace, which start with ``/..`` segments.
+
+Nothing here needs root: ``/proc/<pid>/cgroup`` is world-readable. It needs the host's PID namespace
+(``hostPID: true``), or the pids nvidia-smi reports name other processes or none at all.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .model import CGROUP_UNREADABLE, HOSTPID_OFF, NOT_IN_A_POD, PROCESS_NOT_VISIBLE
+
+_UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32}"
+# "pod<uid>" (cgroupfs) or "kubepods[-qos]-pod<uid>.slice" (systemd), optionally ":runtime:<id>" after it.
+_POD_SEGMENT = re.compile(
+    rf"^(?:kubepods(?:-[a-z]+)?-)?pod(?P<uid>{_UID})(?:\.slice)?(?::(?P<runtime>[a-z-]+):(?P<id>[0-9a-f]{{64}}))?$"
+)
+_CONTAINER_SEGMENT = re.compile(
+    r"^(?:(?P<prefix>cri-containerd|crio|docker|containerd)-)?(?P<id>[0-9a-f]{64})(?:\.scope)?$"
+)
+_RUNTIMES = {"cri-containerd": "containerd", "containerd": "containerd", "crio": "cri-o", "docker": "docker"}
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupPod:
+    """The pod (and, for a container process, the container) a cgroup path belongs to."""
+
+    pod_uid: str  # with dashes, as the API server and kube-state-metrics print it
+    container_id: str = ""  # the runtime's 64-hex id; "" for a pod-level process (e.g. CRI-O's conmon)
+    runtime: str = ""  # containerd, cri-o, docker; "" when the cgroupfs layout does not say
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessLookup:
+    """A process's pod, or why there is none."""
+
+    pod: CgroupPod | None
+    reason: str = ""
+    detail: str = ""
+
+
+def _uid(text: str) -> str:
+    """Dashes as the API prints uids (the systemd driver escapes them to ``_``); a static pod's 32-hex
+    config hash has none and stays as it is."""
+    return text.replace("_", "-")
+
+
+def parse_cgroup_path(path: str) -> CgroupPod | None:
+    """The pod in one cgroup path, or ``None`` when the path is not under a Kubernetes pod."""
+    segments = [segment for segment in path.split("/") if segment and segment != ".."]
+    for position, segment in enumerate(segments):
+        pod = _POD_SEGMENT.match(segment)
+        if not pod:
+            continue
+        uid = _uid(pod["uid"])
+        if pod["id"]:
+            return CgroupPod(uid, pod["id"], _RUNTIMES.get(pod["runtime"], pod["runtime"]))
+        for candidate in segments[position + 1 :]:
+            container = _CONTAINER_SEGMENT.match(candidate)
+            if container:
+                return CgroupPod(uid, container["id"], _RUNTIMES.get(container["prefix"] or "", ""))
+        return CgroupPod(uid)
+    return None
+
+
+def parse_cgroup_file(text: str) -> CgroupPod | None:
+    """The pod named by a ``/proc/<pid>/cgroup`` file (v1, v2 or hybrid); a container id beats none."""
+    best: CgroupPod | None = None
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        found = parse_cgroup_path(parts[2])
+        if found is None:
+            continue
+        if found.container_id:
+            return found
+        best = best or found
+    return best
+
+
+def lookup_process(proc_root: str | Path, pid: str) -> ProcessLookup:
+    """Read one process's cgroup file under ``proc_root`` (``/proc``, or a fake tree in tests)."""
+    if not pid.isdigit():
+        return ProcessLookup(None, PROCESS_NOT_VISIBLE, f"pid {pid!r} is not a process id")
+    path = Path(proc_root) / pid / "cgroup"
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return ProcessLookup(
+            None, PROCESS_NOT_VISIBLE, f"{path} does not exist: the exporter needs hostPID: true to see GPU processes"
+        )
+    except OSError as error:
+        return ProcessLookup(None, CGROUP_UNREADABLE, f"{path}: {error.strerror or error}")
+    pod = parse_cgroup_file(text)
+    if pod is None:
+        return ProcessLookup(None, NOT_IN_A_POD, "the process's cgroup is not under a Kubernetes pod")
+    return ProcessLookup(pod)
+
+
+def host_pid_problem(proc_root: str | Path) -> tuple[str, str]:
+    """``(reason, detail)`` when this exporter plainly runs in a pod's own PID namespace, else ``("", "")``.
+
+    With ``hostPID: true`` pid 1 is the node's init; without it, pid 1 is this pod's first process and its
+    cgroup is a pod's. (Under a private cgroup namespace that test can pass wrongly; the per-process lookups
+    then say ``process_not_visible`` instead.)
+    """
+    path = Path(proc_root) / "1" / "cgroup"
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "", ""
+    pod = parse_cgroup_file(text)
+    if pod is None:
+        return "", ""
+    return HOSTPID_OFF, (
+        f"pid 1 under {proc_root} is in pod {pod.pod_uid}: the exporter sees its own PID namespace; "
+        "set hostPID: true on its pod"
+    )

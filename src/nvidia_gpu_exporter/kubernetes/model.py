@@ -1,0 +1,104 @@
+"""The plain, immutable data attribution produces: what the kubelet said, and what it means per GPU/process.
+
+Reason values are stable snake_case tokens: they are label values (``nvidia_smi_kubernetes_attribution_up``)
+and JSON keys of ``GET /-/attribution`` that alerts and runbooks match on, so never reword them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Why the kubelet's PodResources answer is missing (the ``reason`` label of attribution_up).
+SOCKET_MISSING = "socket_missing"
+PERMISSION_DENIED = "permission_denied"
+NOT_A_SOCKET = "not_a_socket"
+UNAVAILABLE = "unavailable"  # a socket file, but nothing answers on it (kubelet down or restarting)
+TIMEOUT = "timeout"
+RPC_ERROR = "rpc_error"
+
+# Why a GPU or a listed device has no mapping.
+NO_POD_REQUESTS_GPU = "no_pod_requests_this_gpu"
+RESOURCE_NOT_MATCHED = "resource_name_not_matched"
+DEVICE_ID_NOT_RECOGNISED = "device_id_not_recognised"
+GPU_NOT_VISIBLE = "gpu_not_visible"  # the id names a GPU this exporter does not read
+MIG_DEVICE_UNKNOWN = "mig_device_unknown"  # a MIG uuid no inventory places on a parent GPU
+
+# Why a process has no pod.
+HOSTPID_OFF = "hostpid_off"
+PROCESS_NOT_VISIBLE = "process_not_visible"
+NOT_IN_A_POD = "not_in_a_pod"
+CGROUP_UNREADABLE = "cgroup_unreadable"
+MIG_MONITOR_ENV_MISSING = "mig_monitor_env_missing"
+PROCESS_QUERY_FAILED = "process_query_failed"
+
+
+@dataclass(frozen=True, slots=True)
+class PodDevice:
+    """One device id the kubelet lists as allocated to one container, exactly as received."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str
+    device_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodResourcesReading:
+    """One answer (``ok``) or failure (``reason`` set) of the kubelet's ``List``."""
+
+    ok: bool
+    reason: str = ""
+    detail: str = ""
+    devices: tuple[PodDevice, ...] = ()
+    fetched_at: float = 0.0  # Unix time
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPod:
+    """A container holding a whole GPU, a MIG device of it, or a time-sliced replica of either."""
+
+    uuid: str  # parent GPU, normalized like every ``uuid`` label
+    mig_uuid: str  # normalized MIG device uuid; "" for a whole GPU
+    namespace: str
+    pod: str
+    container: str
+    resource: str
+    device_id: str
+    replica: str = ""  # the ``n`` of a ``<id>::<n>`` time-slicing replica
+
+
+@dataclass(frozen=True, slots=True)
+class UnmatchedDevice:
+    """A listed device that maps to no GPU of this exporter, and why (``uuid`` when the id names one)."""
+
+    device: PodDevice
+    reason: str
+    detail: str
+    uuid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessPod:
+    """The pod and container a GPU process runs in, from its cgroup (``reason`` set when unknown)."""
+
+    uuid: str  # normalized GPU uuid of the process row
+    pid: str
+    pod_uid: str = ""
+    container_id: str = ""
+    runtime: str = ""  # containerd, cri-o, docker, or "" when the layout does not say
+    reason: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class KubernetesAttribution:
+    """What attribution adds to one published snapshot."""
+
+    pod_resources: PodResourcesReading | None  # None: --kubernetes.pod-resources is off
+    socket: str = ""
+    gpu_pods: tuple[GpuPod, ...] = ()
+    unmatched: tuple[UnmatchedDevice, ...] = ()
+    processes: tuple[ProcessPod, ...] | None = None  # None: --kubernetes.process-pods off or no process rows
+    process_reason: str = ""  # set when no process can be attributed at all (hostpid_off, ...)
+    process_detail: str = ""
