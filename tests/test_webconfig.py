@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 from pathlib import Path
 
 import bcrypt
 import pytest
 import trustme
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nvidia_gpu_exporter.webauth import BasicAuthenticator, parse_basic_authorization
 from nvidia_gpu_exporter.webconfig import (
@@ -183,3 +186,44 @@ def test_rate_limit_bucket_allows_bursts_then_one_per_interval() -> None:
 
 def test_zero_rate_limit_interval_disables_it() -> None:
     assert parse_web_config("rate_limit:\n  interval: 0s\n  burst: 5\n").rate_limit is None
+
+
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=20))
+_keys = st.sampled_from(
+    [
+        "tls_server_config",
+        "http_server_config",
+        "basic_auth_users",
+        "rate_limit",
+        "cert_file",
+        "key_file",
+        "client_auth_type",
+        "min_version",
+        "cipher_suites",
+        "headers",
+        "http2",
+        "X-Frame-Options",
+        "interval",
+        "burst",
+        "alice",
+    ]
+)
+_documents = st.recursive(
+    _scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_keys, inner, max_size=4)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(document=_documents)
+def test_web_config_loader_raises_only_its_own_error_on_any_structure(document: object) -> None:
+    import yaml
+
+    with contextlib.suppress(WebConfigError):
+        parse_web_config(yaml.safe_dump(document), "fuzz.yml")
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(max_size=200))
+def test_web_config_loader_raises_only_its_own_error_on_any_text(text: str) -> None:
+    with contextlib.suppress(WebConfigError):
+        parse_web_config(text, "fuzz.yml")
