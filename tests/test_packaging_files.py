@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 import subprocess
 import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -17,6 +21,9 @@ COMPOSE = REPO / "deploy" / "docker" / "docker-compose.yml"
 NFPM = REPO / "packaging" / "nfpm.yaml"
 RELEASE = REPO / ".github" / "workflows" / "release.yml"
 LOCK = REPO / "packaging" / "requirements.lock"
+KUBERNETES_LOCK = REPO / "packaging" / "requirements-kubernetes.lock"
+DOCKERIGNORE = REPO / "deploy" / "docker" / "Dockerfile.dockerignore"
+LAUNCHER = REPO / "deploy" / "docker" / "nvidia_gpu_exporter"
 
 
 def _instructions(text: str) -> list[tuple[str, str]]:
@@ -48,10 +55,38 @@ def test_dockerfile_final_stage_is_distroless_nonroot_and_labelled() -> None:
     assert "NVIDIA_DRIVER_CAPABILITIES=utility" in env
 
 
+def _pins(lock: Path) -> dict[str, int]:
+    """name -> number of hashes, for every pin of a lock."""
+    pins = re.findall(r"^([a-z0-9-]+)==\S+ \\\n((?:    --hash=sha256:[0-9a-f]{64}(?: \\)?\n)+)", lock.read_text(), re.M)
+    return {name: block.count("--hash=") for name, block in pins}
+
+
+def _update_lock() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("update_lock", REPO / "packaging" / "update_lock.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_dockerfile_installs_the_locked_set_and_no_nvidia_component() -> None:
     text = DOCKERFILE.read_text(encoding="utf-8")
     runs = [value for name, value in _instructions(text) if name == "RUN"]
-    assert any("--require-hashes" in run and "packaging/requirements.lock" in run for run in runs)
+    # Both locks in one hashed install: the runtime set and the `kubernetes` extra (grpcio, protobuf).
+    assert any(
+        "--require-hashes" in run
+        and "-r packaging/requirements.lock" in run
+        and "-r packaging/requirements-kubernetes.lock" in run
+        for run in runs
+    )
+    ignored = DOCKERIGNORE.read_text(encoding="utf-8").splitlines()
+    for needed in (
+        "packaging/requirements.lock",
+        "packaging/requirements-kubernetes.lock",
+        "deploy/docker/nvidia_gpu_exporter",
+    ):
+        assert f"!{needed}" in ignored, f"the build context filter drops {needed}"
     assert not re.search(r"(apt-get|apt|dnf|yum)\s+install", text)
     assert not re.search(r"(?i)(cuda|nvidia-(utils|driver|container))", " ".join(runs))
 
@@ -120,11 +155,76 @@ def test_lock_covers_every_runtime_dependency() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    pins = re.findall(r"^([a-z0-9-]+)==\S+ \\\n((?:    --hash=sha256:[0-9a-f]{64}(?: \\)?\n)+)", LOCK.read_text(), re.M)
-    hashes = {name: block.count("--hash=") for name, block in pins}
+    hashes = _pins(LOCK)
     assert hashes["bcrypt"] == 2  # x86_64 and aarch64
     assert all(count == 1 for name, count in hashes.items() if name != "bcrypt")
     assert "async-timeout" in hashes  # needed on Python 3.10 only: the lock follows markers for every version
+
+
+def test_kubernetes_lock_serves_the_image_only() -> None:
+    """grpcio is locked for the image's CPython on both architectures; the single file and packages carry none."""
+    pins, core = _pins(KUBERNETES_LOCK), _pins(LOCK)
+    assert pins == {"grpcio": 2, "protobuf": 1}  # grpcio: x86_64 and aarch64 wheels; protobuf: its pure wheel
+    assert not pins.keys() & core.keys(), "a name pinned by both locks"
+    assert "typing-extensions" in core  # grpcio's one dependency comes from the main lock
+    update_lock = _update_lock()
+    builder = re.search(r"^ARG BUILDER_IMAGE=python:(\d+\.\d+)-", DOCKERFILE.read_text(encoding="utf-8"), re.M)
+    assert builder is not None
+    assert builder.group(1) == update_lock.IMAGE_PYTHON, "grpcio's locked wheels must match the image's CPython"
+    assert f"CPython {update_lock.IMAGE_PYTHON} wheels" in KUBERNETES_LOCK.read_text(encoding="utf-8")
+    for path in ("packaging/zipapp/build.sh", "packaging/build-release.sh", "packaging/sbom_finalize.py"):
+        assert "requirements-kubernetes" not in (REPO / path).read_text(encoding="utf-8"), path
+
+
+def test_lock_check_catches_a_broken_kubernetes_lock(tmp_path: Path) -> None:
+    update_lock = _update_lock()
+    extra = update_lock.extra_requirements(REPO / "pyproject.toml", "kubernetes")
+    assert sorted(requirement.name for requirement in extra) == ["grpcio", "protobuf"]
+    assert update_lock.lock_problems(extra, KUBERNETES_LOCK, also=LOCK) == []
+    text = KUBERNETES_LOCK.read_text(encoding="utf-8")
+    without_grpcio = tmp_path / "without-grpcio.lock"
+    without_grpcio.write_text(re.sub(r"^grpcio==.*?(?=^\S)", "", text, flags=re.M | re.S), encoding="utf-8")
+    assert update_lock.lock_problems(extra, without_grpcio, also=LOCK) == ["lacks grpcio"]
+    too_old = tmp_path / "too-old.lock"
+    too_old.write_text(re.sub(r"^grpcio==\S+", "grpcio==1.60.0", text, flags=re.M), encoding="utf-8")
+    assert update_lock.lock_problems(extra, too_old, also=LOCK) == ["pins grpcio==1.60.0, outside >=1.85.1"]
+    repeated = tmp_path / "repeated.lock"
+    typing_pin = re.search(r"^typing-extensions==.*?(?=^\S|\Z)", LOCK.read_text(encoding="utf-8"), re.M | re.S)
+    assert typing_pin is not None
+    repeated.write_text(text + typing_pin.group(0), encoding="utf-8")
+    assert update_lock.lock_problems(extra, repeated, also=LOCK) == [
+        "repeats typing-extensions, pinned by requirements.lock"
+    ]
+
+
+def test_image_command_launcher_runs_the_exporter() -> None:
+    """`kubectl exec ds/NAME -- nvidia_gpu_exporter doctor` needs this executable on the shell-less image's PATH."""
+    text = LAUNCHER.read_text(encoding="utf-8")
+    final = _instructions(DOCKERFILE.read_text(encoding="utf-8"))
+    final = final[max(index for index, (name, _) in enumerate(final) if name == "FROM") :]
+    entrypoint = next(value for name, value in final if name == "ENTRYPOINT")
+    assert text.startswith("#!/usr/bin/python3\n")
+    assert "/usr/bin/python3" in entrypoint
+    assert os.access(LAUNCHER, os.X_OK)
+    assert ("COPY", "deploy/docker/nvidia_gpu_exporter /usr/local/bin/nvidia_gpu_exporter") in final
+    env = " ".join(value for name, value in final if name == "ENV")
+    path = re.search(r"(?<![A-Z_])PATH=(\S+)", env)
+    assert path is not None
+    assert "/usr/local/bin" in path.group(1).split(":")
+    environment = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    result = subprocess.run(
+        [sys.executable, str(LAUNCHER), "--version"], capture_output=True, text=True, env=environment, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "nvidia_gpu_exporter, version" in result.stdout
+    result = subprocess.run(
+        [sys.executable, str(LAUNCHER), "doctor", "--bogus"],
+        capture_output=True,
+        text=True,
+        env=environment,
+        check=False,
+    )
+    assert result.returncode == 3, result.stderr  # the doctor's usage error: dispatched to the doctor
 
 
 @pytest.mark.parametrize("script", ["packaging/build-release.sh", "packaging/zipapp/build.sh"])

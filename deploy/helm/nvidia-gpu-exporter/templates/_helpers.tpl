@@ -61,3 +61,39 @@ app.kubernetes.io/component: metrics
 {{- $relabelings = append $relabelings (dict "sourceLabels" (list "__meta_kubernetes_pod_node_name") "targetLabel" "node" "action" "replace") }}
 {{- concat $relabelings (.monitor.relabelings | default list) | toYaml }}
 {{- end }}
+
+{{/* Name of the doctor's ClusterRole and ClusterRoleBinding: cluster-scoped, so the namespace is part of it. */}}
+{{- define "nvidia-gpu-exporter.doctorRbacName" -}}
+{{- printf "%s-%s-doctor" .Release.Namespace (include "nvidia-gpu-exporter.fullname" .) }}
+{{- end }}
+
+{{/* The kubelet's PodResources directory: the socket's, mounted read-only at the same path. */}}
+{{- define "nvidia-gpu-exporter.podResourcesDir" -}}
+{{- dir .Values.kubernetes.podResources.socketPath }}
+{{- end }}
+
+{{/* Whether the pod uses the host's PID namespace: asked for, or needed by process → pod attribution. */}}
+{{- define "nvidia-gpu-exporter.hostPID" -}}
+{{- if or .Values.hostPID .Values.kubernetes.processPods.enabled }}true{{ end }}
+{{- end }}
+
+{{/* Whether the pod mounts its ServiceAccount token: asked for, or needed by the doctor's API checks. */}}
+{{- define "nvidia-gpu-exporter.automountToken" -}}
+{{- if or .Values.automountServiceAccountToken .Values.doctor.rbac.create }}true{{ else }}false{{ end }}
+{{- end }}
+
+{{/* A security context (pod or container level) with uid 0 when GPU → pod attribution needs the kubelet's
+socket, which is root's; everything else (no privilege escalation, no capabilities, seccomp, read-only root)
+stays as the values say. Arguments: (list $ context). */}}
+{{- define "nvidia-gpu-exporter.securityContext" -}}
+{{- $root := index . 0 }}
+{{- $context := index . 1 | default dict | deepCopy }}
+{{- if $root.Values.kubernetes.podResources.enabled }}
+{{- $_ := set $context "runAsUser" 0 }}
+{{- $_ = set $context "runAsGroup" 0 }}
+{{- $_ = set $context "runAsNonRoot" false }}
+{{- end }}
+{{- if $context }}
+{{- toYaml $context }}
+{{- end }}
+{{- end }}
