@@ -123,7 +123,12 @@ class Security:
             response.headers[name] = value
 
     def install(self, app: web.Application) -> None:
-        """Put the checks in front of every route (outermost middleware) and the headers on every reply."""
+        """Put the checks in front of every route (outermost middleware) and the headers on every reply.
+
+        Without a web config file there is nothing to check, now or after a reload: no hook at all.
+        """
+        if not self.path:
+            return
         app.middlewares.insert(0, self.middleware)
         app.on_response_prepare.append(self.on_response_prepare)
 

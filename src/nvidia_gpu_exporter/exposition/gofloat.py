@@ -41,6 +41,8 @@ def format_go_float(value: float) -> str:
         return "NaN"
     if math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
+    if -1e6 < value < 1e6 and value.is_integer():  # fast path: below 1e6 an integer prints as itself
+        return str(int(value))
     sign = "-" if value < 0 else ""
     digits, exponent = _shortest_digits(abs(value))
     if exponent < _SCIENTIFIC_MIN_EXPONENT or exponent >= _SCIENTIFIC_FROM_EXPONENT:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+import time
 from dataclasses import dataclass, field
 
 from .. import __version__
@@ -89,7 +90,20 @@ _HEADERS = {name: header(name, help_text, kind) for name, (help_text, kind) in _
 _MAX_FDS = _max_fds()
 
 
+PROCESS_REFRESH_SECONDS = 1.0
+_process_cache: tuple[float, dict[str, float]] | None = None
+
+
 def process_values() -> dict[str, float]:
+    """``process_*`` values, read from ``/proc`` at most once a second (a scrape storm reads them once)."""
+    global _process_cache  # noqa: PLW0603 - a one-slot cache of a process-wide reading
+    now = time.monotonic()
+    if _process_cache is None or now - _process_cache[0] >= PROCESS_REFRESH_SECONDS:
+        _process_cache = (now, read_process_values())
+    return _process_cache[1]
+
+
+def read_process_values() -> dict[str, float]:
     """``process_*`` values from ``/proc/self`` (Linux); empty where that is not available."""
     try:
         with open("/proc/self/stat", "rb") as handle:
