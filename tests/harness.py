@@ -87,7 +87,8 @@ class Exporter:
     def log(self) -> str:
         return "\n".join(self.stderr_lines)
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        """SIGTERM and wait (generously: teardown under a loaded CI machine is not what tests measure)."""
         if self.process.poll() is None:
             self.process.send_signal(sig)
         try:
