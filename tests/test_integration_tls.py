@@ -15,7 +15,7 @@ import pytest
 import trustme
 
 from conftest import StartExporter
-from harness import FIXTURE_CAPTURES, Exporter, fake_smi_command, run_exporter_to_exit
+from harness import FIXTURE_CAPTURES, Exporter, fake_smi_command, http_get, run_exporter_to_exit
 
 CAPTURE = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
 PASSWORD = "correct horse battery staple"
@@ -190,3 +190,11 @@ def test_bad_web_config_stops_startup(tmp_path: Path, text: str, message: str) -
     assert code == 1
     assert "failed to run" in log
     assert message in log
+
+
+def test_rate_limit_answers_429_once_the_burst_is_spent(exporter: StartExporter, tmp_path: Path) -> None:
+    config = tmp_path / "web.yml"
+    config.write_text("rate_limit:\n  interval: 1h\n  burst: 2\n")
+    handle = exporter("--nvidia-smi-command", fake_smi_command(CAPTURE), f"--web.config.file={config}")
+    statuses = [http_get(handle.url + "/-/healthy").status for _ in range(4)]
+    assert statuses == [200, 200, 429, 429]

@@ -227,3 +227,42 @@ def test_web_config_loader_raises_only_its_own_error_on_any_structure(document: 
 def test_web_config_loader_raises_only_its_own_error_on_any_text(text: str) -> None:
     with contextlib.suppress(WebConfigError):
         parse_web_config(text, "fuzz.yml")
+
+
+def test_changed_users_apply_after_a_reload_without_a_restart(tmp_path: Path) -> None:
+    import asyncio
+    import os
+
+    from nvidia_gpu_exporter.websecurity import Security
+
+    path = tmp_path / "web.yml"
+    old = bcrypt.hashpw(b"old-password", bcrypt.gensalt(4)).decode()
+    path.write_text(f"basic_auth_users:\n  alice: {old}\n")
+    security = Security.from_file(str(path))
+    assert security.authenticator is not None
+    assert asyncio.run(security.authenticator.verify("alice", "old-password"))
+    assert not security.reload_if_changed()  # nothing changed yet
+
+    new = bcrypt.hashpw(b"new-password", bcrypt.gensalt(4)).decode()
+    path.write_text(f"basic_auth_users:\n  alice: {new}\n")
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert security.reload_if_changed()
+    assert security.authenticator is not None
+    assert asyncio.run(security.authenticator.verify("alice", "new-password"))
+    assert not asyncio.run(security.authenticator.verify("alice", "old-password"))
+
+
+def test_a_broken_edit_keeps_the_previous_settings(tmp_path: Path) -> None:
+    import os
+
+    from nvidia_gpu_exporter.websecurity import Security
+
+    path = tmp_path / "web.yml"
+    path.write_text("http_server_config:\n  headers:\n    X-Frame-Options: deny\n")
+    security = Security.from_file(str(path))
+    path.write_text("http_server_config:\n  headers:\n    X-Frame-Options: allow-everything\n")
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert not security.reload_if_changed()
+    assert security.headers == {"X-Frame-Options": "deny"}
