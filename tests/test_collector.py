@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
 
 import pytest
 
+from async_helpers import bounded, eventually, run
 from nvidia_gpu_exporter.backends import Backend, CollectionError
 from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.snapshot import GpuTable, QueryField, Readings, Snapshot, StatusFamily, XidRecord
 
-T = TypeVar("T")
-
-WAIT_SECONDS = 5.0
 FIELDS = (QueryField("uuid", "uuid"), QueryField("temperature.gpu", "temperature.gpu"))
 READINGS = Readings(GpuTable((("GPU-0000", "40"),)), None, "12.4")
 
@@ -86,24 +83,6 @@ class FakeBackend:
 
     async def aclose(self) -> None:
         self.closed = True
-
-
-def run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    return asyncio.run(main())
-
-
-async def bounded(awaitable: Awaitable[T]) -> T:
-    return await asyncio.wait_for(awaitable, WAIT_SECONDS)
-
-
-async def eventually(predicate: Callable[[], bool], what: str) -> None:
-    """Yield to the loop until ``predicate`` holds; fail after :data:`WAIT_SECONDS`."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT_SECONDS
-    while not predicate():
-        if loop.time() > deadline:
-            pytest.fail(f"timed out waiting for: {what}")
-        await asyncio.sleep(0.005)
 
 
 def test_fake_backend_satisfies_the_backend_protocol() -> None:

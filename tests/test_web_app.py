@@ -9,14 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from async_helpers import WAIT_SECONDS, bounded, eventually, run
 from nvidia_gpu_exporter.backends import CollectionError
 from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.exposition.metrics import IDENTITY_FIELDS, Exposition
@@ -32,9 +32,6 @@ from nvidia_gpu_exporter.web import (
     scrape_budget,
 )
 
-T = TypeVar("T")
-
-WAIT_SECONDS = 5.0
 FIELDS = (*(QueryField(name, name) for name in IDENTITY_FIELDS), QueryField("temperature.gpu", "temperature.gpu"))
 
 
@@ -138,23 +135,6 @@ async def serving(
     finally:
         await collector.aclose()
         await server.stop()
-
-
-def run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    return asyncio.run(main())
-
-
-async def bounded(awaitable: Awaitable[T]) -> T:
-    return await asyncio.wait_for(awaitable, WAIT_SECONDS)
-
-
-async def eventually(predicate: Callable[[], bool], what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT_SECONDS
-    while not predicate():
-        if loop.time() > deadline:
-            pytest.fail(f"timed out waiting for: {what}")
-        await asyncio.sleep(0.005)
 
 
 @dataclass

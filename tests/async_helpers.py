@@ -1,0 +1,30 @@
+"""Bounded asyncio helpers shared by the in-process collector and web tests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+import pytest
+
+T = TypeVar("T")
+WAIT_SECONDS = 5.0  # every await in these tests is bounded by this
+
+
+def run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    return asyncio.run(main())
+
+
+async def bounded(awaitable: Awaitable[T]) -> T:
+    return await asyncio.wait_for(awaitable, WAIT_SECONDS)
+
+
+async def eventually(predicate: Callable[[], bool], what: str) -> None:
+    """Yield to the loop until ``predicate`` holds; fail after :data:`WAIT_SECONDS`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT_SECONDS
+    while not predicate():
+        if loop.time() > deadline:
+            pytest.fail(f"timed out waiting for: {what}")
+        await asyncio.sleep(0.005)
