@@ -309,6 +309,24 @@ Steps = list[tuple[float | None, str]]
 PERCENT: Steps = [(None, "green"), (0.8, "orange"), (0.95, "red")]
 TEMPERATURE: Steps = [(None, "green"), (75.0, "orange"), (85.0, "red")]
 ALWAYS_GREEN: Steps = [(None, "green")]
+
+
+def mig_inventory_table(title: str, selector: str) -> Panel:
+    """The MIG device inventory (``nvidia_smi_mig_info``) as a table, shared by both dashboards."""
+    return Panel(
+        title,
+        "table",
+        [Target(f"nvidia_smi_mig_info{{{selector}}}", instant=True, table=True)],
+        thresholds=ALWAYS_GREEN,
+        transformations=[
+            {
+                "id": "organize",
+                "options": {"excludeByName": {"Time": True, "Value": True, "__name__": True, "job": True}},
+            }
+        ],
+    )
+
+
 ANY_RED: Steps = [(None, "green"), (1.0, "red")]
 TIMELINE = {"fillOpacity": 80, "lineWidth": 0}
 
@@ -611,18 +629,7 @@ def detail_items() -> list[Item]:
             min=0,
         ),
         Row("MIG"),
-        Panel(
-            "MIG devices",
-            "table",
-            [Target(f"nvidia_smi_mig_info{{{s}}}", instant=True, table=True)],
-            thresholds=ALWAYS_GREEN,
-            transformations=[
-                {
-                    "id": "organize",
-                    "options": {"excludeByName": {"Time": True, "Value": True, "__name__": True, "job": True}},
-                }
-            ],
-        ),
+        mig_inventory_table("MIG devices", s),
         Panel(
             "MIG memory used",
             "bargauge",
@@ -990,18 +997,7 @@ def fleet_items() -> list[Item]:
             thresholds=ALWAYS_GREEN,
             options={"displayMode": "gradient", "orientation": "horizontal"},
         ),
-        Panel(
-            "MIG instances",
-            "table",
-            [Target(f"nvidia_smi_mig_info{{{s}}}", instant=True, table=True)],
-            thresholds=ALWAYS_GREEN,
-            transformations=[
-                {
-                    "id": "organize",
-                    "options": {"excludeByName": {"Time": True, "Value": True, "__name__": True, "job": True}},
-                }
-            ],
-        ),
+        mig_inventory_table("MIG instances", s),
         Panel(
             "MIG SM activity",
             "timeseries",
