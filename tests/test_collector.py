@@ -415,3 +415,27 @@ def test_aclose_stops_the_background_loop() -> None:
         assert backend.calls == calls
 
     run(main)
+
+
+@pytest.mark.parametrize("timeout_seconds", [5.0, None], ids=["with-collect-timeout", "without-collect-timeout"])
+def test_aclose_stops_the_background_loop_even_when_the_run_finishes_as_it_is_cancelled(
+    timeout_seconds: float | None,
+) -> None:
+    """The race that hung shutdown: the run completes in the same loop turn as the cancel arrives.
+
+    On Python 3.10/3.11 ``asyncio.wait_for`` then returns the result and drops the cancellation, so a
+    loop stopped by one ``cancel()`` alone would go on collecting for ever.
+    """
+
+    async def main() -> None:
+        backend = FakeBackend(gated=True)
+        collector = Collector(backend, timeout_seconds=timeout_seconds, interval_seconds=3600)
+        collector.start()
+        await bounded(backend.started.wait())
+        backend.gate.set()
+        await asyncio.sleep(0)  # the run completes; whoever awaits it has not resumed yet
+        assert backend.active == 0
+        await bounded(collector.aclose())
+        assert backend.calls == 1
+
+    run(main)

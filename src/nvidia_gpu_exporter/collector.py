@@ -12,13 +12,13 @@ A failed collection publishes no readings at all: stale GPU values are never ser
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .asynctimeout import within_timeout
 from .backends import Backend, CollectionError
 from .snapshot import Attempt, Readings, Snapshot
 
@@ -68,6 +68,7 @@ class Collector:
         self._latest = Snapshot(None, 0, None, 0)
         self._flight: _Flight | None = None
         self._loop_task: asyncio.Task[None] | None = None
+        self._closing = False  # set by aclose(): the background loop ends even if a run outlived its cancel
         self.collections = 0  # completed attempts, for tests and benchmarks
 
     @property
@@ -85,12 +86,12 @@ class Collector:
 
     async def aclose(self) -> None:
         """Stop the loop and cancel any collection in flight (its child is killed)."""
-        tasks = [task for task in (self._loop_task, self._flight.task if self._flight else None) if task]
+        self._closing = True
+        tasks = {task for task in (self._loop_task, self._flight.task if self._flight else None) if task}
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if tasks:  # waits without swallowing a cancellation of aclose() itself
+            await asyncio.wait(tasks)
         self._loop_task = None
         self._flight = None
 
@@ -137,7 +138,7 @@ class Collector:
         error: CollectionError | None = None
         cancelled = False
         try:
-            readings = await asyncio.wait_for(self.backend.collect(), self.timeout_seconds)
+            readings = await within_timeout(self.backend.collect(), self.timeout_seconds)
         except CollectionError as failure:
             error = failure
         except asyncio.TimeoutError:
@@ -208,8 +209,10 @@ class Collector:
     async def _background_loop(self) -> None:
         loop = asyncio.get_running_loop()
         next_start = loop.time()
-        while True:
+        while not self._closing:
             await self._collect_once()
+            if self._closing:
+                return
             next_start += self.interval_seconds
             now = loop.time()
             next_start = max(next_start, now)  # an overrun starts the next run at once: ticks coalesce

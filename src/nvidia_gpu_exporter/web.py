@@ -8,7 +8,6 @@ scrapes are refused at once with 503 instead of queueing behind a slow nvidia-sm
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import html
 import logging
 import math
@@ -362,6 +361,5 @@ class WebServer:
     async def stop(self) -> None:
         if self._watcher is not None:
             self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
+            await asyncio.wait({self._watcher})
         await self.runner.cleanup()

@@ -10,6 +10,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
+from ..asynctimeout import within_timeout
 from ..exposition.gotext import go_quote
 from ..snapshot import GpuTable, ProcessList, QueryField, Readings, StatusFamily, XidRecord
 from . import CollectionError
@@ -42,7 +43,7 @@ def gpu_query_args(fields: Sequence[str]) -> list[str]:
 async def run_bounded(runner: SmiRunner, args: Sequence[str], timeout_seconds: float | None) -> RunResult:
     """One startup run bounded by ``--collect.timeout``; a timeout is a failed result, not an exception."""
     try:
-        return await asyncio.wait_for(runner.run(args), timeout_seconds)
+        return await within_timeout(runner.run(args), timeout_seconds)
     except asyncio.TimeoutError:
         return RunResult("", "", -1, start_error=f"timed out after {timeout_seconds}s")
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from ..asynctimeout import within_timeout
 from ..exposition.uuids import normalize_mig_uuid, normalize_uuid
 from ..snapshot import QueryField, Readings
 from . import cgroups
@@ -129,7 +130,7 @@ class Attributor:
         timeout = self.settings.timeout_seconds
         self.fetches += 1
         try:
-            devices = await asyncio.wait_for(source.list_devices(timeout), timeout)
+            devices = await within_timeout(source.list_devices(timeout), timeout)
         except PodResourcesError as error:
             return PodResourcesReading(False, error.reason, error.detail, fetched_at=self._wall_clock())
         except asyncio.TimeoutError:
@@ -181,7 +182,7 @@ class Attributor:
             return False
         self._listed_for = reading.fetched_at
         try:
-            text = await asyncio.wait_for(self.mig_lister(), self.settings.timeout_seconds)
+            text = await within_timeout(self.mig_lister(), self.settings.timeout_seconds)
         except Exception as error:  # best effort: the devices stay "unknown", with this in the debug log
             log.debug("nvidia-smi -L failed", extra={"err": repr(error)})
             return False
