@@ -7,6 +7,7 @@ import datetime
 import http.client
 import socket
 import ssl
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -198,3 +199,37 @@ def test_rate_limit_answers_429_once_the_burst_is_spent(exporter: StartExporter,
     handle = exporter("--nvidia-smi-command", fake_smi_command(CAPTURE), f"--web.config.file={config}")
     statuses = [http_get(handle.url + "/-/healthy").status for _ in range(4)]
     assert statuses == [200, 200, 429, 429]
+
+
+def _rss_kib(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmRSS")).split()[1])
+
+
+def _open_tls_connection(exporter: Exporter, context: ssl.SSLContext) -> ssl.SSLSocket:
+    """A TLS connection that has been answered once and is held open (keep-alive)."""
+    host, port = exporter.address.rsplit(":", 1)
+    connection = context.wrap_socket(socket.create_connection((host, int(port)), timeout=30), server_hostname=host)
+    connection.sendall(b"GET /-/healthy HTTP/1.1\r\nHost: exporter\r\n\r\n")
+    assert connection.recv(4096).startswith(b"HTTP/1.1 200")
+    return connection
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RSS from /proc (Linux)")
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Python 3.10's asyncio TLS has no per-connection buffer")
+def test_an_open_tls_connection_costs_well_under_asyncios_256_kib_receive_buffer(
+    exporter: StartExporter, pki: Pki
+) -> None:
+    """50 held TLS connections: asyncio's own protocol would add 50 x 256 KiB (12.5 MiB) for its buffers."""
+    config = write_config(pki, "web-tls.yml")
+    handle = exporter("--nvidia-smi-command", fake_smi_command(CAPTURE), f"--web.config.file={config}")
+    context = client_context(pki)
+    connections = [_open_tls_connection(handle, context) for _ in range(5)]  # warm up OpenSSL and the allocator
+    before = _rss_kib(handle.process.pid)
+    try:
+        connections += [_open_tls_connection(handle, context) for _ in range(50)]
+        growth_mib = (_rss_kib(handle.process.pid) - before) / 1024
+    finally:
+        for connection in connections:
+            connection.close()
+    assert growth_mib < 8, f"50 open TLS connections grew RSS by {growth_mib:.1f} MiB"
