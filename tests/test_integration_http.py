@@ -219,15 +219,15 @@ def test_scrape_timeout_header_bounds_a_synchronous_scrape(exporter: StartExport
         "--nvidia-smi-command",
         wrapper.command(MIG_FIXTURE),
         "--web.timeout-offset=100ms",
-        "--collect.timeout=20s",
+        "--collect.timeout=60s",
     )
-    wrapper.set("delay", "5s")
+    wrapper.set("delay", "30s")
     started = time.monotonic()
     response = handle.get("/metrics", {TIMEOUT_HEADER: "1"})
     elapsed = time.monotonic() - started
 
     assert response.status == 200
-    assert elapsed < 5.0  # answered before the collection could have finished
+    assert elapsed < 15.0  # answered after the 1 s budget, long before the 30 s collection could finish
     body = response.text
     assert_parses(body)
     assert sample_value(body, "nvidia_smi_last_collect_success") == 0
@@ -267,11 +267,9 @@ def test_concurrent_scrapes_share_one_collection(exporter: StartExporter, tmp_pa
     handle = exporter("--nvidia-smi-command", wrapper.command(MIG_FIXTURE))
     wrapper.set("delay", "2s")
     before = len(wrapper.gpu_queries())
-    started = time.monotonic()
     with ThreadPoolExecutor(5) as pool:
         futures = [pool.submit(handle.get) for _ in range(5)]
         responses = [future.result(timeout=60) for future in futures]
-    elapsed = time.monotonic() - started
 
     assert [response.status for response in responses] == [200] * 5
     bodies = [response.text for response in responses]
@@ -284,7 +282,6 @@ def test_concurrent_scrapes_share_one_collection(exporter: StartExporter, tmp_pa
     assert len(timestamps) == 1
     assert len(durations) == 1
     assert {comparable(body) for body in bodies} == {comparable(bodies[0])}
-    assert elapsed < 8.0  # well under five sequential 2 s collections
 
 
 @posix_only
