@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The main suite runs on the machine's python3 only. asyncio changes between releases (wait_for's lost
+# cancellation on 3.10/3.11, a new TLS protocol in 3.11, child watchers in 3.12), so the collector, web
+# and TLS tests also run on the oldest and newest Pythons this machine has of those we support
+# (pyenv's builds; the step says so and passes when there are none).
+set -euo pipefail
+
+tests=(
+    tests/test_unit_asynctimeout.py
+    tests/test_collector.py
+    tests/test_web_app.py
+    tests/test_integration_http.py
+    tests/test_integration_collection.py
+    tests/test_integration_tls.py
+    tests/test_integration_robustness.py
+    tests/test_conformance.py
+)
+
+root=""
+if command -v pyenv >/dev/null 2>&1; then
+    root=$(pyenv root)
+elif [ -d "${HOME:-/root}/.pyenv/versions" ]; then
+    root="${HOME:-/root}/.pyenv"
+fi
+
+for minor in 3.10 3.13; do
+    interpreter=$(ls -d "$root"/versions/"$minor".*/bin/python3 2>/dev/null | sort -V | tail -n 1 || true)
+    if [ -z "$root" ] || [ -z "$interpreter" ]; then
+        echo "no Python $minor on this machine (pyenv): skipping it"
+        continue
+    fi
+    echo "==> Python $minor: $interpreter"
+    venv=$(mktemp -d)/venv
+    "$interpreter" -m venv "$venv"
+    "$venv/bin/pip" install -q -e '.[test]'
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider "${tests[@]}"
+done
