@@ -200,13 +200,14 @@ def test_a_thousand_timed_out_collections_leave_no_zombie_and_no_orphan(
         "--collect.timeout=30ms",
         "--collect.interval=1ms",
     )
-    deadline = time.monotonic() + 240
+    started = time.monotonic()
+    deadline = started + 600  # about 35 s on an idle 2-vCPU machine; a heavily loaded one needed over 240 s
     failed = 0.0
     while failed < 1000 and time.monotonic() < deadline:
         time.sleep(0.5)
         failed = sample_value(handle.scrape(), "nvidia_smi_failed_scrapes_total") or 0.0
     handle.stop()
-    assert failed >= 1000
+    assert failed >= 1000, f"only {failed:.0f} timed-out collections in {time.monotonic() - started:.0f} s"
     recorded = [int(pid) for path in pids.iterdir() for pid in path.read_text().split()]
     assert len(recorded) >= 1000
     survivors = []
