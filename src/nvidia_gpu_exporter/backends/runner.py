@@ -93,8 +93,14 @@ class SubprocessRunner:
 
     async def run(self, args: Sequence[str]) -> RunResult:
         argv = [*self.base_argv, *args]
+        # The spawn is never cancelled half-way: asyncio would then kill only the direct child and wait
+        # for pipes that a grandchild (ssh's, a wrapper script's) holds open, for as long as it lives.
+        spawning = asyncio.ensure_future(_spawn(argv))
         try:
-            process = await _spawn(argv)
+            process = await asyncio.shield(spawning)
+        except asyncio.CancelledError:
+            spawning.add_done_callback(_kill_when_spawned)
+            raise
         except (OSError, ValueError) as error:
             return RunResult("", "", NO_EXIT_STATUS, start_error=f"failed to start {argv[0]!r}: {error}")
         try:
@@ -114,6 +120,15 @@ async def _spawn(argv: Sequence[str]) -> asyncio.subprocess.Process:
             *argv, stdin=devnull, stdout=pipe, stderr=pipe, creationflags=subprocess.CREATE_NEW_PROCESS_GROUP
         )
     return await asyncio.create_subprocess_exec(*argv, stdin=devnull, stdout=pipe, stderr=pipe, start_new_session=True)
+
+
+def _kill_when_spawned(spawning: asyncio.Future[asyncio.subprocess.Process]) -> None:
+    """The run was cancelled while starting its child: kill the group as soon as it exists.
+
+    asyncio's child watcher reaps the child, and its transport closes itself once the pipes are closed.
+    """
+    if not spawning.cancelled() and spawning.exception() is None:
+        kill_process_group(spawning.result())
 
 
 def kill_process_group(process: asyncio.subprocess.Process) -> None:
