@@ -3,7 +3,8 @@
 Each run gets its own process group (session on POSIX), so that when a collection is cancelled or times
 out the whole group is killed: a wrapper script's children die with it instead of lingering as orphans.
 The Go exporter only signals the direct child; we do better. Callers bound a run by cancelling it
-(``asyncio.timeout``); cancellation kills the group, then waits at most two seconds for the pipes.
+(``within_timeout``); cancellation kills the group, then waits at most two seconds for the pipes, even when
+it arrives while the child is still being started.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ class SubprocessRunner:
         try:
             process = await asyncio.shield(spawning)
         except asyncio.CancelledError:
-            spawning.add_done_callback(_kill_when_spawned)
+            await _abandon_spawn(spawning)
             raise
         except (OSError, ValueError) as error:
             return RunResult("", "", NO_EXIT_STATUS, start_error=f"failed to start {argv[0]!r}: {error}")
@@ -122,11 +123,16 @@ async def _spawn(argv: Sequence[str]) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(*argv, stdin=devnull, stdout=pipe, stderr=pipe, start_new_session=True)
 
 
-def _kill_when_spawned(spawning: asyncio.Future[asyncio.subprocess.Process]) -> None:
-    """The run was cancelled while starting its child: kill the group as soon as it exists.
+async def _abandon_spawn(spawning: asyncio.Future[asyncio.subprocess.Process]) -> None:
+    """The run was cancelled while its child was starting: kill the group once it exists, reap it (bounded)."""
+    spawning.add_done_callback(_kill_when_spawned)  # also covers a spawn that outlasts the wait below
+    await asyncio.wait({spawning}, timeout=PIPE_DRAIN_SECONDS)
+    if spawning.done() and not spawning.cancelled() and spawning.exception() is None:
+        await _reap(spawning.result())
 
-    asyncio's child watcher reaps the child, and its transport closes itself once the pipes are closed.
-    """
+
+def _kill_when_spawned(spawning: asyncio.Future[asyncio.subprocess.Process]) -> None:
+    """Kill the group of a child whose run was cancelled; asyncio's child watcher reaps it."""
     if not spawning.cancelled() and spawning.exception() is None:
         kill_process_group(spawning.result())
 
@@ -144,6 +150,11 @@ def kill_process_group(process: asyncio.subprocess.Process) -> None:
 async def _kill_and_reap(process: asyncio.subprocess.Process) -> None:
     """Kill the group, then wait a bounded time for the child to be reaped and its pipes to close."""
     kill_process_group(process)
+    await _reap(process)
+
+
+async def _reap(process: asyncio.subprocess.Process) -> None:
+    """Wait at most :data:`PIPE_DRAIN_SECONDS` for a killed child to be reaped and its pipes to close."""
 
     async def reap() -> None:
         with contextlib.suppress(Exception):
