@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The main suite runs on the machine's python3 only. asyncio changes between releases (wait_for's lost
-# cancellation on 3.10/3.11, a new TLS protocol in 3.11, child watchers in 3.12), so the collector, web
-# and TLS tests also run on the oldest and newest Pythons this machine has of those we support
+# cancellation on 3.10/3.11, a new TLS protocol in 3.11, child watchers in 3.12), so the runner,
+# collector, web and TLS tests also run on the oldest and newest Pythons this machine has of those we support
 # (pyenv's builds; the step says so and passes when there are none).
 set -euo pipefail
 
 tests=(
     tests/test_unit_asynctimeout.py
+    tests/test_runner.py
     tests/test_collector.py
     tests/test_web_app.py
     tests/test_integration_http.py
