@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import Exporter, start_exporter
+from k8s_fakes import FakeKubelet, short_socket_dir
 
 StartExporter = Callable[..., Exporter]
 
@@ -40,3 +41,18 @@ def conformance_dir_or_skip() -> Path:
 
 
 __all__: Sequence[str] = ("StartExporter", "conformance_dir_or_skip")
+
+
+@pytest.fixture
+def sockets() -> Iterator[Path]:
+    """A short directory for unix sockets (their paths must stay under 108 bytes)."""
+    with short_socket_dir() as directory:
+        yield directory
+
+
+@pytest.fixture
+def kubelet(sockets: Path) -> Iterator[FakeKubelet]:
+    """A fake kubelet serving PodResources on ``sockets/kubelet.sock`` (needs grpcio, like its callers)."""
+    fake = FakeKubelet(sockets / "kubelet.sock").start()
+    yield fake
+    fake.stop()

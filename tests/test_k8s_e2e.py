@@ -4,10 +4,7 @@ unix socket and a fake /proc, scraped over HTTP."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from conftest import StartExporter
 from harness import MIG_FIXTURE, comparable, fake_smi_command, samples, wait_until
@@ -22,7 +19,6 @@ from k8s_fakes import (
     FakeKubelet,
     make_proc,
     require_grpc,
-    short_socket_dir,
     silent_socket,
 )
 
@@ -35,19 +31,6 @@ KUBERNETES_FAMILIES = (
     "nvidia_smi_kubernetes_attribution_up",
     "nvidia_smi_compute_app_pod_info",
 )
-
-
-@pytest.fixture
-def sockets() -> Iterator[Path]:
-    with short_socket_dir() as directory:
-        yield directory
-
-
-@pytest.fixture
-def kubelet(sockets: Path) -> Iterator[FakeKubelet]:
-    fake = FakeKubelet(sockets / "kubelet.sock").start()
-    yield fake
-    fake.stop()
 
 
 def smi(state: str = "load") -> tuple[str, str]:

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from k8s_fakes import GPU0, GPU1, MIG1, FakeKubelet, dead_socket, require_grpc, short_socket_dir, silent_socket
+from k8s_fakes import GPU0, GPU1, MIG1, FakeKubelet, dead_socket, require_grpc, silent_socket
 from nvidia_gpu_exporter.kubernetes import model
 from nvidia_gpu_exporter.kubernetes.attribution import AttributionSettings, Attributor
 from nvidia_gpu_exporter.kubernetes.devices import DEFAULT_RESOURCE_PATTERNS
@@ -28,19 +27,6 @@ from unit_helpers import gpu_row, query_fields
 require_grpc()
 
 GUARD_SECONDS = 10.0
-
-
-@pytest.fixture
-def sockets() -> Iterator[Path]:
-    with short_socket_dir() as directory:
-        yield directory
-
-
-@pytest.fixture
-def kubelet(sockets: Path) -> Iterator[FakeKubelet]:
-    fake = FakeKubelet(sockets / "kubelet.sock").start()
-    yield fake
-    fake.stop()
 
 
 def list_devices(path: Path, timeout: float = 2.0) -> tuple[model.PodDevice, ...]:
