@@ -102,11 +102,11 @@ def main() -> None:
 
     import pynvml
 
-    from nvidia_gpu_exporter.backends.cmdsplit import quote_word
+    from nvidia_gpu_exporter.backends.exec.backend import SmiBackend
+    from nvidia_gpu_exporter.backends.exec.command import quote_word
+    from nvidia_gpu_exporter.backends.exec.runner import SubprocessRunner
     from nvidia_gpu_exporter.backends.fields import FieldRequest
     from nvidia_gpu_exporter.backends.nvml import open_backend
-    from nvidia_gpu_exporter.backends.runner import SubprocessRunner
-    from nvidia_gpu_exporter.backends.smi import SmiBackend
 
     with tempfile.TemporaryDirectory() as directory:
         pynvml.nvmlLib = ctypes.CDLL(str(compile_fake(Path(directory))))

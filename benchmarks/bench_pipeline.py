@@ -17,13 +17,13 @@ import statistics
 import time
 from pathlib import Path
 
-from nvidia_gpu_exporter.backends.demo import fleet_capture
 from nvidia_gpu_exporter.backends.demo.model import DemoFleet
-from nvidia_gpu_exporter.backends.smi_output import parse_gpu_csv
+from nvidia_gpu_exporter.backends.demo.responders import fleet_capture
+from nvidia_gpu_exporter.backends.exec.output import parse_gpu_csv
+from nvidia_gpu_exporter.capture.engine import Scenario, answer
+from nvidia_gpu_exporter.capture.format import GPU_CSV_LABEL_PREFIX, Capture, load_capture
 from nvidia_gpu_exporter.exposition.metrics import Exposition
-from nvidia_gpu_exporter.fakesmi.capture import GPU_CSV_LABEL_PREFIX, Capture, load_capture
-from nvidia_gpu_exporter.fakesmi.engine import Scenario, answer
-from nvidia_gpu_exporter.snapshot import (
+from nvidia_gpu_exporter.model.snapshot import (
     Attempt,
     GpuTable,
     QueryField,

@@ -25,8 +25,10 @@ from bench_http import PASSWORD, USER, data_args, make_pki, status_kib, web_conf
 
 ASYNCIO_BUFFER_LAUNCHER = """\
 import sys
-from nvidia_gpu_exporter import cli, webtimeouts
-webtimeouts.CompactTLSProtocol.max_size = 256 * 1024
+from nvidia_gpu_exporter import cli
+from nvidia_gpu_exporter.web import timeouts
+
+timeouts.CompactTLSProtocol.max_size = 256 * 1024
 sys.exit(cli.main())
 """
 

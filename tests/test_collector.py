@@ -16,7 +16,7 @@ import pytest
 from async_helpers import bounded, eventually, run
 from nvidia_gpu_exporter.backends import Backend, CollectionError
 from nvidia_gpu_exporter.collector import Collector
-from nvidia_gpu_exporter.snapshot import GpuTable, QueryField, Readings, Snapshot, StatusFamily, XidRecord
+from nvidia_gpu_exporter.model.snapshot import GpuTable, QueryField, Readings, Snapshot, StatusFamily, XidRecord
 
 FIELDS = (QueryField("uuid", "uuid"), QueryField("temperature.gpu", "temperature.gpu"))
 READINGS = Readings(GpuTable((("GPU-0000", "40"),)), None, "12.4")

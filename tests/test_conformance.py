@@ -36,7 +36,7 @@ def test_scrape_matches_go_exporter_byte_for_byte(exporter: StartExporter, captu
 
 def test_every_capture_state_has_an_expected_file() -> None:
     root = conformance_dir_or_skip()
-    from nvidia_gpu_exporter.fakesmi.capture import load_capture
+    from nvidia_gpu_exporter.capture.format import load_capture
 
     missing = []
     for capture_path in sorted((root / "captures").glob("*.txt")):

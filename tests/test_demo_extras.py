@@ -28,13 +28,12 @@ from nvidia_gpu_exporter.backends.demo.extras import (
     XidEventSpec,
     parse_extras,
 )
+from nvidia_gpu_exporter.backends.exec.output import parse_gpu_csv
 from nvidia_gpu_exporter.backends.fields import FieldRequest
-from nvidia_gpu_exporter.backends.smi_output import parse_gpu_csv
 from nvidia_gpu_exporter.collector import Collector
-from nvidia_gpu_exporter.config import Config
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.exposition.transform import normalize_uuid
-from nvidia_gpu_exporter.snapshot import Attempt, MigInstanceReading, NvmlExtras, Readings, Snapshot, XidRecord
+from nvidia_gpu_exporter.model.snapshot import Attempt, MigInstanceReading, NvmlExtras, Readings, Snapshot, XidRecord
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "captures"
 STEP = 10.0
@@ -67,10 +66,14 @@ def start(
         file = tmp_path / "demo.yaml"
         file.write_text(config, encoding="utf-8")
         path = str(file)
-    settings = Config(
-        backend="demo", demo_config=path, compute_apps=compute_apps or mig_labels, compute_apps_mig=mig_labels
+    started = DemoBackend.start(
+        FieldRequest(names),
+        config_path=path,
+        compute_apps=compute_apps or mig_labels,
+        mig_process_labels=mig_labels,
+        clock=clock or Clock(),
     )
-    return asyncio.run(DemoBackend.start(settings, FieldRequest(names), clock=clock or Clock()))
+    return asyncio.run(started)
 
 
 def collect(backend: DemoBackend) -> Readings:

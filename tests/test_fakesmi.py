@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from nvidia_gpu_exporter.exposition.gotext import go_quote
-from nvidia_gpu_exporter.fakesmi import engine
-from nvidia_gpu_exporter.fakesmi.capture import Capture, Section, load_capture
-from nvidia_gpu_exporter.fakesmi.engine import (
+from nvidia_gpu_exporter._go.text import go_quote
+from nvidia_gpu_exporter.capture import engine
+from nvidia_gpu_exporter.capture.engine import (
     Answer,
     Fixed,
     Generator,
@@ -23,6 +22,7 @@ from nvidia_gpu_exporter.fakesmi.engine import (
     answer,
     generated_uuid,
 )
+from nvidia_gpu_exporter.capture.format import Capture, Section, load_capture
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "captures"
 LINUX = load_capture(FIXTURES / "fixture-linux-2gpu-mig.txt")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nvidia_gpu_exporter.fakesmi.capture import (
+from nvidia_gpu_exporter.capture.format import (
     FENCE,
     Capture,
     CaptureError,

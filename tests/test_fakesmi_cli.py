@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from nvidia_gpu_exporter.durations import parse_duration
+from nvidia_gpu_exporter._go.durations import parse_duration
+from nvidia_gpu_exporter.capture.engine import Answer, generated_uuid
 from nvidia_gpu_exporter.fakesmi.cli import CAPTURES_ENV, Injection, main, parse_flags, resolve, run
-from nvidia_gpu_exporter.fakesmi.engine import Answer, generated_uuid
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "captures"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from nvidia_gpu_exporter.fakesmi.capture import load_capture
-from nvidia_gpu_exporter.fakesmi.config import ConfigError, FakeSmiConfig, load_config, parse_config
-from nvidia_gpu_exporter.fakesmi.engine import Fixed, GpuEntry, Range, Scenario, answer
+from nvidia_gpu_exporter.capture.config import ConfigError, FakeSmiConfig, load_config, parse_config
+from nvidia_gpu_exporter.capture.engine import Fixed, GpuEntry, Range, Scenario, answer
+from nvidia_gpu_exporter.capture.format import load_capture
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "captures"
 

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from nvidia_gpu_exporter.fakesmi.capture import (
+from nvidia_gpu_exporter.capture.engine import FLUCTUATE_FIELDS, Scenario, answer, generated_uuid
+from nvidia_gpu_exporter.capture.format import (
     COMPUTE_APPS_LABEL_PREFIX,
     GPU_CSV_LABEL_PREFIX,
     Capture,
     Section,
     load_capture,
 )
-from nvidia_gpu_exporter.fakesmi.engine import FLUCTUATE_FIELDS, Scenario, answer, generated_uuid
 
 CONFORMANCE = Path(__file__).resolve().parents[2] / "shared" / "conformance"
 CAPTURE_DIR = CONFORMANCE / "captures"

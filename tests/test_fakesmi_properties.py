@@ -9,10 +9,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nvidia_gpu_exporter.fakesmi.capture import FENCE, CaptureError, parse_capture
-from nvidia_gpu_exporter.fakesmi.capture import load_capture as load
+from nvidia_gpu_exporter.capture.engine import Answer, Fixed, GpuEntry, Range, Scenario, answer
+from nvidia_gpu_exporter.capture.format import FENCE, CaptureError, parse_capture
+from nvidia_gpu_exporter.capture.format import load_capture as load
 from nvidia_gpu_exporter.fakesmi.cli import Invocation, UsageError, parse_flags, resolve, run
-from nvidia_gpu_exporter.fakesmi.engine import Answer, Fixed, GpuEntry, Range, Scenario, answer
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "captures"
 LINUX = load(FIXTURES / "fixture-linux-2gpu-mig.txt")

@@ -31,8 +31,8 @@ from harness import (
     samples,
     wait_until,
 )
-from nvidia_gpu_exporter.backends.cmdsplit import quote_word
-from nvidia_gpu_exporter.fakesmi.capture import load_capture
+from nvidia_gpu_exporter.backends.exec.command import quote_word
+from nvidia_gpu_exporter.capture.format import load_capture
 
 MIG_FIXTURE = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
 WINDOWS_FIXTURE = FIXTURE_CAPTURES / "fixture-windows-1gpu.txt"

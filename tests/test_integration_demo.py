@@ -22,7 +22,7 @@ from harness import (
     samples,
     start_exporter,
 )
-from nvidia_gpu_exporter.fakesmi.capture import GPU_CSV_LABEL_PREFIX, load_capture
+from nvidia_gpu_exporter.capture.format import GPU_CSV_LABEL_PREFIX, load_capture
 
 DEMO = "--collect.backend=demo"
 SRC = REPO / "src"

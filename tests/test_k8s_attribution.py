@@ -13,17 +13,16 @@ import pytest
 
 from harness import MIG_FIXTURE
 from k8s_fakes import CGROUP_LAYOUTS, CID, GPU0, GPU1, HOST_SERVICE, MIG0, MIG1, UID, make_proc
+from nvidia_gpu_exporter.capture.format import load_capture
 from nvidia_gpu_exporter.config import Config, ConfigError, validate
 from nvidia_gpu_exporter.exposition.metrics import Exposition
-from nvidia_gpu_exporter.fakesmi.capture import load_capture
 from nvidia_gpu_exporter.flags import parse_args
-from nvidia_gpu_exporter.kubernetes import model
 from nvidia_gpu_exporter.kubernetes.attribution import AttributionSettings, Attributor
 from nvidia_gpu_exporter.kubernetes.devices import DEFAULT_RESOURCE_PATTERNS
-from nvidia_gpu_exporter.kubernetes.diagnosis import build_report
-from nvidia_gpu_exporter.kubernetes.model import KubernetesAttribution, PodDevice, PodResourcesReading
 from nvidia_gpu_exporter.kubernetes.podresources import PodResourcesError
-from nvidia_gpu_exporter.snapshot import (
+from nvidia_gpu_exporter.model import kubernetes as model
+from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution, PodDevice, PodResourcesReading
+from nvidia_gpu_exporter.model.snapshot import (
     Attempt,
     GpuTable,
     MigDevice,
@@ -34,6 +33,7 @@ from nvidia_gpu_exporter.snapshot import (
     Snapshot,
     StatusFamily,
 )
+from nvidia_gpu_exporter.web.attribution import build_report
 from unit_helpers import family_block, gpu_row, query_fields, without_families
 
 FIELDS = query_fields([("mig.mode.current", "mig.mode.current"), ("temperature.gpu", "temperature.gpu")])

@@ -8,7 +8,7 @@ import pytest
 
 from k8s_fakes import CGROUP_LAYOUTS, HOST_SERVICE, UID, make_proc
 from nvidia_gpu_exporter.kubernetes import cgroups
-from nvidia_gpu_exporter.kubernetes.model import HOSTPID_OFF, NOT_IN_A_POD, PROCESS_NOT_VISIBLE
+from nvidia_gpu_exporter.model.kubernetes import HOSTPID_OFF, NOT_IN_A_POD, PROCESS_NOT_VISIBLE
 
 
 @pytest.mark.parametrize(

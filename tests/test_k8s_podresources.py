@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from k8s_fakes import GPU0, GPU1, MIG1, FakeKubelet, dead_socket, require_grpc, silent_socket
-from nvidia_gpu_exporter.kubernetes import model
 from nvidia_gpu_exporter.kubernetes.attribution import AttributionSettings, Attributor
 from nvidia_gpu_exporter.kubernetes.devices import DEFAULT_RESOURCE_PATTERNS
 from nvidia_gpu_exporter.kubernetes.podresources import (
@@ -21,7 +20,8 @@ from nvidia_gpu_exporter.kubernetes.podresources import (
 from nvidia_gpu_exporter.kubernetes.podresources import (
     require_grpc as require_extra,
 )
-from nvidia_gpu_exporter.snapshot import GpuTable, Readings
+from nvidia_gpu_exporter.model import kubernetes as model
+from nvidia_gpu_exporter.model.snapshot import GpuTable, Readings
 from unit_helpers import gpu_row, query_fields
 
 require_grpc()

@@ -14,7 +14,7 @@ import pytest
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.backends.nvml import NvmlBackend, open_backend
 from nvidia_gpu_exporter.backends.nvml.catalog import CATALOG
-from nvidia_gpu_exporter.snapshot import Readings
+from nvidia_gpu_exporter.model.snapshot import Readings
 from nvml_fixtures import (
     H200_EXPECTED,
     RTX_EXPECTED,

@@ -18,7 +18,7 @@ from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.backends.nvml import STILL_IN_PROGRESS, NvmlBackend, open_backend
 from nvidia_gpu_exporter.backends.nvml.api import GPU_IS_LOST
 from nvidia_gpu_exporter.collector import Collector
-from nvidia_gpu_exporter.snapshot import Readings
+from nvidia_gpu_exporter.model.snapshot import Readings
 from nvml_fixtures import (
     InProcessFake,
     _fake_nvml_fixture,  # noqa: F401

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError
-from nvidia_gpu_exporter.snapshot import (
+from nvidia_gpu_exporter.model.snapshot import (
     Attempt,
     GpuExtras,
     GpuTable,

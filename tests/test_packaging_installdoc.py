@@ -19,7 +19,10 @@ from nvidia_gpu_exporter import __version__
 CI_STEP = REPO / ".ci" / "steps" / "30-packaging.sh"
 # Tested blocks run somewhere other than the CI step: by the test named here.
 RUN_BY_TESTS = {"macos-ssh": "tests/test_packaging_installdoc.py"}
-RUN_WITH_FAKES = {"windows-install": "tests/test_winservice.py", "windows-uninstall": "tests/test_winservice.py"}
+RUN_WITH_FAKES = {
+    "windows-install": "tests/test_windows_service.py",
+    "windows-uninstall": "tests/test_windows_service.py",
+}
 
 
 def test_every_block_is_marked_and_named_once() -> None:

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from nvidia_gpu_exporter.backends.cmdsplit import CommandSplitError, split_command
-from nvidia_gpu_exporter.backends.smi_output import (
+from nvidia_gpu_exporter.backends.exec.command import CommandSplitError, split_command
+from nvidia_gpu_exporter.backends.exec.output import (
     CsvShapeError,
     parse_compute_apps,
     parse_cuda_version,
@@ -21,7 +21,7 @@ from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.exposition.naming import ValueKind, derive_name
 from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError
 from nvidia_gpu_exporter.exposition.transform import transform_value
-from nvidia_gpu_exporter.snapshot import (
+from nvidia_gpu_exporter.model.snapshot import (
     Attempt,
     GpuTable,
     ProcessList,

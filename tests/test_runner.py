@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from async_helpers import WAIT_SECONDS, run
-from nvidia_gpu_exporter.backends.runner import SubprocessRunner
+from nvidia_gpu_exporter.backends.exec.runner import SubprocessRunner
 
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="needs /bin/sh and /proc")
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from harness import FIXTURE_CAPTURES, REPO, fake_smi_command, http_get
-from nvidia_gpu_exporter.systemd import SocketActivationError, activation_sockets
+from nvidia_gpu_exporter.web.systemd import SocketActivationError, activation_sockets
 
 CAPTURE = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
 

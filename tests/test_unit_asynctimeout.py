@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from async_helpers import run
-from nvidia_gpu_exporter.asynctimeout import within_timeout
+from nvidia_gpu_exporter.support.asynctimeout import within_timeout
 
 
 async def _value_after(seconds: float, value: str = "done") -> str:

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nvidia_gpu_exporter._go.durations import DurationError, format_duration, parse_duration
 from nvidia_gpu_exporter.config import Config, ConfigError, validate
-from nvidia_gpu_exporter.durations import DurationError, format_duration, parse_duration
 from nvidia_gpu_exporter.flags import FlagError, parse_args
 
 SECOND = 1_000_000_000

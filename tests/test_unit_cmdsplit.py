@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvidia_gpu_exporter.backends.cmdsplit import CommandSplitError, quote_word, split_command
+from nvidia_gpu_exporter.backends.exec.command import CommandSplitError, quote_word, split_command
 
 SPEC_TABLE: list[tuple[str, list[str]]] = [
     ("  sudo   nvidia-smi\t", ["sudo", "nvidia-smi"]),

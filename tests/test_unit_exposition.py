@@ -6,16 +6,16 @@ import asyncio
 
 import pytest
 
-from nvidia_gpu_exporter.backends.fields import FieldRequest
-from nvidia_gpu_exporter.backends.smi import SmiBackend
-from nvidia_gpu_exporter.backends.smi_output import (
+from nvidia_gpu_exporter.backends.exec.backend import SmiBackend
+from nvidia_gpu_exporter.backends.exec.output import (
     parse_compute_apps,
     parse_cuda_version,
     parse_gpu_csv,
 )
+from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.exposition.metrics import IDENTITY_FIELDS, Exposition
 from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError
-from nvidia_gpu_exporter.snapshot import (
+from nvidia_gpu_exporter.model.snapshot import (
     Attempt,
     GpuTable,
     ProcessList,

@@ -7,15 +7,15 @@ import logging
 
 import pytest
 
+from nvidia_gpu_exporter.backends.exec.backend import read_cuda_version, resolve_fields
 from nvidia_gpu_exporter.backends.fields import (
     BUILTIN_FIELDS,
     FieldRequest,
     FieldResolutionError,
     apply_exclusions,
 )
-from nvidia_gpu_exporter.backends.smi import read_cuda_version, resolve_fields
 from nvidia_gpu_exporter.exposition.metrics import IDENTITY_FIELDS
-from nvidia_gpu_exporter.snapshot import QueryField
+from nvidia_gpu_exporter.model.snapshot import QueryField
 from unit_helpers import BLOCK, Answer, FakeRunner, exited, header_answer, help_query_gpu, ok
 
 IDENTITY = list(IDENTITY_FIELDS)

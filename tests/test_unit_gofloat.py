@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvidia_gpu_exporter.exposition.gofloat import format_go_float
+from nvidia_gpu_exporter._go.floats import format_go_float
 from nvidia_gpu_exporter.exposition.text import format_value
 
 EXAMPLES: list[tuple[float, str, str]] = [

@@ -7,11 +7,11 @@ import asyncio
 import pytest
 
 from nvidia_gpu_exporter.backends import CollectionError
+from nvidia_gpu_exporter.backends.exec.backend import SmiBackend
+from nvidia_gpu_exporter.backends.exec.runner import RunResult
 from nvidia_gpu_exporter.backends.fields import FieldRequest
-from nvidia_gpu_exporter.backends.runner import RunResult
-from nvidia_gpu_exporter.backends.smi import SmiBackend
 from nvidia_gpu_exporter.exposition.metrics import IDENTITY_FIELDS
-from nvidia_gpu_exporter.snapshot import ProcessList, Readings, StatusFamily
+from nvidia_gpu_exporter.model.snapshot import ProcessList, Readings, StatusFamily
 from unit_helpers import FakeRunner, exited, header_answer, help_query_gpu, ok, query_fields
 
 FIELDS = query_fields([("fan.speed", "fan.speed [%]")])

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from nvidia_gpu_exporter.backends.smi_output import (
+from nvidia_gpu_exporter.backends.exec.output import (
     CsvShapeError,
     parse_compute_apps,
     parse_cuda_version,

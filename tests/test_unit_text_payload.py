@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvidia_gpu_exporter.exposition.payload import assemble, assemble_gzip, make_block
 from nvidia_gpu_exporter.exposition.text import (
     CONTENT_TYPE,
     DuplicateSeriesError,
@@ -21,6 +20,7 @@ from nvidia_gpu_exporter.exposition.text import (
     render_blocks,
     render_family,
 )
+from nvidia_gpu_exporter.web.payload import assemble, assemble_gzip, make_block
 
 
 def test_content_type() -> None:

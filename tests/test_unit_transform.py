@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from nvidia_gpu_exporter.exposition.gofloat import format_go_float
+from nvidia_gpu_exporter._go.floats import format_go_float
 from nvidia_gpu_exporter.exposition.naming import ValueKind, derive_name, value_kind
 from nvidia_gpu_exporter.exposition.transform import (
     normalize_mig_uuid,

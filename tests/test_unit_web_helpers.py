@@ -6,7 +6,8 @@ import socket
 
 import pytest
 
-from nvidia_gpu_exporter.web import ListenError, _split_host_port, accepts_gzip, bind_socket, scrape_budget
+from nvidia_gpu_exporter.web.metrics import accepts_gzip, scrape_budget
+from nvidia_gpu_exporter.web.server import ListenError, _split_host_port, bind_socket
 
 BUDGETS: list[tuple[str | None, float, float | None, str]] = [
     ("10", 0.5, 9.5, "5.3 10 with 500ms offset -> 9.5 s"),

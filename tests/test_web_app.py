@@ -17,20 +17,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from async_helpers import WAIT_SECONDS, bounded, eventually, run
+from nvidia_gpu_exporter.app import web_settings
 from nvidia_gpu_exporter.backends import CollectionError
 from nvidia_gpu_exporter.collector import Collector
+from nvidia_gpu_exporter.config import Config
 from nvidia_gpu_exporter.exposition.metrics import IDENTITY_FIELDS, Exposition
 from nvidia_gpu_exporter.exposition.text import CONTENT_TYPE
-from nvidia_gpu_exporter.snapshot import GpuTable, QueryField, Readings, Snapshot, StatusFamily, XidRecord
-from nvidia_gpu_exporter.web import (
-    MetricsEndpoint,
-    WebServer,
-    WebSettings,
-    accepts_gzip,
-    bind_socket,
-    build_app,
-    scrape_budget,
-)
+from nvidia_gpu_exporter.model.snapshot import GpuTable, QueryField, Readings, Snapshot, StatusFamily, XidRecord
+from nvidia_gpu_exporter.web.metrics import MetricsEndpoint, accepts_gzip, scrape_budget
+from nvidia_gpu_exporter.web.server import WebServer, bind_socket, build_app
 
 FIELDS = (*(QueryField(name, name) for name in IDENTITY_FIELDS), QueryField("temperature.gpu", "temperature.gpu"))
 
@@ -123,7 +118,7 @@ async def serving(
     backend: FakeBackend, *, interval_seconds: float = 0.0, max_requests: int = 40
 ) -> AsyncIterator[Served]:
     """The real web server on 127.0.0.1:0 in front of a collector of ``backend``."""
-    settings = WebSettings(listen_addresses=("127.0.0.1:0",), max_requests=max_requests)
+    settings = web_settings(Config(max_requests=max_requests))
     collector = Collector(backend, timeout_seconds=None, interval_seconds=interval_seconds)
     exposition = CountingExposition(backend.fields, backend.status_family)
     endpoint = MetricsEndpoint(collector, exposition, settings)

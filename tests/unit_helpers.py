@@ -6,9 +6,9 @@ import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from nvidia_gpu_exporter.backends.runner import RunResult
+from nvidia_gpu_exporter.backends.exec.runner import RunResult
 from nvidia_gpu_exporter.exposition.metrics import IDENTITY_FIELDS, Exposition
-from nvidia_gpu_exporter.snapshot import (
+from nvidia_gpu_exporter.model.snapshot import (
     Attempt,
     GpuTable,
     ProcessList,

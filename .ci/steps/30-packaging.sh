@@ -101,7 +101,7 @@ import json, sys, zipfile
 from pathlib import Path
 out, version = Path(sys.argv[1]), sys.argv[2]
 names = zipfile.ZipFile(out / f"nvidia_gpu_exporter-{version}-py3-none-any.whl").namelist()
-assert "nvidia_gpu_exporter/winservice.py" in names and "nvidia_gpu_exporter/py.typed" in names, names
+assert "nvidia_gpu_exporter/windows/service.py" in names and "nvidia_gpu_exporter/py.typed" in names, names
 sbom = json.loads((out / f"nvidia_gpu_exporter-{version}.cdx.json").read_text())
 assert sbom["metadata"]["component"]["version"] == version
 components = {c["name"].lower(): c for c in sbom["components"]}

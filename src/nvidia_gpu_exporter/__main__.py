@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli import main
+from nvidia_gpu_exporter.cli import main
 
 sys.exit(main())

@@ -18,13 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .asynctimeout import within_timeout
-from .backends import Backend, CollectionError
-from .snapshot import Attempt, Readings, Snapshot
+from nvidia_gpu_exporter.backends import Backend, CollectionError
+from nvidia_gpu_exporter.model.snapshot import Attempt, Readings, Snapshot
+from nvidia_gpu_exporter.support.asynctimeout import within_timeout
 
 if TYPE_CHECKING:
-    from .kubernetes.attribution import Attributor
-    from .kubernetes.model import KubernetesAttribution, PodResourcesReading
+    from nvidia_gpu_exporter.kubernetes.attribution import Attributor
+    from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution, PodResourcesReading
 
 log = logging.getLogger(__name__)
 

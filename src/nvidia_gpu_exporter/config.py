@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass
+from enum import Enum
 
-from .durations import format_duration
-from .exposition.gotext import is_go_space
+from nvidia_gpu_exporter._go.durations import format_duration
+from nvidia_gpu_exporter._go.text import is_go_space
+from nvidia_gpu_exporter.kubernetes.devices import DEFAULT_RESOURCE_PATTERNS
+from nvidia_gpu_exporter.kubernetes.podresources import DEFAULT_SOCKET
+from nvidia_gpu_exporter.web.routes import ATTRIBUTION_PATH, DEFAULT_TELEMETRY_PATH, PPROF_PREFIX, RESERVED_PATHS
 
-BACKENDS = ("exec", "nvml", "demo")
+DEFAULT_PORT = 9835
+DEFAULT_LISTEN_ADDRESS = f":{DEFAULT_PORT}"
 DEFAULT_NVIDIA_SMI_COMMAND = "nvidia-smi"
-RESERVED_ROUTES = ("/-/healthy", "/-/ready")
-PPROF_ROUTE = "/debug/pprof"
-ATTRIBUTION_ROUTE = "/-/attribution"  # served only with Kubernetes attribution on
-DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
-DEFAULT_RESOURCE_NAMES = "nvidia.com/gpu,nvidia.com/gpu.shared,nvidia.com/mig-*"
+
+
+class Backend(str, Enum):
+    """``--collect.backend``: where readings come from."""
+
+    EXEC = "exec"  # runs nvidia-smi
+    NVML = "nvml"  # reads libnvidia-ml in-process
+    DEMO = "demo"  # simulated GPUs
 
 
 class ConfigError(ValueError):
@@ -25,7 +33,7 @@ class ConfigError(ValueError):
 class Config:
     """Every flag of the exporter, typed; durations in nanoseconds as Go parses them."""
 
-    listen_addresses: tuple[str, ...] = (":9835",)
+    listen_addresses: tuple[str, ...] = (DEFAULT_LISTEN_ADDRESS,)
     web_config_file: str = ""
     systemd_socket: bool = False
     network: str = "tcp"
@@ -33,14 +41,14 @@ class Config:
     read_header_timeout_ns: int = 10_000_000_000
     write_timeout_ns: int = 15_000_000_000
     idle_timeout_ns: int = 60_000_000_000
-    telemetry_path: str = "/metrics"
+    telemetry_path: str = DEFAULT_TELEMETRY_PATH
     max_requests: int = 40
     timeout_offset_ns: int = 500_000_000
     enable_pprof: bool = False
     nvidia_smi_command: str = DEFAULT_NVIDIA_SMI_COMMAND
     query_field_names: str = "AUTO"
     query_field_names_exclude: str = ""
-    backend: str = "exec"
+    backend: Backend = Backend.EXEC
     collect_interval_ns: int = 0
     collect_timeout_ns: int = 10_000_000_000
     compute_apps: bool = False
@@ -49,15 +57,18 @@ class Config:
     demo_config: str = ""
     shutdown_on_error: bool = False
     kubernetes_pod_resources: bool = False
-    kubernetes_pod_resources_socket: str = DEFAULT_POD_RESOURCES_SOCKET
+    kubernetes_pod_resources_socket: str = DEFAULT_SOCKET
     kubernetes_pod_resources_timeout_ns: int = 2_000_000_000
     kubernetes_pod_resources_cache_ns: int = 5_000_000_000
-    kubernetes_resource_names: str = DEFAULT_RESOURCE_NAMES
+    kubernetes_resource_names: str = ",".join(DEFAULT_RESOURCE_PATTERNS)
     kubernetes_pod_labels: bool = False
     kubernetes_process_pods: bool = False
     kubernetes_proc_root: str = "/proc"
     log_level: str = "info"
     log_format: str = "logfmt"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "backend", Backend(self.backend))  # a plain "demo" is taken too
 
 
 def telemetry_path_problem(path: str) -> str | None:
@@ -75,10 +86,10 @@ def telemetry_path_problem(path: str) -> str | None:
             return f"web.telemetry-path must not contain {char!r}, got {path!r}"
     if any(is_go_space(char) for char in path):
         return f"web.telemetry-path must not contain whitespace, got {path!r}"
-    if path in RESERVED_ROUTES:
+    if path in RESERVED_PATHS:
         return f"web.telemetry-path must not be {path}: that route is reserved"
-    if path == PPROF_ROUTE or path.startswith(PPROF_ROUTE + "/"):
-        return f"web.telemetry-path must not be under {PPROF_ROUTE}: that route is reserved, got {path!r}"
+    if path == PPROF_PREFIX or path.startswith(PPROF_PREFIX + "/"):
+        return f"web.telemetry-path must not be under {PPROF_PREFIX}: that route is reserved, got {path!r}"
     return None
 
 
@@ -98,15 +109,15 @@ def validate(config: Config) -> None:
     if config.timeout_offset_ns < 0:
         raise ConfigError(f"web.timeout-offset must not be negative, got {format_duration(config.timeout_offset_ns)}")
     backend = config.backend
-    if backend != "exec" and config.nvidia_smi_command != DEFAULT_NVIDIA_SMI_COMMAND:
-        raise ConfigError(f"--nvidia-smi-command cannot be combined with --collect.backend={backend}")
-    if backend == "exec" and config.pcie_throughput:
+    if backend != Backend.EXEC and config.nvidia_smi_command != DEFAULT_NVIDIA_SMI_COMMAND:
+        raise ConfigError(f"--nvidia-smi-command cannot be combined with --collect.backend={backend.value}")
+    if backend == Backend.EXEC and config.pcie_throughput:
         raise ConfigError("--collect.pcie-throughput requires --collect.backend=nvml")
-    if backend == "exec" and config.compute_apps_mig:
+    if backend == Backend.EXEC and config.compute_apps_mig:
         raise ConfigError("--collect.compute-apps-mig requires --collect.backend=nvml or demo")
     if config.compute_apps_mig and not config.compute_apps:
         raise ConfigError("--collect.compute-apps-mig requires --collect.compute-apps")
-    if config.demo_config and backend != "demo":
+    if config.demo_config and backend != Backend.DEMO:
         raise ConfigError("--demo-config requires --collect.backend=demo")
     validate_kubernetes(config)
 
@@ -131,5 +142,5 @@ def validate_kubernetes(config: Config) -> None:
     if config.kubernetes_process_pods and not config.kubernetes_proc_root:
         raise ConfigError("--kubernetes.proc-root must not be empty")
     attribution = config.kubernetes_pod_resources or config.kubernetes_process_pods
-    if attribution and config.telemetry_path == ATTRIBUTION_ROUTE:
-        raise ConfigError(f"web.telemetry-path must not be {ATTRIBUTION_ROUTE} with Kubernetes attribution on")
+    if attribution and config.telemetry_path == ATTRIBUTION_PATH:
+        raise ConfigError(f"web.telemetry-path must not be {ATTRIBUTION_PATH} with Kubernetes attribution on")

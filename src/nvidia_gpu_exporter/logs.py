@@ -45,7 +45,7 @@ def record_fields(record: logging.LogRecord) -> list[tuple[str, Any]]:
     return fields
 
 
-def _logfmt_value(value: Any) -> str:
+def logfmt_value(value: Any) -> str:
     text = value if isinstance(value, str) else str(value)
     if text and not any(char in text for char in ' ="\\') and text.isprintable():
         return text
@@ -54,7 +54,7 @@ def _logfmt_value(value: Any) -> str:
 
 class LogfmtFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        return " ".join(f"{key}={_logfmt_value(value)}" for key, value in record_fields(record))
+        return " ".join(f"{key}={logfmt_value(value)}" for key, value in record_fields(record))
 
 
 class JsonFormatter(logging.Formatter):

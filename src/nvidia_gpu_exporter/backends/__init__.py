@@ -1,10 +1,10 @@
-"""Backends produce :class:`~nvidia_gpu_exporter.snapshot.Readings`; they know nothing of Prometheus."""
+"""Backends produce :class:`~nvidia_gpu_exporter.model.snapshot.Readings`; they know nothing of Prometheus."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from ..snapshot import QueryField, Readings, StatusFamily, XidRecord
+from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, StatusFamily, XidRecord
 
 
 class CollectionError(Exception):

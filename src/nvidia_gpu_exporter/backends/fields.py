@@ -13,8 +13,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..exposition.metrics import IDENTITY_FIELDS
-from ..snapshot import QueryField
+from nvidia_gpu_exporter.exposition.metrics import IDENTITY_FIELDS
+from nvidia_gpu_exporter.model.snapshot import QueryField
 
 log = logging.getLogger(__name__)
 

@@ -16,11 +16,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from ..config import DEFAULT_POD_RESOURCES_SOCKET
-from ..kubernetes.apiclient import SERVICE_ACCOUNT_DIR
-from .cluster import ClusterOptions, cluster_checks
-from .node import NodeOptions, node_checks
-from .report import CheckResult, exit_code, render_json, render_text
+from nvidia_gpu_exporter.config import DEFAULT_NVIDIA_SMI_COMMAND
+from nvidia_gpu_exporter.doctor.cluster import ClusterOptions, cluster_checks
+from nvidia_gpu_exporter.doctor.node import DEFAULT_EXPORTER_URL, NodeOptions, node_checks
+from nvidia_gpu_exporter.doctor.report import CheckResult, exit_code, render_json, render_text
+from nvidia_gpu_exporter.kubernetes.apiclient import SERVICE_ACCOUNT_DIR
+from nvidia_gpu_exporter.kubernetes.podresources import DEFAULT_SOCKET
 
 USAGE_ERROR = 3
 
@@ -43,7 +44,9 @@ def _parser(environ: Mapping[str, str]) -> _Parser:
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--root", default="/", help="look up every file under this directory (default: /)")
-    parser.add_argument("--nvidia-smi-command", default="nvidia-smi", help="nvidia-smi, as the exporter runs it")
+    parser.add_argument(
+        "--nvidia-smi-command", default=DEFAULT_NVIDIA_SMI_COMMAND, help="nvidia-smi, as the exporter runs it"
+    )
     parser.add_argument(
         "--image-cuda",
         default=environ.get("CUDA_VERSION", ""),
@@ -52,10 +55,10 @@ def _parser(environ: Mapping[str, str]) -> _Parser:
     parser.add_argument(
         "--kubernetes.pod-resources-socket",
         dest="pod_resources_socket",
-        default=DEFAULT_POD_RESOURCES_SOCKET,
+        default=DEFAULT_SOCKET,
         help="the kubelet PodResources socket (looked up under --root)",
     )
-    parser.add_argument("--exporter-url", default="http://127.0.0.1:9835/metrics", help="the exporter to scrape")
+    parser.add_argument("--exporter-url", default=DEFAULT_EXPORTER_URL, help="the exporter to scrape")
     parser.add_argument("--kubeconfig", default="", help="kubeconfig to use instead of the in-cluster account")
     parser.add_argument("--service-account-dir", default=SERVICE_ACCOUNT_DIR, help=argparse.SUPPRESS)
     parser.add_argument(

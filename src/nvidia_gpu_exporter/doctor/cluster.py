@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from ..kubernetes.apiclient import ApiAccess, ApiClient, ApiConfigError, ApiError, discover
-from .report import CheckResult, Status
+from nvidia_gpu_exporter.doctor.report import CheckResult, Status
+from nvidia_gpu_exporter.kubernetes.apiclient import ApiAccess, ApiClient, ApiConfigError, ApiError, discover
 
 GPU_RESOURCE = "nvidia.com/gpu"
 DEVICE_PLUGIN_MARKERS = ("nvidia-device-plugin", "k8s-device-plugin")

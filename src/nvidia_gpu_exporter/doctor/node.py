@@ -20,9 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..backends.cmdsplit import CommandSplitError, split_command
-from ..backends.smi_output import CsvShapeError, parse_cuda_version, parse_gpu_csv
-from .report import CheckResult, Status
+from nvidia_gpu_exporter.backends.exec.command import CommandSplitError, split_command
+from nvidia_gpu_exporter.backends.exec.output import CsvShapeError, parse_cuda_version, parse_gpu_csv
+from nvidia_gpu_exporter.config import DEFAULT_NVIDIA_SMI_COMMAND, DEFAULT_PORT
+from nvidia_gpu_exporter.doctor.report import CheckResult, Status
+from nvidia_gpu_exporter.kubernetes.podresources import DEFAULT_SOCKET
+from nvidia_gpu_exporter.web.routes import DEFAULT_TELEMETRY_PATH
+
+DEFAULT_EXPORTER_URL = f"http://127.0.0.1:{DEFAULT_PORT}{DEFAULT_TELEMETRY_PATH}"
 
 GPU_QUERY_FIELDS = ("index", "uuid", "name", "driver_version")
 CONTAINERD_CONFIGS = (
@@ -46,10 +51,10 @@ _VERSION = re.compile(r"^([0-9]+)\.([0-9]+)")
 @dataclass(frozen=True, slots=True)
 class NodeOptions:
     root: Path
-    nvidia_smi_command: str = "nvidia-smi"
+    nvidia_smi_command: str = DEFAULT_NVIDIA_SMI_COMMAND
     image_cuda: str = ""
-    pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
-    exporter_url: str = "http://127.0.0.1:9835/metrics"
+    pod_resources_socket: str = DEFAULT_SOCKET
+    exporter_url: str = DEFAULT_EXPORTER_URL
     timeout_seconds: float = 5.0
 
 
@@ -373,8 +378,8 @@ def check_runtime(options: NodeOptions) -> CheckResult:
 
 
 def check_pod_resources(options: NodeOptions) -> CheckResult:
-    from ..kubernetes.devices import DEFAULT_RESOURCE_PATTERNS, resource_matches  # noqa: PLC0415
-    from ..kubernetes.podresources import (  # noqa: PLC0415
+    from nvidia_gpu_exporter.kubernetes.devices import DEFAULT_RESOURCE_PATTERNS, resource_matches  # noqa: PLC0415
+    from nvidia_gpu_exporter.kubernetes.podresources import (  # noqa: PLC0415
         GrpcPodResources,
         MissingExtra,
         PodResourcesError,
@@ -454,7 +459,7 @@ def check_exporter(options: NodeOptions) -> CheckResult:
             title,
             Status.WARN,
             f"no exporter answers at {url}: {reason}",
-            "pass --exporter-url (in the exporter's pod: http://127.0.0.1:9835/metrics)",
+            f"pass --exporter-url (in the exporter's pod: {DEFAULT_EXPORTER_URL})",
         )
     success = _sample(text, "nvidia_smi_last_collect_success")
     if success is None:

@@ -6,11 +6,10 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ..snapshot import Attempt, GpuTable, ProcessList, QueryField, Snapshot, StatusFamily
-from .kubernetes_families import attribution_families, labelled_gpu, sole_holders
-from .naming import FieldMetric, plan_field_metrics
-from .nvml_families import extras_families, xid_families
-from .text import (
+from nvidia_gpu_exporter.exposition.kubernetes import attribution_families, labelled_gpu, sole_holders
+from nvidia_gpu_exporter.exposition.naming import FieldMetric, plan_field_metrics
+from nvidia_gpu_exporter.exposition.nvml import extras_families, xid_families
+from nvidia_gpu_exporter.exposition.text import (
     DuplicateSeriesError,
     Family,
     escape_label_value,
@@ -19,7 +18,8 @@ from .text import (
     render_blocks,
     render_family,
 )
-from .transform import ABSENT_TOKENS, normalize_uuid, transform_generic, transform_value
+from nvidia_gpu_exporter.exposition.transform import ABSENT_TOKENS, normalize_uuid, transform_generic, transform_value
+from nvidia_gpu_exporter.model.snapshot import Attempt, GpuTable, ProcessList, QueryField, Snapshot, StatusFamily
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from .gotext import go_lower
+from nvidia_gpu_exporter._go.text import go_lower
 
 PREFIX = "nvidia_smi_"
 

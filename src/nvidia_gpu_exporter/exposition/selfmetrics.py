@@ -14,8 +14,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from .. import __version__
-from .text import Family, format_value, header, render_family
+from nvidia_gpu_exporter import __version__
+from nvidia_gpu_exporter.exposition.text import Family, format_value, header, render_family
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from .gofloat import format_go_float
+from nvidia_gpu_exporter._go.floats import format_go_float
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

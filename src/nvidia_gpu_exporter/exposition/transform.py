@@ -11,9 +11,9 @@ import logging
 import math
 import re
 
-from .gotext import go_lower, go_trim_space
-from .naming import ValueKind
-from .uuids import normalize_mig_uuid, normalize_uuid
+from nvidia_gpu_exporter._go.text import go_lower, go_trim_space
+from nvidia_gpu_exporter.exposition.naming import ValueKind
+from nvidia_gpu_exporter.model.uuids import normalize_mig_uuid, normalize_uuid
 
 __all__ = [
     "ABSENT_TOKENS",

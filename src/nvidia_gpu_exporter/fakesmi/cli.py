@@ -17,12 +17,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TextIO
 
-from nvidia_gpu_exporter.durations import DurationError, parse_duration
-from nvidia_gpu_exporter.exposition.gotext import go_quote
-from nvidia_gpu_exporter.exposition.gotext import go_trim_space as go_trim
-from nvidia_gpu_exporter.fakesmi.capture import Capture, CaptureError, load_capture
-from nvidia_gpu_exporter.fakesmi.config import ConfigError, FakeSmiConfig, load_config
-from nvidia_gpu_exporter.fakesmi.engine import (
+from nvidia_gpu_exporter._go.durations import DurationError, parse_duration
+from nvidia_gpu_exporter._go.text import go_quote
+from nvidia_gpu_exporter._go.text import go_trim_space as go_trim
+from nvidia_gpu_exporter.capture.config import ConfigError, FakeSmiConfig, load_config
+from nvidia_gpu_exporter.capture.engine import (
     DEFAULT_STATE,
     EXIT_OK,
     EXIT_REJECTED,
@@ -41,6 +40,7 @@ from nvidia_gpu_exporter.fakesmi.engine import (
     check_value,
     validate_settings,
 )
+from nvidia_gpu_exporter.capture.format import Capture, CaptureError, load_capture
 
 CAPTURES_ENV = "NVIDIA_GPU_EXPORTER_CAPTURES"
 """Directory in which a bare ``--capture NAME`` is looked up (the project embeds no capture corpus)."""

@@ -14,11 +14,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from ..asynctimeout import within_timeout
-from ..exposition.uuids import normalize_mig_uuid, normalize_uuid
-from ..snapshot import QueryField, Readings
-from . import cgroups
-from .devices import (
+from nvidia_gpu_exporter.kubernetes import cgroups
+from nvidia_gpu_exporter.kubernetes.devices import (
     DeviceRef,
     UnrecognisedDeviceId,
     looks_like_gpu,
@@ -26,7 +23,8 @@ from .devices import (
     parse_list_gpus,
     resource_matches,
 )
-from .model import (
+from nvidia_gpu_exporter.kubernetes.podresources import PodResourcesError, PodResourcesSource
+from nvidia_gpu_exporter.model.kubernetes import (
     DEVICE_ID_NOT_RECOGNISED,
     GPU_NOT_VISIBLE,
     HOSTPID_OFF,
@@ -43,7 +41,9 @@ from .model import (
     ProcessPod,
     UnmatchedDevice,
 )
-from .podresources import PodResourcesError, PodResourcesSource
+from nvidia_gpu_exporter.model.snapshot import QueryField, Readings
+from nvidia_gpu_exporter.model.uuids import normalize_mig_uuid, normalize_uuid
+from nvidia_gpu_exporter.support.asynctimeout import within_timeout
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .model import CGROUP_UNREADABLE, HOSTPID_OFF, NOT_IN_A_POD, PROCESS_NOT_VISIBLE
+from nvidia_gpu_exporter.model.kubernetes import CGROUP_UNREADABLE, HOSTPID_OFF, NOT_IN_A_POD, PROCESS_NOT_VISIBLE
 
 _UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32}"
 # "pod<uid>" (cgroupfs) or "kubepods[-qos]-pod<uid>.slice" (systemd), optionally ":runtime:<id>" after it.

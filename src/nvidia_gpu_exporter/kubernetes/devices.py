@@ -19,7 +19,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..exposition.uuids import normalize_mig_uuid, normalize_uuid
+from nvidia_gpu_exporter.model.uuids import normalize_mig_uuid, normalize_uuid
 
 DEFAULT_RESOURCE_PATTERNS = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
 

@@ -14,7 +14,7 @@ import os
 import stat
 from typing import Any, Protocol
 
-from .model import (
+from nvidia_gpu_exporter.model.kubernetes import (
     NOT_A_SOCKET,
     PERMISSION_DENIED,
     RPC_ERROR,
@@ -56,7 +56,7 @@ def _import_grpc() -> tuple[Any, Any, Any]:
     try:
         import grpc  # noqa: PLC0415 - optional extra, only for attribution
 
-        from .proto import podresources_pb2, podresources_pb2_grpc  # noqa: PLC0415 - they import grpc/protobuf
+        from nvidia_gpu_exporter.kubernetes.proto import podresources_pb2, podresources_pb2_grpc  # noqa: PLC0415 - they import grpc/protobuf
     except ImportError as error:
         raise MissingExtra(f"--kubernetes.pod-resources needs the 'kubernetes' extra: {EXTRA_HINT}: {error}") from error
     except Exception as error:  # the generated code's version checks raise RuntimeError/VersionError

@@ -22,18 +22,28 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ...config import Config
-from ...exposition.gotext import go_quote
-from ...exposition.transform import normalize_uuid, transform_generic
-from ...fakesmi.config import ConfigError, FakeSmiConfig, parse_config
-from ...snapshot import QueryField, Readings, StatusFamily, XidRecord
-from .. import BackendSetupError, CollectionError
-from ..fields import FieldRequest
-from ..runner import RunResult
-from ..smi import SmiBackend
-from ..smi_output import CsvShapeError, parse_gpu_csv
-from . import COMMAND_PLACEHOLDER, CaptureResponder, FleetResponder, build_responder
-from .extras import DEFAULT_SCENARIO, ExtrasError, ExtrasSpec, ExtrasSynthesizer, parse_extras
+from nvidia_gpu_exporter._go.text import go_quote
+from nvidia_gpu_exporter.backends import BackendSetupError, CollectionError
+from nvidia_gpu_exporter.backends.demo.extras import (
+    DEFAULT_SCENARIO,
+    ExtrasError,
+    ExtrasSpec,
+    ExtrasSynthesizer,
+    parse_extras,
+)
+from nvidia_gpu_exporter.backends.demo.responders import (
+    COMMAND_PLACEHOLDER,
+    CaptureResponder,
+    FleetResponder,
+    build_responder,
+)
+from nvidia_gpu_exporter.backends.exec.backend import SmiBackend
+from nvidia_gpu_exporter.backends.exec.output import CsvShapeError, parse_gpu_csv
+from nvidia_gpu_exporter.backends.exec.runner import RunResult
+from nvidia_gpu_exporter.backends.fields import FieldRequest
+from nvidia_gpu_exporter.capture.config import ConfigError, FakeSmiConfig, parse_config
+from nvidia_gpu_exporter.exposition.transform import normalize_uuid, transform_generic
+from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, StatusFamily, XidRecord
 
 log = logging.getLogger(__name__)
 
@@ -149,10 +159,17 @@ class DemoBackend:
 
     @classmethod
     async def start(
-        cls, config: Config, request: FieldRequest, *, clock: Callable[[], float] = time.time
+        cls,
+        request: FieldRequest,
+        *,
+        config_path: str = "",
+        compute_apps: bool = False,
+        mig_process_labels: bool = False,
+        clock: Callable[[], float] = time.time,
     ) -> DemoBackend:
-        """Load and check the scenario, preflight it, then run the exec startup sequence against it."""
-        path = config.demo_config or None
+        """Load and check the scenario (``--demo-config``, or the built-in one), preflight it, then run the
+        exec startup sequence against it."""
+        path = config_path or None
         data = read_config_file(path) if path else None
         settings, spec = parse_demo_config(data, path or "")
         scene = await build_scene(settings, spec, path or "")
@@ -162,7 +179,7 @@ class DemoBackend:
             relay,
             request,
             timeout_seconds=None,
-            compute_apps=config.compute_apps,
+            compute_apps=compute_apps,
             status_family=StatusFamily.NVML_RETURN_CODE,
             exit_errors_are_fatal=False,
         )
@@ -172,7 +189,7 @@ class DemoBackend:
             scene,
             config_path=path,
             config_digest=hashlib.sha256(data).hexdigest() if data is not None else "",
-            mig_process_labels=config.compute_apps_mig,
+            mig_process_labels=mig_process_labels,
             clock=clock,
         )
 

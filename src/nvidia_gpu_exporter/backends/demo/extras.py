@@ -23,9 +23,17 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ...durations import DurationError, parse_duration, to_seconds
-from ...exposition.transform import normalize_uuid
-from ...snapshot import GpuExtras, MigDevice, MigInstanceReading, NvmlExtras, ProcessList, ProcessRow, XidRecord
+from nvidia_gpu_exporter._go.durations import DurationError, parse_duration, to_seconds
+from nvidia_gpu_exporter.exposition.transform import normalize_uuid
+from nvidia_gpu_exporter.model.snapshot import (
+    GpuExtras,
+    MigDevice,
+    MigInstanceReading,
+    NvmlExtras,
+    ProcessList,
+    ProcessRow,
+    XidRecord,
+)
 
 GIB = 1 << 30
 DEFAULT_FALLBACK_WATTS = 120.0

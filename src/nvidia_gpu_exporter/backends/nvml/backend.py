@@ -21,8 +21,26 @@ from typing import Any
 
 import pynvml
 
-from ...exposition.gotext import GO_SPACE
-from ...snapshot import (
+from nvidia_gpu_exporter._go.text import GO_SPACE
+from nvidia_gpu_exporter.backends import BackendSetupError, CollectionError
+from nvidia_gpu_exporter.backends.fields import FieldRequest, FieldResolutionError
+from nvidia_gpu_exporter.backends.nvml.api import (
+    DEPRECATED,
+    FUNCTION_NOT_FOUND,
+    NA_UINT64,
+    NO_INSTANCE,
+    NO_PERMISSION,
+    Failure,
+    call,
+    read_string,
+    return_name,
+)
+from nvidia_gpu_exporter.backends.nvml.catalog import ResolvedField, resolve_fields
+from nvidia_gpu_exporter.backends.nvml.cells import CYCLE_FIELDS, DEPRECATED_FIELDS, NA, Cell, mib, sources_for, token
+from nvidia_gpu_exporter.backends.nvml.mig import GpmSampler, read_mig
+from nvidia_gpu_exporter.backends.nvml.session import NvmlSession
+from nvidia_gpu_exporter.backends.nvml.xid import XidWatcher
+from nvidia_gpu_exporter.model.snapshot import (
     GpuExtras,
     GpuTable,
     MigDevice,
@@ -35,24 +53,6 @@ from ...snapshot import (
     StatusFamily,
     XidRecord,
 )
-from .. import BackendSetupError, CollectionError
-from ..fields import FieldRequest, FieldResolutionError
-from .api import (
-    DEPRECATED,
-    FUNCTION_NOT_FOUND,
-    NA_UINT64,
-    NO_INSTANCE,
-    NO_PERMISSION,
-    Failure,
-    call,
-    read_string,
-    return_name,
-)
-from .catalog import ResolvedField, resolve_fields
-from .cells import CYCLE_FIELDS, DEPRECATED_FIELDS, NA, Cell, mib, sources_for, token
-from .mig import GpmSampler, read_mig
-from .session import NvmlSession
-from .xid import XidWatcher
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...exposition.gotext import go_quote
-from ...snapshot import QueryField
-from ..fields import FieldRequest, FieldResolutionError, apply_exclusions, with_identity
+from nvidia_gpu_exporter._go.text import go_quote
+from nvidia_gpu_exporter.backends.fields import FieldRequest, FieldResolutionError, apply_exclusions, with_identity
+from nvidia_gpu_exporter.model.snapshot import QueryField
 
 # Driver majors before this print the clock-event reasons under their old ``clocks_throttle_reasons`` name.
 EVENT_REASONS_DRIVER_MAJOR = 555

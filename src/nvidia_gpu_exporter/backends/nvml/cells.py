@@ -15,7 +15,7 @@ from typing import Any, TypeAlias
 
 import pynvml
 
-from .api import (
+from nvidia_gpu_exporter.backends.nvml.api import (
     DEPRECATED,
     FUNCTION_NOT_FOUND,
     NO_PERMISSION,

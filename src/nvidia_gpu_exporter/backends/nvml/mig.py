@@ -16,8 +16,8 @@ from typing import Any
 
 import pynvml
 
-from ...snapshot import MigDevice, MigInstanceReading
-from .api import FUNCTION_NOT_FOUND, Failure, call, read_string
+from nvidia_gpu_exporter.backends.nvml.api import FUNCTION_NOT_FOUND, Failure, call, read_string
+from nvidia_gpu_exporter.model.snapshot import MigDevice, MigInstanceReading
 
 MIN_WINDOW_SECONDS = 1.0
 MAX_WINDOW_SECONDS = 600.0

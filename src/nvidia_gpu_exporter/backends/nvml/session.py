@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 
-from .api import Failure, call, return_name
+from nvidia_gpu_exporter.backends.nvml.api import Failure, call, return_name
 
 log = logging.getLogger(__name__)
 

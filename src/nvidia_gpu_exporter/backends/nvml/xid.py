@@ -14,9 +14,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ...snapshot import XidRecord
-from .api import NOT_SUPPORTED, TIMEOUT, Failure, call, handle_key, read_string, return_name
-from .session import NvmlSession
+from nvidia_gpu_exporter.backends.nvml.api import (
+    NOT_SUPPORTED,
+    TIMEOUT,
+    Failure,
+    call,
+    handle_key,
+    read_string,
+    return_name,
+)
+from nvidia_gpu_exporter.backends.nvml.session import NvmlSession
+from nvidia_gpu_exporter.model.snapshot import XidRecord
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .durations import DurationError, parse_duration
+from nvidia_gpu_exporter._go.durations import DurationError, parse_duration
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from nvidia_gpu_exporter.durations import DurationError, parse_duration
-from nvidia_gpu_exporter.exposition.gotext import go_quote
-from nvidia_gpu_exporter.fakesmi.engine import (
+from nvidia_gpu_exporter._go.durations import DurationError, parse_duration
+from nvidia_gpu_exporter._go.text import go_quote
+from nvidia_gpu_exporter.capture.engine import (
     DEFAULT_STATE,
     MAX_GPUS,
     Fixed,
@@ -35,7 +35,7 @@ from nvidia_gpu_exporter.fakesmi.engine import (
 if TYPE_CHECKING:
     from yaml.nodes import Node
 
-    from nvidia_gpu_exporter.fakesmi.capture import Capture
+    from nvidia_gpu_exporter.capture.format import Capture
 
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1

@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from .webauth import BasicAuthenticator, parse_basic_authorization
-from .webconfig import (
+from nvidia_gpu_exporter.web.auth import BasicAuthenticator, parse_basic_authorization
+from nvidia_gpu_exporter.web.config import (
     RateLimit,
     TlsSettings,
     WebConfig,

@@ -11,7 +11,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .kubernetes.model import KubernetesAttribution
+    from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution
 
 
 class StatusFamily(Enum):

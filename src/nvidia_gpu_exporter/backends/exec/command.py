@@ -7,7 +7,7 @@ applies (quotes, backslash escapes, no expansion of variables, globs or ``~``).
 
 from __future__ import annotations
 
-from ..exposition.gotext import go_fields
+from nvidia_gpu_exporter._go.text import go_fields
 
 
 class CommandSplitError(ValueError):

@@ -11,9 +11,9 @@ import logging
 import re
 from dataclasses import dataclass
 
-from ..exposition.gotext import GO_SPACE, collapse_go_space, go_quote, go_trim_space
-from ..exposition.uuids import normalize_uuid
-from ..snapshot import ProcessRow
+from nvidia_gpu_exporter._go.text import GO_SPACE, collapse_go_space, go_quote, go_trim_space
+from nvidia_gpu_exporter.model.snapshot import ProcessRow
+from nvidia_gpu_exporter.model.uuids import normalize_uuid
 
 log = logging.getLogger(__name__)
 

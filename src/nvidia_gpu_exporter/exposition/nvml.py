@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from ..snapshot import MigInstanceReading, NvmlExtras, XidRecord
-from .text import Family
-from .transform import normalize_mig_uuid, normalize_uuid
+from nvidia_gpu_exporter.exposition.text import Family
+from nvidia_gpu_exporter.exposition.transform import normalize_mig_uuid, normalize_uuid
+from nvidia_gpu_exporter.model.snapshot import MigInstanceReading, NvmlExtras, XidRecord
 
 ENERGY = "nvidia_smi_energy_joules_total"
 PCIE_TX = "nvidia_smi_pcie_throughput_tx_bytes_per_second"

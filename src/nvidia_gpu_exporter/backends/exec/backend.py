@@ -10,11 +10,18 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from ..asynctimeout import within_timeout
-from ..exposition.gotext import go_quote
-from ..snapshot import GpuTable, ProcessList, QueryField, Readings, StatusFamily, XidRecord
-from . import CollectionError
-from .fields import (
+from nvidia_gpu_exporter._go.text import go_quote
+from nvidia_gpu_exporter.backends import CollectionError
+from nvidia_gpu_exporter.backends.exec.output import (
+    COMPUTE_APPS_ARGS,
+    CsvShapeError,
+    parse_compute_apps,
+    parse_cuda_version,
+    parse_gpu_csv,
+    parse_help_query_gpu,
+)
+from nvidia_gpu_exporter.backends.exec.runner import RunResult, SmiRunner
+from nvidia_gpu_exporter.backends.fields import (
     BUILTIN_FIELDS,
     FieldRequest,
     FieldResolutionError,
@@ -23,15 +30,8 @@ from .fields import (
     first_unknown,
     with_identity,
 )
-from .runner import RunResult, SmiRunner
-from .smi_output import (
-    COMPUTE_APPS_ARGS,
-    CsvShapeError,
-    parse_compute_apps,
-    parse_cuda_version,
-    parse_gpu_csv,
-    parse_help_query_gpu,
-)
+from nvidia_gpu_exporter.model.snapshot import GpuTable, ProcessList, QueryField, Readings, StatusFamily, XidRecord
+from nvidia_gpu_exporter.support.asynctimeout import within_timeout
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,10 @@ import pytest
 
 import installdoc
 from harness import REPO, http_get
-from nvidia_gpu_exporter import cli, logs, winservice
+from nvidia_gpu_exporter import cli, logs, windows
 from nvidia_gpu_exporter.config import Config
+from nvidia_gpu_exporter.windows import eventlog, service
+from nvidia_gpu_exporter.windows import scm as winscm
 
 PYTHON = r"C:\Program Files\Python312\python.exe"
 LAUNCHER = [PYTHON, "-m", "nvidia_gpu_exporter"]
@@ -340,7 +342,7 @@ def _log_stream() -> io.StringIO:
 
 
 def test_service_command_line_quotes_every_flag_with_windows_rules() -> None:
-    command = winservice.service_command_line(
+    command = winscm.service_command_line(
         [
             r"--nvidia-smi-command=C:\Program Files\NVIDIA Corporation\NVSMI\nvidia-smi.exe",
             '--web.telemetry-path=/a"b',
@@ -358,11 +360,11 @@ def test_service_command_line_quotes_every_flag_with_windows_rules() -> None:
 
 
 def test_launcher_is_the_frozen_executable_or_this_python_with_dash_m() -> None:
-    assert winservice.launcher(r"C:\exporter\nvidia_gpu_exporter.exe", frozen=True) == [
+    assert winscm.launcher(r"C:\exporter\nvidia_gpu_exporter.exe", frozen=True) == [
         r"C:\exporter\nvidia_gpu_exporter.exe"
     ]
-    assert winservice.launcher(PYTHON, frozen=False) == LAUNCHER
-    assert winservice.service_command_line(["--collect.interval=15s"]).endswith(
+    assert winscm.launcher(PYTHON, frozen=False) == LAUNCHER
+    assert winscm.service_command_line(["--collect.interval=15s"]).endswith(
         " -m nvidia_gpu_exporter --collect.interval=15s"
     )
 
@@ -375,7 +377,7 @@ def test_install_registers_an_automatic_service_with_recovery_and_event_source(s
     stream = _log_stream()
     flags = ["--web.listen-address=:9835", r"--nvidia-smi-command=C:\Program Files\NVIDIA\nvidia-smi.exe"]
 
-    assert winservice.install(flags, launcher_argv=LAUNCHER) == "installed"
+    assert winscm.install(flags, launcher_argv=LAUNCHER) == "installed"
 
     (create,) = scm.args_of("CreateService")
     _, name, display, _, service_type, start_type, error_control, binary, *_ = create
@@ -408,12 +410,10 @@ def test_install_registers_an_automatic_service_with_recovery_and_event_source(s
 
 def test_install_twice_reconfigures_in_place(scm: Scm) -> None:
     stream = _log_stream()
-    assert winservice.install(["--collect.interval=15s"], launcher_argv=LAUNCHER) == "installed"
+    assert winscm.install(["--collect.interval=15s"], launcher_argv=LAUNCHER) == "installed"
     calls_after_first = len(scm.calls)
 
-    assert winservice.install(["--collect.backend=demo", "--log.level=debug"], launcher_argv=LAUNCHER) == (
-        "reconfigured"
-    )
+    assert winscm.install(["--collect.backend=demo", "--log.level=debug"], launcher_argv=LAUNCHER) == ("reconfigured")
 
     second = scm.names()[calls_after_first:]
     assert "CreateService" not in second
@@ -433,12 +433,12 @@ def test_install_twice_reconfigures_in_place(scm: Scm) -> None:
 
 
 def test_install_refuses_flags_the_exporter_would_reject(scm: Scm) -> None:
-    with pytest.raises(winservice.WinServiceError, match="unknown long flag '--no-such-flag'"):
-        winservice.install(["--no-such-flag"], launcher_argv=LAUNCHER)
-    with pytest.raises(winservice.WinServiceError, match=r"web\.telemetry-path"):
-        winservice.install(["--web.telemetry-path=/"], launcher_argv=LAUNCHER)
-    with pytest.raises(winservice.WinServiceError, match="cannot be baked"):
-        winservice.install(["--version"], launcher_argv=LAUNCHER)
+    with pytest.raises(winscm.WinServiceError, match="unknown long flag '--no-such-flag'"):
+        winscm.install(["--no-such-flag"], launcher_argv=LAUNCHER)
+    with pytest.raises(winscm.WinServiceError, match=r"web\.telemetry-path"):
+        winscm.install(["--web.telemetry-path=/"], launcher_argv=LAUNCHER)
+    with pytest.raises(winscm.WinServiceError, match="cannot be baked"):
+        winscm.install(["--version"], launcher_argv=LAUNCHER)
     assert scm.calls == []
 
 
@@ -451,7 +451,7 @@ def test_install_warns_but_succeeds_when_recovery_cannot_be_set(scm: Scm, monkey
             raise FakeWinError(5, "ChangeServiceConfig2", "Access is denied.")
 
     monkeypatch.setattr(sys.modules["win32service"], "ChangeServiceConfig2", refuse)
-    assert winservice.install([], launcher_argv=LAUNCHER) == "installed"
+    assert winscm.install([], launcher_argv=LAUNCHER) == "installed"
     (warning,) = [line for line in stream.getvalue().splitlines() if "failed to set the recovery actions" in line]
     assert "level=warn" in warning
     assert "Access is denied." in warning
@@ -459,8 +459,8 @@ def test_install_warns_but_succeeds_when_recovery_cannot_be_set(scm: Scm, monkey
 
 def test_install_without_pywin32_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "win32service", None)
-    with pytest.raises(winservice.WinServiceError, match=r'pip install "nvidia-gpu-exporter\[windows\]"'):
-        winservice.install([], launcher_argv=LAUNCHER)
+    with pytest.raises(winscm.WinServiceError, match=r'pip install "nvidia-gpu-exporter\[windows\]"'):
+        winscm.install([], launcher_argv=LAUNCHER)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -468,7 +468,7 @@ def test_install_without_pywin32_names_the_extra(monkeypatch: pytest.MonkeyPatch
 
 
 def _installed(scm: Scm, *states: int) -> FakeService:
-    winservice.install([], launcher_argv=LAUNCHER)
+    winscm.install([], launcher_argv=LAUNCHER)
     service = scm.services["nvidia_gpu_exporter"]
     service.states = list(states)
     scm.calls.clear()
@@ -480,7 +480,7 @@ def test_uninstall_stops_the_running_service_then_deletes_it(scm: Scm) -> None:
     _installed(scm, SERVICE_RUNNING)
     fake_time = FakeTime()
 
-    winservice.uninstall(sleep=fake_time.sleep, clock=fake_time.clock)
+    winscm.uninstall(sleep=fake_time.sleep, clock=fake_time.clock)
 
     names = [name for name in scm.names() if name != "CloseServiceHandle"]
     assert names == [
@@ -502,8 +502,8 @@ def test_uninstall_stops_the_running_service_then_deletes_it(scm: Scm) -> None:
 
 
 def test_uninstall_of_a_missing_service_is_a_clear_error(scm: Scm) -> None:
-    with pytest.raises(winservice.WinServiceError, match=r"^service nvidia_gpu_exporter is not installed$"):
-        winservice.uninstall()
+    with pytest.raises(winscm.WinServiceError, match=r"^service nvidia_gpu_exporter is not installed$"):
+        winscm.uninstall()
     assert "DeleteService" not in scm.names()
     assert "RemoveSourceFromRegistry" not in scm.names()
 
@@ -521,7 +521,7 @@ def test_uninstall_waits_out_pending_states_and_tolerates_races(scm: Scm, monkey
     monkeypatch.setattr(sys.modules["win32service"], "ControlService", racing_control)
     scm.delete_lingers_polls = 2
 
-    winservice.uninstall(sleep=fake_time.sleep, clock=fake_time.clock)
+    winscm.uninstall(sleep=fake_time.sleep, clock=fake_time.clock)
 
     assert scm.names().count("ControlService") == 1  # no Stop while START_PENDING; one Stop when running
     assert scm.names().count("OpenService") == 1 + 3  # the entry lingers for two polls, then it is gone
@@ -534,8 +534,8 @@ def test_uninstall_stop_polling_is_bounded(scm: Scm) -> None:
     service.ignores_stop = True
     fake_time = FakeTime()
 
-    with pytest.raises(winservice.WinServiceError, match="did not stop within 30s"):
-        winservice.uninstall(sleep=fake_time.sleep, clock=fake_time.clock)
+    with pytest.raises(winscm.WinServiceError, match="did not stop within 30s"):
+        winscm.uninstall(sleep=fake_time.sleep, clock=fake_time.clock)
 
     assert fake_time.now - 1000.0 == pytest.approx(30.0, abs=0.31)
     assert all(seconds == 0.3 for seconds in fake_time.sleeps)
@@ -549,7 +549,7 @@ def test_uninstall_counts_marked_for_deletion_as_success_and_warns_when_it_linge
     scm.delete_lingers_polls = 1000
     fake_time = FakeTime()
 
-    winservice.uninstall(sleep=fake_time.sleep, clock=fake_time.clock)
+    winscm.uninstall(sleep=fake_time.sleep, clock=fake_time.clock)
 
     assert "marked for deletion but still registered" in stream.getvalue()
     assert 4.9 <= sum(fake_time.sleeps) <= 5.3  # waited about 5 s for the entry to disappear
@@ -572,7 +572,7 @@ def test_on_windows_main_dispatches_install_and_uninstall(
     scm: Scm, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(sys, "platform", "win32")
-    monkeypatch.setattr(winservice, "launcher", lambda *args, **kwargs: LAUNCHER)
+    monkeypatch.setattr(winscm, "launcher", lambda *args, **kwargs: LAUNCHER)
 
     assert cli.main(["install", "--collect.backend=demo"]) == 0
     assert cli.main(["install", "--collect.backend=demo", "--log.level=warn"]) == 0
@@ -597,15 +597,15 @@ def test_access_denied_from_the_scm_is_reported_with_a_hint(
         raise FakeWinError(5, "OpenSCManager", "Access is denied.")
 
     monkeypatch.setattr(sys.modules["win32service"], "OpenSCManager", denied)
-    assert winservice.run_subcommand("install", []) == 1
+    assert winscm.run_subcommand("install", []) == 1
     assert "OpenSCManager: Access is denied. (5); run the command from an elevated" in capsys.readouterr().err
 
 
 def test_interactive_start_is_detected_and_runs_normally(scm: Scm) -> None:
-    assert winservice.dispatch(["--collect.backend=demo"], process_argv=True) is None
+    assert windows.dispatch(["--collect.backend=demo"], process_argv=True) is None
     assert scm.names() == ["Initialize", "PrepareToHostSingle", "StartServiceCtrlDispatcher"]
     scm.calls.clear()
-    assert winservice.dispatch(["--collect.backend=demo"], process_argv=False) is None
+    assert windows.dispatch(["--collect.backend=demo"], process_argv=False) is None
     assert scm.calls == []
 
 
@@ -659,7 +659,7 @@ def test_scm_start_serves_metrics_then_stops_cleanly(scm: Scm, control: int) -> 
     flags = ["--collect.backend=demo", "--web.listen-address=127.0.0.1:0"]
     result: list[int | None] = []
     dispatcher_thread = threading.Thread(
-        target=lambda: result.append(winservice.dispatch(flags, process_argv=True)), daemon=True
+        target=lambda: result.append(windows.dispatch(flags, process_argv=True)), daemon=True
     )
     dispatcher_thread.start()
     _wait_for(lambda: any("Listening on" in text for _, text in scm.event_messages))
@@ -695,26 +695,26 @@ def test_exporter_failing_on_its_own_stops_the_service_with_an_error(scm: Scm) -
         return 7
 
     hosted = _host(scm)
-    assert winservice.run_if_started_by_scm(["--collect.backend=demo"], serve=exits_with_seven) == 7
-    assert isinstance(hosted.error, winservice.ServiceExitError)  # pywin32 then reports a service-specific error
+    assert service.run_if_started_by_scm(["--collect.backend=demo"], serve=exits_with_seven) == 7
+    assert isinstance(hosted.error, service.ServiceExitError)  # pywin32 then reports a service-specific error
     assert ("LogErrorMsg", "exporter exited code=7") in scm.event_messages
 
 
 def test_bad_baked_flags_fail_the_service_and_reach_the_event_log(scm: Scm) -> None:
     hosted = _host(scm)
-    assert winservice.run_if_started_by_scm(["--collect.interval=-1s"]) == 1
-    assert isinstance(hosted.error, winservice.ServiceExitError)
+    assert service.run_if_started_by_scm(["--collect.interval=-1s"]) == 1
+    assert isinstance(hosted.error, service.ServiceExitError)
     assert scm.event_messages == [
         (
             "LogErrorMsg",
-            'failed to run err="failed to parse the command line: collect.interval must not be negative, got -1s"',
+            'failed to run err="collect.interval must not be negative, got -1s"',  # as the console says it
         )
     ]
 
 
 def test_stop_before_the_exporter_started_ends_the_run_at_once() -> None:
     reports: list[tuple[str, int]] = []
-    runner = winservice.ServiceRunner(
+    runner = service.ServiceRunner(
         ["--collect.backend=demo"], lambda state, hint: reports.append((state, hint)), stderr=io.StringIO()
     )
     runner.request_stop()
@@ -735,11 +735,11 @@ def _record(level: int, message: str, **extra: Any) -> logging.LogRecord:
 
 def test_event_text_is_the_message_followed_by_key_value_pairs() -> None:
     record = _record(logging.INFO, "Listening on", address="[::]:9835", tls=False, err='bad "x"')
-    assert winservice.event_text(record) == 'Listening on address=[::]:9835 tls=False err="bad \\"x\\""'
+    assert eventlog.event_text(record) == 'Listening on address=[::]:9835 tls=False err="bad \\"x\\""'
 
 
 def test_event_log_handler_maps_levels_and_never_raises(scm: Scm, monkeypatch: pytest.MonkeyPatch) -> None:
-    handler = winservice.EventLogHandler(sys.modules["servicemanager"])
+    handler = eventlog.EventLogHandler(sys.modules["servicemanager"])
     handler.emit(_record(logging.DEBUG, "debug line"))
     handler.emit(_record(logging.INFO, "info line"))
     handler.emit(_record(logging.WARNING, "warn line"))
@@ -775,7 +775,7 @@ def test_install_md_windows_commands_work_against_the_fakes(scm: Scm, monkeypatc
     (uninstall_line,) = installdoc.block("windows-uninstall").lines()
     (install_line,) = install_lines
     monkeypatch.setattr(sys, "platform", "win32")
-    monkeypatch.setattr(winservice, "launcher", lambda *args, **kwargs: LAUNCHER)
+    monkeypatch.setattr(winscm, "launcher", lambda *args, **kwargs: LAUNCHER)
     _log_stream()
 
     assert cli.main(install_line.split()[1:]) == 0

@@ -22,16 +22,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from nvidia_gpu_exporter.exposition.gotext import go_fields, go_quote
-from nvidia_gpu_exporter.exposition.gotext import go_trim_space as go_trim
-from nvidia_gpu_exporter.exposition.uuids import normalize_uuid
-from nvidia_gpu_exporter.fakesmi.capture import (
+from nvidia_gpu_exporter._go.text import go_fields, go_quote
+from nvidia_gpu_exporter._go.text import go_trim_space as go_trim
+from nvidia_gpu_exporter.capture.format import (
     CAPABILITIES_STATE,
     COMPUTE_APPS_LABEL_PREFIX,
     GPU_CSV_LABEL_PREFIX,
     Capture,
     Section,
 )
+from nvidia_gpu_exporter.model.uuids import normalize_uuid
 
 if TYPE_CHECKING:
     import random

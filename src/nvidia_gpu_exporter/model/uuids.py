@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .gotext import go_lower, go_trim_space
+from nvidia_gpu_exporter._go.text import go_lower, go_trim_space
 
 
 def _strip_prefix(raw: str, prefix: str) -> str:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from ..kubernetes.model import KubernetesAttribution
-from .text import Family, escape_label_value
+from nvidia_gpu_exporter.exposition.text import Family, escape_label_value
+from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution
 
 ATTRIBUTION_UP = "nvidia_smi_kubernetes_attribution_up"
 GPU_POD_INFO = "nvidia_smi_gpu_pod_info"

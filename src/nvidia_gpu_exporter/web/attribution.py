@@ -15,11 +15,9 @@ from typing import Any
 
 from aiohttp import web
 
-from ..collector import Collector
-from ..exposition.uuids import normalize_uuid
-from ..snapshot import QueryField, Readings, Snapshot
-from .attribution import AttributionSettings
-from .model import (
+from nvidia_gpu_exporter.collector import Collector
+from nvidia_gpu_exporter.kubernetes.attribution import AttributionSettings
+from nvidia_gpu_exporter.model.kubernetes import (
     DEVICE_ID_NOT_RECOGNISED,
     MIG_DEVICE_UNKNOWN,
     MIG_MONITOR_ENV_MISSING,
@@ -29,8 +27,9 @@ from .model import (
     ProcessPod,
     UnmatchedDevice,
 )
+from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, Snapshot
+from nvidia_gpu_exporter.model.uuids import normalize_uuid
 
-PATH = "/-/attribution"
 POD_RESOURCES_OFF = "pod_resources_off"
 PROCESS_PODS_OFF = "process_pods_off"
 NO_READINGS = "no_gpu_readings"

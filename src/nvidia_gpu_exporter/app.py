@@ -1,0 +1,265 @@
+"""The one startup sequence: arguments → validated config → backend → collector → HTTP server, until a signal.
+
+``cli.main`` (a console) and the Windows service (``windows.service``) both start the exporter through
+here, so flags are parsed, validated, logged about and served the same way whoever starts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from nvidia_gpu_exporter import __version__
+from nvidia_gpu_exporter._go.durations import to_seconds
+from nvidia_gpu_exporter.backends import Backend, BackendSetupError
+from nvidia_gpu_exporter.backends.exec.backend import SmiBackend
+from nvidia_gpu_exporter.backends.exec.command import CommandSplitError, split_command
+from nvidia_gpu_exporter.backends.exec.runner import SmiRunner, SubprocessRunner, UnrunnableCommand
+from nvidia_gpu_exporter.backends.fields import FieldRequest, FieldResolutionError
+from nvidia_gpu_exporter.collector import Collector
+from nvidia_gpu_exporter.config import Backend as BackendName
+from nvidia_gpu_exporter.config import Config, ConfigError, validate
+from nvidia_gpu_exporter.exposition.metrics import Exposition
+from nvidia_gpu_exporter.flags import Action, FlagError, Parsed, parse_args
+from nvidia_gpu_exporter.web.config import WebConfigError
+from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
+from nvidia_gpu_exporter.web.security import Security
+from nvidia_gpu_exporter.web.server import ListenError, WebServer, bind_socket, build_app
+from nvidia_gpu_exporter.web.settings import WebSettings
+
+if TYPE_CHECKING:
+    from nvidia_gpu_exporter.kubernetes.attribution import AttributionSettings, Attributor, MigLister
+
+log = logging.getLogger("nvidia_gpu_exporter.main")
+
+
+class StartupError(Exception):
+    """The exporter cannot start; the message is logged as ``failed to run``."""
+
+
+# -- arguments → config ---------------------------------------------------------------------------------------
+
+
+def parse(arguments: Sequence[str]) -> Parsed:
+    """The command line, parsed (not yet validated); a parse error is a :class:`StartupError`."""
+    try:
+        return parse_args(arguments)
+    except FlagError as error:
+        raise StartupError(f"failed to parse the command line: {error}") from error
+
+
+def checked(config: Config) -> Config:
+    """The config if the exporter would start with it; a :class:`StartupError` naming the problem otherwise."""
+    try:
+        validate(config)
+    except ConfigError as error:
+        raise StartupError(str(error)) from error
+    return config
+
+
+def config_to_run(arguments: Sequence[str]) -> Config:
+    """Parse and validate arguments that must run the exporter (``--help``/``--version`` are refused)."""
+    parsed = parse(arguments)
+    if parsed.action is not Action.RUN:
+        raise StartupError(f"--help and --version cannot be baked into the service (got {parsed.action.value})")
+    return checked(parsed.config)
+
+
+# -- config → parts -------------------------------------------------------------------------------------------
+
+
+def _smallest_bound(*durations_ns: int) -> float:
+    """The tightest of several timeouts where 0 means "none" (we serve bodiless GETs: read = header read)."""
+    bounds = [to_seconds(value) for value in durations_ns if value > 0]
+    return min(bounds) if bounds else 0.0
+
+
+def web_settings(config: Config) -> WebSettings:
+    return WebSettings(
+        telemetry_path=config.telemetry_path,
+        max_requests=config.max_requests,
+        timeout_offset_seconds=to_seconds(config.timeout_offset_ns),
+        idle_timeout_seconds=to_seconds(config.idle_timeout_ns),
+        header_timeout_seconds=_smallest_bound(config.read_header_timeout_ns, config.read_timeout_ns),
+        write_timeout_seconds=to_seconds(config.write_timeout_ns),
+        enable_pprof=config.enable_pprof,
+    )
+
+
+async def build_backend(config: Config) -> Backend:
+    """Start the configured backend (its startup queries included)."""
+    timeout = to_seconds(config.collect_timeout_ns) or None
+    request = FieldRequest(config.query_field_names, config.query_field_names_exclude)
+    if config.backend is BackendName.EXEC:
+        runner: SmiRunner
+        try:
+            runner = SubprocessRunner(split_command(config.nvidia_smi_command))
+        except CommandSplitError as error:
+            # As in Go: the exporter still starts, and every run fails with exit code -1 and this reason.
+            log.error("invalid --nvidia-smi-command", extra={"err": str(error)})
+            runner = UnrunnableCommand(f"invalid --nvidia-smi-command: {error}")
+        try:
+            return await SmiBackend.start(runner, request, timeout_seconds=timeout, compute_apps=config.compute_apps)
+        except FieldResolutionError as error:
+            raise StartupError(f"failed to resolve query fields: {error}") from error
+    if config.backend is BackendName.DEMO:
+        from nvidia_gpu_exporter.backends.demo.backend import DemoBackend  # noqa: PLC0415 - only the demo needs it
+
+        try:
+            return await DemoBackend.start(
+                request,
+                config_path=config.demo_config,
+                compute_apps=config.compute_apps,
+                mig_process_labels=config.compute_apps_mig,
+            )
+        except (BackendSetupError, FieldResolutionError) as error:
+            raise StartupError(f"failed to set up the demo backend: {error}") from error
+    try:
+        from nvidia_gpu_exporter.backends.nvml import start_nvml_backend  # noqa: PLC0415 - imports pynvml
+    except ImportError as error:
+        raise StartupError(f"failed to set up the nvml backend: not available in this build ({error.msg})") from error
+    try:
+        return await start_nvml_backend(
+            request, compute_apps=config.compute_apps, pcie_throughput=config.pcie_throughput
+        )
+    except (BackendSetupError, FieldResolutionError) as error:
+        raise StartupError(f"failed to set up the nvml backend: {error}") from error
+
+
+def attribution_settings(config: Config) -> AttributionSettings:
+    """The ``--kubernetes.*`` flags as the attributor's settings."""
+    from nvidia_gpu_exporter.kubernetes.attribution import AttributionSettings  # noqa: PLC0415 - opt-in
+    from nvidia_gpu_exporter.kubernetes.devices import parse_resource_patterns  # noqa: PLC0415 - opt-in
+
+    return AttributionSettings(
+        pod_resources=config.kubernetes_pod_resources,
+        socket=config.kubernetes_pod_resources_socket,
+        timeout_seconds=to_seconds(config.kubernetes_pod_resources_timeout_ns),
+        cache_seconds=to_seconds(config.kubernetes_pod_resources_cache_ns),
+        resource_patterns=parse_resource_patterns(config.kubernetes_resource_names),
+        process_pods=config.kubernetes_process_pods,
+        proc_root=config.kubernetes_proc_root,
+    )
+
+
+def _mig_lister(runner: SmiRunner) -> MigLister:
+    """``nvidia-smi -L`` through the exec backend's own command (``ssh host nvidia-smi`` included)."""
+
+    async def list_gpus() -> str:
+        result = await runner.run(["-L"])
+        if not result.ok:
+            raise RuntimeError(result.describe_failure())
+        return result.stdout
+
+    return list_gpus
+
+
+def build_attributor(config: Config, backend: Backend) -> Attributor | None:
+    """Kubernetes attribution, when a ``--kubernetes.*`` flag asks for it (imported only then)."""
+    if not (config.kubernetes_pod_resources or config.kubernetes_process_pods):
+        return None
+    from nvidia_gpu_exporter.kubernetes.attribution import Attributor  # noqa: PLC0415 - attribution is opt-in
+    from nvidia_gpu_exporter.kubernetes.podresources import (  # noqa: PLC0415 - attribution is opt-in
+        GrpcPodResources,
+        MissingExtra,
+        require_grpc,
+    )
+
+    settings = attribution_settings(config)
+    source = None
+    if settings.pod_resources:
+        try:
+            require_grpc()
+        except MissingExtra as error:
+            raise StartupError(str(error)) from error
+        source = GrpcPodResources(settings.socket)
+    # NVML and the demo report MIG devices with their readings; only exec needs nvidia-smi -L for them.
+    lister = _mig_lister(backend.runner) if isinstance(backend, SmiBackend) else None
+    return Attributor(settings, backend.fields, source=source, mig_lister=lister)
+
+
+def listen_sockets(config: Config) -> list[socket.socket]:
+    """The listening sockets: systemd's (socket activation) or one bound per --web.listen-address."""
+    if config.systemd_socket:
+        from nvidia_gpu_exporter.web.systemd import activation_sockets  # noqa: PLC0415 - Linux only
+
+        return list(activation_sockets())
+    return [bind_socket(address, config.network) for address in config.listen_addresses]
+
+
+# -- serving --------------------------------------------------------------------------------------------------
+
+
+async def serve(config: Config) -> int:
+    """Run the exporter until SIGINT/SIGTERM (exit 0) or a fatal collection error (nvidia-smi's code)."""
+    log.info("Starting nvidia_gpu_exporter", extra={"version": __version__, "backend": config.backend.value})
+    try:
+        security = Security.from_file(config.web_config_file)
+    except WebConfigError as error:
+        raise StartupError(str(error)) from error
+    backend = await build_backend(config)
+    try:
+        attributor = build_attributor(config, backend)
+    except StartupError:
+        await backend.aclose()
+        raise
+    exposition = Exposition(
+        backend.fields,
+        backend.status_family,
+        mig_process_labels=config.compute_apps_mig,
+        kubernetes_pod_labels=config.kubernetes_pod_labels,
+    )
+    stop = asyncio.Event()
+    exit_code = 0
+
+    def on_fatal(code: int) -> None:
+        nonlocal exit_code
+        exit_code = code
+        stop.set()
+
+    collector = Collector(
+        backend,
+        timeout_seconds=to_seconds(config.collect_timeout_ns),
+        interval_seconds=to_seconds(config.collect_interval_ns),
+        shutdown_on_error=config.shutdown_on_error,
+        on_fatal=on_fatal,
+        attributor=attributor,
+    )
+    settings = web_settings(config)
+    endpoint = MetricsEndpoint(collector, exposition, settings)
+    try:
+        sockets = listen_sockets(config)
+    except (ListenError, OSError) as error:
+        await backend.aclose()
+        raise StartupError(str(error)) from error
+    server = WebServer(build_app(endpoint, settings, security), settings, security)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    collector.start()
+    try:
+        await server.start(sockets)
+        await stop.wait()
+        log.info("Shutting down")
+    finally:
+        await collector.aclose()
+        await server.stop()
+        await backend.aclose()
+    return exit_code
+
+
+def run(config: Config) -> int:
+    """Validate and serve in a new event loop; a startup problem is logged as ``failed to run`` (exit 1)."""
+    try:
+        return asyncio.run(serve(checked(config)))
+    except StartupError as error:
+        log.error("failed to run", extra={"err": str(error)})
+        return 1
+    except KeyboardInterrupt:
+        return 0

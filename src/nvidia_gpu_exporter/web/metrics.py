@@ -1,0 +1,154 @@
+"""The metrics route: concurrency limit, scrape budget, render cache, gzip.
+
+It renders each published snapshot once and serves the cached bytes (plain or gzip) to every scraper of
+it; only the small self-metric families are rendered per request. Excess concurrent scrapes are refused at
+once with 503 instead of queueing behind a slow nvidia-smi.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from nvidia_gpu_exporter._go.strconv import parse_float
+from nvidia_gpu_exporter.collector import Collector
+from nvidia_gpu_exporter.exposition.metrics import Exposition
+from nvidia_gpu_exporter.exposition.selfmetrics import HandlerStats, SelfMetrics, build_info_values
+from nvidia_gpu_exporter.exposition.text import CONTENT_TYPE, DuplicateSeriesError
+from nvidia_gpu_exporter.model.snapshot import Snapshot, XidRecord
+from nvidia_gpu_exporter.web.payload import Block, assemble, assemble_gzip, make_block
+from nvidia_gpu_exporter.web.settings import WebSettings
+
+log = logging.getLogger(__name__)
+
+SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
+MAX_SCRAPE_TIMEOUT_SECONDS = 86400.0
+WRITE_MARGIN_SECONDS = 0.5  # kept free under --web.write-timeout to render and send the answer
+
+
+def scrape_budget(header_value: str | None, offset_seconds: float) -> float | None:
+    """Seconds a synchronous scrape may wait, from Prometheus' scrape-timeout header; ``None`` = no bound.
+
+    A missing, unparsable, non-positive, NaN or absurd (> 1 day) header is ignored, as is a budget that
+    the offset would make non-positive: a bad header never makes a scrape stricter than no header.
+    """
+    if header_value is None:
+        return None
+    value = parse_float(header_value.strip())
+    if value is None:
+        return None
+    if math.isnan(value) or value <= 0 or value > MAX_SCRAPE_TIMEOUT_SECONDS:
+        return None
+    budget = value - offset_seconds
+    return budget if budget > 0 else None
+
+
+def accepts_gzip(header_value: str | None) -> bool:
+    """True when ``Accept-Encoding`` lists gzip with a non-zero quality."""
+    if not header_value:
+        return False
+    for part in header_value.split(","):
+        token, _, params = part.partition(";")
+        if token.strip().lower() not in ("gzip", "*"):
+            continue
+        quality = 1.0
+        for param in params.split(";"):
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    quality = float(value.strip())
+                except ValueError:
+                    quality = 0.0
+        if quality > 0:
+            return True
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class _Rendered:
+    """A snapshot's ``nvidia_smi_*`` block, or the error that makes the whole scrape fail."""
+
+    key: tuple[int, bool, tuple[XidRecord, ...]]
+    block: Block | None
+    error: str | None
+
+
+class MetricsEndpoint:
+    """The metrics route: concurrency limit, scrape budget, render cache, gzip."""
+
+    def __init__(
+        self,
+        collector: Collector,
+        exposition: Exposition,
+        settings: WebSettings,
+        stats: HandlerStats | None = None,
+    ) -> None:
+        self.collector = collector
+        self.exposition = exposition
+        self.settings = settings
+        self.stats = stats or HandlerStats()
+        self._self_metrics = SelfMetrics(build_info_values())
+        self._rendered: _Rendered | None = None
+
+    def answer_within(self, budget: float | None) -> float | None:
+        """Answer (with health series) before the write timeout would cut the connection."""
+        write_timeout = self.settings.write_timeout_seconds
+        if write_timeout <= 0:
+            return budget
+        cap = max(write_timeout - min(WRITE_MARGIN_SECONDS, write_timeout / 2), 0.0)
+        return cap if budget is None else min(budget, cap)
+
+    def _render(self, snapshot: Snapshot) -> _Rendered:
+        key = (snapshot.sequence, snapshot.attempt is not None, snapshot.xids)
+        cached = self._rendered
+        if cached is not None and cached.key == key:
+            return cached
+        try:
+            text = self.exposition.render(snapshot)
+        except DuplicateSeriesError as error:
+            rendered = _Rendered(key, None, str(error))
+        else:
+            rendered = _Rendered(key, make_block(text.encode("utf-8")), None)
+        self._rendered = rendered
+        return rendered
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        limit = self.settings.max_requests
+        if limit > 0 and self.stats.in_flight >= limit:
+            log.warning("refused a scrape: concurrent request limit reached", extra={"limit": limit})
+            self.stats.count(503)
+            return web.Response(
+                status=503,
+                text=f"limit of {limit} concurrent requests reached, try again later\n",
+                content_type="text/plain",
+                charset="utf-8",
+            )
+        self.stats.in_flight += 1
+        try:
+            budget = scrape_budget(request.headers.get(SCRAPE_TIMEOUT_HEADER), self.settings.timeout_offset_seconds)
+            snapshot = await self.collector.scrape(self.answer_within(budget))
+            rendered = self._render(snapshot)
+            if rendered.block is None:
+                self.stats.errors["gathering"] += 1
+                self.stats.count(500)
+                return web.Response(
+                    status=500,
+                    text=f"An error has occurred while serving metrics:\n\n{rendered.error}",
+                    content_type="text/plain",
+                    charset="utf-8",
+                )
+            before = self._self_metrics.before_nvidia_smi().encode("utf-8")
+            after = self._self_metrics.after_nvidia_smi(self.stats).encode("utf-8")
+            if accepts_gzip(request.headers.get("Accept-Encoding")):
+                body = assemble_gzip(before, rendered.block, after)
+                headers = {"Content-Type": CONTENT_TYPE, "Content-Encoding": "gzip"}
+            else:
+                body = assemble(before, rendered.block, after)
+                headers = {"Content-Type": CONTENT_TYPE}
+            self.stats.count(200)
+            return web.Response(body=body, headers=headers)
+        finally:
+            self.stats.in_flight -= 1

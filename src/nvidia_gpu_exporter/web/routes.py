@@ -1,0 +1,11 @@
+"""The exporter's fixed routes, in one place: the server adds them, startup validation keeps them free."""
+
+from __future__ import annotations
+
+DEFAULT_TELEMETRY_PATH = "/metrics"
+LANDING_PATH = "/"
+HEALTH_PATH = "/-/healthy"
+READY_PATH = "/-/ready"
+ATTRIBUTION_PATH = "/-/attribution"  # served only with Kubernetes attribution on
+PPROF_PREFIX = "/debug/pprof"  # served only with --web.enable-pprof
+RESERVED_PATHS = (HEALTH_PATH, READY_PATH)  # --web.telemetry-path may never take these

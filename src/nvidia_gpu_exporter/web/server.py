@@ -1,0 +1,165 @@
+"""The HTTP server: routes (metrics, health, readiness, landing page, opt-in profiling and attribution),
+Go-style error pages, listening sockets and the aiohttp runner with its connection deadlines."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+
+from aiohttp import web
+
+from nvidia_gpu_exporter.web.landing import landing_page
+from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
+from nvidia_gpu_exporter.web.routes import ATTRIBUTION_PATH, HEALTH_PATH, LANDING_PATH, PPROF_PREFIX, READY_PATH
+from nvidia_gpu_exporter.web.security import Security
+from nvidia_gpu_exporter.web.settings import WebSettings
+from nvidia_gpu_exporter.web.timeouts import DeadlineSockSite
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_GRACE_SECONDS = 5.0
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def go_style_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Unknown paths and wrong methods answer like Go's ServeMux, in plain text."""
+    try:
+        return await handler(request)
+    except web.HTTPNotFound:
+        return web.Response(status=404, text="404 page not found\n", content_type="text/plain", charset="utf-8")
+    except web.HTTPMethodNotAllowed as error:
+        return web.Response(
+            status=405,
+            text="Method Not Allowed\n",
+            content_type="text/plain",
+            charset="utf-8",
+            headers={"Allow": ", ".join(sorted(error.allowed_methods))},
+        )
+
+
+def build_app(endpoint: MetricsEndpoint, settings: WebSettings, security: Security | None = None) -> web.Application:
+    app = web.Application(middlewares=[go_style_errors])
+    if security is not None:
+        security.install(app)
+    page = landing_page(settings)
+
+    async def landing(_: web.Request) -> web.Response:
+        return web.Response(text=page, content_type="text/html", charset="utf-8")
+
+    async def healthy(_: web.Request) -> web.Response:
+        return web.Response(text="Nvidia GPU Exporter is Healthy.\n", content_type="text/plain", charset="utf-8")
+
+    async def ready(_: web.Request) -> web.Response:
+        return web.Response(text="Nvidia GPU Exporter is Ready.\n", content_type="text/plain", charset="utf-8")
+
+    app.router.add_get(LANDING_PATH, landing)
+    app.router.add_get(settings.telemetry_path, endpoint.handle)
+    app.router.add_get(HEALTH_PATH, healthy)
+    app.router.add_get(READY_PATH, ready)
+    if settings.enable_pprof:
+        from nvidia_gpu_exporter.web.pprof import add_profiling_routes  # noqa: PLC0415 - only loaded when asked for
+
+        add_profiling_routes(app, PPROF_PREFIX)
+    attributor = endpoint.collector.attributor
+    if attributor is not None:  # only with Kubernetes attribution on: GET /-/attribution explains it
+        from nvidia_gpu_exporter.web.attribution import attribution_handler  # noqa: PLC0415 - opt-in feature
+
+        budget = endpoint.answer_within(None)
+        app.router.add_get(ATTRIBUTION_PATH, attribution_handler(endpoint.collector, attributor.settings, budget))
+    return app
+
+
+class ListenError(OSError):
+    """A listen address cannot be parsed or bound."""
+
+
+def _split_host_port(address: str) -> tuple[str, int]:
+    host, separator, port_text = address.rpartition(":")
+    if not separator:
+        raise ListenError(f"listen tcp {address}: missing port in address")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ListenError(f"listen tcp {address}: too many colons in address")
+    try:
+        port = int(port_text) if port_text.isdigit() else socket.getservbyname(port_text, "tcp")
+    except OSError as error:
+        raise ListenError(f"listen tcp {address}: unknown port {port_text!r}") from error
+    if not 0 <= port <= 65535:
+        raise ListenError(f"listen tcp {address}: invalid port {port}")
+    return host, port
+
+
+def bind_socket(address: str, network: str = "tcp") -> socket.socket:
+    """A listening socket for a Go-style ``host:port`` address; an empty host means every interface."""
+    if network not in ("tcp", "tcp4", "tcp6"):
+        raise ListenError(f"listen {network} {address}: unknown network {network}")
+    host, port = _split_host_port(address)
+    families = {"tcp": socket.AF_UNSPEC, "tcp4": socket.AF_INET, "tcp6": socket.AF_INET6}
+    if not host:
+        if network == "tcp4" or (network == "tcp" and not socket.has_dualstack_ipv6()):
+            return socket.create_server(("0.0.0.0", port), family=socket.AF_INET, reuse_port=False)  # noqa: S104
+        return socket.create_server(
+            ("::", port), family=socket.AF_INET6, dualstack_ipv6=network == "tcp", reuse_port=False
+        )
+    try:
+        infos = socket.getaddrinfo(host, port, families[network], socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+    except OSError as error:
+        raise ListenError(f"listen {network} {address}: {error}") from error
+    last_error: OSError | None = None
+    for family, _, _, _, sockaddr in infos:
+        try:
+            return socket.create_server(sockaddr[:2], family=family)
+        except OSError as error:
+            last_error = error
+    raise ListenError(f"listen {network} {address}: {last_error}")
+
+
+def bound_address(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class WebServer:
+    """The aiohttp runner, its listening sockets and the web-config watcher."""
+
+    def __init__(self, app: web.Application, settings: WebSettings, security: Security | None = None) -> None:
+        self.app = app
+        self.settings = settings
+        self.security = security or Security()
+        self._watcher: asyncio.Task[None] | None = None
+        self.runner = web.AppRunner(
+            app,
+            access_log=None,
+            keepalive_timeout=settings.idle_timeout_seconds,
+            shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
+            handler_cancellation=True,
+        )
+        self.addresses: list[str] = []
+
+    async def start(self, sockets: Sequence[socket.socket]) -> None:
+        await self.runner.setup()
+        for sock in sockets:
+            site = DeadlineSockSite(
+                self.runner,
+                sock,
+                header_timeout=self.settings.header_timeout_seconds,
+                write_timeout=self.settings.write_timeout_seconds,
+                ssl_context=self.security.ssl_context,
+            )
+            await site.start()
+            address = bound_address(sock)
+            self.addresses.append(address)
+            log.info("Listening on", extra={"address": address, "tls": self.security.tls_enabled})
+        if self.security.path:
+            self._watcher = asyncio.create_task(self.security.watch(), name="web-config-watcher")
+
+    async def stop(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            await asyncio.wait({self._watcher})
+        await self.runner.cleanup()

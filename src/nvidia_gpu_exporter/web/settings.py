@@ -1,0 +1,19 @@
+"""The HTTP part of the configuration, as the server, the metrics route and the landing page need it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class WebSettings:
+    """Built from the flags by ``app.web_settings``; timeouts in seconds, 0 meaning "no bound"."""
+
+    telemetry_path: str
+    max_requests: int  # concurrent scrapes; 0 = no limit
+    timeout_offset_seconds: float  # subtracted from Prometheus' scrape timeout header
+    idle_timeout_seconds: float  # keep-alive connections without a request are closed after this
+    header_timeout_seconds: float  # request headers must arrive within this
+    write_timeout_seconds: float  # a response must be produced and read within this
+    enable_pprof: bool
+    landing_description: str = "Prometheus exporter for Nvidia GPUs, using nvidia-smi."
