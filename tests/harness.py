@@ -19,7 +19,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from nvidia_gpu_exporter.backends.exec.command import quote_word
-from nvidia_gpu_exporter.exposition.metrics import WALL_CLOCK_FAMILIES
+from nvidia_gpu_exporter.exposition.families import WALL_CLOCK_FAMILIES
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"

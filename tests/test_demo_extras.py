@@ -32,8 +32,8 @@ from nvidia_gpu_exporter.backends.exec.output import parse_gpu_csv
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.exposition.metrics import Exposition
-from nvidia_gpu_exporter.exposition.transform import normalize_uuid
 from nvidia_gpu_exporter.model.snapshot import Attempt, MigInstanceReading, NvmlExtras, Readings, Snapshot, XidRecord
+from nvidia_gpu_exporter.model.uuids import normalize_uuid
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "captures"
 STEP = 10.0

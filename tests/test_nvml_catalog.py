@@ -25,19 +25,9 @@ from nvidia_gpu_exporter.backends.nvml.catalog import (
     resolve_fields,
     uses_legacy_reasons,
 )
-from nvidia_gpu_exporter.backends.nvml.cells import (
-    CYCLE_FIELDS,
-    DEPRECATED_FIELDS,
-    SOURCES,
-    enum_text,
-    field_value,
-    hex64,
-    mib,
-    token,
-    uuid_text,
-    watts,
-)
-from nvidia_gpu_exporter.exposition.metrics import IDENTITY_FIELDS
+from nvidia_gpu_exporter.backends.nvml.sources import CYCLE_FIELDS, SOURCES, field_value
+from nvidia_gpu_exporter.backends.nvml.text import DEPRECATED_FIELDS, enum_text, hex64, mib, token, uuid_text, watts
+from nvidia_gpu_exporter.model.fields import IDENTITY_FIELDS
 
 
 def test_catalog_has_179_distinct_fields_each_with_a_source() -> None:

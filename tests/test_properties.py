@@ -18,9 +18,9 @@ from nvidia_gpu_exporter.backends.exec.output import (
     parse_help_query_gpu,
 )
 from nvidia_gpu_exporter.exposition.metrics import Exposition
-from nvidia_gpu_exporter.exposition.naming import ValueKind, derive_name
+from nvidia_gpu_exporter.exposition.naming import derive_name
 from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError
-from nvidia_gpu_exporter.exposition.transform import transform_value
+from nvidia_gpu_exporter.model.fields import ValueKind
 from nvidia_gpu_exporter.model.snapshot import (
     Attempt,
     GpuTable,
@@ -31,6 +31,7 @@ from nvidia_gpu_exporter.model.snapshot import (
     Snapshot,
     StatusFamily,
 )
+from nvidia_gpu_exporter.model.values import transform_value
 from unit_helpers import query_fields
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -13,8 +13,9 @@ from nvidia_gpu_exporter.backends.exec.output import (
     parse_gpu_csv,
 )
 from nvidia_gpu_exporter.backends.fields import FieldRequest
-from nvidia_gpu_exporter.exposition.metrics import IDENTITY_FIELDS, Exposition
+from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError
+from nvidia_gpu_exporter.model.fields import IDENTITY_FIELDS
 from nvidia_gpu_exporter.model.snapshot import (
     Attempt,
     GpuTable,

@@ -14,7 +14,7 @@ from nvidia_gpu_exporter.backends.fields import (
     FieldResolutionError,
     apply_exclusions,
 )
-from nvidia_gpu_exporter.exposition.metrics import IDENTITY_FIELDS
+from nvidia_gpu_exporter.model.fields import IDENTITY_FIELDS
 from nvidia_gpu_exporter.model.snapshot import QueryField
 from unit_helpers import BLOCK, Answer, FakeRunner, exited, header_answer, help_query_gpu, ok
 

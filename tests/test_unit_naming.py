@@ -6,13 +6,9 @@ import itertools
 
 import pytest
 
-from nvidia_gpu_exporter.exposition.naming import (
-    RESERVED_NAMES,
-    ValueKind,
-    derive_name,
-    plan_field_metrics,
-    value_kind,
-)
+from nvidia_gpu_exporter.exposition.families import RESERVED_NAMES
+from nvidia_gpu_exporter.exposition.naming import derive_name, plan_field_metrics
+from nvidia_gpu_exporter.model.fields import ValueKind, value_kind
 
 # Every row of the §2.5 table, plus §14.5's extra example.
 NAME_TABLE: list[tuple[str, str, float]] = [

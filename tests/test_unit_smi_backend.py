@@ -10,7 +10,7 @@ from nvidia_gpu_exporter.backends import CollectionError
 from nvidia_gpu_exporter.backends.exec.backend import SmiBackend
 from nvidia_gpu_exporter.backends.exec.runner import RunResult
 from nvidia_gpu_exporter.backends.fields import FieldRequest
-from nvidia_gpu_exporter.exposition.metrics import IDENTITY_FIELDS
+from nvidia_gpu_exporter.model.fields import IDENTITY_FIELDS
 from nvidia_gpu_exporter.model.snapshot import ProcessList, Readings, StatusFamily
 from unit_helpers import FakeRunner, exited, header_answer, help_query_gpu, ok, query_fields
 

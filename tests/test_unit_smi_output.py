@@ -13,7 +13,7 @@ from nvidia_gpu_exporter.backends.exec.output import (
     parse_gpu_csv,
     parse_help_query_gpu,
 )
-from nvidia_gpu_exporter.exposition.transform import normalize_uuid
+from nvidia_gpu_exporter.model.uuids import normalize_uuid
 
 # -- GPU CSV (§2.4) -----------------------------------------------------------------------------------------
 

@@ -7,13 +7,10 @@ import logging
 import pytest
 
 from nvidia_gpu_exporter._go.floats import format_go_float
-from nvidia_gpu_exporter.exposition.naming import ValueKind, derive_name, value_kind
-from nvidia_gpu_exporter.exposition.transform import (
-    normalize_mig_uuid,
-    normalize_uuid,
-    transform_generic,
-    transform_value,
-)
+from nvidia_gpu_exporter.exposition.naming import derive_name
+from nvidia_gpu_exporter.model.fields import ValueKind, value_kind
+from nvidia_gpu_exporter.model.uuids import normalize_mig_uuid, normalize_uuid
+from nvidia_gpu_exporter.model.values import transform_generic, transform_value
 
 
 def render(qfield: str, rfield: str, raw: str) -> str | None:

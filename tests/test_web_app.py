@@ -21,8 +21,9 @@ from nvidia_gpu_exporter.app import web_settings
 from nvidia_gpu_exporter.backends import CollectionError
 from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.config import Config
-from nvidia_gpu_exporter.exposition.metrics import IDENTITY_FIELDS, Exposition
+from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.exposition.text import CONTENT_TYPE
+from nvidia_gpu_exporter.model.fields import IDENTITY_FIELDS
 from nvidia_gpu_exporter.model.snapshot import GpuTable, QueryField, Readings, Snapshot, StatusFamily, XidRecord
 from nvidia_gpu_exporter.web.metrics import MetricsEndpoint, accepts_gzip, scrape_budget
 from nvidia_gpu_exporter.web.server import WebServer, bind_socket, build_app

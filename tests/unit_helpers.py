@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from nvidia_gpu_exporter.backends.exec.runner import RunResult
-from nvidia_gpu_exporter.exposition.metrics import IDENTITY_FIELDS, Exposition
+from nvidia_gpu_exporter.exposition.metrics import Exposition
+from nvidia_gpu_exporter.model.fields import IDENTITY_FIELDS
 from nvidia_gpu_exporter.model.snapshot import (
     Attempt,
     GpuTable,

@@ -13,46 +13,22 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from nvidia_gpu_exporter.exposition.metrics import IDENTITY_FIELDS
+from nvidia_gpu_exporter.model.fields import (
+    IDENTITY_FIELDS,
+    THROTTLE_REASONS_PREFIX,
+    ecc_error_fields,
+    header,
+    reason_fields,
+)
 from nvidia_gpu_exporter.model.snapshot import QueryField
 
 log = logging.getLogger(__name__)
 
 AUTO = "AUTO"
 
-
-def _expand(pattern: str, *alternatives: str) -> list[str]:
-    return [pattern.format(alternative) for alternative in alternatives]
-
-
-_UNIT_FIELDS: dict[str, str] = {
-    "fan.speed": "[%]",
-    **dict.fromkeys(_expand("memory.{}", "total", "used", "free"), "[MiB]"),
-    **dict.fromkeys(_expand("utilization.{}", "gpu", "memory"), "[%]"),
-    **dict.fromkeys(
-        _expand("{}", "power.draw", "power.limit", "enforced.power.limit", "power.default_limit")
-        + _expand("power.{}", "min_limit", "max_limit"),
-        "[W]",
-    ),
-    **dict.fromkeys(_expand("clocks.current.{}", "graphics", "sm", "memory", "video"), "[MHz]"),
-    **dict.fromkeys(_expand("clocks.applications.{}", "graphics", "memory"), "[MHz]"),
-    **dict.fromkeys(_expand("clocks.default_applications.{}", "graphics", "memory"), "[MHz]"),
-    **dict.fromkeys(_expand("clocks.max.{}", "graphics", "sm", "memory"), "[MHz]"),
-}
-
-_ECC_LOCATIONS = (
-    "device_memory",
-    "dram",
-    "register_file",
-    "l1_cache",
-    "l2_cache",
-    "texture_memory",
-    "cbu",
-    "sram",
-    "total",
-)
-
-_UNITLESS_FIELDS: tuple[str, ...] = (
+# The fields every supported driver knows, in the Go exporter's order; queried (with their headers as nvidia-smi
+# prints them) only when discovery or the mapping query fails.
+_FALLBACK_FIELDS: tuple[str, ...] = (
     "timestamp",
     "driver_version",
     "count",
@@ -84,47 +60,49 @@ _UNITLESS_FIELDS: tuple[str, ...] = (
     "inforom.pwr",
     "gom.current",
     "gom.pending",
+    "fan.speed",
     "pstate",
-    *_expand(
-        "clocks_throttle_reasons.{}",
-        "supported",
-        "active",
-        "gpu_idle",
-        "applications_clocks_setting",
-        "sw_power_cap",
-        "hw_slowdown",
-        "hw_thermal_slowdown",
-        "hw_power_brake_slowdown",
-        "sw_thermal_slowdown",
-        "sync_boost",
-    ),
+    *reason_fields(THROTTLE_REASONS_PREFIX),
+    "memory.total",
+    "memory.used",
+    "memory.free",
     "compute_mode",
     "compute_cap",
-    *_expand("encoder.stats.{}", "sessionCount", "averageFps", "averageLatency"),
+    "utilization.gpu",
+    "utilization.memory",
+    "encoder.stats.sessionCount",
+    "encoder.stats.averageFps",
+    "encoder.stats.averageLatency",
     "ecc.mode.current",
     "ecc.mode.pending",
-    *(
-        f"ecc.errors.{kind}.{scope}.{location}"
-        for kind in ("corrected", "uncorrected")
-        for scope in ("volatile", "aggregate")
-        for location in _ECC_LOCATIONS
-    ),
+    *ecc_error_fields(),
     "retired_pages.single_bit_ecc.count",
     "retired_pages.double_bit.count",
     "retired_pages.pending",
     "temperature.gpu",
     "temperature.memory",
     "power.management",
+    "power.draw",
+    "power.limit",
+    "enforced.power.limit",
+    "power.default_limit",
+    "power.min_limit",
+    "power.max_limit",
+    "clocks.current.graphics",
+    "clocks.current.sm",
+    "clocks.current.memory",
+    "clocks.current.video",
+    "clocks.applications.graphics",
+    "clocks.applications.memory",
+    "clocks.default_applications.graphics",
+    "clocks.default_applications.memory",
+    "clocks.max.graphics",
+    "clocks.max.sm",
+    "clocks.max.memory",
     "mig.mode.current",
     "mig.mode.pending",
 )
-
-# QField -> RField for the fields every supported driver knows; used only when discovery or the mapping
-# query fails.
-BUILTIN_FIELDS: dict[str, str] = {
-    **{field: field for field in _UNITLESS_FIELDS},
-    **{field: f"{field} {unit}" for field, unit in _UNIT_FIELDS.items()},
-}
+BUILTIN_FIELDS: dict[str, str] = {field: header(field) for field in _FALLBACK_FIELDS}
 
 
 class FieldResolutionError(ValueError):

@@ -9,26 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from nvidia_gpu_exporter.exposition.families import ATTRIBUTION_UP, COMPUTE_APP_POD_INFO, GPU_POD_INFO
 from nvidia_gpu_exporter.exposition.text import Family, escape_label_value
 from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution
 
-ATTRIBUTION_UP = "nvidia_smi_kubernetes_attribution_up"
-GPU_POD_INFO = "nvidia_smi_gpu_pod_info"
-COMPUTE_APP_POD_INFO = "nvidia_smi_compute_app_pod_info"
-
-GPU_POD_LABELS = ("uuid", "namespace", "pod", "container", "mig_uuid")
-COMPUTE_APP_POD_LABELS = ("uuid", "pid", "pod_uid", "container_id")
 POD_LABELS = ("container", "namespace", "pod")  # sorted by name, as label blocks are written
-
-HELP = {
-    ATTRIBUTION_UP: "Whether the kubelet's PodResources API answered the most recent attribution request (1) "
-    "or not (0, with the reason label saying why).",
-    GPU_POD_INFO: "A metric with a constant '1' value for each container holding a GPU, a MIG device of it "
-    "(mig_uuid) or a time-sliced replica, as the kubelet's PodResources API reports. Join on uuid.",
-    COMPUTE_APP_POD_INFO: "A metric with a constant '1' value labeled by the pod uid and container id of a "
-    "process with a compute context, from its cgroup. Join on uuid and pid with nvidia_smi_compute_app_info, "
-    "on pod_uid with kube_pod_info{uid}.",
-}
 
 
 def attribution_families(attribution: KubernetesAttribution, gpu_uuids: Collection[str] | None) -> list[Family]:
@@ -38,12 +23,12 @@ def attribution_families(attribution: KubernetesAttribution, gpu_uuids: Collecti
     families: list[Family] = []
     reading = attribution.pod_resources
     if reading is not None:
-        up = Family(ATTRIBUTION_UP, HELP[ATTRIBUTION_UP], "gauge", ("reason",))
+        up = ATTRIBUTION_UP.family()
         up.add((reading.reason,), 1.0 if reading.ok else 0.0)
         families.append(up)
     if gpu_uuids is None:
         return families
-    info = Family(GPU_POD_INFO, HELP[GPU_POD_INFO], "gauge", GPU_POD_LABELS)
+    info = GPU_POD_INFO.family()
     seen: set[tuple[str, ...]] = set()
     for link in attribution.gpu_pods:
         labels = (link.uuid, link.namespace, link.pod, link.container, link.mig_uuid)
@@ -52,7 +37,7 @@ def attribution_families(attribution: KubernetesAttribution, gpu_uuids: Collecti
             info.add(labels, 1.0)
     families.append(info)
     if attribution.processes is not None:
-        apps = Family(COMPUTE_APP_POD_INFO, HELP[COMPUTE_APP_POD_INFO], "gauge", COMPUTE_APP_POD_LABELS)
+        apps = COMPUTE_APP_POD_INFO.family()
         seen_apps: set[tuple[str, ...]] = set()
         for process in attribution.processes:
             app = (process.uuid, process.pid, process.pod_uid, process.container_id)

@@ -1,4 +1,4 @@
-"""From a snapshot to the ``nvidia_smi_*`` exposition: every family name, label and HELP text lives here."""
+"""From a snapshot to the ``nvidia_smi_*`` exposition (names, types, HELP and labels: :mod:`.families`)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,20 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from nvidia_gpu_exporter.exposition.families import (
+    COMPUTE_APP_INFO,
+    COMPUTE_APP_MEMORY,
+    COMPUTE_APPS,
+    COMPUTE_APPS_SUCCESS,
+    FAILED_COLLECTIONS,
+    GPU_INFO,
+    LAST_DURATION,
+    LAST_SUCCESS,
+    LAST_SUCCESS_TIMESTAMP,
+    MIG_PROCESS_LABELS,
+    PROCESS_LABELS,
+    STATUS,
+)
 from nvidia_gpu_exporter.exposition.kubernetes import attribution_families, labelled_gpu, sole_holders
 from nvidia_gpu_exporter.exposition.naming import FieldMetric, plan_field_metrics
 from nvidia_gpu_exporter.exposition.nvml import extras_families, xid_families
@@ -18,58 +32,15 @@ from nvidia_gpu_exporter.exposition.text import (
     render_blocks,
     render_family,
 )
-from nvidia_gpu_exporter.exposition.transform import ABSENT_TOKENS, normalize_uuid, transform_generic, transform_value
+from nvidia_gpu_exporter.model.fields import IDENTITY_FIELDS
 from nvidia_gpu_exporter.model.snapshot import Attempt, GpuTable, ProcessList, QueryField, Snapshot, StatusFamily
+from nvidia_gpu_exporter.model.uuids import normalize_uuid
+from nvidia_gpu_exporter.model.values import PROCESS_ABSENT_TOKENS, transform_generic, transform_value
 
 log = logging.getLogger(__name__)
 
-# Identity fields: always queried, never excluded, in the order the gpu_info HELP text lists them.
-IDENTITY_FIELDS = (
-    "uuid",
-    "name",
-    "driver_model.current",
-    "driver_model.pending",
-    "vbios_version",
-    "driver_version",
-    "pci.bus_id",
-    "serial",
-    "compute_cap",
-    "pci.sub_device_id",
-    "index",
-)
-GPU_INFO_LABELS = (*(field.replace(".", "_") for field in IDENTITY_FIELDS), "cuda_version")
-
-FAILED_COLLECTIONS = "nvidia_smi_failed_scrapes_total"
-LAST_SUCCESS = "nvidia_smi_last_collect_success"
-LAST_SUCCESS_TIMESTAMP = "nvidia_smi_last_collect_success_timestamp_seconds"
-LAST_DURATION = "nvidia_smi_last_collect_duration_seconds"
-GPU_INFO = "nvidia_smi_gpu_info"
-COMPUTE_APP_INFO = "nvidia_smi_compute_app_info"
-COMPUTE_APP_MEMORY = "nvidia_smi_compute_app_used_memory_bytes"
-COMPUTE_APPS = "nvidia_smi_compute_apps"
-COMPUTE_APPS_SUCCESS = "nvidia_smi_compute_apps_last_collect_success"
-
-HELP = {
-    FAILED_COLLECTIONS: "Number of failed collections",
-    LAST_SUCCESS: "Whether the most recent collection succeeded (1) or not (0)",
-    LAST_SUCCESS_TIMESTAMP: "Unix timestamp of the most recent successful collection",
-    LAST_DURATION: "Duration of the most recent collection",
-    StatusFamily.COMMAND_EXIT_CODE.value: "Exit code of the most recent nvidia-smi run",
-    StatusFamily.NVML_RETURN_CODE.value: "NVML return code of the most recent collection (0 = success)",
-    GPU_INFO: "A metric with a constant '1' value labeled by gpu uuid, " + ", ".join(GPU_INFO_LABELS[1:]) + ".",
-    COMPUTE_APP_INFO: "A metric with a constant '1' value labeled by the identity of a process with a "
-    "compute context on a GPU.",
-    COMPUTE_APP_MEMORY: "GPU memory used by the process. Absent when the driver cannot report it (e.g. Windows WDDM).",
-    COMPUTE_APPS: "Number of processes with a compute context on the GPU.",
-    COMPUTE_APPS_SUCCESS: "Whether the most recent per-process collection succeeded (1) or not (0)",
-}
-
-# The wall-clock families: their values change on every run, so byte comparisons leave them out.
-WALL_CLOCK_FAMILIES = frozenset({LAST_DURATION, LAST_SUCCESS_TIMESTAMP, "nvidia_smi_xid_last_timestamp_seconds"})
-
 MIB = 1_048_576.0
 CELL_CACHE_LIMIT = 4096  # distinct cell texts remembered per field (bounded: some values never repeat)
-PROCESS_ABSENT_TOKENS = ABSENT_TOKENS | {"[unknown error]"}
 
 
 def _has_surrogates(text: str) -> bool:
@@ -122,20 +93,17 @@ class Exposition:
 
     def health_families(self, snapshot: Snapshot) -> list[Family]:
         attempt = snapshot.attempt
-        families = [
-            Family(FAILED_COLLECTIONS, HELP[FAILED_COLLECTIONS], "counter"),
-            Family(LAST_SUCCESS, HELP[LAST_SUCCESS], "gauge"),
-        ]
+        families = [FAILED_COLLECTIONS.family(), LAST_SUCCESS.family()]
         families[0].add((), float(snapshot.failed_collections))
         families[1].add((), 1.0 if attempt is not None and attempt.succeeded else 0.0)
         if attempt is not None:
-            status = Family(self.status_family.value, HELP[self.status_family.value], "gauge")
+            status = STATUS[self.status_family].family()
             status.add((), float(attempt.status_code))
-            duration = Family(LAST_DURATION, HELP[LAST_DURATION], "gauge")
+            duration = LAST_DURATION.family()
             duration.add((), attempt.duration_seconds)
             families += [status, duration]
         if snapshot.last_success_at is not None:
-            timestamp = Family(LAST_SUCCESS_TIMESTAMP, HELP[LAST_SUCCESS_TIMESTAMP], "gauge")
+            timestamp = LAST_SUCCESS_TIMESTAMP.family()
             timestamp.add((), float(int(snapshot.last_success_at)))
             families.append(timestamp)
         return families
@@ -143,7 +111,7 @@ class Exposition:
     # -- GPUs -------------------------------------------------------------------------------------------
 
     def _renderable_gpus(self, table: GpuTable, cuda_version: str) -> tuple[list[_Gpu], Family]:
-        info = Family(GPU_INFO, HELP[GPU_INFO], "gauge", GPU_INFO_LABELS)
+        info = GPU_INFO.family()
         gpus: list[_Gpu] = []
         for cells in table.rows:
             identity = [cells[column] for column in self._identity_columns]
@@ -198,15 +166,13 @@ class Exposition:
     # -- processes --------------------------------------------------------------------------------------
 
     def process_families(self, processes: ProcessList, gpu_uuids: Sequence[str]) -> list[Family]:
-        success = Family(COMPUTE_APPS_SUCCESS, HELP[COMPUTE_APPS_SUCCESS], "gauge")
+        success = COMPUTE_APPS_SUCCESS.family()
         success.add((), 1.0 if processes.succeeded else 0.0)
         if not processes.succeeded:
             return [success]
-        label_names: tuple[str, ...] = ("uuid", "pid", "process_name")
-        if self.mig_process_labels:
-            label_names += ("gpu_instance_id", "compute_instance_id")
-        info = Family(COMPUTE_APP_INFO, HELP[COMPUTE_APP_INFO], "gauge", label_names)
-        memory = Family(COMPUTE_APP_MEMORY, HELP[COMPUTE_APP_MEMORY], "gauge", label_names)
+        label_names = MIG_PROCESS_LABELS if self.mig_process_labels else PROCESS_LABELS
+        info = replace(COMPUTE_APP_INFO, labels=label_names).family()
+        memory = replace(COMPUTE_APP_MEMORY, labels=label_names).family()
         counts = dict.fromkeys(gpu_uuids, 0)
         for row in processes.rows:
             uuid = normalize_uuid(row.gpu_uuid)
@@ -222,7 +188,7 @@ class Exposition:
                 used = transform_generic(row.used_memory, MIB)
                 if used is not None:
                     memory.add(values, used)
-        count_family = Family(COMPUTE_APPS, HELP[COMPUTE_APPS], "gauge", ("uuid",))
+        count_family = COMPUTE_APPS.family()
         for uuid, count in counts.items():
             count_family.add((uuid,), float(count))
         return [info, memory, count_family, success]

@@ -12,11 +12,10 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
 
 from nvidia_gpu_exporter._go.text import go_lower
-
-PREFIX = "nvidia_smi_"
+from nvidia_gpu_exporter.exposition.families import PREFIX, RESERVED_NAMES
+from nvidia_gpu_exporter.model.fields import ValueKind, value_kind
 
 # (RField suffix, metric name suffix, multiplier); the first suffix the RField ends with wins.
 UNIT_TABLE: tuple[tuple[str, str, float], ...] = (
@@ -30,55 +29,11 @@ UNIT_TABLE: tuple[tuple[str, str, float], ...] = (
     (" [W/s]", "_watts_per_second", 1.0),
 )
 
-# Families the exporter owns; a query field deriving one of these names is never exported.
-RESERVED_SUFFIXES = (
-    "failed_scrapes_total",
-    "last_collect_success",
-    "last_collect_success_timestamp_seconds",
-    "last_collect_duration_seconds",
-    "gpu_info",
-    "compute_app_info",
-    "compute_app_used_memory_bytes",
-    "compute_apps",
-    "compute_apps_last_collect_success",
-    "pcie_throughput_tx_bytes_per_second",
-    "pcie_throughput_rx_bytes_per_second",
-    "energy_joules_total",
-    "mig_info",
-    "mig_memory_total_bytes",
-    "mig_memory_used_bytes",
-    "mig_memory_free_bytes",
-    "mig_memory_reserved_bytes",
-    "mig_graphics_activity_ratio",
-    "mig_sm_activity_ratio",
-    "mig_sm_occupancy_ratio",
-    "mig_tensor_activity_ratio",
-    "mig_pcie_throughput_tx_bytes_per_second",
-    "mig_pcie_throughput_rx_bytes_per_second",
-    "xid_errors_total",
-    "xid_last_timestamp_seconds",
-    "command_exit_code",
-    "nvml_return_code",
-    # Kubernetes attribution (opt-in), reserved whether or not it is on.
-    "gpu_pod_info",
-    "compute_app_pod_info",
-    "kubernetes_attribution_up",
-)
-RESERVED_NAMES = frozenset(PREFIX + suffix for suffix in RESERVED_SUFFIXES)
-
 _CAMEL_WORD = re.compile(r"(.)([A-Z][a-z]+)")
 _CAMEL_BOUNDARY = re.compile(r"([a-z0-9])([A-Z])")
 _INVALID_RUN = re.compile(r"[^a-zA-Z0-9_:]+")
 
 log = logging.getLogger(__name__)
-
-
-class ValueKind(Enum):
-    """How a field's cells become numbers."""
-
-    GENERIC = "generic"
-    RECOVERY_ACTION = "gpu_recovery_action"
-    FABRIC_STATE = "fabric.state"
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,14 +82,6 @@ def derive_name(rfield: str) -> DerivedName:
     if not cleaned:
         return DerivedName("", multiplier, best_effort)
     return DerivedName(PREFIX + cleaned, multiplier, best_effort)
-
-
-def value_kind(qfield: str) -> ValueKind:
-    """The two enum fields are keyed by their query name; every other field is generic."""
-    for kind in (ValueKind.RECOVERY_ACTION, ValueKind.FABRIC_STATE):
-        if qfield == kind.value:
-            return kind
-    return ValueKind.GENERIC
 
 
 def plan_field_metrics(fields: Sequence[tuple[str, str]]) -> tuple[FieldMetric, ...]:

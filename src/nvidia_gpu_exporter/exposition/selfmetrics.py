@@ -15,7 +15,19 @@ import time
 from dataclasses import dataclass, field
 
 from nvidia_gpu_exporter import __version__
-from nvidia_gpu_exporter.exposition.text import Family, format_value, header, render_family
+from nvidia_gpu_exporter.exposition.families import (
+    BUILD_INFO,
+    HANDLER_ERRORS,
+    HANDLER_IN_FLIGHT,
+    HANDLER_REQUESTS,
+    PROCESS_CPU,
+    PROCESS_MAX_FDS,
+    PROCESS_OPEN_FDS,
+    PROCESS_RESIDENT_MEMORY,
+    PROCESS_START_TIME,
+    PROCESS_VIRTUAL_MEMORY,
+)
+from nvidia_gpu_exporter.exposition.text import format_value, render_family
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -37,9 +49,6 @@ class HandlerStats:
 def _machine() -> str:
     machine = platform.machine().lower()
     return {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
-
-
-BUILD_INFO_LABELS = ("branch", "goarch", "goos", "pythonversion", "revision", "tags", "version")
 
 
 def build_info_values(revision: str = "", branch: str = "") -> tuple[str, ...]:
@@ -78,15 +87,18 @@ def _max_fds() -> float | None:
     return float(soft)
 
 
-_PROCESS_HELP = {
-    "process_cpu_seconds_total": ("Total user and system CPU time spent in seconds.", "counter"),
-    "process_max_fds": ("Maximum number of open file descriptors.", "gauge"),
-    "process_open_fds": ("Number of open file descriptors.", "gauge"),
-    "process_resident_memory_bytes": ("Resident memory size in bytes.", "gauge"),
-    "process_start_time_seconds": ("Start time of the process since unix epoch in seconds.", "gauge"),
-    "process_virtual_memory_bytes": ("Virtual memory size in bytes.", "gauge"),
+_PROCESS_FAMILIES = {
+    spec.name: spec
+    for spec in (
+        PROCESS_CPU,
+        PROCESS_MAX_FDS,
+        PROCESS_OPEN_FDS,
+        PROCESS_RESIDENT_MEMORY,
+        PROCESS_START_TIME,
+        PROCESS_VIRTUAL_MEMORY,
+    )
 }
-_HEADERS = {name: header(name, help_text, kind) for name, (help_text, kind) in _PROCESS_HELP.items()}
+_HEADERS = {name: spec.header() for name, spec in _PROCESS_FAMILIES.items()}
 _MAX_FDS = _max_fds()
 
 
@@ -116,15 +128,15 @@ def read_process_values() -> dict[str, float]:
     utime, stime = int(fields[11]), int(fields[12])
     start_ticks, virtual, resident_pages = int(fields[19]), int(fields[20]), int(fields[21])
     values = {
-        "process_cpu_seconds_total": (utime + stime) / _CLOCK_TICKS,
-        "process_open_fds": float(open_fds),
-        "process_resident_memory_bytes": float(resident_pages * _PAGE_SIZE),
-        "process_virtual_memory_bytes": float(virtual),
+        PROCESS_CPU.name: (utime + stime) / _CLOCK_TICKS,
+        PROCESS_OPEN_FDS.name: float(open_fds),
+        PROCESS_RESIDENT_MEMORY.name: float(resident_pages * _PAGE_SIZE),
+        PROCESS_VIRTUAL_MEMORY.name: float(virtual),
     }
     if _MAX_FDS is not None:
-        values["process_max_fds"] = _MAX_FDS
+        values[PROCESS_MAX_FDS.name] = _MAX_FDS
     if _BOOT_TIME is not None:
-        values["process_start_time_seconds"] = _BOOT_TIME + start_ticks / _CLOCK_TICKS
+        values[PROCESS_START_TIME.name] = _BOOT_TIME + start_ticks / _CLOCK_TICKS
     return values
 
 
@@ -132,26 +144,12 @@ class SelfMetrics:
     """Renders the self families of one exporter; the static parts are rendered once."""
 
     def __init__(self, build_info: tuple[str, ...]) -> None:
-        info = Family(
-            "nvidia_gpu_exporter_build_info",
-            "A metric with a constant '1' value labeled by version, revision, branch, pythonversion, "
-            "goos, goarch and tags from which nvidia_gpu_exporter was built.",
-            "gauge",
-            BUILD_INFO_LABELS,
-        )
+        info = BUILD_INFO.family()
         info.add(build_info, 1.0)
         self.build_info_text = render_family(info)
-        self._requests_header = header(
-            "promhttp_metric_handler_requests_total", "Total number of scrapes by HTTP status code.", "counter"
-        )
-        self._in_flight_header = header(
-            "promhttp_metric_handler_requests_in_flight", "Current number of scrapes being served.", "gauge"
-        )
-        self._errors_header = header(
-            "promhttp_metric_handler_errors_total",
-            "Total number of internal errors encountered by the promhttp metric handler.",
-            "counter",
-        )
+        self._requests_header = HANDLER_REQUESTS.header()
+        self._in_flight_header = HANDLER_IN_FLIGHT.header()
+        self._errors_header = HANDLER_ERRORS.header()
 
     def before_nvidia_smi(self) -> str:
         """Families sorting before ``nvidia_smi_``."""
@@ -162,14 +160,14 @@ class SelfMetrics:
         parts = [f"{_HEADERS[name]}{name} {format_value(value)}\n" for name, value in sorted(process_values().items())]
         parts.append(self._errors_header)
         parts += [
-            f'promhttp_metric_handler_errors_total{{cause="{cause}"}} {format_value(float(count))}\n'
+            f'{HANDLER_ERRORS.name}{{cause="{cause}"}} {format_value(float(count))}\n'
             for cause, count in sorted(stats.errors.items())
         ]
         in_flight = format_value(float(stats.in_flight))
-        parts.append(f"{self._in_flight_header}promhttp_metric_handler_requests_in_flight {in_flight}\n")
+        parts.append(f"{self._in_flight_header}{HANDLER_IN_FLIGHT.name} {in_flight}\n")
         parts.append(self._requests_header)
         parts += [
-            f'promhttp_metric_handler_requests_total{{code="{code}"}} {format_value(float(count))}\n'
+            f'{HANDLER_REQUESTS.name}{{code="{code}"}} {format_value(float(count))}\n'
             for code, count in sorted(stats.requests.items())
         ]
         return "".join(parts)

@@ -15,10 +15,10 @@ if TYPE_CHECKING:
 
 
 class StatusFamily(Enum):
-    """Which status family a backend reports; exactly one exists per process."""
+    """Which status a backend reports for each collection (the exposition names its family)."""
 
-    COMMAND_EXIT_CODE = "nvidia_smi_command_exit_code"
-    NVML_RETURN_CODE = "nvidia_smi_nvml_return_code"
+    COMMAND_EXIT_CODE = "command_exit_code"  # the exit status of the nvidia-smi run
+    NVML_RETURN_CODE = "nvml_return_code"  # NVML's return code (the demo reports this one too)
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,8 +42,9 @@ from nvidia_gpu_exporter.backends.exec.output import CsvShapeError, parse_gpu_cs
 from nvidia_gpu_exporter.backends.exec.runner import RunResult
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.capture.config import ConfigError, FakeSmiConfig, parse_config
-from nvidia_gpu_exporter.exposition.transform import normalize_uuid, transform_generic
 from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, StatusFamily, XidRecord
+from nvidia_gpu_exporter.model.uuids import normalize_uuid
+from nvidia_gpu_exporter.model.values import transform_generic
 
 log = logging.getLogger(__name__)
 

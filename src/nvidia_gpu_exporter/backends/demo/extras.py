@@ -24,7 +24,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from nvidia_gpu_exporter._go.durations import DurationError, parse_duration, to_seconds
-from nvidia_gpu_exporter.exposition.transform import normalize_uuid
 from nvidia_gpu_exporter.model.snapshot import (
     GpuExtras,
     MigDevice,
@@ -34,6 +33,7 @@ from nvidia_gpu_exporter.model.snapshot import (
     ProcessRow,
     XidRecord,
 )
+from nvidia_gpu_exporter.model.uuids import normalize_uuid
 
 GIB = 1 << 30
 DEFAULT_FALLBACK_WATTS = 120.0

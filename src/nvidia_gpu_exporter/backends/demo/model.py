@@ -15,6 +15,18 @@ import random
 import time
 from dataclasses import dataclass, field
 
+from nvidia_gpu_exporter.model.fields import (
+    ECC_KINDS,
+    ECC_LOCATIONS,
+    ECC_SCOPES,
+    ECC_TOTAL,
+    EVENT_REASONS_PREFIX,
+    REASON_BITS,
+    REASON_COUNTER_SUFFIXES,
+    REASON_COUNTERS_PREFIX,
+    header,
+)
+
 DRIVER_VERSION = "575.57.08"
 CUDA_VERSION = "12.9"
 GPU_NAME = "NVIDIA H200"
@@ -36,59 +48,29 @@ STEP_SECONDS = 15.0  # the time one step stands for in the clock-event counters 
 DEPRECATED = "[Requested functionality has been deprecated]"
 NOT_AVAILABLE = "[N/A]"
 
-# Clock-event reason bits (nvmlClocksEventReasons).
-GPU_IDLE = 0x1
-SW_POWER_CAP = 0x4
-SW_THERMAL_SLOWDOWN = 0x20
-HW_THERMAL_SLOWDOWN = 0x40
-SUPPORTED_REASONS = 0x1FF
+GPU_IDLE = REASON_BITS["gpu_idle"]
+SW_POWER_CAP = REASON_BITS["sw_power_cap"]
+SW_THERMAL_SLOWDOWN = REASON_BITS["sw_thermal_slowdown"]
+HW_THERMAL_SLOWDOWN = REASON_BITS["hw_thermal_slowdown"]
+SUPPORTED_REASONS = 0x1FF  # what an H200 reports supporting (display clock setting included)
 
-_REASON_FIELDS = (
-    ("gpu_idle", GPU_IDLE),
-    ("applications_clocks_setting", 0x2),
-    ("sw_power_cap", SW_POWER_CAP),
-    ("hw_slowdown", 0x8),
-    ("hw_thermal_slowdown", HW_THERMAL_SLOWDOWN),
-    ("hw_power_brake_slowdown", 0x80),
-    ("sw_thermal_slowdown", SW_THERMAL_SLOWDOWN),
-    ("sync_boost", 0x10),
-)
-_COUNTER_FIELDS = (
-    "sw_power_cap",
-    "sync_boost",
-    "sw_thermal_slowdown",
-    "hw_thermal_slowdown",
-    "hw_power_brake_slowdown",
-)
-_ECC_LOCATIONS = (
-    "device_memory",
-    "dram",
-    "register_file",
-    "l1_cache",
-    "l2_cache",
-    "texture_memory",
-    "cbu",
-    "sram",
-    "total",
-)
 _ECC_SUPPORTED = frozenset({"device_memory", "dram", "sram", "total"})
 
 
 @dataclass(frozen=True, slots=True)
 class FieldSpec:
-    """A field the demo GPUs report: query name, unit (for the header), one-line help."""
+    """A field the demo GPUs report: query name and the one-line help of the demo's ``--help-query-gpu``."""
 
     name: str
-    unit: str
     description: str
 
     @property
     def header(self) -> str:
-        return f"{self.name} [{self.unit}]" if self.unit else self.name
+        return header(self.name)
 
 
-def _spec(name: str, description: str, unit: str = "") -> FieldSpec:
-    return FieldSpec(name, unit, description)
+def _spec(name: str, description: str) -> FieldSpec:
+    return FieldSpec(name, description)
 
 
 FIELDS: tuple[FieldSpec, ...] = (
@@ -121,26 +103,22 @@ FIELDS: tuple[FieldSpec, ...] = (
     _spec("inforom.oem", "Version for the OEM configuration data."),
     _spec("inforom.ecc", "Version for the ECC recording data."),
     _spec("gpu_recovery_action", "The recovery action the driver asks for (None, GPU Reset, Node Reboot, ...)."),
-    _spec("fan.speed", "The fan speed value is the percent of the product's maximum noise tolerance.", "%"),
+    _spec("fan.speed", "The fan speed value is the percent of the product's maximum noise tolerance."),
     _spec("pstate", "The current performance state for the GPU, from P0 (maximum) to P12 (minimum)."),
     _spec("clocks_event_reasons.supported", "Bitmask of supported clock event reasons."),
     _spec("clocks_event_reasons.active", "Bitmask of active clock event reasons."),
     *(
         _spec(f"clocks_event_reasons.{reason}", f"Whether the {reason} clock event reason is active.")
-        for reason, _ in _REASON_FIELDS
+        for reason in REASON_BITS
     ),
     *(
-        _spec(
-            f"clocks_event_reasons_counters.{reason}",
-            f"Time the {reason} clock event reason has been active.",
-            "us",
-        )
-        for reason in _COUNTER_FIELDS
+        _spec(f"{REASON_COUNTERS_PREFIX}.{reason}", f"Time the {reason} clock event reason has been active.")
+        for reason in REASON_COUNTER_SUFFIXES
     ),
-    _spec("memory.total", "Total installed GPU memory.", "MiB"),
-    _spec("memory.reserved", "Total memory reserved by the NVIDIA driver and firmware.", "MiB"),
-    _spec("memory.used", "Total memory allocated by active contexts.", "MiB"),
-    _spec("memory.free", "Total free memory.", "MiB"),
+    _spec("memory.total", "Total installed GPU memory."),
+    _spec("memory.reserved", "Total memory reserved by the NVIDIA driver and firmware."),
+    _spec("memory.used", "Total memory allocated by active contexts."),
+    _spec("memory.free", "Total free memory."),
     _spec(
         "compute_mode",
         "The compute mode flag indicates whether individual or multiple compute applications may run on the GPU.",
@@ -149,22 +127,18 @@ FIELDS: tuple[FieldSpec, ...] = (
     _spec(
         "utilization.gpu",
         "Percent of time over the past sample period during which one or more kernels was executing.",
-        "%",
     ),
     _spec(
         "utilization.memory",
         "Percent of time over the past sample period during which device memory was being read or written.",
-        "%",
     ),
     _spec(
         "utilization.encoder",
         "Percent of time over the past sample period during which the video encoder was busy.",
-        "%",
     ),
     _spec(
         "utilization.decoder",
         "Percent of time over the past sample period during which the video decoder was busy.",
-        "%",
     ),
     _spec("encoder.stats.sessionCount", "Number of encoder sessions running on the GPU."),
     _spec("encoder.stats.averageFps", "Average FPS of all sessions running on the GPU."),
@@ -173,9 +147,9 @@ FIELDS: tuple[FieldSpec, ...] = (
     _spec("ecc.mode.pending", "The ECC mode that the GPU will operate under after the next reboot."),
     *(
         _spec(f"ecc.errors.{kind}.{scope}.{location}", f"{kind.capitalize()} {scope} ECC errors in {location}.")
-        for kind in ("corrected", "uncorrected")
-        for scope in ("volatile", "aggregate")
-        for location in _ECC_LOCATIONS
+        for kind in ECC_KINDS
+        for scope in ECC_SCOPES
+        for location in (*ECC_LOCATIONS, ECC_TOTAL)
     ),
     _spec("remapped_rows.correctable", "Number of rows remapped because of correctable errors."),
     _spec("remapped_rows.uncorrectable", "Number of rows remapped because of uncorrectable errors."),
@@ -184,23 +158,23 @@ FIELDS: tuple[FieldSpec, ...] = (
     _spec("temperature.gpu", "Core GPU temperature, in degrees C."),
     _spec("temperature.memory", "HBM memory temperature, in degrees C."),
     _spec("power.management", "A flag that indicates whether power management is enabled."),
-    _spec("power.draw", "The last measured power draw for the entire board, in watts.", "W"),
-    _spec("power.draw.average", "The average power draw over the last second, in watts.", "W"),
-    _spec("power.draw.instant", "The instantaneous power draw, in watts.", "W"),
-    _spec("power.limit", "The software power limit in watts.", "W"),
-    _spec("enforced.power.limit", "The power limit the power management algorithm enforces, in watts.", "W"),
-    _spec("power.default_limit", "The default power management algorithm's power ceiling, in watts.", "W"),
-    _spec("power.min_limit", "The minimum value in watts that the power limit can be set to.", "W"),
-    _spec("power.max_limit", "The maximum value in watts that the power limit can be set to.", "W"),
-    _spec("clocks.current.graphics", "Current frequency of the graphics (shader) clock.", "MHz"),
-    _spec("clocks.current.sm", "Current frequency of the SM (Streaming Multiprocessor) clock.", "MHz"),
-    _spec("clocks.current.memory", "Current frequency of the memory clock.", "MHz"),
-    _spec("clocks.current.video", "Current frequency of the video encoder/decoder clock.", "MHz"),
-    _spec("clocks.applications.graphics", "User specified frequency of the graphics clock.", "MHz"),
-    _spec("clocks.applications.memory", "User specified frequency of the memory clock.", "MHz"),
-    _spec("clocks.max.graphics", "Maximum frequency of the graphics clock.", "MHz"),
-    _spec("clocks.max.sm", "Maximum frequency of the SM clock.", "MHz"),
-    _spec("clocks.max.memory", "Maximum frequency of the memory clock.", "MHz"),
+    _spec("power.draw", "The last measured power draw for the entire board, in watts."),
+    _spec("power.draw.average", "The average power draw over the last second, in watts."),
+    _spec("power.draw.instant", "The instantaneous power draw, in watts."),
+    _spec("power.limit", "The software power limit in watts."),
+    _spec("enforced.power.limit", "The power limit the power management algorithm enforces, in watts."),
+    _spec("power.default_limit", "The default power management algorithm's power ceiling, in watts."),
+    _spec("power.min_limit", "The minimum value in watts that the power limit can be set to."),
+    _spec("power.max_limit", "The maximum value in watts that the power limit can be set to."),
+    _spec("clocks.current.graphics", "Current frequency of the graphics (shader) clock."),
+    _spec("clocks.current.sm", "Current frequency of the SM (Streaming Multiprocessor) clock."),
+    _spec("clocks.current.memory", "Current frequency of the memory clock."),
+    _spec("clocks.current.video", "Current frequency of the video encoder/decoder clock."),
+    _spec("clocks.applications.graphics", "User specified frequency of the graphics clock."),
+    _spec("clocks.applications.memory", "User specified frequency of the memory clock."),
+    _spec("clocks.max.graphics", "Maximum frequency of the graphics clock."),
+    _spec("clocks.max.sm", "Maximum frequency of the SM clock."),
+    _spec("clocks.max.memory", "Maximum frequency of the memory clock."),
     _spec("mig.mode.current", "The MIG mode that the GPU is currently operating under."),
     _spec("mig.mode.pending", "The MIG mode that the GPU will operate under after reset."),
 )
@@ -254,7 +228,7 @@ class DemoGpu:
     power_w: float = IDLE_POWER_W
     temperature_c: float = 32.0
     reasons: int = GPU_IDLE
-    counters_us: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_COUNTER_FIELDS, 0))
+    counters_us: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASON_COUNTER_SUFFIXES, 0))
     corrected_volatile: int = 0
     corrected_aggregate: int = 0
     sm_clock_mhz: int = IDLE_SM_MHZ
@@ -442,16 +416,16 @@ class DemoFleet:
             "mig.mode.current": "Disabled",
             "mig.mode.pending": "Disabled",
         }
-        for reason, bit in _REASON_FIELDS:
-            cells[f"clocks_event_reasons.{reason}"] = "Active" if gpu.reasons & bit else "Not Active"
-        for reason in _COUNTER_FIELDS:
-            cells[f"clocks_event_reasons_counters.{reason}"] = f"{gpu.counters_us[reason]} us"
-        for kind in ("corrected", "uncorrected"):
-            for scope in ("volatile", "aggregate"):
+        for reason, bit in REASON_BITS.items():
+            cells[f"{EVENT_REASONS_PREFIX}.{reason}"] = "Active" if gpu.reasons & bit else "Not Active"
+        for reason in REASON_COUNTER_SUFFIXES:
+            cells[f"{REASON_COUNTERS_PREFIX}.{reason}"] = f"{gpu.counters_us[reason]} us"
+        for kind in ECC_KINDS:
+            for scope in ECC_SCOPES:
                 count = 0
                 if kind == "corrected":
                     count = gpu.corrected_volatile if scope == "volatile" else gpu.corrected_aggregate
-                for location in _ECC_LOCATIONS:
+                for location in (*ECC_LOCATIONS, ECC_TOTAL):
                     value = NOT_AVAILABLE
                     if location in _ECC_SUPPORTED:
                         value = str(count if location in ("device_memory", "dram", "total") else 0)

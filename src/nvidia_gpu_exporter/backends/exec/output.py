@@ -11,19 +11,19 @@ import logging
 import re
 from dataclasses import dataclass
 
+from nvidia_gpu_exporter._go.strconv import UINT64_MAX
 from nvidia_gpu_exporter._go.text import GO_SPACE, collapse_go_space, go_quote, go_trim_space
 from nvidia_gpu_exporter.model.snapshot import ProcessRow
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
+from nvidia_gpu_exporter.model.values import PROCESS_ABSENT_TOKENS
 
 log = logging.getLogger(__name__)
 
 COMPUTE_APPS_FIELDS = ("gpu_uuid", "pid", "process_name", "used_gpu_memory")
 COMPUTE_APPS_ARGS = ("--query-compute-apps=" + ",".join(COMPUTE_APPS_FIELDS), "--format=csv")
-PID_ABSENT_TOKENS = frozenset({"", "n/a", "[n/a]", "[not supported]", "[insufficient permissions]", "[unknown error]"})
 
 _HELP_FIELD = re.compile(r'\n[\t\n\f\r ]*\n^"([^"]+)"', re.MULTILINE)
 _VERSION_VALUE = re.compile(r"[0-9]+\.[0-9]+")
-_UINT64_MAX = (1 << 64) - 1
 
 
 class CsvShapeError(ValueError):
@@ -60,7 +60,7 @@ def parse_gpu_csv(stdout: str, field_count: int) -> GpuCsv:
 
 
 def _parse_uint64(text: str) -> bool:
-    return text.isascii() and text.isdigit() and int(text) <= _UINT64_MAX
+    return text.isascii() and text.isdigit() and int(text) <= UINT64_MAX
 
 
 def parse_compute_apps(stdout: str) -> tuple[ProcessRow, ...]:
@@ -87,7 +87,7 @@ def parse_compute_apps(stdout: str) -> tuple[ProcessRow, ...]:
         memory = go_trim_space(pieces[-1])
         name = go_trim_space(",".join(pieces[2:-1]))
         if not _parse_uint64(pid):
-            if pid.lower() not in PID_ABSENT_TOKENS:
+            if pid.lower() not in PROCESS_ABSENT_TOKENS:
                 log.warning("skipping compute app row: pid is not an integer", extra={"row": line})
             continue
         if not normalize_uuid(uuid):

@@ -36,9 +36,10 @@ from nvidia_gpu_exporter.backends.nvml.api import (
     return_name,
 )
 from nvidia_gpu_exporter.backends.nvml.catalog import ResolvedField, resolve_fields
-from nvidia_gpu_exporter.backends.nvml.cells import CYCLE_FIELDS, DEPRECATED_FIELDS, NA, Cell, mib, sources_for, token
 from nvidia_gpu_exporter.backends.nvml.mig import GpmSampler, read_mig
 from nvidia_gpu_exporter.backends.nvml.session import NvmlSession
+from nvidia_gpu_exporter.backends.nvml.sources import CYCLE_FIELDS, sources_for
+from nvidia_gpu_exporter.backends.nvml.text import DEPRECATED_FIELDS, NA, Cell, mib, token
 from nvidia_gpu_exporter.backends.nvml.xid import XidWatcher
 from nvidia_gpu_exporter.model.snapshot import (
     GpuExtras,

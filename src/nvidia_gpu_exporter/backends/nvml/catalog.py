@@ -15,29 +15,21 @@ from dataclasses import dataclass
 
 from nvidia_gpu_exporter._go.text import go_quote
 from nvidia_gpu_exporter.backends.fields import FieldRequest, FieldResolutionError, apply_exclusions, with_identity
+from nvidia_gpu_exporter.model.fields import (
+    THROTTLE_REASONS_PREFIX,
+    ecc_error_fields,
+    reason_counter_fields,
+    reason_fields,
+)
+from nvidia_gpu_exporter.model.fields import (
+    header as plain_header,
+)
 from nvidia_gpu_exporter.model.snapshot import QueryField
 
 # Driver majors before this print the clock-event reasons under their old ``clocks_throttle_reasons`` name.
 EVENT_REASONS_DRIVER_MAJOR = 555
 
-_REASON_SUFFIXES = (
-    "supported",
-    "active",
-    "gpu_idle",
-    "applications_clocks_setting",
-    "sw_power_cap",
-    "hw_slowdown",
-    "hw_thermal_slowdown",
-    "hw_power_brake_slowdown",
-    "sw_thermal_slowdown",
-    "sync_boost",
-)
-_ECC_LOCATIONS = ("device_memory", "dram", "register_file", "l1_cache", "l2_cache", "texture_memory", "cbu", "sram")
-_ECC_PREFIXES = tuple(
-    f"ecc.errors.{kind}.{scope}" for kind in ("corrected", "uncorrected") for scope in ("volatile", "aggregate")
-)
-
-# The catalog, in catalog order (= AUTO's query order); units as nvidia-smi prints them in the header.
+# The catalog, in catalog order (= AUTO's query order).
 CATALOG: tuple[str, ...] = (
     "timestamp",
     "driver_version",
@@ -80,17 +72,8 @@ CATALOG: tuple[str, ...] = (
     "gom.pending",
     "fan.speed",
     "pstate",
-    *(f"clocks_event_reasons.{suffix}" for suffix in _REASON_SUFFIXES),
-    *(
-        f"clocks_event_reasons_counters.{suffix}"
-        for suffix in (
-            "sw_power_cap",
-            "sync_boost",
-            "sw_thermal_slowdown",
-            "hw_thermal_slowdown",
-            "hw_power_brake_slowdown",
-        )
-    ),
+    *reason_fields(),
+    *reason_counter_fields(),
     "memory.total",
     "memory.reserved",
     "memory.used",
@@ -110,7 +93,7 @@ CATALOG: tuple[str, ...] = (
     "dramEncryption.mode.pending",
     "ecc.mode.current",
     "ecc.mode.pending",
-    *(f"{prefix}.{location}" for prefix in _ECC_PREFIXES for location in (*_ECC_LOCATIONS, "total")),
+    *ecc_error_fields(),
     "ecc.errors.uncorrected.volatile.sram.parity",
     "ecc.errors.uncorrected.volatile.sram.secded",
     "ecc.errors.uncorrected.aggregate.sram.parity",
@@ -182,25 +165,10 @@ CATALOG: tuple[str, ...] = (
 )
 
 
-def _unit(field: str) -> str:
-    """The unit nvidia-smi appends to a field's header ("" for none)."""
-    if field == "fan.speed" or field.startswith("utilization.") or field == "edpp_multiplier":
-        return "[%]"
-    if field.startswith(("memory.", "protected_memory.")):
-        return "[MiB]"
-    if field.startswith("clocks_event_reasons_counters."):
-        return "[us]"
-    if field.startswith(("clocks.current.", "clocks.applications.", "clocks.default_applications.", "clocks.max.")):
-        return "[MHz]"
-    if field.startswith(("power.", "enforced.power.")) and field != "power.management":
-        return "[W]"
-    return ""
+RFIELDS: dict[str, str] = {field: plain_header(field) for field in CATALOG}
 
-
-RFIELDS: dict[str, str] = {field: f"{field} {_unit(field)}" if _unit(field) else field for field in CATALOG}
-
-MODERN_REASONS = tuple(f"clocks_event_reasons.{suffix}" for suffix in _REASON_SUFFIXES)
-LEGACY_REASONS = tuple(f"clocks_throttle_reasons.{suffix}" for suffix in _REASON_SUFFIXES)
+MODERN_REASONS = reason_fields()
+LEGACY_REASONS = reason_fields(THROTTLE_REASONS_PREFIX)
 _LEGACY_OF = dict(zip(MODERN_REASONS, LEGACY_REASONS, strict=True))
 
 # Alternative spellings nvidia-smi accepts for a catalog field; it answers under the field's own header.

@@ -1,8 +1,6 @@
-"""Each catalog field's NVML source, and the exact cell text nvidia-smi prints for what that source returns.
+"""Each catalog field's NVML source: which call (or family of calls) answers it, formatted by :mod:`.text`.
 
-The nvml backend renders its readings to nvidia-smi's text and hands them to the same transform and
-render pipeline as exec, so a field's metric is identical whichever backend read it. Sources are grouped
-by NVML call: a device's cycle calls only the sources its requested fields need, each once.
+Sources are grouped by NVML call: a device's cycle calls only the sources its requested fields need, each once.
 """
 
 from __future__ import annotations
@@ -16,9 +14,7 @@ from typing import Any, TypeAlias
 import pynvml
 
 from nvidia_gpu_exporter.backends.nvml.api import (
-    DEPRECATED,
     FUNCTION_NOT_FOUND,
-    NO_PERMISSION,
     NOT_SUPPORTED,
     SUCCESS,
     Failure,
@@ -26,117 +22,32 @@ from nvidia_gpu_exporter.backends.nvml.api import (
     read_string,
     struct_getter,
 )
+from nvidia_gpu_exporter.backends.nvml.text import (
+    ADDRESSING_MODES,
+    COMPUTE_MODES,
+    DRIVER_MODELS,
+    FABRIC_STATES,
+    GPU_OPERATION_MODES,
+    PEER_TYPES,
+    RECOVERY_ACTIONS,
+    Cell,
+    active,
+    enabled,
+    enum_text,
+    hex64,
+    mhz,
+    mib,
+    percent,
+    uuid_text,
+    watts,
+    yes_no,
+)
+from nvidia_gpu_exporter.model.fields import ECC_TOTAL, EVENT_REASONS_PREFIX, REASON_BITS, ecc_error_fields
 
-Cell: TypeAlias = str | Failure
 SourceResult: TypeAlias = Mapping[str, Cell] | Failure
 
-MIB = 1_048_576
-
-NA = "[N/A]"
-NO_PERMISSION_TOKEN = "[Insufficient Permissions]"
-DEPRECATED_TOKEN = "[Requested functionality has been deprecated]"
-FUNCTION_NOT_FOUND_TOKEN = "[Function Not Found]"
-UNKNOWN_ERROR_TOKEN = "[Unknown Error]"
-BARE_NA = "N/A"
-
-# Fields nvidia-smi prints as a bare "N/A" (no brackets) when it has no reading.
-BARE_NA_FIELDS = frozenset(
-    {"fabric.state", "fabric.status", "fabric.cliqueId", "fabric.clusterUuid", "temperature.memory"}
-)
-# Fields nvidia-smi no longer reads at all: always the deprecation token, no NVML call.
-DEPRECATED_FIELDS = frozenset(
-    {
-        "display_mode",
-        "power.management",
-        "clocks.applications.graphics",
-        "clocks.applications.memory",
-        "clocks.default_applications.graphics",
-        "clocks.default_applications.memory",
-    }
-)
 # Fields read once per cycle, not per device.
 CYCLE_FIELDS = frozenset({"timestamp", "driver_version", "count"})
-
-
-_TOKENS = {
-    NOT_SUPPORTED: NA,
-    NO_PERMISSION: NO_PERMISSION_TOKEN,
-    DEPRECATED: DEPRECATED_TOKEN,
-    FUNCTION_NOT_FOUND: FUNCTION_NOT_FOUND_TOKEN,
-}
-
-
-def token(code: int, field: str = "") -> str:
-    """The text nvidia-smi prints for a reading that failed with ``code``."""
-    if field in BARE_NA_FIELDS:
-        return BARE_NA
-    return _TOKENS.get(code, UNKNOWN_ERROR_TOKEN)
-
-
-# -- formatting: one function per shape of cell ------------------------------------------------------------
-
-
-def enabled(value: int) -> str:
-    return "Enabled" if value else "Disabled"
-
-
-def yes_no(value: int) -> str:
-    return "Yes" if value else "No"
-
-
-def active(value: int) -> str:
-    return "Active" if value else "Not Active"
-
-
-def percent(value: int) -> str:
-    return f"{value} %"
-
-
-def mhz(value: int) -> str:
-    return f"{value} MHz"
-
-
-def watts(milliwatts: float) -> str:
-    return f"{milliwatts / 1000:.2f} W"
-
-
-def mib(size_bytes: int) -> str:
-    """Bytes as nvidia-smi prints memory: MiB rounded **up**, each cell on its own."""
-    return f"{-(-size_bytes // MIB)} MiB"
-
-
-def hex64(value: int) -> str:
-    return f"0x{value:016X}"
-
-
-def enum_text(names: Mapping[int, str], value: int) -> str:
-    return names.get(value, f"Unknown({value})")
-
-
-def uuid_text(raw: bytes) -> str:
-    text = raw.hex()
-    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:32]}"
-
-
-ADDRESSING_MODES = {0: "None", 1: "HMM", 2: "ATS"}
-DRIVER_MODELS = {0: "WDDM", 1: "TCC", 2: "MCDM"}
-GPU_OPERATION_MODES = {0: "All On", 1: "Compute", 2: "Low Double Precision"}
-COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
-RECOVERY_ACTIONS = {0: "None", 1: "GPU Reset", 2: "Node Reboot", 3: "Drain P2P", 4: "Drain and Reset"}
-FABRIC_STATES = {1: "Not Started", 2: "In Progress", 3: "Completed"}
-PEER_TYPES = {0: "Direct Connected"}
-
-# Bits of the clock-event-reason mask, per flag field.
-REASON_BITS = {
-    "gpu_idle": 0x1,
-    "applications_clocks_setting": 0x2,
-    "sw_power_cap": 0x4,
-    "hw_slowdown": 0x8,
-    "sync_boost": 0x10,
-    "sw_thermal_slowdown": 0x20,
-    "hw_thermal_slowdown": 0x40,
-    "hw_power_brake_slowdown": 0x80,
-}
 
 # nvmlDeviceGetFieldValues ids: field -> (id, formatter of the decoded value).
 FIELD_VALUE_IDS: dict[str, tuple[int, Callable[[float], str]]] = {
@@ -152,9 +63,11 @@ FIELD_VALUE_IDS: dict[str, tuple[int, Callable[[float], str]]] = {
     "edpp_multiplier": (274, lambda v: f"{v:.2f} %"),
 }
 
+# NVML's ids for the ECC vocabulary of model.fields (nvmlMemoryErrorType_t, nvmlEccCounterType_t,
+# nvmlMemoryLocation_t; nvidia-smi reads "device_memory" and "dram" from the same location).
 _ECC_TYPES = {"corrected": 0, "uncorrected": 1}
 _ECC_COUNTERS = {"volatile": 0, "aggregate": 1}
-ECC_LOCATIONS = {
+_MEMORY_LOCATIONS = {
     "l1_cache": 0,
     "l2_cache": 1,
     "device_memory": 2,
@@ -397,15 +310,15 @@ def _utilization(handle: Any, _: frozenset[str]) -> SourceResult:
     return _map(value, lambda u: {"utilization.gpu": percent(u.gpu), "utilization.memory": percent(u.memory)})
 
 
-REASON_FIELDS = ("clocks_event_reasons.active", *(f"clocks_event_reasons.{flag}" for flag in REASON_BITS))
+REASON_FIELDS = tuple(f"{EVENT_REASONS_PREFIX}.{flag}" for flag in ("active", *REASON_BITS))
 
 
 @source("reasons_active", *REASON_FIELDS)
 def _reasons_active(handle: Any, _: frozenset[str]) -> SourceResult:
     def cells(mask: int) -> Mapping[str, Cell]:
-        result: dict[str, Cell] = {"clocks_event_reasons.active": hex64(mask)}
+        result: dict[str, Cell] = {f"{EVENT_REASONS_PREFIX}.active": hex64(mask)}
         for flag, bit in REASON_BITS.items():
-            result[f"clocks_event_reasons.{flag}"] = active(mask & bit)
+            result[f"{EVENT_REASONS_PREFIX}.{flag}"] = active(mask & bit)
         return result
 
     return _map(call("nvmlDeviceGetCurrentClocksEventReasons", handle), cells)
@@ -479,12 +392,7 @@ def _encoder_stats(handle: Any, _: frozenset[str]) -> SourceResult:
     )
 
 
-ECC_COUNTER_FIELDS = tuple(
-    f"ecc.errors.{kind}.{scope}.{location}"
-    for kind in _ECC_TYPES
-    for scope in _ECC_COUNTERS
-    for location in (*ECC_LOCATIONS, "total")
-)
+ECC_COUNTER_FIELDS = ecc_error_fields()
 
 
 @source("ecc_counters", *ECC_COUNTER_FIELDS)
@@ -494,7 +402,7 @@ def _ecc_counters(handle: Any, wanted: frozenset[str]) -> SourceResult:
         if field not in wanted:
             continue
         _, _, kind, scope, location = field.split(".")
-        if location == "total":
+        if location == ECC_TOTAL:
             value = call("nvmlDeviceGetTotalEccErrors", handle, _ECC_TYPES[kind], _ECC_COUNTERS[scope])
         else:
             value = call(
@@ -502,7 +410,7 @@ def _ecc_counters(handle: Any, wanted: frozenset[str]) -> SourceResult:
                 handle,
                 _ECC_TYPES[kind],
                 _ECC_COUNTERS[scope],
-                ECC_LOCATIONS[location],
+                _MEMORY_LOCATIONS[location],
             )
         cells[field] = value if isinstance(value, Failure) else str(value)
     return cells

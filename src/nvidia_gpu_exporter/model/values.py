@@ -11,20 +11,14 @@ import logging
 import math
 import re
 
+from nvidia_gpu_exporter._go.strconv import UINT64_MAX
 from nvidia_gpu_exporter._go.text import go_lower, go_trim_space
-from nvidia_gpu_exporter.exposition.naming import ValueKind
-from nvidia_gpu_exporter.model.uuids import normalize_mig_uuid, normalize_uuid
+from nvidia_gpu_exporter.model.fields import ValueKind
 
-__all__ = [
-    "ABSENT_TOKENS",
-    "normalize_mig_uuid",
-    "normalize_uuid",
-    "transform_enum",
-    "transform_generic",
-    "transform_value",
-]
-
+# Cell texts that mean "no reading": no sample, and no warning either.
 ABSENT_TOKENS = frozenset({"", "n/a", "[n/a]", "[not supported]", "[insufficient permissions]"})
+# In the per-process query nvidia-smi also writes this where it has no pid or memory figure.
+PROCESS_ABSENT_TOKENS = ABSENT_TOKENS | {"[unknown error]"}
 
 WORD_VALUES = {
     "enabled": 1.0,
@@ -59,7 +53,6 @@ ENUM_VALUES: dict[ValueKind, dict[str, float]] = {
 
 _NUMBER = re.compile(r"[+-]?(?:[0-9]*[.])?[0-9]+")
 _HEX_DIGITS = re.compile(r"[0-9a-fA-F]+")
-_UINT64_MAX = (1 << 64) - 1
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +62,7 @@ def _parse_hex(text: str) -> float | None:
     if not _HEX_DIGITS.fullmatch(digits):
         return None
     value = int(digits, 16)
-    if value > _UINT64_MAX:
+    if value > UINT64_MAX:
         return None
     return float(value)
 

@@ -1,0 +1,279 @@
+"""Every metric family the exporter owns, in one table: name, type, HELP text and label names.
+
+The query-field families (``nvidia_smi_temperature_gpu``, ...) are not here: their names and units come
+from the headers nvidia-smi returns (:mod:`.naming`). Everything else the exporter renders is declared
+once below, and these names are reserved: a query field deriving one of them is never exported. The
+renderers (:mod:`.metrics`, :mod:`.nvml`, :mod:`.kubernetes`, :mod:`.selfmetrics`) only fill in samples.
+``docs/metrics.md`` describes each family; a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nvidia_gpu_exporter.exposition.text import Family, header
+from nvidia_gpu_exporter.model.fields import IDENTITY_FIELDS
+from nvidia_gpu_exporter.model.snapshot import StatusFamily
+
+PREFIX = "nvidia_smi_"
+
+
+@dataclass(frozen=True, slots=True)
+class FamilySpec:
+    """What a family is; :meth:`family` starts one to add samples to."""
+
+    name: str
+    type: str  # "gauge" or "counter"
+    help: str
+    labels: tuple[str, ...] = ()
+
+    def family(self) -> Family:
+        return Family(self.name, self.help, self.type, self.labels)
+
+    def header(self) -> str:
+        return header(self.name, self.help, self.type)
+
+
+# -- collection health (every backend) ------------------------------------------------------------------------
+
+FAILED_COLLECTIONS = FamilySpec("nvidia_smi_failed_scrapes_total", "counter", "Number of failed collections")
+LAST_SUCCESS = FamilySpec(
+    "nvidia_smi_last_collect_success", "gauge", "Whether the most recent collection succeeded (1) or not (0)"
+)
+LAST_SUCCESS_TIMESTAMP = FamilySpec(
+    "nvidia_smi_last_collect_success_timestamp_seconds",
+    "gauge",
+    "Unix timestamp of the most recent successful collection",
+)
+LAST_DURATION = FamilySpec(
+    "nvidia_smi_last_collect_duration_seconds", "gauge", "Duration of the most recent collection"
+)
+COMMAND_EXIT_CODE = FamilySpec("nvidia_smi_command_exit_code", "gauge", "Exit code of the most recent nvidia-smi run")
+NVML_RETURN_CODE = FamilySpec(
+    "nvidia_smi_nvml_return_code", "gauge", "NVML return code of the most recent collection (0 = success)"
+)
+STATUS: dict[StatusFamily, FamilySpec] = {
+    StatusFamily.COMMAND_EXIT_CODE: COMMAND_EXIT_CODE,
+    StatusFamily.NVML_RETURN_CODE: NVML_RETURN_CODE,
+}
+
+# -- GPU identity and processes ---------------------------------------------------------------------------------
+
+GPU_INFO_LABELS = (*(field.replace(".", "_") for field in IDENTITY_FIELDS), "cuda_version")
+GPU_INFO = FamilySpec(
+    "nvidia_smi_gpu_info",
+    "gauge",
+    "A metric with a constant '1' value labeled by gpu uuid, " + ", ".join(GPU_INFO_LABELS[1:]) + ".",
+    GPU_INFO_LABELS,
+)
+PROCESS_LABELS = ("uuid", "pid", "process_name")
+MIG_PROCESS_LABELS = (*PROCESS_LABELS, "gpu_instance_id", "compute_instance_id")  # --collect.compute-apps-mig
+COMPUTE_APP_INFO = FamilySpec(
+    "nvidia_smi_compute_app_info",
+    "gauge",
+    "A metric with a constant '1' value labeled by the identity of a process with a compute context on a GPU.",
+    PROCESS_LABELS,
+)
+COMPUTE_APP_MEMORY = FamilySpec(
+    "nvidia_smi_compute_app_used_memory_bytes",
+    "gauge",
+    "GPU memory used by the process. Absent when the driver cannot report it (e.g. Windows WDDM).",
+    PROCESS_LABELS,
+)
+COMPUTE_APPS = FamilySpec(
+    "nvidia_smi_compute_apps", "gauge", "Number of processes with a compute context on the GPU.", ("uuid",)
+)
+COMPUTE_APPS_SUCCESS = FamilySpec(
+    "nvidia_smi_compute_apps_last_collect_success",
+    "gauge",
+    "Whether the most recent per-process collection succeeded (1) or not (0)",
+)
+
+# -- NVML-only readings (nvml backend, and the demo that simulates it) ------------------------------------------
+
+GPU_LABELS = ("uuid",)
+MIG_INFO_LABELS = ("uuid", "mig_uuid", "gpu_instance_id", "compute_instance_id", "profile")
+MIG_INSTANCE_LABELS = ("uuid", "gpu_instance_id")
+XID_LABELS = ("uuid", "xid")
+
+_PCIE_WINDOW = " by the GPU, sampled by the driver over a dedicated 20ms window."
+_MIG_MEMORY_TAIL = (
+    "). The framebuffer belongs to the GPU instance and is shared by its compute instances "
+    "(verified live: sibling compute instances report identical values)."
+)
+_MIG_WINDOW_TAIL = (
+    " Computed over the window between the two most recent collections; "
+    "absent on the first collection that sees the GPU instance."
+)
+
+ENERGY = FamilySpec(
+    "nvidia_smi_energy_joules_total",
+    "counter",
+    "Total energy consumed by the GPU in joules since the driver was last loaded. "
+    "Resets on a driver reload; absent on GPUs that cannot report it.",
+    GPU_LABELS,
+)
+PCIE_TX = FamilySpec(
+    "nvidia_smi_pcie_throughput_tx_bytes_per_second", "gauge", "PCIe traffic transmitted" + _PCIE_WINDOW, GPU_LABELS
+)
+PCIE_RX = FamilySpec(
+    "nvidia_smi_pcie_throughput_rx_bytes_per_second", "gauge", "PCIe traffic received" + _PCIE_WINDOW, GPU_LABELS
+)
+MIG_INFO = FamilySpec(
+    "nvidia_smi_mig_info",
+    "gauge",
+    "A metric with a constant '1' value labeled by the identity of a MIG device: the parent GPU's uuid, the MIG "
+    "device's own uuid, its GPU instance and compute instance ids, and its profile.",
+    MIG_INFO_LABELS,
+)
+
+
+def _mig_memory(kind: str) -> FamilySpec:
+    return FamilySpec(
+        f"nvidia_smi_mig_memory_{kind}_bytes",
+        "gauge",
+        f"Memory of the GPU instance ({kind}" + _MIG_MEMORY_TAIL,
+        MIG_INSTANCE_LABELS,
+    )
+
+
+def _mig_window(suffix: str, text: str) -> FamilySpec:
+    return FamilySpec(f"nvidia_smi_mig_{suffix}", "gauge", text + _MIG_WINDOW_TAIL, MIG_INSTANCE_LABELS)
+
+
+MIG_MEMORY_TOTAL = _mig_memory("total")
+MIG_MEMORY_USED = _mig_memory("used")
+MIG_MEMORY_FREE = _mig_memory("free")
+MIG_MEMORY_RESERVED = _mig_memory("reserved")
+MIG_GRAPHICS_ACTIVITY = _mig_window(
+    "graphics_activity_ratio", "Fraction of time the GPU instance's graphics/compute engines were active."
+)
+MIG_SM_ACTIVITY = _mig_window("sm_activity_ratio", "Fraction of time the GPU instance's SMs were active.")
+MIG_SM_OCCUPANCY = _mig_window(
+    "sm_occupancy_ratio", "Fraction of the GPU instance's resident warp slots that were occupied."
+)
+MIG_TENSOR_ACTIVITY = _mig_window(
+    "tensor_activity_ratio", "Fraction of time the GPU instance's tensor pipes were active."
+)
+MIG_PCIE_TX = _mig_window("pcie_throughput_tx_bytes_per_second", "PCIe traffic transmitted by the GPU instance.")
+MIG_PCIE_RX = _mig_window("pcie_throughput_rx_bytes_per_second", "PCIe traffic received by the GPU instance.")
+XID_ERRORS = FamilySpec(
+    "nvidia_smi_xid_errors_total",
+    "counter",
+    "Number of XID errors observed on the GPU since the exporter started. A series appears when its first event "
+    "arrives; earlier history cannot be replayed.",
+    XID_LABELS,
+)
+XID_LAST_TIMESTAMP = FamilySpec(
+    "nvidia_smi_xid_last_timestamp_seconds",
+    "gauge",
+    "Unix timestamp of the most recently observed XID error, as received by the exporter (the driver events carry "
+    "no timestamp of their own).",
+    XID_LABELS,
+)
+
+# -- Kubernetes attribution (opt-in; reserved whether or not it is on) ------------------------------------------
+
+GPU_POD_LABELS = ("uuid", "namespace", "pod", "container", "mig_uuid")
+COMPUTE_APP_POD_LABELS = ("uuid", "pid", "pod_uid", "container_id")
+ATTRIBUTION_UP = FamilySpec(
+    "nvidia_smi_kubernetes_attribution_up",
+    "gauge",
+    "Whether the kubelet's PodResources API answered the most recent attribution request (1) or not (0, with the "
+    "reason label saying why).",
+    ("reason",),
+)
+GPU_POD_INFO = FamilySpec(
+    "nvidia_smi_gpu_pod_info",
+    "gauge",
+    "A metric with a constant '1' value for each container holding a GPU, a MIG device of it (mig_uuid) or a "
+    "time-sliced replica, as the kubelet's PodResources API reports. Join on uuid.",
+    GPU_POD_LABELS,
+)
+COMPUTE_APP_POD_INFO = FamilySpec(
+    "nvidia_smi_compute_app_pod_info",
+    "gauge",
+    "A metric with a constant '1' value labeled by the pod uid and container id of a process with a compute "
+    "context, from its cgroup. Join on uuid and pid with nvidia_smi_compute_app_info, on pod_uid with "
+    "kube_pod_info{uid}.",
+    COMPUTE_APP_POD_LABELS,
+)
+
+# -- the exporter's own process (outside nvidia_smi_*, named as Go's client names them) -------------------------
+
+BUILD_INFO = FamilySpec(
+    "nvidia_gpu_exporter_build_info",
+    "gauge",
+    "A metric with a constant '1' value labeled by version, revision, branch, pythonversion, goos, goarch and tags "
+    "from which nvidia_gpu_exporter was built.",
+    ("branch", "goarch", "goos", "pythonversion", "revision", "tags", "version"),
+)
+PROCESS_CPU = FamilySpec("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.")
+PROCESS_MAX_FDS = FamilySpec("process_max_fds", "gauge", "Maximum number of open file descriptors.")
+PROCESS_OPEN_FDS = FamilySpec("process_open_fds", "gauge", "Number of open file descriptors.")
+PROCESS_RESIDENT_MEMORY = FamilySpec("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.")
+PROCESS_START_TIME = FamilySpec(
+    "process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds."
+)
+PROCESS_VIRTUAL_MEMORY = FamilySpec("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.")
+HANDLER_REQUESTS = FamilySpec(
+    "promhttp_metric_handler_requests_total", "counter", "Total number of scrapes by HTTP status code.", ("code",)
+)
+HANDLER_IN_FLIGHT = FamilySpec(
+    "promhttp_metric_handler_requests_in_flight", "gauge", "Current number of scrapes being served."
+)
+HANDLER_ERRORS = FamilySpec(
+    "promhttp_metric_handler_errors_total",
+    "counter",
+    "Total number of internal errors encountered by the promhttp metric handler.",
+    ("cause",),
+)
+
+OWNED: tuple[FamilySpec, ...] = (
+    FAILED_COLLECTIONS,
+    LAST_SUCCESS,
+    LAST_SUCCESS_TIMESTAMP,
+    LAST_DURATION,
+    COMMAND_EXIT_CODE,
+    NVML_RETURN_CODE,
+    GPU_INFO,
+    COMPUTE_APP_INFO,
+    COMPUTE_APP_MEMORY,
+    COMPUTE_APPS,
+    COMPUTE_APPS_SUCCESS,
+    ENERGY,
+    PCIE_TX,
+    PCIE_RX,
+    MIG_INFO,
+    MIG_MEMORY_TOTAL,
+    MIG_MEMORY_USED,
+    MIG_MEMORY_FREE,
+    MIG_MEMORY_RESERVED,
+    MIG_GRAPHICS_ACTIVITY,
+    MIG_SM_ACTIVITY,
+    MIG_SM_OCCUPANCY,
+    MIG_TENSOR_ACTIVITY,
+    MIG_PCIE_TX,
+    MIG_PCIE_RX,
+    XID_ERRORS,
+    XID_LAST_TIMESTAMP,
+    ATTRIBUTION_UP,
+    GPU_POD_INFO,
+    COMPUTE_APP_POD_INFO,
+)
+SELF: tuple[FamilySpec, ...] = (
+    BUILD_INFO,
+    PROCESS_CPU,
+    PROCESS_MAX_FDS,
+    PROCESS_OPEN_FDS,
+    PROCESS_RESIDENT_MEMORY,
+    PROCESS_START_TIME,
+    PROCESS_VIRTUAL_MEMORY,
+    HANDLER_REQUESTS,
+    HANDLER_IN_FLIGHT,
+    HANDLER_ERRORS,
+)
+# A query field deriving one of these names is dropped, whichever backend or option would render it.
+RESERVED_NAMES = frozenset(spec.name for spec in OWNED)
+# The wall-clock families: their values change on every run, so byte comparisons leave them out.
+WALL_CLOCK_FAMILIES = frozenset({LAST_DURATION.name, LAST_SUCCESS_TIMESTAMP.name, XID_LAST_TIMESTAMP.name})
