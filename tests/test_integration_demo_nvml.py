@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import StartExporter
-from harness import run_exporter_to_exit, sample_value, samples, start_exporter
+from harness import run_exporter_to_exit, sample_value, samples, start_exporter, wait_until
 
 DEMO = "--collect.backend=demo"
 UUID_LABEL = re.compile(r'[{,]uuid="([^"]*)"')
@@ -155,7 +155,11 @@ def test_broken_config_edit_fails_one_collection_and_keeps_xids(exporter: StartE
     assert "nvidia_smi_gpu_info{" not in failed
     assert "nvidia_smi_energy_joules_total" not in failed
     assert samples(failed, "nvidia_smi_xid_errors_total")[0].endswith('xid="48"} 1')
-    assert sum("failed to collect metrics" in line for line in handle.stderr_lines) == 1
+    def failures_logged() -> int:
+        return sum("failed to collect metrics" in line for line in handle.stderr_lines)
+
+    wait_until(lambda: failures_logged() >= 1, "the failed collection's log line")  # stderr is read by a thread
+    assert failures_logged() == 1
     path.write_text(good, encoding="utf-8")
     recovered = parsed(handle.scrape())
     assert sample_value(recovered, "nvidia_smi_last_collect_success") == 1

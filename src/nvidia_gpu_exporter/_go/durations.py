@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from nvidia_gpu_exporter._go.strconv import INT64_MAX
+
 NANOSECOND = 1
 MICROSECOND = 1_000
 MILLISECOND = 1_000_000
@@ -26,7 +28,6 @@ _UNITS = {
     "h": HOUR,
 }
 _COMPONENT = re.compile(r"([0-9]*)(?:\.([0-9]*))?([^0-9.]+)")
-_MAX_NS = (1 << 63) - 1
 
 
 class DurationError(ValueError):
@@ -65,7 +66,7 @@ def parse_duration(text: str) -> int:
         if fraction:
             value += int(fraction) * scale // 10 ** len(fraction)
         total += value
-        if total > _MAX_NS + (1 if negative else 0):
+        if total > INT64_MAX + (1 if negative else 0):
             raise DurationError(f'time: invalid duration "{original}"')
         position = match.end()
     return -total if negative else total

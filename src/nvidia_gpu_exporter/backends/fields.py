@@ -15,8 +15,10 @@ from dataclasses import dataclass
 
 from nvidia_gpu_exporter.model.fields import (
     IDENTITY_FIELDS,
+    QUERY_FIELDS,
     THROTTLE_REASONS_PREFIX,
     ecc_error_fields,
+    fields_under,
     header,
     reason_fields,
 )
@@ -26,83 +28,74 @@ log = logging.getLogger(__name__)
 
 AUTO = "AUTO"
 
-# The fields every supported driver knows, in the Go exporter's order; queried (with their headers as nvidia-smi
-# prints them) only when discovery or the mapping query fails.
-_FALLBACK_FIELDS: tuple[str, ...] = (
-    "timestamp",
-    "driver_version",
-    "count",
-    "name",
-    "serial",
-    "uuid",
-    "pci.bus_id",
-    "pci.domain",
-    "pci.bus",
-    "pci.device",
-    "pci.device_id",
-    "pci.sub_device_id",
-    "pcie.link.gen.current",
-    "pcie.link.gen.max",
-    "pcie.link.width.current",
-    "pcie.link.width.max",
-    "index",
-    "display_mode",
-    "display_active",
-    "persistence_mode",
-    "accounting.mode",
-    "accounting.buffer_size",
-    "driver_model.current",
-    "driver_model.pending",
-    "vbios_version",
-    "inforom.img",
-    "inforom.oem",
-    "inforom.ecc",
-    "inforom.pwr",
-    "gom.current",
-    "gom.pending",
-    "fan.speed",
-    "pstate",
-    *reason_fields(THROTTLE_REASONS_PREFIX),
-    "memory.total",
-    "memory.used",
-    "memory.free",
-    "compute_mode",
-    "compute_cap",
-    "utilization.gpu",
-    "utilization.memory",
-    "encoder.stats.sessionCount",
-    "encoder.stats.averageFps",
-    "encoder.stats.averageLatency",
-    "ecc.mode.current",
-    "ecc.mode.pending",
-    *ecc_error_fields(),
-    "retired_pages.single_bit_ecc.count",
-    "retired_pages.double_bit.count",
-    "retired_pages.pending",
-    "temperature.gpu",
-    "temperature.memory",
-    "power.management",
-    "power.draw",
-    "power.limit",
-    "enforced.power.limit",
-    "power.default_limit",
-    "power.min_limit",
-    "power.max_limit",
-    "clocks.current.graphics",
-    "clocks.current.sm",
-    "clocks.current.memory",
-    "clocks.current.video",
-    "clocks.applications.graphics",
-    "clocks.applications.memory",
-    "clocks.default_applications.graphics",
-    "clocks.default_applications.memory",
-    "clocks.max.graphics",
-    "clocks.max.sm",
-    "clocks.max.memory",
-    "mig.mode.current",
-    "mig.mode.pending",
+# The fields the Go exporter's built-in table knows (every supported driver has them), queried with their headers
+# as nvidia-smi prints them only when discovery or the mapping query fails. The table predates driver 555, so
+# it spells the clock reasons the old way.
+_GO_BUILTIN = frozenset(
+    {
+        *reason_fields(),
+        *ecc_error_fields(),
+        *fields_under("clocks."),
+        *fields_under("retired_pages."),
+        *fields_under("encoder.stats."),
+        *(
+            f"{group}.{state}"
+            for group in ("driver_model", "gom", "ecc.mode", "mig.mode")
+            for state in ("current", "pending")
+        ),
+        "timestamp",
+        "driver_version",
+        "count",
+        "name",
+        "serial",
+        "uuid",
+        "index",
+        "vbios_version",
+        "compute_cap",
+        "compute_mode",
+        "pstate",
+        "pci.bus_id",
+        "pci.domain",
+        "pci.bus",
+        "pci.device",
+        "pci.device_id",
+        "pci.sub_device_id",
+        "pcie.link.gen.current",
+        "pcie.link.gen.max",
+        "pcie.link.width.current",
+        "pcie.link.width.max",
+        "display_mode",
+        "display_active",
+        "persistence_mode",
+        "accounting.mode",
+        "accounting.buffer_size",
+        "inforom.img",
+        "inforom.oem",
+        "inforom.ecc",
+        "inforom.pwr",
+        "fan.speed",
+        "memory.total",
+        "memory.used",
+        "memory.free",
+        "utilization.gpu",
+        "utilization.memory",
+        "temperature.gpu",
+        "temperature.memory",
+        "power.management",
+        "power.draw",
+        "power.limit",
+        "enforced.power.limit",
+        "power.default_limit",
+        "power.min_limit",
+        "power.max_limit",
+    }
 )
-BUILTIN_FIELDS: dict[str, str] = {field: header(field) for field in _FALLBACK_FIELDS}
+_LEGACY_REASONS = dict(zip(reason_fields(), reason_fields(THROTTLE_REASONS_PREFIX), strict=True))
+BUILTIN_FIELDS: dict[str, str] = {
+    _LEGACY_REASONS.get(field, field): header(_LEGACY_REASONS.get(field, field))
+    for field in QUERY_FIELDS
+    if field in _GO_BUILTIN
+}
 
 
 class FieldResolutionError(ValueError):

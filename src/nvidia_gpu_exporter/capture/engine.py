@@ -31,6 +31,7 @@ from nvidia_gpu_exporter.capture.format import (
     Capture,
     Section,
 )
+from nvidia_gpu_exporter.model.fields import fields_under
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
 
 if TYPE_CHECKING:
@@ -55,12 +56,8 @@ IDENTITY_FIELDS = frozenset(
 
 FLUCTUATE_FIELDS = frozenset(
     {
-        "utilization.gpu",
-        "utilization.memory",
-        "utilization.encoder",
-        "utilization.decoder",
-        "utilization.jpeg",
-        "utilization.ofa",
+        *fields_under("utilization."),
+        *fields_under("clocks.current."),
         "temperature.gpu",
         "temperature.memory",
         "fan.speed",
@@ -69,10 +66,6 @@ FLUCTUATE_FIELDS = frozenset(
         "power.draw.instant",
         "module.power.draw.average",
         "module.power.draw.instant",
-        "clocks.current.graphics",
-        "clocks.current.sm",
-        "clocks.current.memory",
-        "clocks.current.video",
         "memory.used",
         "used_gpu_memory",
     }

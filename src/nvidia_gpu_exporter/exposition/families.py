@@ -261,18 +261,15 @@ OWNED: tuple[FamilySpec, ...] = (
     GPU_POD_INFO,
     COMPUTE_APP_POD_INFO,
 )
-SELF: tuple[FamilySpec, ...] = (
-    BUILD_INFO,
+PROCESS: tuple[FamilySpec, ...] = (
     PROCESS_CPU,
     PROCESS_MAX_FDS,
     PROCESS_OPEN_FDS,
     PROCESS_RESIDENT_MEMORY,
     PROCESS_START_TIME,
     PROCESS_VIRTUAL_MEMORY,
-    HANDLER_REQUESTS,
-    HANDLER_IN_FLIGHT,
-    HANDLER_ERRORS,
 )
+SELF: tuple[FamilySpec, ...] = (BUILD_INFO, *PROCESS, HANDLER_REQUESTS, HANDLER_IN_FLIGHT, HANDLER_ERRORS)
 # A query field deriving one of these names is dropped, whichever backend or option would render it.
 RESERVED_NAMES = frozenset(spec.name for spec in OWNED)
 # The wall-clock families: their values change on every run, so byte comparisons leave them out.

@@ -20,6 +20,7 @@ from nvidia_gpu_exporter.exposition.families import (
     HANDLER_ERRORS,
     HANDLER_IN_FLIGHT,
     HANDLER_REQUESTS,
+    PROCESS,
     PROCESS_CPU,
     PROCESS_MAX_FDS,
     PROCESS_OPEN_FDS,
@@ -87,18 +88,7 @@ def _max_fds() -> float | None:
     return float(soft)
 
 
-_PROCESS_FAMILIES = {
-    spec.name: spec
-    for spec in (
-        PROCESS_CPU,
-        PROCESS_MAX_FDS,
-        PROCESS_OPEN_FDS,
-        PROCESS_RESIDENT_MEMORY,
-        PROCESS_START_TIME,
-        PROCESS_VIRTUAL_MEMORY,
-    )
-}
-_HEADERS = {name: spec.header() for name, spec in _PROCESS_FAMILIES.items()}
+_HEADERS = {spec.name: spec.header() for spec in PROCESS}
 _MAX_FDS = _max_fds()
 
 

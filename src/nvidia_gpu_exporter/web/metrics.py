@@ -20,6 +20,7 @@ from nvidia_gpu_exporter.exposition.selfmetrics import HandlerStats, SelfMetrics
 from nvidia_gpu_exporter.exposition.text import CONTENT_TYPE, DuplicateSeriesError
 from nvidia_gpu_exporter.model.snapshot import Snapshot, XidRecord
 from nvidia_gpu_exporter.web.payload import Block, assemble, assemble_gzip, make_block
+from nvidia_gpu_exporter.web.responses import plain_text
 from nvidia_gpu_exporter.web.settings import WebSettings
 
 log = logging.getLogger(__name__)
@@ -120,12 +121,7 @@ class MetricsEndpoint:
         if limit > 0 and self.stats.in_flight >= limit:
             log.warning("refused a scrape: concurrent request limit reached", extra={"limit": limit})
             self.stats.count(503)
-            return web.Response(
-                status=503,
-                text=f"limit of {limit} concurrent requests reached, try again later\n",
-                content_type="text/plain",
-                charset="utf-8",
-            )
+            return plain_text(f"limit of {limit} concurrent requests reached, try again later\n", 503)
         self.stats.in_flight += 1
         try:
             budget = scrape_budget(request.headers.get(SCRAPE_TIMEOUT_HEADER), self.settings.timeout_offset_seconds)
@@ -134,12 +130,7 @@ class MetricsEndpoint:
             if rendered.block is None:
                 self.stats.errors["gathering"] += 1
                 self.stats.count(500)
-                return web.Response(
-                    status=500,
-                    text=f"An error has occurred while serving metrics:\n\n{rendered.error}",
-                    content_type="text/plain",
-                    charset="utf-8",
-                )
+                return plain_text(f"An error has occurred while serving metrics:\n\n{rendered.error}", 500)
             before = self._self_metrics.before_nvidia_smi().encode("utf-8")
             after = self._self_metrics.after_nvidia_smi(self.stats).encode("utf-8")
             if accepts_gzip(request.headers.get("Accept-Encoding")):

@@ -17,12 +17,14 @@ import traceback
 
 from aiohttp import web
 
+from nvidia_gpu_exporter.web.responses import plain_text
+
 MAX_PROFILE_SECONDS = 300.0
 _profile_lock = asyncio.Lock()
 
 
 def _text(body: str, status: int = 200) -> web.Response:
-    return web.Response(text=body, status=status, content_type="text/plain", charset="utf-8")
+    return plain_text(body, status)
 
 
 async def index(_: web.Request) -> web.Response:

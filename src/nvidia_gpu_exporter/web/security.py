@@ -29,6 +29,7 @@ from nvidia_gpu_exporter.web.config import (
     load_web_config,
     resolve_path,
 )
+from nvidia_gpu_exporter.web.responses import plain_text
 
 log = logging.getLogger(__name__)
 
@@ -103,19 +104,13 @@ class Security:
         tls = self.config.tls
         if tls is not None and tls.client_allowed_sans and not (_peer_sans(request) & set(tls.client_allowed_sans)):
             log.warning("refused a client certificate: no allowed SAN", extra={"remote": request.remote})
-            return web.Response(status=403, text="Forbidden\n", content_type="text/plain", charset="utf-8")
+            return plain_text("Forbidden\n", 403)
         if self.bucket is not None and not self.bucket.take():
-            return web.Response(status=429, text="Too Many Requests\n", content_type="text/plain", charset="utf-8")
+            return plain_text("Too Many Requests\n", 429)
         if self.authenticator is not None:
             credentials = parse_basic_authorization(request.headers.get("Authorization"))
             if credentials is None or not await self.authenticator.verify(*credentials):
-                return web.Response(
-                    status=401,
-                    text="Unauthorized\n",
-                    content_type="text/plain",
-                    charset="utf-8",
-                    headers={"WWW-Authenticate": "Basic"},
-                )
+                return plain_text("Unauthorized\n", 401, {"WWW-Authenticate": "Basic"})
         return await handler(request)
 
     async def on_response_prepare(self, _: web.Request, response: web.StreamResponse) -> None:

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from nvidia_gpu_exporter.web.landing import landing_page
 from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
+from nvidia_gpu_exporter.web.responses import plain_text
 from nvidia_gpu_exporter.web.routes import ATTRIBUTION_PATH, HEALTH_PATH, LANDING_PATH, PPROF_PREFIX, READY_PATH
 from nvidia_gpu_exporter.web.security import Security
 from nvidia_gpu_exporter.web.settings import WebSettings
@@ -30,15 +31,9 @@ async def go_style_errors(request: web.Request, handler: Handler) -> web.StreamR
     try:
         return await handler(request)
     except web.HTTPNotFound:
-        return web.Response(status=404, text="404 page not found\n", content_type="text/plain", charset="utf-8")
+        return plain_text("404 page not found\n", 404)
     except web.HTTPMethodNotAllowed as error:
-        return web.Response(
-            status=405,
-            text="Method Not Allowed\n",
-            content_type="text/plain",
-            charset="utf-8",
-            headers={"Allow": ", ".join(sorted(error.allowed_methods))},
-        )
+        return plain_text("Method Not Allowed\n", 405, {"Allow": ", ".join(sorted(error.allowed_methods))})
 
 
 def build_app(endpoint: MetricsEndpoint, settings: WebSettings, security: Security | None = None) -> web.Application:
@@ -51,10 +46,10 @@ def build_app(endpoint: MetricsEndpoint, settings: WebSettings, security: Securi
         return web.Response(text=page, content_type="text/html", charset="utf-8")
 
     async def healthy(_: web.Request) -> web.Response:
-        return web.Response(text="Nvidia GPU Exporter is Healthy.\n", content_type="text/plain", charset="utf-8")
+        return plain_text("Nvidia GPU Exporter is Healthy.\n")
 
     async def ready(_: web.Request) -> web.Response:
-        return web.Response(text="Nvidia GPU Exporter is Ready.\n", content_type="text/plain", charset="utf-8")
+        return plain_text("Nvidia GPU Exporter is Ready.\n")
 
     app.router.add_get(LANDING_PATH, landing)
     app.router.add_get(settings.telemetry_path, endpoint.handle)

@@ -42,7 +42,13 @@ from nvidia_gpu_exporter.backends.nvml.text import (
     watts,
     yes_no,
 )
-from nvidia_gpu_exporter.model.fields import ECC_TOTAL, EVENT_REASONS_PREFIX, REASON_BITS, ecc_error_fields
+from nvidia_gpu_exporter.model.fields import (
+    ECC_TOTAL,
+    EVENT_REASONS_PREFIX,
+    REASON_BITS,
+    ecc_error_fields,
+    fields_under,
+)
 
 SourceResult: TypeAlias = Mapping[str, Cell] | Failure
 
@@ -129,6 +135,15 @@ def _struct(type_name: str, version_name: str | None = None) -> Any:
             return Failure(FUNCTION_NOT_FOUND)
         struct.version = version
     return struct
+
+
+def _filled(type_name: str, version_name: str | None, function: str, handle: Any) -> Any:
+    """A versioned struct filled by ``function(handle, &struct)``, or the Failure of either step."""
+    struct = _struct(type_name, version_name)
+    if isinstance(struct, Failure):
+        return struct
+    result = call(function, handle, ctypes.byref(struct))
+    return result if isinstance(result, Failure) else struct
 
 
 # -- sources ------------------------------------------------------------------------------------------------
@@ -268,24 +283,11 @@ def _hostname(handle: Any, _: frozenset[str]) -> SourceResult:
     return _each(("hostname",), result, lambda _: _decode(_raw_member(hostname, "value", 64)))
 
 
-@source(
-    "pci",
-    "pci.bus_id",
-    "pci.domain",
-    "pci.bus",
-    "pci.device",
-    "pci.baseClass",
-    "pci.subClass",
-    "pci.device_id",
-    "pci.sub_device_id",
-)
+@source("pci", *fields_under("pci."))
 def _pci(handle: Any, _: frozenset[str]) -> SourceResult:
-    info = _struct("nvmlPciInfoExt_v1_t", "nvmlPciInfoExt_v1")
+    info = _filled("nvmlPciInfoExt_v1_t", "nvmlPciInfoExt_v1", "nvmlDeviceGetPciInfoExt", handle)
     if isinstance(info, Failure):
         return info
-    result = call("nvmlDeviceGetPciInfoExt", handle, ctypes.byref(info))
-    if isinstance(result, Failure):
-        return result
     return {
         "pci.bus_id": _decode(_raw_member(info, "busId", 32)),
         "pci.domain": f"0x{info.domain:04X}",
@@ -381,7 +383,7 @@ def _compute_cap(handle: Any, _: frozenset[str]) -> SourceResult:
     return _each(("compute_cap",), call("nvmlDeviceGetCudaComputeCapability", handle), lambda v: f"{v[0]}.{v[1]}")
 
 
-ENCODER_FIELDS = ("encoder.stats.sessionCount", "encoder.stats.averageFps", "encoder.stats.averageLatency")
+ENCODER_FIELDS = fields_under("encoder.stats.")
 
 
 @source("encoder_stats", *ENCODER_FIELDS)
@@ -432,12 +434,11 @@ SRAM_FIELDS = {
 
 @source("sram", *SRAM_FIELDS)
 def _sram(handle: Any, _: frozenset[str]) -> SourceResult:
-    status = _struct("c_nvmlEccSramErrorStatus_v1_t", "nvmlEccSramErrorStatus_v1")
+    status = _filled(
+        "c_nvmlEccSramErrorStatus_v1_t", "nvmlEccSramErrorStatus_v1", "nvmlDeviceGetSramEccErrorStatus", handle
+    )
     if isinstance(status, Failure):
         return status
-    result = call("nvmlDeviceGetSramEccErrorStatus", handle, ctypes.byref(status))
-    if isinstance(result, Failure):
-        return result
     cells: dict[str, Cell] = {}
     for field, member in SRAM_FIELDS.items():
         value = int(getattr(status, member))
@@ -480,12 +481,9 @@ def _remapped_rows(handle: Any, _: frozenset[str]) -> SourceResult:
 
 @source("remapped_rows_v2", "remapped_rows.correctable_inactive", "remapped_rows.uncorrectable_inactive")
 def _remapped_rows_v2(handle: Any, _: frozenset[str]) -> SourceResult:
-    info = _struct("c_nvmlRemappedRowsInfo_v2_t")
+    info = _filled("c_nvmlRemappedRowsInfo_v2_t", None, "nvmlDeviceGetRemappedRows_v2", handle)
     if isinstance(info, Failure):
         return info
-    result = call("nvmlDeviceGetRemappedRows_v2", handle, ctypes.byref(info))
-    if isinstance(result, Failure):
-        return result
     return {
         "remapped_rows.correctable_inactive": str(info.corrInactiveRemaps),
         "remapped_rows.uncorrectable_inactive": str(info.uncInactiveRemaps),
@@ -541,7 +539,7 @@ def _c2c(handle: Any, _: frozenset[str]) -> SourceResult:
     return _each(("c2c.mode",), call("nvmlDeviceGetC2cModeInfoV", handle), lambda info: enabled(info.isC2cEnabled))
 
 
-FABRIC_FIELDS = ("fabric.state", "fabric.status", "fabric.cliqueId", "fabric.clusterUuid")
+FABRIC_FIELDS = fields_under("fabric.")
 
 
 def _status_text(code: int) -> str:
@@ -553,12 +551,9 @@ def _status_text(code: int) -> str:
 
 @source("fabric", *FABRIC_FIELDS)
 def _fabric(handle: Any, _: frozenset[str]) -> SourceResult:
-    info = _struct("c_nvmlGpuFabricInfo_v2_t", "nvmlGpuFabricInfo_v2")
+    info = _filled("c_nvmlGpuFabricInfo_v2_t", "nvmlGpuFabricInfo_v2", "nvmlDeviceGetGpuFabricInfoV", handle)
     if isinstance(info, Failure):
         return info
-    result = call("nvmlDeviceGetGpuFabricInfoV", handle, ctypes.byref(info))
-    if isinstance(result, Failure):
-        return result
     if info.state == 0:  # NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
         return Failure(NOT_SUPPORTED)
     return {
@@ -569,15 +564,7 @@ def _fabric(handle: Any, _: frozenset[str]) -> SourceResult:
     }
 
 
-PLATFORM_FIELDS = (
-    "platform.chassis_serial_number",
-    "platform.slot_number",
-    "platform.tray_index",
-    "platform.host_id",
-    "platform.peer_type",
-    "platform.module_id",
-    "platform.gpu_fabric_guid",
-)
+PLATFORM_FIELDS = fields_under("platform.")
 
 
 def _byte(struct: ctypes.Structure, member: str) -> int:
@@ -587,12 +574,9 @@ def _byte(struct: ctypes.Structure, member: str) -> int:
 
 @source("platform", *PLATFORM_FIELDS)
 def _platform(handle: Any, _: frozenset[str]) -> SourceResult:
-    info = _struct("c_nvmlPlatformInfo_v2_t", "nvmlPlatformInfo_v2")
+    info = _filled("c_nvmlPlatformInfo_v2_t", "nvmlPlatformInfo_v2", "nvmlDeviceGetPlatformInfo", handle)
     if isinstance(info, Failure):
         return info
-    result = call("nvmlDeviceGetPlatformInfo", handle, ctypes.byref(info))
-    if isinstance(result, Failure):
-        return result
     guid = _raw_member(info, "ibGuid", 16)
     return {
         "platform.chassis_serial_number": _decode(_raw_member(info, "chassisSerialNumber", 16)),
