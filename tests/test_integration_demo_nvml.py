@@ -155,6 +155,7 @@ def test_broken_config_edit_fails_one_collection_and_keeps_xids(exporter: StartE
     assert "nvidia_smi_gpu_info{" not in failed
     assert "nvidia_smi_energy_joules_total" not in failed
     assert samples(failed, "nvidia_smi_xid_errors_total")[0].endswith('xid="48"} 1')
+
     def failures_logged() -> int:
         return sum("failed to collect metrics" in line for line in handle.stderr_lines)
 

@@ -1,0 +1,1 @@
+"""From snapshots to Prometheus text: every family's name, type, HELP and labels (:mod:`.families`)."""

@@ -1,0 +1,1 @@
+"""The fake ``nvidia-smi`` command, answering from captures (``python -m nvidia_gpu_exporter.fakesmi``)."""

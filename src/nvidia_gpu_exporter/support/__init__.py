@@ -1,0 +1,1 @@
+"""Small helpers below every layer but ``_go``."""
