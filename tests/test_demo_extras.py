@@ -1,6 +1,7 @@
-"""The demo's NVML surface (spec §7.3/§7.4): ``extras:`` validation, and the synthesis driven through the
-real :class:`DemoBackend` with a controlled clock: determinism per seed, energy integrating power, hot busy
-MIG instances, windowed activity, growing XID counters, MIG attribution, and the per-cycle config re-read."""
+"""The demo's NVML surface (docs/demo.md, "The extras block"): ``extras:`` validation, and the synthesis
+driven through the real :class:`DemoBackend` with a controlled clock: determinism per seed, energy
+integrating power, hot busy MIG instances, windowed activity, growing XID counters, MIG attribution, and
+the per-cycle config re-read."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The fake nvidia-smi's answering engine (spec §8.3, §8.5): projection, replay, replication, overrides,
-ranges and fluctuation, driven in-process through :func:`engine.answer`."""
+"""The fake nvidia-smi's answering engine (docs/fake-nvidia-smi.md, "Answering"): projection, replay,
+replication, overrides, ranges and fluctuation, driven in-process through :func:`engine.answer`."""
 
 from __future__ import annotations
 

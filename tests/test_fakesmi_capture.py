@@ -1,4 +1,5 @@
-"""Capture file parsing (spec §9): fences, headings, bodies, CRLF, lookup and the errors."""
+"""Capture file parsing (docs/fake-nvidia-smi.md, "Capture file format"): fences, headings, bodies, CRLF,
+lookup and the errors."""
 
 from __future__ import annotations
 

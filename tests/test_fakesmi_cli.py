@@ -1,5 +1,5 @@
-"""The fake nvidia-smi's command line (spec §8.1, §8.2): flag parsing, config merging, capture lookup and
-failure injection, in-process through ``main`` and as a real subprocess."""
+"""The fake nvidia-smi's command line (docs/fake-nvidia-smi.md, "Flags"): flag parsing, config merging, capture
+lookup and failure injection, in-process through ``main`` and as a real subprocess."""
 
 from __future__ import annotations
 

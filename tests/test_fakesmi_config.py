@@ -1,4 +1,5 @@
-"""The fake's strict YAML config (spec §8.4): what it accepts, and a clear error for everything else."""
+"""The fake's strict YAML config (docs/fake-nvidia-smi.md, "Config file"): what it accepts, and a clear error
+for everything else."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ WINDOWS_FIXTURE = FIXTURE_CAPTURES / "fixture-windows-1gpu.txt"
 MIG_GPU0 = "3f1a9c2e-7b4d-4e8a-9c61-2d5e8f0a1b37"
 MIG_GPU1 = "8d42e1b5-0c9f-4a73-b2e6-5f17c3d9a804"
 WINDOWS_GPU = "5b0d7e19-a4c3-4f26-8e91-3c7a2f6d0e48"
-# Uuids the fake generates for replicated GPUs 0 and 1 (spec: fake nvidia-smi replication).
+# The fake's uuids of replicated GPUs 0 and 1 (docs/fake-nvidia-smi.md, "Replication, overrides and fluctuation").
 REPLICA_UUIDS = ("1c67088e-9ecb-4564-bb97-6151ecc2ef64", "ef427e4f-1970-42f2-ab0c-ecf0e56a33b9")
 MOVING_FAMILIES = (
     "nvidia_smi_power_draw_watts",

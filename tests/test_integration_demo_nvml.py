@@ -1,4 +1,4 @@
-"""The demo's NVML-only families through the real exporter process (spec §6.4, §7): what a zero-config demo
+"""The demo's NVML-only families through the real exporter process (docs/demo.md): what a zero-config demo
 serves, the windowed MIG activity, energy without a served power column, MIG labels on processes, and the
 live config re-read (a broken edit fails one collection while the XID families stay)."""
 

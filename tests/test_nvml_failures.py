@@ -1,4 +1,4 @@
-"""Failure semantics of the nvml backend (spec §6.2, issue 3 item 3), each pinned by a test.
+"""Failure semantics of the nvml backend (docs/compatibility.md, "The nvml backend"), each pinned by a test.
 
 In-process against the fake libnvidia-ml loaded by the real bindings: zero devices, lifecycle errors and
 re-init, a collection stuck in the driver, unreadable fields, soft per-process and extras failures, and
@@ -186,7 +186,7 @@ def test_cuda_version_is_reread_and_the_last_good_value_kept(fake_nvml: InProces
 
 
 def test_a_collection_stuck_in_the_driver_is_abandoned_and_later_ones_fail_fast(fake_nvml: InProcessFake) -> None:
-    """§6.2 step 7: the stuck thread is not piled on; the cycle after it returns works again."""
+    """The stuck thread is not piled on; the cycle after it returns works again."""
     opened = open_backend(FieldRequest(), watch_xids=False)
 
     async def main() -> None:

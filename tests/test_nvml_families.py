@@ -1,5 +1,6 @@
-"""Rendering of the NVML-only families (spec §6.4) through :class:`Exposition`: exact names, HELP, TYPE and
-labels, once-per-GPU-instance memory, absent readings, XID families whatever the collection's outcome."""
+"""Rendering of the NVML-only families (docs/metrics.md, "NVML-only families") through :class:`Exposition`:
+exact names, HELP, TYPE and labels, once-per-GPU-instance memory, absent readings, XID families whatever
+the collection's outcome."""
 
 from __future__ import annotations
 

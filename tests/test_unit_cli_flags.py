@@ -1,4 +1,4 @@
-"""Command-line parsing (§1.1), startup validation in order (§1.2) and Go durations."""
+"""Command-line parsing, startup validation in order and Go durations (docs/compatibility.md, "Command line")."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from nvidia_gpu_exporter.flags import FlagError, parse_args
 SECOND = 1_000_000_000
 MS = 1_000_000
 
-# -- flags (§1.1) -----------------------------------------------------------------------------------------------
+# -- flags ------------------------------------------------------------------------------------------------------
 
 
 def test_defaults_match_spec_table() -> None:
@@ -65,21 +65,21 @@ def test_defaults_match_spec_table() -> None:
         (["--web.telemetry-path=a=b"], "telemetry_path", "a=b"),
     ],
     ids=[
-        "1.1 --flag=value duration",
-        "1.1 --flag value duration",
-        "1.1 --flag=value string",
-        "1.1 --flag value string",
-        "1.1 int zero",
-        "1.1 negative int parses (validation rejects later)",
-        "1.1 value kept verbatim",
-        "1.1 value with spaces",
-        "1.1 enum backend",
-        "1.1 enum log level",
-        "1.1 enum log format",
-        "1.1 duration 0",
-        "1.1 negative duration parses (validation rejects later)",
-        "1.1 empty value",
-        "1.1 only the first = separates",
+        "--flag=value duration",
+        "--flag value duration",
+        "--flag=value string",
+        "--flag value string",
+        "int zero",
+        "negative int parses (validation rejects later)",
+        "value kept verbatim",
+        "value with spaces",
+        "enum backend",
+        "enum log level",
+        "enum log format",
+        "duration 0",
+        "negative duration parses (validation rejects later)",
+        "empty value",
+        "only the first = separates",
     ],
 )
 def test_flag_values(argv: list[str], attribute: str, value: object) -> None:
@@ -97,12 +97,12 @@ def test_flag_values(argv: list[str], attribute: str, value: object) -> None:
         (["--no-collect.compute-apps", "--collect.compute-apps"], True),
     ],
     ids=[
-        "1.1 --flag",
-        "1.1 --no-flag",
-        "1.1 --flag=false",
-        "1.1 --flag=true",
-        "1.1 last wins (off)",
-        "1.1 last wins (on)",
+        "--flag",
+        "--no-flag",
+        "--flag=false",
+        "--flag=true",
+        "last wins (off)",
+        "last wins (on)",
     ],
 )
 def test_bool_flags(argv: list[str], value: bool) -> None:
@@ -139,21 +139,21 @@ def test_repeatable_listen_address() -> None:
         (["-x"], "-x"),
     ],
     ids=[
-        "1.2 unknown flag",
-        "1.2 unknown flag with value",
-        "1.2 --no- only for booleans",
-        "1.2 missing value (string)",
-        "1.2 missing value (duration)",
-        "1.2 bare 10 is not a duration",
-        "1.2 bad duration",
-        "1.2 bad backend enum",
-        "1.2 bad log level",
-        "1.2 bad log format",
-        "1.2 bad int",
-        "1.2 float is not an int",
-        "1.2 bad bool",
-        "1.2 unexpected positional argument",
-        "1.2 unknown short flag",
+        "unknown flag",
+        "unknown flag with value",
+        "--no- only for booleans",
+        "missing value (string)",
+        "missing value (duration)",
+        "bare 10 is not a duration",
+        "bad duration",
+        "bad backend enum",
+        "bad log level",
+        "bad log format",
+        "bad int",
+        "float is not an int",
+        "bad bool",
+        "unexpected positional argument",
+        "unknown short flag",
     ],
 )
 def test_flag_errors(argv: list[str], fragment: str) -> None:
@@ -165,13 +165,13 @@ def test_flag_errors(argv: list[str], fragment: str) -> None:
 @pytest.mark.parametrize(
     ("argv", "action"),
     [(["-h"], "help"), (["--help"], "help"), (["--version"], "version"), (["--help-long"], "help")],
-    ids=["1.1 -h", "1.1 --help", "1.1 --version", "1.1 --help-long"],
+    ids=["-h", "--help", "--version", "--help-long"],
 )
 def test_actions(argv: list[str], action: str) -> None:
     assert parse_args(argv).action == action
 
 
-# -- validation (§1.2) -------------------------------------------------------------------------------------------
+# -- validation --------------------------------------------------------------------------------------------------
 
 
 def problem(**changes: object) -> str | None:
@@ -196,11 +196,11 @@ def test_defaults_are_valid() -> None:
         ({"collect_interval_ns": -1}, "collect.interval must not be negative, got -1ns"),
     ],
     ids=[
-        "1.2.2 negative interval, Go duration text",
-        "1.2.2 negative timeout, same shape",
-        "1.2.2 fractional seconds",
-        "1.2.2 minutes",
-        "1.2.2 nanoseconds",
+        "negative interval, Go duration text",
+        "negative timeout, same shape",
+        "fractional seconds",
+        "minutes",
+        "nanoseconds",
     ],
 )
 def test_negative_durations(changes: dict[str, object], message: str) -> None:
@@ -234,9 +234,7 @@ REJECTED_PATHS: list[tuple[str, str]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    "path", [p for p, _ in REJECTED_PATHS], ids=[f"1.2.3 rejected: {i}" for _, i in REJECTED_PATHS]
-)
+@pytest.mark.parametrize("path", [p for p, _ in REJECTED_PATHS], ids=[f"rejected: {i}" for _, i in REJECTED_PATHS])
 def test_telemetry_path_rejected(path: str) -> None:
     message = problem(telemetry_path=path)
     assert message is not None
@@ -253,7 +251,7 @@ ALLOWED_PATHS = [
 ]
 
 
-@pytest.mark.parametrize("path", ALLOWED_PATHS, ids=[f"1.2.3 allowed: {p}" for p in ALLOWED_PATHS])
+@pytest.mark.parametrize("path", ALLOWED_PATHS, ids=[f"allowed: {p}" for p in ALLOWED_PATHS])
 def test_telemetry_path_allowed(path: str) -> None:
     assert problem(telemetry_path=path) is None
 
@@ -271,7 +269,7 @@ def test_timeout_offset_negative() -> None:
 
 
 def test_zero_limits_allowed() -> None:
-    """§1.1: max-requests 0 = unlimited; offset 0; interval 0; timeout 0 = unbounded."""
+    """Zeros are allowed: max-requests 0 = unlimited; offset 0; interval 0; timeout 0 = unbounded."""
     assert problem(max_requests=0, timeout_offset_ns=0, collect_interval_ns=0, collect_timeout_ns=0) is None
 
 
@@ -279,59 +277,59 @@ BACKEND_RULES: list[tuple[dict[str, object], str | None, str]] = [
     (
         {"backend": "nvml", "nvidia_smi_command": "sudo nvidia-smi"},
         "--nvidia-smi-command cannot be combined with --collect.backend=nvml",
-        "1.2.5 nvml + custom command",
+        "nvml + custom command",
     ),
     (
         {"backend": "demo", "nvidia_smi_command": "/usr/bin/nvidia-smi"},
         "--nvidia-smi-command cannot be combined with --collect.backend=demo",
-        "1.2.5 demo + custom command",
+        "demo + custom command",
     ),
-    ({"backend": "nvml", "nvidia_smi_command": "nvidia-smi"}, None, "1.2.5 explicit literal nvidia-smi allowed"),
+    ({"backend": "nvml", "nvidia_smi_command": "nvidia-smi"}, None, "explicit literal nvidia-smi allowed"),
     (
         {"pcie_throughput": True},
         "--collect.pcie-throughput requires --collect.backend=nvml",
-        "1.2.5 exec + pcie throughput",
+        "exec + pcie throughput",
     ),
-    ({"backend": "nvml", "pcie_throughput": True}, None, "1.2.5 nvml + pcie throughput allowed"),
-    ({"backend": "demo", "pcie_throughput": True}, None, "1.2.5 demo + pcie throughput accepted no-op"),
+    ({"backend": "nvml", "pcie_throughput": True}, None, "nvml + pcie throughput allowed"),
+    ({"backend": "demo", "pcie_throughput": True}, None, "demo + pcie throughput accepted no-op"),
     (
         {"compute_apps": True, "compute_apps_mig": True},
         "--collect.compute-apps-mig requires --collect.backend=nvml or demo",
-        "1.2.5 exec + compute-apps-mig",
+        "exec + compute-apps-mig",
     ),
     (
         {"backend": "nvml", "compute_apps_mig": True},
         "--collect.compute-apps-mig requires --collect.compute-apps",
-        "1.2.5 mig without compute-apps",
+        "mig without compute-apps",
     ),
-    ({"backend": "demo", "compute_apps": True, "compute_apps_mig": True}, None, "1.2.5 demo + mig allowed"),
-    ({"demo_config": "x.yaml"}, "--demo-config requires --collect.backend=demo", "1.2.5 demo-config with exec"),
+    ({"backend": "demo", "compute_apps": True, "compute_apps_mig": True}, None, "demo + mig allowed"),
+    ({"demo_config": "x.yaml"}, "--demo-config requires --collect.backend=demo", "demo-config with exec"),
     (
         {"backend": "nvml", "demo_config": "x.yaml"},
         "--demo-config requires --collect.backend=demo",
-        "1.2.5 demo-config with nvml",
+        "demo-config with nvml",
     ),
-    ({"backend": "demo", "demo_config": "x.yaml"}, None, "1.2.5 demo-config with demo"),
+    ({"backend": "demo", "demo_config": "x.yaml"}, None, "demo-config with demo"),
     # order of the five rules
     (
         {"backend": "nvml", "nvidia_smi_command": "x", "compute_apps_mig": True, "demo_config": "y"},
         "--nvidia-smi-command cannot be combined with --collect.backend=nvml",
-        "1.2.5 order: custom command first",
+        "order: custom command first",
     ),
     (
         {"pcie_throughput": True, "compute_apps_mig": True, "demo_config": "y"},
         "--collect.pcie-throughput requires --collect.backend=nvml",
-        "1.2.5 order: pcie before mig",
+        "order: pcie before mig",
     ),
     (
         {"compute_apps_mig": True},
         "--collect.compute-apps-mig requires --collect.backend=nvml or demo",
-        "1.2.5 order: exec mig rule before compute-apps rule",
+        "order: exec mig rule before compute-apps rule",
     ),
     (
         {"backend": "nvml", "compute_apps_mig": True, "demo_config": "y"},
         "--collect.compute-apps-mig requires --collect.compute-apps",
-        "1.2.5 order: compute-apps rule before demo-config",
+        "order: compute-apps rule before demo-config",
     ),
 ]
 
@@ -355,7 +353,7 @@ VALIDATION_ORDER: list[tuple[dict[str, object], str, str]] = [
 
 
 @pytest.mark.parametrize(
-    ("changes", "prefix"), [r[:2] for r in VALIDATION_ORDER], ids=[f"1.2 order: {r[2]}" for r in VALIDATION_ORDER]
+    ("changes", "prefix"), [r[:2] for r in VALIDATION_ORDER], ids=[f"order: {r[2]}" for r in VALIDATION_ORDER]
 )
 def test_validation_order(changes: dict[str, object], prefix: str) -> None:
     message = problem(**changes)

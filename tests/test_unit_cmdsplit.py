@@ -1,4 +1,4 @@
-"""Splitting `--nvidia-smi-command` into argv words (§2.1)."""
+"""Splitting `--nvidia-smi-command` into argv words (docs/compatibility.md, "Splitting the nvidia-smi command")."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from nvidia_gpu_exporter.backends.exec.command import CommandSplitError, quote_word, split_command
 
-SPEC_TABLE: list[tuple[str, list[str]]] = [
+SPLIT_EXAMPLES: list[tuple[str, list[str]]] = [
     ("  sudo   nvidia-smi\t", ["sudo", "nvidia-smi"]),
     (
         "ssh -o StrictHostKeyChecking=no user@host nvidia-smi",
@@ -23,7 +23,7 @@ SPEC_TABLE: list[tuple[str, list[str]]] = [
 ]
 
 
-@pytest.mark.parametrize(("command", "argv"), SPEC_TABLE, ids=[f"2.1 table: {row[0]!r}" for row in SPEC_TABLE])
+@pytest.mark.parametrize(("command", "argv"), SPLIT_EXAMPLES, ids=[f"table: {row[0]!r}" for row in SPLIT_EXAMPLES])
 def test_spec_table(command: str, argv: list[str]) -> None:
     assert split_command(command) == argv
 
@@ -56,7 +56,7 @@ RULES: list[tuple[str, list[str], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("command", "argv"), [r[:2] for r in RULES], ids=[f"2.1 {r[2]}" for r in RULES])
+@pytest.mark.parametrize(("command", "argv"), [r[:2] for r in RULES], ids=[r[2] for r in RULES])
 def test_split_rules(command: str, argv: list[str]) -> None:
     assert split_command(command) == argv
 
@@ -70,7 +70,7 @@ ERRORS: list[tuple[str, str]] = [
 ]
 
 
-@pytest.mark.parametrize("command", [e[0] for e in ERRORS], ids=[f"2.1 error: {e[1]}" for e in ERRORS])
+@pytest.mark.parametrize("command", [e[0] for e in ERRORS], ids=[f"error: {e[1]}" for e in ERRORS])
 def test_split_errors(command: str) -> None:
     with pytest.raises(CommandSplitError):
         split_command(command)
@@ -79,7 +79,7 @@ def test_split_errors(command: str) -> None:
 EMPTY = ["", "   ", "\t\n", "''", '""', "'' x", "\"\" 'x'"]
 
 
-@pytest.mark.parametrize("command", EMPTY, ids=[f"2.1 empty result or first word empty: {e!r}" for e in EMPTY])
+@pytest.mark.parametrize("command", EMPTY, ids=[f"empty result or first word empty: {e!r}" for e in EMPTY])
 def test_empty_command(command: str) -> None:
     with pytest.raises(CommandSplitError, match="empty nvidia-smi command"):
         split_command(command)

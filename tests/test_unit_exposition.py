@@ -1,4 +1,4 @@
-"""The `nvidia_smi_*` exposition of a snapshot (§2.8, §2.10, §2.11, §3, §4.2, §14)."""
+"""The `nvidia_smi_*` exposition of a snapshot (docs/metrics.md; docs/compatibility.md, "Exposition format")."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ from unit_helpers import (
 
 WALL_CLOCK = ("nvidia_smi_last_collect_duration_seconds", "nvidia_smi_last_collect_success_timestamp_seconds")
 
-# -- §2.11 worked example -----------------------------------------------------------------------------------
+# -- a worked example: AUTO with four discovered fields, two GPUs, two processes on one of them ----------
 
 WORKED_HELP = help_query_gpu("temperature.gpu", "fan.speed", "memory.used", "pstate")
 WORKED_QUERY = ["temperature.gpu", "fan.speed", "memory.used", "pstate", *IDENTITY_FIELDS]
@@ -140,7 +140,7 @@ WORKED_EXAMPLE_EXPECTED = (
 
 
 def test_worked_example_from_parsed_text() -> None:
-    """§2.11 reproduced exactly: rows via parse_gpu_csv/parse_compute_apps, RFields from the header."""
+    """The worked example reproduced exactly: rows via parse_gpu_csv/parse_compute_apps, RFields from the header."""
     csv = parse_gpu_csv(WORKED_CSV, len(WORKED_QUERY))
     fields = [QueryField(qfield, rfield) for qfield, rfield in zip(WORKED_QUERY, csv.header, strict=True)]
     readings = Readings(
@@ -152,7 +152,7 @@ def test_worked_example_from_parsed_text() -> None:
 
 
 def test_worked_example_through_the_exec_pipeline() -> None:
-    """§2.11 end to end: AUTO discovery, mapping query, --version, GPU and per-process queries."""
+    """The worked example end to end: AUTO discovery, mapping query, --version, GPU and per-process queries."""
     runner = FakeRunner(
         {
             "--help-query-gpu": ok(WORKED_HELP),
@@ -174,7 +174,7 @@ def test_worked_example_through_the_exec_pipeline() -> None:
 
 
 def test_worked_example_wall_clock_families() -> None:
-    """§3.1: duration present with an attempt; success timestamp in whole seconds."""
+    """Duration present with an attempt; success timestamp in whole seconds."""
     csv = parse_gpu_csv(WORKED_CSV, len(WORKED_QUERY))
     fields = [QueryField(qfield, rfield) for qfield, rfield in zip(WORKED_QUERY, csv.header, strict=True)]
     snapshot = Snapshot(Attempt(Readings(GpuTable(csv.rows), None, "12.2"), 0, 0.042, 1751475457.9), 0, 1751475457.9)
@@ -193,7 +193,7 @@ def test_worked_example_wall_clock_families() -> None:
     assert "nvidia_smi_compute_app" not in text  # compute apps off -> no per-process families
 
 
-# -- health families per snapshot state (§3.1, §3.2, §14.13) --------------------------------------------------
+# -- health families per snapshot state -----------------------------------------------------------------------
 
 FAILED_0 = (
     "# HELP nvidia_smi_failed_scrapes_total Number of failed collections\n"
@@ -211,7 +211,7 @@ TIMESTAMP_HELP = (
 
 
 def test_no_attempt_before_first_collection() -> None:
-    """§14.13: exactly failed_scrapes_total and last_collect_success 0; no exit code, no duration."""
+    """Before any collection: exactly failed_scrapes_total and last_collect_success 0; no exit code, no duration."""
     expo, _ = exposition()
     assert expo.render(Snapshot(None, 0, None)) == (
         FAILED_0 + "nvidia_smi_failed_scrapes_total 0\n" + SUCCESS_HELP + "nvidia_smi_last_collect_success 0\n"
@@ -219,7 +219,7 @@ def test_no_attempt_before_first_collection() -> None:
 
 
 def test_no_attempt_after_an_earlier_success_keeps_timestamp() -> None:
-    """§5.1 give-up path: + the sticky success timestamp (whole seconds), still no exit code/duration."""
+    """A scrape that gave up waiting: + the sticky success timestamp (whole seconds), still no exit code/duration."""
     expo, _ = exposition()
     assert expo.render(Snapshot(None, 3, 1751475457.999)) == (
         FAILED_0
@@ -232,7 +232,7 @@ def test_no_attempt_after_an_earlier_success_keeps_timestamp() -> None:
 
 
 def test_failed_attempt_renders_health_only() -> None:
-    """§3.2 example (fake --exit 7): exit code 7, failed 1, success 0, duration present, no GPU series."""
+    """A failed collection (fake --exit 7): exit code 7, failed 1, success 0, duration present, no GPU series."""
     expo, _ = exposition()
     snapshot = Snapshot(Attempt(None, 7, 0.25, 1751475460.0, error="exit status 7"), 1, None)
     assert expo.render(snapshot) == (
@@ -263,7 +263,7 @@ def test_failed_attempt_after_success_keeps_timestamp_and_no_gpu_info() -> None:
 
 
 def test_nvml_status_family_instead_of_exit_code() -> None:
-    """§3.1: exactly one of command_exit_code / nvml_return_code exists."""
+    """Exactly one of command_exit_code / nvml_return_code exists."""
     expo, _ = exposition(status_family=StatusFamily.NVML_RETURN_CODE)
     text = expo.render(Snapshot(Attempt(None, 15, 0.1, 0.0, error="gpu lost"), 1, None))
     assert family_block(text, "nvidia_smi_nvml_return_code") == (
@@ -298,7 +298,7 @@ def test_success_renders_everything() -> None:
 @pytest.mark.parametrize(
     ("seconds", "expected"),
     [(1751475457.0, "1.751475457e+09"), (1751475457.999999, "1.751475457e+09"), (59.9, "59")],
-    ids=["3.1 whole seconds", "3.1 truncated, not rounded", "3.1 small timestamp truncated"],
+    ids=["whole seconds", "truncated, not rounded", "small timestamp truncated"],
 )
 def test_success_timestamp_whole_seconds(seconds: float, expected: str) -> None:
     expo, _ = exposition()
@@ -307,7 +307,7 @@ def test_success_timestamp_whole_seconds(seconds: float, expected: str) -> None:
 
 
 def test_zero_gpus_success() -> None:
-    """§2.4.4 header-only output: success with zero GPUs; empty families are omitted (§2.10)."""
+    """Header-only output: success with zero GPUs; empty families are omitted."""
     expo, _ = exposition([("fan.speed", "fan.speed [%]")])
     text = expo.render(success_snapshot([]))
     assert "nvidia_smi_last_collect_success 1\n" in text
@@ -315,14 +315,14 @@ def test_zero_gpus_success() -> None:
     assert "fan_speed" not in text
 
 
-# -- ordering and escaping (§2.10, §14.7, §14.12) ------------------------------------------------------------
+# -- ordering and escaping -----------------------------------------------------------------------------------
 
 UUID_A = "GPU-0B1C2D3E-0000-1111-2222-333344445555"
 UUID_B = "GPU-DF6E7A7C-7314-46F8-ABC4-B88B36DCF3AA"
 
 
 def test_sample_order_is_bytewise_on_label_values() -> None:
-    """§14.7: pid "12332" < "2056"; uuid 0b1c... < df6e..."""
+    """pid "12332" < "2056"; uuid 0b1c... < df6e..."""
     expo, fields = exposition()
     snapshot = success_snapshot(
         [gpu_row(fields, uuid=UUID_B, index="0"), gpu_row(fields, uuid=UUID_A, index="1")],
@@ -342,7 +342,7 @@ def test_sample_order_is_bytewise_on_label_values() -> None:
 
 
 def test_family_order_across_collectors() -> None:
-    """§2.10/§14.7: compute_app_info < compute_app_used_memory_bytes < compute_apps < ..._success < compute_cap."""
+    """compute_app_info < compute_app_used_memory_bytes < compute_apps < ..._success < compute_cap."""
     expo, fields = exposition()
     snapshot = success_snapshot(
         [gpu_row(fields, compute_cap="8.0")],
@@ -360,11 +360,11 @@ def test_family_order_across_collectors() -> None:
 
 
 LABEL_ESCAPES: list[tuple[str, str, str]] = [
-    ("C:\\Windows\\explorer.exe", "C:\\\\Windows\\\\explorer.exe", "14.12 backslash doubled"),
-    ('say "hi"', 'say \\"hi\\"', "14.12 double quote escaped"),
-    ("a\nb", "a\\nb", "14.12 newline escaped"),
-    ("tab\there\r", "tab\there\r", "14.12 other control characters kept raw"),
-    ("naïve ✓", "naïve ✓", "14.12 non-ASCII kept raw"),
+    ("C:\\Windows\\explorer.exe", "C:\\\\Windows\\\\explorer.exe", "backslash doubled"),
+    ('say "hi"', 'say \\"hi\\"', "double quote escaped"),
+    ("a\nb", "a\\nb", "newline escaped"),
+    ("tab\there\r", "tab\there\r", "other control characters kept raw"),
+    ("naïve ✓", "naïve ✓", "non-ASCII kept raw"),
 ]
 
 
@@ -389,7 +389,7 @@ def test_gpu_info_label_escaping() -> None:
         ("a\nb", "nvidia_smi_a_b", "a\\nb"),
         ('q"x', "nvidia_smi_q_x", 'q"x'),
     ],
-    ids=["14.12 HELP escapes backslash", "14.12 HELP escapes newline", "14.12 HELP keeps double quotes"],
+    ids=["HELP escapes backslash", "HELP escapes newline", "HELP keeps double quotes"],
 )
 def test_help_escaping(rfield: str, metric: str, help_text: str) -> None:
     expo, fields = exposition([("q", rfield)])
@@ -398,7 +398,7 @@ def test_help_escaping(rfield: str, metric: str, help_text: str) -> None:
 
 
 def test_identity_fields_are_also_series() -> None:
-    """§2.7: no label-only field: `name` renders when it has exactly one number."""
+    """No label-only field: `name` renders when it has exactly one number."""
     expo, fields = exposition()
     text = expo.render(success_snapshot([gpu_row(fields, name="NVIDIA GeForce RTX 2080 SUPER", index="3")]))
     assert 'nvidia_smi_name{uuid="00000000-0000-0000-0000-000000000000"} 2080\n' in text
@@ -418,7 +418,7 @@ def test_enum_fields_rendered() -> None:
 @pytest.mark.parametrize(
     ("qfield", "reserved"),
     [("compute_apps", "nvidia_smi_compute_apps"), ("gpu_info", "nvidia_smi_gpu_info")],
-    ids=["2.6 reserved compute_apps field never rendered", "2.6 reserved gpu_info field never rendered"],
+    ids=["reserved compute_apps field never rendered", "reserved gpu_info field never rendered"],
 )
 def test_reserved_query_field_not_rendered(qfield: str, reserved: str) -> None:
     expo, fields = exposition([(qfield, qfield)])
@@ -427,11 +427,11 @@ def test_reserved_query_field_not_rendered(qfield: str, reserved: str) -> None:
     assert " 5\n" not in text
 
 
-# -- per-process rendering (§4.2, §14.11) ----------------------------------------------------------------------
+# -- per-process rendering -------------------------------------------------------------------------------------
 
 
 def test_process_query_failed_renders_only_success_zero() -> None:
-    """§4.2: failed -> only compute_apps_last_collect_success 0; no zero counts ("failed" != "idle")."""
+    """Failed -> only compute_apps_last_collect_success 0; no zero counts ("failed" != "idle")."""
     expo, fields = exposition()
     text = expo.render(success_snapshot([gpu_row(fields)], processes=ProcessList(succeeded=False)))
     assert family_block(text, "nvidia_smi_compute_apps_last_collect_success") == (
@@ -454,7 +454,7 @@ def test_process_families_absent_when_disabled() -> None:
 
 
 def test_zero_fill_and_unknown_uuid() -> None:
-    """§4.2: counts zero-filled for every GPU in the table; an unknown uuid still adds a count series."""
+    """Counts zero-filled for every GPU in the table; an unknown uuid still adds a count series."""
     expo, fields = exposition()
     snapshot = success_snapshot(
         [gpu_row(fields, uuid=UUID_A, index="0"), gpu_row(fields, uuid=UUID_B, index="1")],
@@ -479,18 +479,18 @@ def test_idle_gpus_only_zero_counts() -> None:
 
 
 MEMORY: list[tuple[str, str | None, str]] = [
-    ("370 MiB", "3.8797312e+08", "4.2 370 MiB in bytes"),
-    ("40950 MiB", "4.29391872e+10", "14.11 40950 MiB in bytes"),
-    ("[N/A]", None, "4.2 [N/A] -> no memory series"),
-    ("N/A", None, "4.2 N/A -> no memory series"),
-    ("", None, "4.2 empty -> no memory series"),
-    ("[Insufficient Permissions]", None, "4.2 insufficient permissions -> no memory series"),
-    ("[Not Supported]", None, "4.2 not supported -> no memory series"),
-    ("[Unknown Error]", None, "4.2 unknown error -> no memory series"),
-    ("Enabled", "1", "4.2 words bypass the multiplier as in 2.7"),
-    ("0x10", "16", "4.2 hex bypasses the multiplier as in 2.7"),
-    ("garbage", None, "4.2 no number -> no memory series"),
-    ("0 MiB", "0", "4.2 zero MiB"),
+    ("370 MiB", "3.8797312e+08", "370 MiB in bytes"),
+    ("40950 MiB", "4.29391872e+10", "40950 MiB in bytes"),
+    ("[N/A]", None, "[N/A] -> no memory series"),
+    ("N/A", None, "N/A -> no memory series"),
+    ("", None, "empty -> no memory series"),
+    ("[Insufficient Permissions]", None, "insufficient permissions -> no memory series"),
+    ("[Not Supported]", None, "not supported -> no memory series"),
+    ("[Unknown Error]", None, "unknown error -> no memory series"),
+    ("Enabled", "1", "words bypass the multiplier as in GPU fields"),
+    ("0x10", "16", "hex bypasses the multiplier as in GPU fields"),
+    ("garbage", None, "no number -> no memory series"),
+    ("0 MiB", "0", "zero MiB"),
 ]
 
 
@@ -509,7 +509,7 @@ def test_process_memory(memory: str, expected: str | None) -> None:
 
 
 def test_mig_labels_present_and_empty() -> None:
-    """§4.2: with MIG labels on, non-MIG processes carry gpu_instance_id="" and compute_instance_id=""."""
+    """With MIG labels on, non-MIG processes carry gpu_instance_id="" and compute_instance_id=""."""
     expo, fields = exposition(mig=True)
     text = expo.render(success_snapshot([gpu_row(fields)], processes=processes(("GPU-X", "7", "p", "1 MiB"))))
     assert (
@@ -531,11 +531,11 @@ def test_mig_labels_carry_instance_ids() -> None:
     assert 'nvidia_smi_compute_app_info{compute_instance_id="0",gpu_instance_id="2",pid="7",' in text
 
 
-# -- whole-scrape failures and invalid UTF-8 (§2.8, §2.10, §14.14) -----------------------------------------------
+# -- whole-scrape failures and invalid UTF-8 ---------------------------------------------------------------------
 
 
 def test_duplicate_uuid_raises() -> None:
-    """§2.10/§14.14: two GPUs with the same normalized uuid -> the whole scrape fails."""
+    """Two GPUs with the same normalized uuid -> the whole scrape fails."""
     expo, fields = exposition()
     snapshot = success_snapshot(
         [gpu_row(fields, uuid="GPU-ABC", index="0"), gpu_row(fields, uuid=" gpu-abc", index="1")]
@@ -556,7 +556,7 @@ def test_duplicate_uuid_identical_rows_raises() -> None:
         (("GPU-X", "1", "p", "1 MiB"), ("GPU-X", "1", "p", "1 MiB")),
         (("GPU-X", "1", "p", "1 MiB"), ("gpu-x", "1", "p", "[N/A]")),
     ],
-    ids=["4.2 identical process rows", "4.2 same identity, different memory"],
+    ids=["identical process rows", "same identity, different memory"],
 )
 def test_duplicate_process_rows_raise(rows: tuple[tuple[str, str, str, str], ...]) -> None:
     expo, fields = exposition()
@@ -578,10 +578,10 @@ INVALID = "bad\udcffbyte"  # what surrogateescape makes of an invalid UTF-8 byte
 @pytest.mark.parametrize(
     "column",
     ["uuid", "name", "vbios_version", "serial", "pci.sub_device_id", "index"],
-    ids=lambda column: f"2.8 invalid UTF-8 in {column} drops the GPU",
+    ids=lambda column: f"invalid UTF-8 in {column} drops the GPU",
 )
 def test_invalid_utf8_identity_drops_gpu(column: str) -> None:
-    """§2.8: invalid UTF-8 in a gpu_info label drops that GPU's gpu_info and all its field samples."""
+    """Invalid UTF-8 in a gpu_info label drops that GPU's gpu_info and all its field samples."""
     expo, fields = exposition([("fan.speed", "fan.speed [%]")])
     good = gpu_row(fields, uuid=UUID_A, fan_speed="38 %", index="0")
     cells = {"uuid": UUID_B, "fan_speed": "57 %", "index": "1", column.replace(".", "_"): INVALID + " 5"}
@@ -602,7 +602,7 @@ def test_invalid_utf8_process_label_never_reaches_output() -> None:
 
 
 def test_gpu_info_samples_sorted_by_values_in_label_name_order() -> None:
-    """§2.10: gpu_info samples sort by compute_cap first (alphabetically first label), not by uuid."""
+    """gpu_info samples sort by compute_cap first (alphabetically first label), not by uuid."""
     expo, fields = exposition()
     snapshot = success_snapshot(
         [

@@ -1,4 +1,5 @@
-"""Field resolution at startup (§2.2) and the CUDA version read (§2.9), against an in-memory nvidia-smi."""
+"""Field resolution at startup and the CUDA version read (docs/compatibility.md, "Field resolution", "CUDA
+version"), against an in-memory nvidia-smi."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def mapping_calls(runner: FakeRunner) -> list[tuple[str, ...]]:
 
 
 def test_identity_fields_order() -> None:
-    """§2.2: the identity fields, in their fixed order."""
+    """The identity fields, in their fixed order."""
     assert IDENTITY == [
         "uuid",
         "name",
@@ -52,7 +53,7 @@ def test_identity_fields_order() -> None:
 
 
 def test_builtin_list_has_116_fields() -> None:
-    """§2.2: the built-in list has 116 fields; unit-bearing ones carry their unit."""
+    """The built-in list has 116 fields; unit-bearing ones carry their unit."""
     assert len(BUILTIN_FIELDS) == 116
     assert BUILTIN_FIELDS["fan.speed"] == "fan.speed [%]"
     assert BUILTIN_FIELDS["memory.used"] == "memory.used [MiB]"
@@ -66,12 +67,12 @@ def test_builtin_list_has_116_fields() -> None:
     ("names", "auto"),
     [("AUTO", True), ("auto", False), (" AUTO", False), ("AUTO,", False), ("AUTO,AUTO", False), ("Auto", False)],
     ids=[
-        "2.2.1 exactly AUTO",
-        "2.2.1 case-sensitive",
-        "2.2.1 no trimming",
-        "2.2.1 trailing comma makes two elements",
-        "2.2.1 two AUTOs are explicit",
-        "2.2.1 mixed case is explicit",
+        "exactly AUTO",
+        "case-sensitive",
+        "no trimming",
+        "trailing comma makes two elements",
+        "two AUTOs are explicit",
+        "mixed case is explicit",
     ],
 )
 def test_auto_mode_detection(names: str, auto: bool) -> None:
@@ -79,7 +80,7 @@ def test_auto_mode_detection(names: str, auto: bool) -> None:
 
 
 def test_auto_worked_example_query() -> None:
-    """§2.11: AUTO discovers 4 fields, appends the identity fields; the mapping header names the RFields."""
+    """AUTO discovers 4 fields, appends the identity fields; the mapping header names the RFields."""
     runner = FakeRunner(
         {
             "--help-query-gpu": ok(help_query_gpu("temperature.gpu", "fan.speed", "memory.used", "pstate")),
@@ -105,7 +106,7 @@ def test_auto_worked_example_query() -> None:
 
 
 def test_rfields_matched_by_position_and_trimmed() -> None:
-    """§2.2.5: header cells after trimming are the RFields, matched to QFields by position."""
+    """Header cells after trimming are the RFields, matched to QFields by position."""
     runner = FakeRunner(
         {"--query-gpu=": lambda args: ok(", ".join([" first ", "second [W] ", *(f" {q} " for q in IDENTITY)]))}
     )
@@ -116,7 +117,7 @@ def test_rfields_matched_by_position_and_trimmed() -> None:
 
 
 def test_explicit_names_not_trimmed() -> None:
-    """§2.2.1 / §14 runner-up: `a, b` queries ` b`."""
+    """No trimming: `a, b` queries ` b`."""
     runner = FakeRunner({"--query-gpu=": header_answer()})
     fields = resolve(runner, "a, b")
     assert qfields(fields)[:2] == ["a", " b"]
@@ -125,7 +126,7 @@ def test_explicit_names_not_trimmed() -> None:
 
 
 def test_explicit_identity_appended_and_deduplicated() -> None:
-    """§2.2.2: elements + identity fields, de-duplicated keeping the first occurrence."""
+    """Elements + identity fields, de-duplicated keeping the first occurrence."""
     runner = FakeRunner({"--query-gpu=": header_answer()})
     fields = resolve(runner, "index,fan.speed,uuid,fan.speed")
     assert qfields(fields) == ["index", "fan.speed", "uuid", *[q for q in IDENTITY if q not in ("index", "uuid")]]
@@ -143,15 +144,15 @@ def test_auto_discovered_list_deduplicated_with_identity() -> None:
 
 
 EXCLUSIONS: list[tuple[str, list[str], str]] = [
-    ("temperature.*", ["utilization.gpu", "fan.speed"], "2.2.4 glob star"),
-    (" fan.speed , ,", ["temperature.gpu", "temperature.memory", "utilization.gpu"], "2.2.4 trimmed, empties ignored"),
-    ("fan", ["temperature.gpu", "temperature.memory", "utilization.gpu", "fan.speed"], "2.2.4 anchored"),
-    ("fan?speed", ["temperature.gpu", "temperature.memory", "utilization.gpu", "fan.speed"], "2.2.4 ? literal"),
-    ("fanXspeed", ["temperature.gpu", "temperature.memory", "utilization.gpu", "fan.speed"], "2.2.4 dot literal"),
-    ("*.gpu", ["temperature.memory", "fan.speed"], "2.2.4 leading star"),
-    ("*", [], "2.2.4 star excludes every non-identity field"),
-    ("t*e*y,f*", ["temperature.gpu", "utilization.gpu"], "2.2.4 several stars, several patterns"),
-    ("", ["temperature.gpu", "temperature.memory", "utilization.gpu", "fan.speed"], "2.2.4 empty excludes nothing"),
+    ("temperature.*", ["utilization.gpu", "fan.speed"], "glob star"),
+    (" fan.speed , ,", ["temperature.gpu", "temperature.memory", "utilization.gpu"], "trimmed, empties ignored"),
+    ("fan", ["temperature.gpu", "temperature.memory", "utilization.gpu", "fan.speed"], "anchored"),
+    ("fan?speed", ["temperature.gpu", "temperature.memory", "utilization.gpu", "fan.speed"], "? literal"),
+    ("fanXspeed", ["temperature.gpu", "temperature.memory", "utilization.gpu", "fan.speed"], "dot literal"),
+    ("*.gpu", ["temperature.memory", "fan.speed"], "leading star"),
+    ("*", [], "star excludes every non-identity field"),
+    ("t*e*y,f*", ["temperature.gpu", "utilization.gpu"], "several stars, several patterns"),
+    ("", ["temperature.gpu", "temperature.memory", "utilization.gpu", "fan.speed"], "empty excludes nothing"),
 ]
 
 EXCLUSION_FIELDS = ["temperature.gpu", "temperature.memory", "utilization.gpu", "fan.speed"]
@@ -163,7 +164,7 @@ def test_exclusions(exclude: str, kept: list[str]) -> None:
 
 
 def test_exclusion_keeps_identity_fields(caplog: pytest.LogCaptureFixture) -> None:
-    """§2.2.4: identity fields are never excluded (warning `ignoring exclusion of required query field`)."""
+    """Identity fields are never excluded (warning `ignoring exclusion of required query field`)."""
     runner = FakeRunner({"--query-gpu=": header_answer()})
     with caplog.at_level(logging.INFO):
         fields = resolve(runner, "fan.speed,temperature.gpu", exclude="uuid,name,temperature.*")
@@ -186,7 +187,7 @@ def test_exclusion_applies_before_mapping_query() -> None:
 
 
 def test_mapping_failure_uses_builtin_rfields(caplog: pytest.LogCaptureFixture) -> None:
-    """§2.2.5: mapping query fails, every QField known -> list survives with built-in RFields."""
+    """Mapping query fails, every QField known -> list survives with built-in RFields."""
     runner = FakeRunner({"--query-gpu=": exited(1)})
     with caplog.at_level(logging.WARNING):
         fields = resolve(runner, "fan.speed,memory.used")
@@ -196,7 +197,7 @@ def test_mapping_failure_uses_builtin_rfields(caplog: pytest.LogCaptureFixture) 
 
 
 def test_mapping_csv_shape_mismatch_uses_builtin_rfields() -> None:
-    """§2.2.5: any error incl. a CSV shape mismatch (exit 0) triggers the built-in mapping."""
+    """Any error incl. a CSV shape mismatch (exit 0) triggers the built-in mapping."""
     runner = FakeRunner({"--query-gpu=": ok("only, three, cells\n")})
     fields = resolve(runner, "fan.speed")
     assert fields[0] == QueryField("fan.speed", "fan.speed [%]")
@@ -204,7 +205,7 @@ def test_mapping_csv_shape_mismatch_uses_builtin_rfields() -> None:
 
 
 def test_mapping_failure_explicit_unknown_is_an_error() -> None:
-    """§2.2.5: explicit mode with an unknown field fails startup naming it."""
+    """Explicit mode with an unknown field fails startup naming it."""
     runner = FakeRunner({"--query-gpu=": exited(6)})
     with pytest.raises(FieldResolutionError, match='unexpected query field: "bogus_field"'):
         resolve(runner, "temperature.gpu,bogus_field")
@@ -217,7 +218,7 @@ def test_mapping_failure_explicit_unknown_quoted_go_style() -> None:
 
 
 def test_mapping_failure_auto_unknown_falls_back_to_builtin_list(caplog: pytest.LogCaptureFixture) -> None:
-    """§2.2.5: AUTO with an unknown discovered field -> built-in list wholesale, minus exclusions."""
+    """AUTO with an unknown discovered field -> built-in list wholesale, minus exclusions."""
     runner = FakeRunner(
         {
             "--help-query-gpu": ok(help_query_gpu("fan.speed", "brand_new.field")),
@@ -237,10 +238,10 @@ def test_mapping_failure_auto_unknown_falls_back_to_builtin_list(caplog: pytest.
 @pytest.mark.parametrize(
     "help_answer",
     [exited(1), ok("no quoted fields here\n"), ok(""), BLOCK],
-    ids=["2.2.3 discovery command fails", "2.2.3 no fields in output", "2.2.3 empty output", "1.5 discovery timed out"],
+    ids=["discovery command fails", "no fields in output", "empty output", "discovery timed out"],
 )
 def test_discovery_failure_uses_builtin_list(help_answer: Answer, caplog: pytest.LogCaptureFixture) -> None:
-    """§2.2.3: discovery failure -> warning and the built-in list (116 fields) wholesale."""
+    """Discovery failure -> warning and the built-in list (116 fields) wholesale."""
     runner = FakeRunner({"--help-query-gpu": help_answer, "--query-gpu=": header_answer()})
     with caplog.at_level(logging.WARNING):
         fields = resolve(runner, timeout=0.05 if help_answer is BLOCK else TIMEOUT)
@@ -251,7 +252,7 @@ def test_discovery_failure_uses_builtin_list(help_answer: Answer, caplog: pytest
 
 
 def test_mapping_query_timeout_is_bounded() -> None:
-    """§5.3: each startup run is bounded by collect.timeout; a hung mapping query -> built-in mapping."""
+    """Each startup run is bounded by collect.timeout; a hung mapping query -> built-in mapping."""
     runner = FakeRunner({"--query-gpu=": BLOCK})
     fields = resolve(runner, "fan.speed", timeout=0.05)
     assert fields[0] == QueryField("fan.speed", "fan.speed [%]")
@@ -264,7 +265,7 @@ def test_unbounded_timeout_none_still_answers() -> None:
     assert qfields(fields) == ["fan.speed", *IDENTITY]
 
 
-# -- CUDA version (§2.9) ------------------------------------------------------------------------------------
+# -- CUDA version -------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -277,11 +278,11 @@ def test_unbounded_timeout_none_still_answers() -> None:
         (BLOCK, ""),
     ],
     ids=[
-        "2.9 CUDA Version",
-        "2.9 610 driver UMD version",
-        "2.9 no version line -> empty label",
-        "2.9 failure -> empty label",
-        "2.9 timed out -> empty label",
+        "CUDA Version",
+        "610 driver UMD version",
+        "no version line -> empty label",
+        "failure -> empty label",
+        "timed out -> empty label",
     ],
 )
 def test_read_cuda_version(answer: Answer, expected: str) -> None:

@@ -1,4 +1,4 @@
-"""Go float formatting of sample values (spec §2.10 "Float formatting", §14.1)."""
+"""Go float formatting of sample values (docs/compatibility.md, "Float formatting")."""
 
 from __future__ import annotations
 
@@ -14,28 +14,28 @@ from nvidia_gpu_exporter._go.floats import format_go_float
 from nvidia_gpu_exporter.exposition.text import format_value
 
 EXAMPLES: list[tuple[float, str, str]] = [
-    (8589934592.0, "8.589934592e+09", "§14.1 8192 MiB in bytes is scientific, not repr's 8589934592.0"),
-    (1234567.0, "1.234567e+06", "§14.1 exponent 6 is scientific"),
-    (123456.0, "123456", "§14.1 exponent 5 is plain"),
-    (0.00001, "1e-05", "§14.1 exponent -5 is scientific with two exponent digits"),
-    (0.0001, "0.0001", "§14.1 exponent -4 is plain"),
-    (4000.0, "4000", "§2.10 plain decimal without trailing zeros"),
-    (-0.0, "0", "§2.10 -0 prints 0"),
-    (0.0, "0", "§2.10 0 prints 0"),
-    (1.0, "1", "§2.10 exactly 1 prints 1"),
-    (-1.0, "-1", "§2.10 -1 prints -1"),
-    (math.nan, "NaN", "§2.10 NaN"),
-    (math.inf, "+Inf", "§2.10 +Inf with sign"),
-    (-math.inf, "-Inf", "§2.10 -Inf"),
-    (1.2444794109305713e09, "1.2444794109305713e+09", "§2.10 17 significant digits, scientific"),
-    (1e100, "1e+100", "§2.10 three exponent digits"),
-    (57 * 0.01, "0.5700000000000001", "§14.2 57 x 0.01 shortest round-trip digits"),
-    (212.553937, "212.553937", "§2.10 plain with fraction"),
-    (7.65e08, "7.65e+08", "§2.7 765 MHz in Hz"),
-    (1.32212e12, "1.32212e+12", "§2.7 serial 1322120000000"),
-    (5.11774942e08, "5.11774942e+08", "§14.4 pci.device_id 0x1E8110DE"),
-    (4.29391872e10, "4.29391872e+10", "§14.11 40950 MiB"),
-    (1.751475457e09, "1.751475457e+09", "§3.1 whole-second timestamp"),
+    (8589934592.0, "8.589934592e+09", "8192 MiB in bytes is scientific, not repr's 8589934592.0"),
+    (1234567.0, "1.234567e+06", "exponent 6 is scientific"),
+    (123456.0, "123456", "exponent 5 is plain"),
+    (0.00001, "1e-05", "exponent -5 is scientific with two exponent digits"),
+    (0.0001, "0.0001", "exponent -4 is plain"),
+    (4000.0, "4000", "plain decimal without trailing zeros"),
+    (-0.0, "0", "-0 prints 0"),
+    (0.0, "0", "0 prints 0"),
+    (1.0, "1", "exactly 1 prints 1"),
+    (-1.0, "-1", "-1 prints -1"),
+    (math.nan, "NaN", "NaN"),
+    (math.inf, "+Inf", "+Inf with sign"),
+    (-math.inf, "-Inf", "-Inf"),
+    (1.2444794109305713e09, "1.2444794109305713e+09", "17 significant digits, scientific"),
+    (1e100, "1e+100", "three exponent digits"),
+    (57 * 0.01, "0.5700000000000001", "57 x 0.01 shortest round-trip digits"),
+    (212.553937, "212.553937", "plain with fraction"),
+    (7.65e08, "7.65e+08", "765 MHz in Hz"),
+    (1.32212e12, "1.32212e+12", "serial 1322120000000"),
+    (5.11774942e08, "5.11774942e+08", "pci.device_id 0x1E8110DE"),
+    (4.29391872e10, "4.29391872e+10", "40950 MiB"),
+    (1.751475457e09, "1.751475457e+09", "whole-second timestamp"),
     (999999.0, "999999", "exponent 5 boundary stays plain"),
     (1000000.0, "1e+06", "exponent 6 boundary turns scientific"),
     (100000.0, "100000", "trailing zeros of a plain integer are kept as digits"),
@@ -68,7 +68,7 @@ _PLAIN = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]*[1-9])?")
 @settings(max_examples=400, deadline=None)
 @given(st.floats(allow_nan=False, allow_infinity=False))
 def test_round_trips_and_scientific_iff_exponent_out_of_range(value: float) -> None:
-    """§2.10: shortest round-trip digits; scientific iff the decimal exponent is < -4 or >= 6."""
+    """Shortest round-trip digits; scientific iff the decimal exponent is < -4 or >= 6."""
     text = format_go_float(value)
     assert float(text) == value
     if value == 0:

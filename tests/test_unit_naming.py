@@ -1,4 +1,4 @@
-"""Metric name derivation (§2.5), reserved names and collisions (§2.6), HELP = RField (§2.5.7)."""
+"""Metric name derivation, reserved names and collisions, HELP = RField (docs/metrics.md, "Metric names")."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from nvidia_gpu_exporter.exposition.families import RESERVED_NAMES
 from nvidia_gpu_exporter.exposition.naming import derive_name, plan_field_metrics
 from nvidia_gpu_exporter.model.fields import ValueKind, value_kind
 
-# Every row of the §2.5 table, plus §14.5's extra example.
+# The naming examples of docs/metrics.md, "Metric names", and more.
 NAME_TABLE: list[tuple[str, str, float]] = [
     ("encoder.stats.sessionCount", "nvidia_smi_encoder_stats_session_count", 1),
     ("power.draw [W]", "nvidia_smi_power_draw_watts", 1),
@@ -55,9 +55,7 @@ NAME_TABLE: list[tuple[str, str, float]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("rfield", "name", "multiplier"), NAME_TABLE, ids=[f"2.5 table: {row[0]}" for row in NAME_TABLE]
-)
+@pytest.mark.parametrize(("rfield", "name", "multiplier"), NAME_TABLE, ids=[f"table: {row[0]}" for row in NAME_TABLE])
 def test_derive_name_table(rfield: str, name: str, multiplier: float) -> None:
     derived = derive_name(rfield)
     assert derived.name == name
@@ -81,7 +79,7 @@ EXTRA_RULES: list[tuple[str, str, float, str]] = [
 @pytest.mark.parametrize(
     ("rfield", "name", "multiplier"),
     [row[:3] for row in EXTRA_RULES],
-    ids=[f"2.5 {row[3]}" for row in EXTRA_RULES],
+    ids=[row[3] for row in EXTRA_RULES],
 )
 def test_derive_name_rules(rfield: str, name: str, multiplier: float) -> None:
     derived = derive_name(rfield)
@@ -104,13 +102,13 @@ def test_best_effort_flag(rfield: str, best_effort: bool) -> None:
 
 
 def test_empty_rfield_is_dropped() -> None:
-    """§2.5 step 6: empty -> field dropped."""
+    """Empty -> field dropped."""
     assert derive_name("").name == ""
     assert plan_field_metrics([("x", "")]) == ()
 
 
 def test_help_is_rfield_verbatim_and_column_kept() -> None:
-    """§2.5 step 7: HELP = the RField verbatim; cells are read positionally."""
+    """HELP = the RField verbatim; cells are read positionally."""
     plan = plan_field_metrics([("temperature.gpu", "temperature.gpu"), ("fan.speed", "fan.speed [%]")])
     by_name = {metric.name: metric for metric in plan}
     assert by_name["nvidia_smi_fan_speed_ratio"].help == "fan.speed [%]"
@@ -119,7 +117,7 @@ def test_help_is_rfield_verbatim_and_column_kept() -> None:
     assert by_name["nvidia_smi_temperature_gpu"].column == 0
 
 
-SPEC_RESERVED = [
+DOCUMENTED_RESERVED = [
     "failed_scrapes_total",
     "last_collect_success",
     "last_collect_success_timestamp_seconds",
@@ -154,11 +152,11 @@ SPEC_RESERVED = [
 
 
 def test_reserved_names_are_exactly_the_spec_list() -> None:
-    assert {"nvidia_smi_" + suffix for suffix in SPEC_RESERVED} == RESERVED_NAMES
+    assert {"nvidia_smi_" + suffix for suffix in DOCUMENTED_RESERVED} == RESERVED_NAMES
 
 
 @pytest.mark.parametrize(
-    "suffix", SPEC_RESERVED, ids=[f"2.6 reserved regardless of features: {s}" for s in SPEC_RESERVED]
+    "suffix", DOCUMENTED_RESERVED, ids=[f"reserved regardless of features: {s}" for s in DOCUMENTED_RESERVED]
 )
 def test_reserved_name_is_dropped(suffix: str) -> None:
     plan = plan_field_metrics([("keep.me", "keep.me"), ("weird", suffix)])
@@ -169,10 +167,10 @@ def test_reserved_name_is_dropped(suffix: str) -> None:
     "rfield",
     ["compute_app_used_memory [MiB]", "energy_joules.total", "gpuInfo", "compute.apps"],
     ids=[
-        "2.6 reserved via unit suffix",
-        "2.6 reserved via dot replacement",
-        "2.6 reserved via snake case",
-        "2.6 compute_apps reserved even with compute apps off",
+        "reserved via unit suffix",
+        "reserved via dot replacement",
+        "reserved via snake case",
+        "compute_apps reserved even with compute apps off",
     ],
 )
 def test_reserved_name_reached_by_derivation_is_dropped(rfield: str) -> None:
@@ -180,7 +178,7 @@ def test_reserved_name_reached_by_derivation_is_dropped(rfield: str) -> None:
 
 
 def test_collision_drops_all_claimants() -> None:
-    """§2.6/§14.14: foo.bar and foo_bar both derive nvidia_smi_foo_bar -> neither is exported."""
+    """foo.bar and foo_bar both derive nvidia_smi_foo_bar -> neither is exported."""
     plan = plan_field_metrics([("foo.bar", "foo.bar"), ("other", "other"), ("foo_bar", "foo_bar")])
     assert [(metric.qfield, metric.name) for metric in plan] == [("other", "nvidia_smi_other")]
 
@@ -210,7 +208,7 @@ FIELDS = [
     "order", list(itertools.permutations(range(len(FIELDS)), len(FIELDS)))[::37], ids=lambda o: f"order{o}"
 )
 def test_plan_is_independent_of_query_order(order: tuple[int, ...]) -> None:
-    """§2.6: fields are processed in sorted QField order, so the outcome does not depend on query order."""
+    """Fields are processed in sorted QField order, so the outcome does not depend on query order."""
     permuted = [FIELDS[index] for index in order]
     plan = plan_field_metrics(permuted)
     outcome = [(metric.qfield, metric.name, metric.help, permuted[metric.column][0]) for metric in plan]
@@ -231,11 +229,11 @@ def test_plan_is_independent_of_query_order(order: tuple[int, ...]) -> None:
         ("fan.speed", ValueKind.GENERIC),
     ],
     ids=[
-        "2.7A gpu_recovery_action is an enum",
-        "2.7A fabric.state is an enum",
-        "2.7A fabric.status is generic",
-        "2.7A enum keyed by exact QField",
-        "2.7B everything else is generic",
+        "gpu_recovery_action is an enum",
+        "fabric.state is an enum",
+        "fabric.status is generic",
+        "enum keyed by exact QField",
+        "everything else is generic",
     ],
 )
 def test_value_kind(qfield: str, kind: ValueKind) -> None:

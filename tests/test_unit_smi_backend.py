@@ -1,4 +1,4 @@
-"""The exec pipeline per collection (§2.3, §2.4, §4.1, §5.6) and its startup sequence (§1.5), in memory."""
+"""The exec pipeline per collection and its startup sequence (docs/compatibility.md, "Startup sequence"), in memory."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def collect(smi: SmiBackend) -> Readings:
 
 
 def test_gpu_query_command_line() -> None:
-    """§2.3: two argv entries `--query-gpu=<fields joined by ,>` and `--format=csv`."""
+    """Two argv entries `--query-gpu=<fields joined by ,>` and `--format=csv`."""
     runner = FakeRunner({"--query-gpu=": ok(f"{HEADER}\n{ROW}\n")})
     readings = collect(backend(runner))
     assert runner.calls == [(QUERY, "--format=csv")]
@@ -46,7 +46,7 @@ def test_gpu_query_command_line() -> None:
 
 
 def test_compute_apps_query_after_gpu_query() -> None:
-    """§2.3/§4.1: the fixed per-process query runs after the GPU query."""
+    """The fixed per-process query runs after the GPU query."""
     runner = FakeRunner(
         {
             "--query-gpu=": ok(f"{HEADER}\n{ROW}\n"),
@@ -61,7 +61,7 @@ def test_compute_apps_query_after_gpu_query() -> None:
 
 
 def test_non_zero_exit_fails_with_exit_code_and_is_fatal() -> None:
-    """§3.1/§5.6: a real non-zero exit -> command_exit_code = the status; fatal for --shutdown-on-error."""
+    """A real non-zero exit -> command_exit_code = the status; fatal for --shutdown-on-error."""
     runner = FakeRunner({"--query-gpu=": exited(7)})
     with pytest.raises(CollectionError) as caught:
         collect(backend(runner))
@@ -71,7 +71,7 @@ def test_non_zero_exit_fails_with_exit_code_and_is_fatal() -> None:
 
 
 def test_start_failure_reports_minus_one_not_fatal() -> None:
-    """§2.1/§5.6: could not start -> -1, not fatal."""
+    """Could not start -> -1, not fatal."""
     runner = FakeRunner({"--query-gpu=": RunResult("", "", -1, start_error="no such file")})
     with pytest.raises(CollectionError) as caught:
         collect(backend(runner))
@@ -90,10 +90,10 @@ def test_killed_by_signal_reports_minus_one_not_fatal() -> None:
 @pytest.mark.parametrize(
     "stdout",
     ["a, b\n1, 2\n", f"{HEADER}\n{ROW}, extra\n", f"{HEADER}\n{ROW}\n\n{ROW}\n"],
-    ids=["2.4 header count mismatch", "2.4 ragged row", "2.4 blank middle line"],
+    ids=["header count mismatch", "ragged row", "blank middle line"],
 )
 def test_csv_shape_error_reports_minus_one_not_fatal(stdout: str) -> None:
-    """§2.4: CSV-shape failure -> exit code -1 although nvidia-smi exited 0; never fatal (§5.6)."""
+    """CSV-shape failure -> exit code -1 although nvidia-smi exited 0; never fatal."""
     runner = FakeRunner({"--query-gpu=": ok(stdout)})
     with pytest.raises(CollectionError) as caught:
         collect(backend(runner))
@@ -114,7 +114,7 @@ def test_header_only_is_success_with_zero_gpus() -> None:
 
 
 def test_nvml_status_family_reports_minus_one() -> None:
-    """§3.1: nvml_return_code is -1 on any demo failure."""
+    """nvml_return_code is -1 on any demo failure."""
     runner = FakeRunner({"--query-gpu=": exited(7)})
     with pytest.raises(CollectionError) as caught:
         collect(backend(runner, nvml=True))
@@ -124,10 +124,10 @@ def test_nvml_status_family_reports_minus_one() -> None:
 @pytest.mark.parametrize(
     "answer",
     [exited(3), RunResult("", "", -1, start_error="gone"), ok("only, three, cells\nGPU-A, 1, p\n")],
-    ids=["4.1 non-zero exit is a soft failure", "4.1 start failure is soft", "4.1 bad header is soft"],
+    ids=["non-zero exit is a soft failure", "start failure is soft", "bad header is soft"],
 )
 def test_compute_apps_failure_is_soft(answer: RunResult) -> None:
-    """§3.3/§4.1: per-process failure never fails the collection."""
+    """Per-process failure never fails the collection."""
     runner = FakeRunner({"--query-gpu=": ok(f"{HEADER}\n{ROW}\n"), "--query-compute-apps=": answer})
     readings = collect(backend(runner, compute_apps=True))
     assert readings.processes == ProcessList(succeeded=False)
@@ -141,7 +141,7 @@ def test_compute_apps_empty_output_is_success() -> None:
 
 
 def test_startup_sequence() -> None:
-    """§1.5: --help-query-gpu, then the mapping query, then --version; each answered in order."""
+    """--help-query-gpu, then the mapping query, then --version; each answered in order."""
     runner = FakeRunner(
         {
             "--help-query-gpu": ok(help_query_gpu("fan.speed")),

@@ -1,4 +1,7 @@
-"""Parsers of nvidia-smi output: GPU CSV (§2.4), compute apps (§4.1), --help-query-gpu (§2.2.3), --version (§2.9)."""
+"""Parsers of nvidia-smi output: GPU CSV, compute apps, --help-query-gpu, --version.
+
+The rules: docs/compatibility.md, "CSV parsing", "Field resolution" and "CUDA version".
+"""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from nvidia_gpu_exporter.backends.exec.output import (
 )
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
 
-# -- GPU CSV (§2.4) -----------------------------------------------------------------------------------------
+# -- GPU CSV ------------------------------------------------------------------------------------------------
 
 
 def test_csv_header_and_rows_trimmed() -> None:
@@ -25,14 +28,14 @@ def test_csv_header_and_rows_trimmed() -> None:
 
 
 def test_csv_header_count_mismatch_message() -> None:
-    """§2.4.3: `field count mismatch: query fields: N, returned fields: M`."""
+    """`field count mismatch: query fields: N, returned fields: M`."""
     with pytest.raises(CsvShapeError) as caught:
         parse_gpu_csv("a, b\n1, 2\n", 3)
     assert str(caught.value) == "field count mismatch: query fields: 3, returned fields: 2"
 
 
 def test_csv_ragged_row_message() -> None:
-    """§2.4.3: `row K: has X columns, want N: "<row>"` (Go %q of the trimmed row, K counts data rows from 1)."""
+    """`row K: has X columns, want N: "<row>"` (Go %q of the trimmed row, K counts data rows from 1)."""
     with pytest.raises(CsvShapeError) as caught:
         parse_gpu_csv("a, b\n1, 2\n  3, 4, 5  \n", 2)
     assert str(caught.value) == 'row 2: has 3 columns, want 2: "3, 4, 5"'
@@ -44,31 +47,31 @@ def test_csv_ragged_row_number_and_counts() -> None:
 
 
 def test_csv_blank_middle_line_is_fatal() -> None:
-    """§2.4.3: a blank line in the middle is a one-cell row, fatal to the collection."""
+    """A blank line in the middle is a one-cell row, fatal to the collection."""
     with pytest.raises(CsvShapeError, match=r"^row 2: has 1 columns, want 2"):
         parse_gpu_csv("a, b\n1, 2\n\n3, 4\n", 2)
 
 
 def test_csv_header_only_is_zero_gpus() -> None:
-    """§2.4.4: header-only output is a successful collection with zero GPUs."""
+    """Header-only output is a successful collection with zero GPUs."""
     assert parse_gpu_csv("a, b\n", 2).rows == ()
 
 
 def test_csv_carriage_returns_trimmed() -> None:
-    """§2.4.2: a trailing \\r disappears with the cell trimming."""
+    """A trailing \\r disappears with the cell trimming."""
     csv = parse_gpu_csv("a, b\r\n1, 2 \r\n3,4\r\n", 2)
     assert csv.header == ("a", "b")
     assert csv.rows == (("1", "2"), ("3", "4"))
 
 
 def test_csv_no_quote_handling() -> None:
-    """§2.4.2: every comma splits, quotes are not special."""
+    """Every comma splits, quotes are not special."""
     csv = parse_gpu_csv('a, b, c\n"x, y", z\n', 3)
     assert csv.rows == (('"x', 'y"', "z"),)
 
 
 def test_csv_surrounding_whitespace_of_output_trimmed() -> None:
-    """§2.4.1: whole stdout trimmed first, so leading blank lines do not become the header."""
+    """Whole stdout trimmed first, so leading blank lines do not become the header."""
     csv = parse_gpu_csv("\n\n  a, b\n1, 2\n\n\n", 2)
     assert csv.header == ("a", "b")
     assert csv.rows == (("1", "2"),)
@@ -84,7 +87,7 @@ def test_csv_empty_cells_kept() -> None:
     assert parse_gpu_csv("a, b, c\n, ,\n", 3).rows == (("", "", ""),)
 
 
-# -- compute apps (§4.1) ------------------------------------------------------------------------------------
+# -- compute apps -------------------------------------------------------------------------------------------
 
 APPS_HEADER = "gpu_uuid, pid, process_name, used_gpu_memory [MiB]\n"
 
@@ -109,7 +112,7 @@ def test_compute_apps_many_commas_and_empty_name() -> None:
 @pytest.mark.parametrize(
     "stdout",
     ["", "  \n\n", APPS_HEADER, APPS_HEADER + "\n\n"],
-    ids=["4.1 empty output", "4.1 whitespace output", "4.1 header only", "4.1 header and blank lines"],
+    ids=["empty output", "whitespace output", "header only", "header and blank lines"],
 )
 def test_compute_apps_no_processes(stdout: str) -> None:
     assert parse_compute_apps(stdout) == ()
@@ -118,7 +121,7 @@ def test_compute_apps_no_processes(stdout: str) -> None:
 @pytest.mark.parametrize(
     "header",
     ["gpu_uuid, pid, process_name", "a,b,c,d,e", "single"],
-    ids=["4.1 three header cells", "4.1 five header cells", "4.1 one header cell"],
+    ids=["three header cells", "five header cells", "one header cell"],
 )
 def test_compute_apps_bad_header(header: str) -> None:
     with pytest.raises(CsvShapeError, match="unexpected compute apps header"):
@@ -141,7 +144,7 @@ PIDS_KEPT = [("007", "007"), ("0", "0"), ("18446744073709551615", "1844674407370
 @pytest.mark.parametrize(
     ("pid", "label"),
     PIDS_KEPT,
-    ids=["4.1 leading zeros kept raw", "4.1 zero", "4.1 uint64 max", "4.1 pid trimmed"],
+    ids=["leading zeros kept raw", "zero", "uint64 max", "pid trimmed"],
 )
 def test_compute_apps_pid_accepted(pid: str, label: str) -> None:
     rows = parse_compute_apps(f"{APPS_HEADER}GPU-A,{pid}, p, 1 MiB\n")
@@ -151,7 +154,7 @@ def test_compute_apps_pid_accepted(pid: str, label: str) -> None:
 PID_ABSENT = ["", "N/A", "n/a", "[N/A]", "[Not Supported]", "[Insufficient Permissions]", "[Unknown Error]"]
 
 
-@pytest.mark.parametrize("pid", PID_ABSENT, ids=[f"4.1 absent pid token {p!r} skipped silently" for p in PID_ABSENT])
+@pytest.mark.parametrize("pid", PID_ABSENT, ids=[f"absent pid token {p!r} skipped silently" for p in PID_ABSENT])
 def test_compute_apps_absent_pid_silent(pid: str, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.DEBUG):
         rows = parse_compute_apps(f"{APPS_HEADER}GPU-A, {pid}, p, 1 MiB\nGPU-A, 5, q, 1 MiB\n")
@@ -162,7 +165,7 @@ def test_compute_apps_absent_pid_silent(pid: str, caplog: pytest.LogCaptureFixtu
 PID_BAD = ["abc", "-1", "+5", "1.0", "18446744073709551616", "0x10", "١٢", "1 2"]
 
 
-@pytest.mark.parametrize("pid", PID_BAD, ids=[f"4.1 bad pid {p!r} skipped with warning" for p in PID_BAD])
+@pytest.mark.parametrize("pid", PID_BAD, ids=[f"bad pid {p!r} skipped with warning" for p in PID_BAD])
 def test_compute_apps_bad_pid_warns(pid: str, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.DEBUG):
         rows = parse_compute_apps(f"{APPS_HEADER}GPU-A, {pid}, p, 1 MiB\n")
@@ -189,7 +192,7 @@ def test_compute_apps_carriage_returns() -> None:
     assert [(r.pid, r.process_name, r.used_memory) for r in rows] == [("1", "p", "1 MiB")]
 
 
-# -- --help-query-gpu (§2.2.3, §14.10) -----------------------------------------------------------------------
+# -- --help-query-gpu ----------------------------------------------------------------------------------------
 
 HELP_TEXT = (
     'List of valid properties to query for the switch "--query-gpu=":\n'
@@ -239,19 +242,19 @@ def test_help_query_gpu_regex() -> None:
 
 
 HELP_CASES: list[tuple[str, list[str], str]] = [
-    ('\n\n"name" or "gpu_name"\n', ["name"], "14.10 first quoted token of the line only"),
-    ('"first"\n\n"second"\n', ["second"], "2.2.3 the very first line has no preceding blank line"),
-    ('x\n"a"\n', [], "2.2.3 needs a blank line before"),
-    ('x\r\n\r\n"a"\r\n', ["a"], "2.2.3 CRLF blank line counts ([\\t\\n\\f\\r ]*)"),
-    ('x\n\x0c\n"a"\n', ["a"], "2.2.3 form feed counts as blank"),
-    ('x\n\x0b\n"a"\n', [], "2.2.3 vertical tab is not in the class"),
-    ('x\n\n"a\rb"\n', [], "2.2.3 names with CR dropped"),
-    ('x\n\n"a\nb"\n', [], "2.2.3 names with LF dropped"),
-    ('x\n\n"a,b"\n\n"c"\n', ["c"], "2.2.3 names with comma dropped"),
-    ('x\n\n\n\n"a"\n\n"b"\n', ["a", "b"], "2.2.3 several blank lines"),
-    ("no fields at all\n", [], "2.2.3 no matches"),
-    ("", [], "2.2.3 empty output"),
-    ('x\n\n"a b"\n', ["a b"], "2.2.3 spaces inside the name kept"),
+    ('\n\n"name" or "gpu_name"\n', ["name"], "first quoted token of the line only"),
+    ('"first"\n\n"second"\n', ["second"], "the very first line has no preceding blank line"),
+    ('x\n"a"\n', [], "needs a blank line before"),
+    ('x\r\n\r\n"a"\r\n', ["a"], "CRLF blank line counts ([\\t\\n\\f\\r ]*)"),
+    ('x\n\x0c\n"a"\n', ["a"], "form feed counts as blank"),
+    ('x\n\x0b\n"a"\n', [], "vertical tab is not in the class"),
+    ('x\n\n"a\rb"\n', [], "names with CR dropped"),
+    ('x\n\n"a\nb"\n', [], "names with LF dropped"),
+    ('x\n\n"a,b"\n\n"c"\n', ["c"], "names with comma dropped"),
+    ('x\n\n\n\n"a"\n\n"b"\n', ["a", "b"], "several blank lines"),
+    ("no fields at all\n", [], "no matches"),
+    ("", [], "empty output"),
+    ('x\n\n"a b"\n', ["a b"], "spaces inside the name kept"),
 ]
 
 
@@ -260,7 +263,7 @@ def test_help_query_gpu_cases(text: str, expected: list[str]) -> None:
     assert parse_help_query_gpu(text) == expected
 
 
-# -- CUDA version (§2.9) ------------------------------------------------------------------------------------
+# -- CUDA version -------------------------------------------------------------------------------------------
 
 VERSION_535 = (
     "NVIDIA-SMI version  : 535.54.03\n"
@@ -278,21 +281,21 @@ VERSION_610 = (
 )
 
 CUDA_CASES: list[tuple[str, str, str]] = [
-    ("CUDA Version        : 13.2", "13.2", "2.9 CUDA Version line"),
-    (VERSION_535, "12.2", "2.9 full --version output"),
-    (VERSION_610, "13.3", "2.9 610 driver: Deprecated ignored, UMD wins"),
-    ("CUDA UMD version : 13.3\nCUDA Version : 12.2\n", "13.3", "2.9 UMD wins even before"),
-    ("CUDA Version : 12.2\nCUDA UMD version : 13.3\n", "13.3", "2.9 UMD wins even after"),
-    ("cuda   VERSION:12.4", "12.4", "2.9 key whitespace collapsed and lowercased"),
-    ("CUDA\tVersion\t: 12.0\r\n", "12.0", "2.9 tabs collapse, CR trimmed"),
-    ("CUDA Version : 12", "", "2.9 value must be digits.digits"),
-    ("CUDA Version : 12.2.1", "", "2.9 three components rejected"),
-    ("CUDA Version : v12.2", "", "2.9 prefix rejected"),
-    ("CUDA Version : 12.2 : x", "", "2.9 split at the first colon only"),
-    ("CUDA Version 12.2", "", "2.9 lines without a colon ignored"),
-    ("CUDA Versions : 12.2", "", "2.9 other keys ignored"),
-    ("", "", "2.9 empty output"),
-    ("CUDA Version : ١٢.٢", "", "2.9 ASCII digits only"),
+    ("CUDA Version        : 13.2", "13.2", "CUDA Version line"),
+    (VERSION_535, "12.2", "full --version output"),
+    (VERSION_610, "13.3", "610 driver: Deprecated ignored, UMD wins"),
+    ("CUDA UMD version : 13.3\nCUDA Version : 12.2\n", "13.3", "UMD wins even before"),
+    ("CUDA Version : 12.2\nCUDA UMD version : 13.3\n", "13.3", "UMD wins even after"),
+    ("cuda   VERSION:12.4", "12.4", "key whitespace collapsed and lowercased"),
+    ("CUDA\tVersion\t: 12.0\r\n", "12.0", "tabs collapse, CR trimmed"),
+    ("CUDA Version : 12", "", "value must be digits.digits"),
+    ("CUDA Version : 12.2.1", "", "three components rejected"),
+    ("CUDA Version : v12.2", "", "prefix rejected"),
+    ("CUDA Version : 12.2 : x", "", "split at the first colon only"),
+    ("CUDA Version 12.2", "", "lines without a colon ignored"),
+    ("CUDA Versions : 12.2", "", "other keys ignored"),
+    ("", "", "empty output"),
+    ("CUDA Version : ١٢.٢", "", "ASCII digits only"),
 ]
 
 

@@ -1,4 +1,4 @@
-"""Text format rendering (§2.10) and the cached gzip body assembly."""
+"""Text format rendering (docs/compatibility.md, "Exposition format") and the cached gzip body assembly."""
 
 from __future__ import annotations
 
@@ -24,12 +24,12 @@ from nvidia_gpu_exporter.web.payload import assemble, assemble_gzip, make_block
 
 
 def test_content_type() -> None:
-    """§2.10: text/plain; version=0.0.4; charset=utf-8."""
+    """The content type is text/plain; version=0.0.4; charset=utf-8."""
     assert CONTENT_TYPE == "text/plain; version=0.0.4; charset=utf-8"
 
 
 def test_empty_family_omitted() -> None:
-    """§2.10: a family with no samples is omitted entirely (no HELP/TYPE)."""
+    """A family with no samples is omitted entirely (no HELP/TYPE)."""
     assert render_family(Family("x", "help", "gauge", ("a",))) == ""
 
 
@@ -44,7 +44,7 @@ def test_family_without_labels() -> None:
 
 
 def test_labels_sorted_by_name_samples_by_values_in_label_name_order() -> None:
-    """§2.10: labels sorted by name; samples sorted by label values compared in label-name order."""
+    """Labels sorted by name; samples sorted by label values compared in label-name order."""
     family = Family("f", "h", "gauge", ("uuid", "pid"))
     family.add(("b", "1"), 1.0)
     family.add(("a", "2"), 2.0)
@@ -64,11 +64,11 @@ def test_labels_sorted_by_name_samples_by_values_in_label_name_order() -> None:
         (["", "0"], ["", "0"]),
     ],
     ids=[
-        "14.7 pid 12332 before 2056 (string order)",
-        "2.10 byte order: uppercase before lowercase",
-        "2.10 byte order: ASCII before non-ASCII",
-        "2.10 prefix sorts first",
-        "2.10 empty value sorts first",
+        "pid 12332 before 2056 (string order)",
+        "byte order: uppercase before lowercase",
+        "byte order: ASCII before non-ASCII",
+        "prefix sorts first",
+        "empty value sorts first",
     ],
 )
 def test_sample_value_order_is_bytewise(values: list[str], ordered: list[str]) -> None:
@@ -80,7 +80,7 @@ def test_sample_value_order_is_bytewise(values: list[str], ordered: list[str]) -
 
 
 def test_duplicate_series_detected() -> None:
-    """§2.10: same name + label values -> error, never a doubled series."""
+    """Same name + label values -> error, never a doubled series."""
     family = Family("f", "h", "gauge", ("a", "b"))
     family.add(("1", "2"), 1.0)
     family.add(("3", "4"), 1.0)
@@ -101,11 +101,11 @@ def test_duplicate_unlabelled_series_detected() -> None:
     ("raw", "escaped"),
     [("C:\\Windows", "C:\\\\Windows"), ('a"b', 'a\\"b'), ("a\nb", "a\\nb"), ("\t\r", "\t\r"), ("\\n", "\\\\n")],
     ids=[
-        "14.12 label backslash",
-        "14.12 label double quote",
-        "14.12 label newline",
-        "14.12 other controls raw",
-        "14.12 literal backslash-n",
+        "label backslash",
+        "label double quote",
+        "label newline",
+        "other controls raw",
+        "literal backslash-n",
     ],
 )
 def test_escape_label_value(raw: str, escaped: str) -> None:
@@ -115,7 +115,7 @@ def test_escape_label_value(raw: str, escaped: str) -> None:
 @pytest.mark.parametrize(
     ("raw", "escaped"),
     [("fan.speed [%]", "fan.speed [%]"), ("a\\b", "a\\\\b"), ("a\nb", "a\\nb"), ('a"b', 'a"b')],
-    ids=["HELP verbatim", "14.12 HELP backslash", "14.12 HELP newline", "14.12 HELP keeps double quotes"],
+    ids=["HELP verbatim", "HELP backslash", "HELP newline", "HELP keeps double quotes"],
 )
 def test_escape_help(raw: str, escaped: str) -> None:
     assert escape_help(raw) == escaped
@@ -128,7 +128,7 @@ def test_header_and_label_block() -> None:
 
 
 def test_render_blocks_sorted_by_family_name() -> None:
-    """§2.10: families sorted by full name (byte order) across all collectors."""
+    """Families sorted by full name (byte order) across all collectors."""
     blocks = [("nvidia_smi_compute_cap", "C"), ("nvidia_smi_compute_app_info", "A"), ("nvidia_smi_compute_apps", "B")]
     assert render_blocks(blocks) == "ABC"
 

@@ -1,4 +1,5 @@
-"""Value transformation of one cell (§2.7), hex quirks (§14.4), uuid normalization (§2.8), Go whitespace."""
+"""Value transformation of one cell (docs/compatibility.md, "Value transformation"), hex quirks, uuid
+normalization, Go whitespace."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ def render(qfield: str, rfield: str, raw: str) -> str | None:
     return None if value is None else format_go_float(value)
 
 
-# Every row of the §2.7 "Consequences" table (field, RField, raw cell, expected text or None = skipped).
+# What cells become (field, RField, raw cell, expected text or None = skipped); docs/compatibility.md,
+# "Value transformation" shows a selection.
 CONSEQUENCES: list[tuple[str, str, str, str | None]] = [
     ("fan.speed", "fan.speed [%]", "38 %", "0.38"),
     ("fan.speed", "fan.speed [%]", "57 %", "0.5700000000000001"),
@@ -78,7 +80,7 @@ CONSEQUENCES: list[tuple[str, str, str, str | None]] = [
 @pytest.mark.parametrize(
     ("qfield", "rfield", "raw", "expected"),
     CONSEQUENCES,
-    ids=[f"2.7 consequences: {row[0]} {row[2]!r}" for row in CONSEQUENCES],
+    ids=[f"consequences: {row[0]} {row[2]!r}" for row in CONSEQUENCES],
 )
 def test_consequences_table(qfield: str, rfield: str, raw: str, expected: str | None) -> None:
     assert render(qfield, rfield, raw) == expected
@@ -101,9 +103,9 @@ WORDS: list[tuple[str, float]] = [
 ]
 
 
-@pytest.mark.parametrize(("raw", "expected"), WORDS, ids=[f"2.7B step 2 word {w!r}" for w, _ in WORDS])
+@pytest.mark.parametrize(("raw", "expected"), WORDS, ids=[f"word {w!r}" for w, _ in WORDS])
 def test_words_ignore_multiplier(raw: str, expected: float) -> None:
-    """§2.7B.2: exact lowercase matches; the multiplier is not applied."""
+    """Exact lowercase matches; the multiplier is not applied."""
     assert transform_generic(raw, 0.01) == expected
     assert transform_generic(raw, 1048576.0) == expected
 
@@ -118,23 +120,23 @@ def test_words_exact_only(raw: str, expected: float | None) -> None:
 
 
 HEX: list[tuple[str, float, float | None, str]] = [
-    ("0x10", 1048576.0, 16, "2.7B.1 multiplier not applied to hex"),
-    ("0x10", 0.01, 16, "2.7B.1 multiplier not applied to hex (ratio)"),
-    ("  0x0C  ", 1.0, 12, "2.7B.1 hex after trimming"),
-    ("0X1F", 1.0, None, "14.4 uppercase 0X prefix is not hex: 0 and 1 are two numbers"),
-    ("0x", 1.0, None, "2.7B.1 empty hex is skipped"),
-    ("0xZZ", 1.0, None, "2.7B.1 non-hex chars are skipped"),
-    ("0x1 2", 1.0, None, "2.7B.1 spaces inside hex are skipped"),
-    ("0x-5", 1.0, None, "2.7B.1 signs are not hex"),
-    ("0xFFFFFFFFFFFFFFFF", 1.0, 18446744073709551615.0, "2.7B.1 uint64 max parses"),
-    ("0x10000000000000000", 1.0, None, "2.7B.1 uint64 overflow is skipped"),
-    ("0x0x0C", 1.0, 12, "2.7B.1 every 0x occurrence is removed"),
-    ("0x0X0C", 1.0, 12, "2.7B.1 every 0X occurrence is removed"),
-    ("0xabcdef", 1.0, 0xABCDEF, "2.7B.1 lowercase hex digits"),
-    ("0x1E8110DE", 1.0, 511774942, "14.4 pci.device_id"),
+    ("0x10", 1048576.0, 16, "multiplier not applied to hex"),
+    ("0x10", 0.01, 16, "multiplier not applied to hex (ratio)"),
+    ("  0x0C  ", 1.0, 12, "hex after trimming"),
+    ("0X1F", 1.0, None, "uppercase 0X prefix is not hex: 0 and 1 are two numbers"),
+    ("0x", 1.0, None, "empty hex is skipped"),
+    ("0xZZ", 1.0, None, "non-hex chars are skipped"),
+    ("0x1 2", 1.0, None, "spaces inside hex are skipped"),
+    ("0x-5", 1.0, None, "signs are not hex"),
+    ("0xFFFFFFFFFFFFFFFF", 1.0, 18446744073709551615.0, "uint64 max parses"),
+    ("0x10000000000000000", 1.0, None, "uint64 overflow is skipped"),
+    ("0x0x0C", 1.0, 12, "every 0x occurrence is removed"),
+    ("0x0X0C", 1.0, 12, "every 0X occurrence is removed"),
+    ("0xabcdef", 1.0, 0xABCDEF, "lowercase hex digits"),
+    ("0x1E8110DE", 1.0, 511774942, "pci.device_id"),
     # Go: strings.ReplaceAll(s, "0x", "") then strings.ReplaceAll(s, "0X", ""): removing "0x" first can join
     # a new "0X" which the second pass then removes: "0x00xX1" -> "0X1" -> "1".
-    ("0x00xX1", 1.0, 1, "2.7B.1 delete every 0x, then every 0X (two passes, Go ReplaceAll order)"),
+    ("0x00xX1", 1.0, 1, "delete every 0x, then every 0X (two passes, Go ReplaceAll order)"),
 ]
 
 
@@ -144,19 +146,19 @@ def test_hex_quirks(raw: str, multiplier: float, expected: float | None) -> None
 
 
 NUMBERS: list[tuple[str, float, float | None, str]] = [
-    ("-5", 1.0, -5, "2.7B.3 sign is part of the match"),
-    ("-0", 1.0, -0.0, "2.7B.3 negative zero parses"),
-    ("1.2.3", 1.0, None, "2.7B.3 1.2 and .3 are two matches"),
-    ("1-2", 1.0, None, "2.7B.3 1 and -2 are two matches"),
-    ("abc", 1.0, None, "2.7B.3 no number is skipped"),
-    ("", 1.0, None, "2.7B.3 empty is skipped"),
-    ("9" * 400, 1.0, None, "2.7B.3 Inf product is skipped"),
-    ("1" + "0" * 308 + " MiB", 1048576.0, None, "2.7B.3 finite number times multiplier overflowing is skipped"),
-    ("\u0665", 1.0, None, "2.7B.3 ASCII digits only (Arabic-Indic five)"),
-    ("\uff15", 1.0, None, "2.7B.3 ASCII digits only (full-width five)"),
-    ("38 %", 0.01, 38 * 0.01, "2.7B.3 one IEEE multiply"),
-    ("P8", 1.0, 8, "2.7B.3 letters around the number are ignored"),
-    ("  42  ", 1.0, 42, "2.7B.3 surrounding spaces"),
+    ("-5", 1.0, -5, "sign is part of the match"),
+    ("-0", 1.0, -0.0, "negative zero parses"),
+    ("1.2.3", 1.0, None, "1.2 and .3 are two matches"),
+    ("1-2", 1.0, None, "1 and -2 are two matches"),
+    ("abc", 1.0, None, "no number is skipped"),
+    ("", 1.0, None, "empty is skipped"),
+    ("9" * 400, 1.0, None, "Inf product is skipped"),
+    ("1" + "0" * 308 + " MiB", 1048576.0, None, "finite number times multiplier overflowing is skipped"),
+    ("\u0665", 1.0, None, "ASCII digits only (Arabic-Indic five)"),
+    ("\uff15", 1.0, None, "ASCII digits only (full-width five)"),
+    ("38 %", 0.01, 38 * 0.01, "one IEEE multiply"),
+    ("P8", 1.0, 8, "letters around the number are ignored"),
+    ("  42  ", 1.0, 42, "surrounding spaces"),
 ]
 
 
@@ -178,7 +180,7 @@ RECOVERY: list[tuple[str, float]] = [
 ]
 
 
-@pytest.mark.parametrize(("raw", "expected"), RECOVERY, ids=[f"2.7A gpu_recovery_action {r!r}" for r, _ in RECOVERY])
+@pytest.mark.parametrize(("raw", "expected"), RECOVERY, ids=[f"gpu_recovery_action {r!r}" for r, _ in RECOVERY])
 def test_recovery_action_enum(raw: str, expected: float) -> None:
     assert transform_value(raw, ValueKind.RECOVERY_ACTION, 0.01, "gpu_recovery_action") == expected
 
@@ -192,7 +194,7 @@ FABRIC: list[tuple[str, float]] = [
 ]
 
 
-@pytest.mark.parametrize(("raw", "expected"), FABRIC, ids=[f"2.7A fabric.state {r!r}" for r, _ in FABRIC])
+@pytest.mark.parametrize(("raw", "expected"), FABRIC, ids=[f"fabric.state {r!r}" for r, _ in FABRIC])
 def test_fabric_state_enum(raw: str, expected: float) -> None:
     assert transform_value(raw, ValueKind.FABRIC_STATE, 1048576.0, "fabric.state") == expected
 
@@ -201,7 +203,7 @@ ABSENT = ["", "  ", "N/A", "n/a", "[N/A]", "[Not Supported]", "[Insufficient Per
 
 
 @pytest.mark.parametrize("kind", [ValueKind.RECOVERY_ACTION, ValueKind.FABRIC_STATE], ids=lambda k: k.value)
-@pytest.mark.parametrize("raw", ABSENT, ids=[f"2.7A absent token {a!r} skipped silently" for a in ABSENT])
+@pytest.mark.parametrize("raw", ABSENT, ids=[f"absent token {a!r} skipped silently" for a in ABSENT])
 def test_enum_absent_tokens_silent(raw: str, kind: ValueKind, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.DEBUG):
         assert transform_value(raw, kind, 1.0, kind.value) is None
@@ -212,7 +214,7 @@ UNKNOWN = ["[Unknown Error]", "bogus", "5", "0x1", "enabled", "not supported yet
 
 
 @pytest.mark.parametrize("kind", [ValueKind.RECOVERY_ACTION, ValueKind.FABRIC_STATE], ids=lambda k: k.value)
-@pytest.mark.parametrize("raw", UNKNOWN, ids=[f"2.7A unknown enum value {u!r} warns" for u in UNKNOWN])
+@pytest.mark.parametrize("raw", UNKNOWN, ids=[f"unknown enum value {u!r} warns" for u in UNKNOWN])
 def test_enum_unknown_value_warns(raw: str, kind: ValueKind, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.DEBUG):
         assert transform_value(raw, kind, 1.0, kind.value) is None
@@ -251,15 +253,15 @@ UUIDS: list[tuple[str, str, str]] = [
     (
         "GPU-DF6E7A7C-7314-46F8-ABC4-B88B36DCF3AA",
         "df6e7a7c-7314-46f8-abc4-b88b36dcf3aa",
-        "2.8 trim, lowercase, strip gpu-",
+        "trim, lowercase, strip gpu-",
     ),
-    ("  gpu-abc  ", "abc", "2.8 trimmed before the prefix check"),
-    ("GPU-GPU-x", "gpu-x", "2.8 only one gpu- is stripped"),
-    ("MIG-abc", "mig-abc", "2.8 GPU uuids strip gpu- only"),
-    ("abc-GPU-x", "abc-gpu-x", "2.8 only a leading gpu- is stripped"),
-    ("\x1cGPU-X", "\x1cgpu-x", "2.8 Go TrimSpace keeps \\x1c so the prefix is not leading"),
-    ("GPU-ÄBC", "äbc", "2.8 Unicode lowercase"),
-    ("", "", "2.8 empty stays empty"),
+    ("  gpu-abc  ", "abc", "trimmed before the prefix check"),
+    ("GPU-GPU-x", "gpu-x", "only one gpu- is stripped"),
+    ("MIG-abc", "mig-abc", "GPU uuids strip gpu- only"),
+    ("abc-GPU-x", "abc-gpu-x", "only a leading gpu- is stripped"),
+    ("\x1cGPU-X", "\x1cgpu-x", "Go TrimSpace keeps \\x1c so the prefix is not leading"),
+    ("GPU-ÄBC", "äbc", "Unicode lowercase"),
+    ("", "", "empty stays empty"),
 ]
 
 
@@ -269,6 +271,6 @@ def test_normalize_uuid(raw: str, expected: str) -> None:
 
 
 def test_normalize_mig_uuid() -> None:
-    """§2.8: MIG device uuids strip mig- instead."""
+    """MIG device uuids strip mig- instead."""
     assert normalize_mig_uuid(" MIG-ABC-1 ") == "abc-1"
     assert normalize_mig_uuid("GPU-ABC") == "gpu-abc"

@@ -1,4 +1,4 @@
-"""HTTP helpers: the scrape-timeout budget (§5.3), gzip negotiation (§2.10) and listen addresses (§1.1)."""
+"""HTTP helpers: the scrape-timeout budget (docs/compatibility.md, "Timeouts"), gzip and listen addresses."""
 
 from __future__ import annotations
 
@@ -10,23 +10,23 @@ from nvidia_gpu_exporter.web.metrics import accepts_gzip, scrape_budget
 from nvidia_gpu_exporter.web.server import ListenError, _split_host_port, bind_socket
 
 BUDGETS: list[tuple[str | None, float, float | None, str]] = [
-    ("10", 0.5, 9.5, "5.3 10 with 500ms offset -> 9.5 s"),
-    ("2.5", 0.5, 2.0, "5.3 2.5 -> 2 s"),
-    ("3", 0.0, 3.0, "5.3 3 with offset 0 -> 3 s"),
-    (None, 0.5, None, "5.3 missing header ignored"),
-    ("", 0.5, None, "5.3 empty header ignored"),
-    ("abc", 0.5, None, "5.3 unparsable ignored"),
-    ("NaN", 0.5, None, "5.3 NaN ignored"),
-    ("nan", 0.0, None, "5.3 lowercase nan ignored"),
-    ("0", 0.0, None, "5.3 zero ignored"),
-    ("-5", 0.0, None, "5.3 negative ignored"),
-    ("86400", 0.0, 86400.0, "5.3 exactly one day accepted"),
-    ("86400.5", 0.0, None, "5.3 more than one day ignored"),
-    ("Inf", 0.0, None, "5.3 infinity ignored"),
-    ("0.5", 0.5, None, "5.3 0.5 with 500ms offset -> no deadline"),
-    ("0.4", 0.5, None, "5.3 offset larger than header -> no deadline"),
-    ("1_0", 0.5, None, "5.3 Go ParseFloat rejects digit separators"),
-    ("\uff11\uff10", 0.5, None, "5.3 Go ParseFloat rejects non-ASCII digits"),
+    ("10", 0.5, 9.5, "10 with 500ms offset -> 9.5 s"),
+    ("2.5", 0.5, 2.0, "2.5 -> 2 s"),
+    ("3", 0.0, 3.0, "3 with offset 0 -> 3 s"),
+    (None, 0.5, None, "missing header ignored"),
+    ("", 0.5, None, "empty header ignored"),
+    ("abc", 0.5, None, "unparsable ignored"),
+    ("NaN", 0.5, None, "NaN ignored"),
+    ("nan", 0.0, None, "lowercase nan ignored"),
+    ("0", 0.0, None, "zero ignored"),
+    ("-5", 0.0, None, "negative ignored"),
+    ("86400", 0.0, 86400.0, "exactly one day accepted"),
+    ("86400.5", 0.0, None, "more than one day ignored"),
+    ("Inf", 0.0, None, "infinity ignored"),
+    ("0.5", 0.5, None, "0.5 with 500ms offset -> no deadline"),
+    ("0.4", 0.5, None, "offset larger than header -> no deadline"),
+    ("1_0", 0.5, None, "Go ParseFloat rejects digit separators"),
+    ("\uff11\uff10", 0.5, None, "Go ParseFloat rejects non-ASCII digits"),
 ]
 
 
@@ -50,9 +50,7 @@ GZIP: list[tuple[str | None, bool, str]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("header", "expected"), [g[:2] for g in GZIP], ids=[f"2.10 Accept-Encoding: {g[2]}" for g in GZIP]
-)
+@pytest.mark.parametrize(("header", "expected"), [g[:2] for g in GZIP], ids=[f"Accept-Encoding: {g[2]}" for g in GZIP])
 def test_accepts_gzip(header: str | None, expected: bool) -> None:
     assert accepts_gzip(header) is expected
 

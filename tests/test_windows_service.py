@@ -1,4 +1,5 @@
-"""The Windows service (spec §1.4), on Linux: recording fakes of the pywin32 modules go into ``sys.modules``.
+"""The Windows service (docs/compatibility.md, "Windows service"), on Linux: recording fakes of the pywin32
+modules go into ``sys.modules``.
 
 The fakes keep a small model of the Service Control Manager (registered services, their configuration and
 state, open handles) and record every call, so the tests check what the exporter asks Windows to do.

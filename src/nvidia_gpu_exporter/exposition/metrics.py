@@ -214,7 +214,7 @@ class Exposition:
                 families += self.process_families(readings.processes, [gpu.uuid for gpu in gpus])
             if readings.extras is not None:
                 families += extras_families(readings.extras)
-        families += xid_families(snapshot.xids)  # XID counts outlive failed collections (§3.2)
+        families += xid_families(snapshot.xids)  # XID counts outlive failed collections
         if snapshot.kubernetes is not None:  # only with --kubernetes.* attribution on
             families += attribution_families(snapshot.kubernetes, rendered_uuids)
         blocks += [(family.name, render_family(family)) for family in families]

@@ -1,4 +1,4 @@
-"""The NVML-only families (spec §6.4): energy, PCIe, MIG inventory/memory/activity and XID counters.
+"""The NVML-only families (docs/metrics.md, "NVML-only families"): energy, PCIe, MIG and XID counters.
 
 Pure functions from the backend-neutral readings (:class:`~..snapshot.NvmlExtras`, the snapshot's XID
 records) to :class:`~.text.Family` objects; the exposition sorts and renders them with everything else.

@@ -72,7 +72,7 @@ def read_config_file(path: str) -> bytes:
 
 
 def parse_demo_config(data: bytes | None, path: str = "") -> tuple[FakeSmiConfig, ExtrasSpec]:
-    """The fake-nvidia-smi settings and the validated ``extras:`` of a config (the §7.2 default when
+    """The fake-nvidia-smi settings and the validated ``extras:`` of a config (the default scenario when
     there is no config at all)."""
     if data is None:
         return FakeSmiConfig(), DEFAULT_SCENARIO

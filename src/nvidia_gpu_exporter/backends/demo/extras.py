@@ -1,11 +1,11 @@
 """The demo's NVML-only surface: the ``extras:`` block of ``--demo-config`` and the per-cycle synthesis.
 
-What the demo simulates (spec §7.3/§7.4): an energy counter that integrates each GPU's power draw, PCIe
-traffic within configured bounds, a MIG topology whose busy GPU instances run hot, and an XID history
-plus random ongoing events. The coherence rules are the contract, not any particular random numbers.
+What the demo simulates (docs/demo.md, "What it simulates"): an energy counter that integrates each GPU's
+power draw, PCIe traffic within configured bounds, a MIG topology whose busy GPU instances run hot, and an
+XID history plus random ongoing events. The coherence rules are the contract, not any particular random numbers.
 
 Determinism: every random value is drawn from one source per cycle, seeded from ``extras.seed`` and the
-cycle number, in the §7.4 order (PCIe, MIG memory, MIG activity, XIDs). Two runs with the same seed
+cycle number, in a fixed order (PCIe, MIG memory, MIG activity, XIDs). Two runs with the same seed
 therefore draw the same PCIe rates, MIG memory and activity, XID codes and GPUs, cycle by cycle. What
 depends on the wall clock is left to it on purpose: the energy counter integrates power over the real
 elapsed time between cycles (joules must match watts times seconds), and ongoing XIDs fire when real time
@@ -145,7 +145,7 @@ DEFAULT_SCENARIO = ExtrasSpec(
     xid_initial=(XidEventSpec(1, 79, 2),),
     xid_interval_seconds=600.0,
 )
-"""The built-in scenario (§7.2), served when no ``--demo-config`` is given."""
+"""The built-in scenario (docs/demo.md, "The default scenario"), served when no ``--demo-config`` is given."""
 
 
 # -- validation ------------------------------------------------------------------------------------------
@@ -332,7 +332,7 @@ def parse_extras(raw: object) -> ExtrasSpec:
 
 
 def mig_uuid(parent_uuid: str, gi: int, ci: int, profile: str) -> str:
-    """A stable MIG device uuid: SHA-256 of ``<parent>/<gi>/<ci>/<profile>`` as 8-4-4-4-12 hex (§7.4.4)."""
+    """A stable MIG device uuid: SHA-256 of ``<parent>/<gi>/<ci>/<profile>`` as 8-4-4-4-12 hex."""
     text = hashlib.sha256(f"{parent_uuid}/{gi}/{ci}/{profile}".encode()).hexdigest()[:32]
     return f"MIG-{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
@@ -499,7 +499,7 @@ class ExtrasSynthesizer:
         )
 
     def attribute(self, processes: ProcessList) -> ProcessList:
-        """Give processes on a MIG GPU a (GI, CI) slot from their pid (§7.4.5); others keep empty ids."""
+        """Give processes on a MIG GPU a (GI, CI) slot from their pid; others keep empty ids."""
         if not processes.succeeded or not self._slots:
             return processes
         rows: list[ProcessRow] = []

@@ -51,7 +51,7 @@ async def run_bounded(runner: SmiRunner, args: Sequence[str], timeout_seconds: f
 async def resolve_fields(
     runner: SmiRunner, request: FieldRequest, timeout_seconds: float | None
 ) -> tuple[QueryField, ...]:
-    """Decide the query fields and their returned header names (spec: field resolution)."""
+    """Decide the query fields and their returned header names (docs/compatibility.md, "Field resolution")."""
     if request.auto:
         result = await run_bounded(runner, ["--help-query-gpu"], timeout_seconds)
         discovered = parse_help_query_gpu(result.stdout) if result.ok else []
