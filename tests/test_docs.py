@@ -14,10 +14,12 @@ import pytest
 
 from harness import FIXTURE_CAPTURES, MIG_FIXTURE, REPO, Exporter, fake_smi_command, start_exporter
 from k8s_fakes import CGROUP_LAYOUTS, GPU0, LOAD_PIDS, make_proc, require_grpc
-from nvidia_gpu_exporter.exposition.naming import PREFIX, RESERVED_NAMES, UNIT_TABLE, derive_name, value_kind
+from nvidia_gpu_exporter.exposition.families import PREFIX, RESERVED_NAMES
+from nvidia_gpu_exporter.exposition.naming import UNIT_TABLE, derive_name
 from nvidia_gpu_exporter.exposition.text import format_value
-from nvidia_gpu_exporter.exposition.transform import transform_value
 from nvidia_gpu_exporter.flags import FLAGS, Kind, usage
+from nvidia_gpu_exporter.model.fields import value_kind
+from nvidia_gpu_exporter.model.values import transform_value
 
 DOCS = REPO / "docs"
 METRICS = DOCS / "metrics.md"
