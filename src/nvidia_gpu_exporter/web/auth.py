@@ -3,6 +3,12 @@
 As in Prometheus' exporter-toolkit: results are cached by a digest of (user, hash, password), bcrypt runs
 one check at a time off the event loop, and an unknown user is checked against a fixed dummy hash so the
 response time does not reveal which users exist. Nothing secret is logged.
+
+Passwords longer than 72 bytes: bcrypt only ever reads the first 72 bytes of a password, and exporter-toolkit's
+Go bcrypt (``CompareHashAndPassword``) compares just those, so the Go exporter accepts a longer password whose
+first 72 bytes match (hashes that tools such as ``htpasswd`` wrote for it hold only those bytes). Python's
+bcrypt 4.x does the same, while 5.x raises instead. The password is cut to its first 72 bytes here, before
+bcrypt sees it, so every bcrypt version answers as the Go exporter does: bytes past the 72nd never count.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from collections.abc import Mapping
 import bcrypt
 
 CACHE_SIZE = 256
+BCRYPT_MAX_PASSWORD_BYTES = 72  # all that bcrypt reads of a password
 # A real cost-10 bcrypt hash of a password nobody uses: an unknown user costs as much as a wrong password.
 _DUMMY_HASH = b"$2b$10$kYZo6ouNp7/44r.knmFEZu3sM8P4glmlnR5vGILaGYtJMOAcmqb7C"
 
@@ -39,8 +46,9 @@ def parse_basic_authorization(header: str | None) -> tuple[str, str] | None:
 
 
 def _checkpw(password: bytes, hashed: bytes) -> bool:
+    """bcrypt's verdict on the password's first 72 bytes, as Go's bcrypt gives it, whatever bcrypt's version."""
     try:
-        return bcrypt.checkpw(password, hashed)
+        return bcrypt.checkpw(password[:BCRYPT_MAX_PASSWORD_BYTES], hashed)
     except ValueError:  # malformed hash
         return False
 
