@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -64,9 +65,30 @@ def test_bcrypt_72_byte_rule(stored: str, user: str, password: str, accepted: bo
     assert run(lambda: authenticator.verify(user, password)) is accepted
 
 
-def test_a_malformed_hash_refuses_long_passwords_too() -> None:
-    authenticator = BasicAuthenticator({"alice": "$2b$04$not-a-real-hash"})
-    assert run(lambda: authenticator.verify("alice", PASSPHRASE_72 + " and a tail")) is False
+WELL_FORMED = hash_of(SHORT.encode("utf-8"))
+
+
+@pytest.mark.parametrize(
+    "hashed",
+    [
+        pytest.param("$2b$04$not-a-real-hash", id="salt-too-short-which-bcrypt-4.0-panics-on"),
+        pytest.param("$2b$99$" + WELL_FORMED[7:], id="cost-out-of-range"),
+        pytest.param(WELL_FORMED[:-1], id="one-character-short"),
+        pytest.param(WELL_FORMED + "x", id="one-character-long"),
+        pytest.param(WELL_FORMED[:-1] + "!", id="outside-bcrypts-base64"),
+    ],
+)
+@pytest.mark.parametrize("password", [SHORT, PASSPHRASE_72 + " and a tail"], ids=["short", "over-72-bytes"])
+def test_a_malformed_hash_refuses_every_password_and_is_warned_about(
+    hashed: str, password: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="nvidia_gpu_exporter.web.auth"):
+        authenticator = BasicAuthenticator({"alice": hashed})
+    assert [record.getMessage() for record in caplog.records] == [
+        "basic_auth_users: not a well-formed bcrypt hash, so this user can never log in"
+    ]
+    assert caplog.records[0].__dict__["user"] == "alice"
+    assert run(lambda: authenticator.verify("alice", password)) is False
 
 
 # -- through the server ---------------------------------------------------------------------------------------
