@@ -13,6 +13,8 @@ tests=(
     tests/test_integration_http.py
     tests/test_integration_collection.py
     tests/test_integration_tls.py
+    tests/test_web_listeners.py
+    tests/test_private_apis.py
     tests/test_integration_robustness.py
     tests/test_conformance.py
 )

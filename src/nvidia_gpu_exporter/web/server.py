@@ -16,7 +16,7 @@ from nvidia_gpu_exporter.web.responses import plain_text
 from nvidia_gpu_exporter.web.routes import ATTRIBUTION_PATH, HEALTH_PATH, LANDING_PATH, PPROF_PREFIX, READY_PATH
 from nvidia_gpu_exporter.web.security import Security
 from nvidia_gpu_exporter.web.settings import WebSettings
-from nvidia_gpu_exporter.web.timeouts import DeadlineSockSite
+from nvidia_gpu_exporter.web.timeouts import serve_with_deadlines
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,12 @@ def bound_address(sock: socket.socket) -> str:
 
 
 class WebServer:
-    """The aiohttp runner, its listening sockets and the web-config watcher."""
+    """The aiohttp runner, the listening servers in front of it and the web-config watcher.
+
+    Only aiohttp's public API: the runner's low-level ``Server`` is the protocol factory of listeners this
+    class creates and closes itself (see :func:`serve_with_deadlines`); the runner's ``cleanup()`` then lets
+    requests in flight finish within :data:`SHUTDOWN_GRACE_SECONDS` and closes idle keep-alive connections.
+    """
 
     def __init__(self, app: web.Application, settings: WebSettings, security: Security | None = None) -> None:
         self.app = app
@@ -135,18 +140,21 @@ class WebServer:
             handler_cancellation=True,
         )
         self.addresses: list[str] = []
+        self._listeners: list[asyncio.Server] = []
 
     async def start(self, sockets: Sequence[socket.socket]) -> None:
         await self.runner.setup()
+        handlers = self.runner.server
+        assert handlers is not None  # set by setup()
         for sock in sockets:
-            site = DeadlineSockSite(
-                self.runner,
+            listener = await serve_with_deadlines(
+                handlers,
                 sock,
                 header_timeout=self.settings.header_timeout_seconds,
                 write_timeout=self.settings.write_timeout_seconds,
                 ssl_context=self.security.ssl_context,
             )
-            await site.start()
+            self._listeners.append(listener)
             address = bound_address(sock)
             self.addresses.append(address)
             log.info("Listening on", extra={"address": address, "tls": self.security.tls_enabled})
@@ -154,7 +162,11 @@ class WebServer:
             self._watcher = asyncio.create_task(self.security.watch(), name="web-config-watcher")
 
     async def stop(self) -> None:
+        """Stop listening at once, then shut down gracefully (in-flight requests get the grace period)."""
         if self._watcher is not None:
             self._watcher.cancel()
             await asyncio.wait({self._watcher})
+        for listener in self._listeners:
+            listener.close()
+        self._listeners.clear()
         await self.runner.cleanup()

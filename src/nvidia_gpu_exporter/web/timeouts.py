@@ -10,19 +10,16 @@ connections are aiohttp's own ``keepalive_timeout``. Together they bound what sl
 from __future__ import annotations
 
 import asyncio
-import asyncio.sslproto
 import logging
 import socket
 import ssl
-import sys
 from collections.abc import Callable
 
-from aiohttp import web
+from nvidia_gpu_exporter.web.tlsbuffer import create_tls_server
 
 log = logging.getLogger(__name__)
 
 HEADER_END = b"\r\n\r\n"
-TLS_RECEIVE_BUFFER_BYTES = 16 * 1024  # one maximal TLS record's plaintext; asyncio's own is 256 KiB
 
 
 class DeadlineProtocol(asyncio.Protocol):
@@ -121,77 +118,33 @@ class DeadlineProtocol(asyncio.Protocol):
         self.inner.resume_writing()
 
 
-if sys.version_info >= (3, 11):
-
-    class CompactTLSProtocol(asyncio.sslproto.SSLProtocol):
-        """asyncio's TLS protocol with a 16 KiB receive buffer instead of 256 KiB per connection.
-
-        The buffer is the chunk size for what a client sends (a scrape request: a few hundred bytes; a
-        longer record simply arrives in more than one read), yet asyncio allocates and zero-fills 256 KiB
-        for every connection, which the allocator keeps after it closes: 50 TLS scrapers cost about
-        12 MiB of RSS for it. Responses do not go through this buffer.
-        """
-
-        max_size = TLS_RECEIVE_BUFFER_BYTES
+LISTEN_BACKLOG = 128  # as aiohttp's sites ask for
 
 
-def _retrieve_outcome(future: asyncio.Future[object]) -> None:
-    if not future.cancelled():
-        future.exception()
+async def serve_with_deadlines(
+    factory: Callable[[], asyncio.Protocol],
+    sock: socket.socket,
+    *,
+    header_timeout: float,
+    write_timeout: float,
+    ssl_context: ssl.SSLContext | None = None,
+) -> asyncio.Server:
+    """Serve ``sock`` with ``factory``'s protocols (aiohttp's ``Server``), each wrapped in :class:`DeadlineProtocol`.
 
+    With TLS the handshake is bounded like the request headers (asyncio's default would be 60 s); TLS
+    listeners come from :mod:`~nvidia_gpu_exporter.web.tlsbuffer`, the one module that reaches into asyncio.
+    """
+    loop = asyncio.get_running_loop()
 
-class DeadlineSockSite(web.SockSite):
-    """A ``SockSite`` whose connections get :class:`DeadlineProtocol` and a bounded TLS handshake."""
+    def deadline_factory() -> asyncio.Protocol:
+        return DeadlineProtocol(factory(), loop, header_timeout, write_timeout)
 
-    def __init__(
-        self,
-        runner: web.BaseRunner,
-        sock: socket.socket,
-        *,
-        header_timeout: float,
-        write_timeout: float,
-        ssl_context: ssl.SSLContext | None = None,
-    ) -> None:
-        super().__init__(runner, sock, ssl_context=ssl_context)
-        self.header_timeout = header_timeout
-        self.write_timeout = write_timeout
-
-    async def start(self) -> None:
-        await web.BaseSite.start(self)
-        loop = asyncio.get_running_loop()
-        server = self._runner.server
-        assert server is not None
-        inner_factory: Callable[[], asyncio.Protocol] = server
-
-        def factory() -> asyncio.Protocol:
-            return DeadlineProtocol(inner_factory(), loop, self.header_timeout, self.write_timeout)
-
-        handshake_timeout = self.header_timeout if self.header_timeout > 0 else None
-        if self._ssl_context is None:
-            self._server = await loop.create_server(factory, sock=self._sock, backlog=self._backlog)
-        elif sys.version_info >= (3, 11):
-            context = self._ssl_context
-
-            def tls_factory() -> asyncio.BaseProtocol:
-                handshake_done = loop.create_future()  # nobody awaits it: a failed handshake is only logged
-                handshake_done.add_done_callback(_retrieve_outcome)
-                return CompactTLSProtocol(
-                    loop,
-                    factory(),
-                    context,
-                    handshake_done,
-                    server_side=True,
-                    # The handshake is bounded like the request headers (asyncio's default would be 60 s).
-                    ssl_handshake_timeout=handshake_timeout,  # type: ignore[arg-type]  # typeshed: int only
-                )
-
-            self._server = await loop.create_server(tls_factory, sock=self._sock, backlog=self._backlog)
-        else:
-            # The handshake is bounded like the request headers (asyncio's default would be 60 s).
-            self._server = await loop.create_server(
-                factory,
-                sock=self._sock,
-                ssl=self._ssl_context,
-                backlog=self._backlog,
-                ssl_handshake_timeout=handshake_timeout,
-            )
+    if ssl_context is None:
+        return await loop.create_server(deadline_factory, sock=sock, backlog=LISTEN_BACKLOG)
+    return await create_tls_server(
+        deadline_factory,
+        sock,
+        ssl_context,
+        handshake_timeout=header_timeout if header_timeout > 0 else None,
+        backlog=LISTEN_BACKLOG,
+    )

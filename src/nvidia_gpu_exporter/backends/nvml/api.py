@@ -7,12 +7,16 @@ becomes UNKNOWN. Callers branch on :class:`Failure` values instead of catching e
 
 Strings are read through :func:`string_getter` rather than the bindings' wrappers, which decode strictly
 and would turn one bad byte into an exception: undecodable bytes are kept as surrogate escapes, and the
-exposition then drops the GPU exactly as it does for invalid UTF-8 printed by nvidia-smi.
+exposition then drops the GPU exactly as it does for invalid UTF-8 printed by nvidia-smi. That takes two
+private helpers of the bindings (:data:`PRIVATE_HELPERS`); this module is the only code that uses them,
+pyproject pins the nvidia-ml-py range they were verified on (:data:`SUPPORTED_BINDINGS`), and
+:func:`bindings_problem` turns their absence into a startup error naming that range.
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib.metadata
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +42,12 @@ UNKNOWN = 999
 
 # Failures that mean the NVML session itself is gone: the cycle is fatal and NVML is re-initialized.
 LIFECYCLE_CODES = frozenset({UNINITIALIZED, DRIVER_NOT_LOADED, GPU_IS_LOST, LIB_RM_VERSION_MISMATCH, GPU_NOT_FOUND})
+
+# The nvidia-ml-py releases this module was verified with (pyproject.toml pins the same range).
+SUPPORTED_BINDINGS = "nvidia-ml-py>=12.575.51,<14"
+# The bindings' private helpers: a C function's pointer (FUNCTION_NOT_FOUND when the library lacks it) and
+# the return-code check that raises NVMLError.
+PRIVATE_HELPERS = ("_nvmlGetFunctionPointer", "_nvmlCheckReturn")
 
 NA_UINT64 = (1 << 64) - 1
 NO_INSTANCE = 0xFFFFFFFF
@@ -89,6 +99,30 @@ def call(function: str | Callable[..., Any], *args: Any) -> Any:
     except Exception as error:  # whatever the library does, the exporter keeps running
         log.debug("NVML call raised", extra={"function": str(function), "err": repr(error)})
         return Failure(UNKNOWN)
+
+
+def bindings_version() -> str:
+    """The installed nvidia-ml-py's version, or ``unknown`` where its metadata is not installed."""
+    try:
+        return importlib.metadata.version("nvidia-ml-py")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def bindings_problem() -> str | None:
+    """Why the installed bindings cannot serve the nvml backend (naming the supported range), or ``None``."""
+    missing = [name for name in PRIVATE_HELPERS if not callable(getattr(pynvml, name, None))]
+    if not missing:
+        return None
+    return (
+        f"the installed nvidia-ml-py {bindings_version()} lacks pynvml.{', pynvml.'.join(missing)}, "
+        f"which the nvml backend reads strings and structs through; install {SUPPORTED_BINDINGS}"
+    )
+
+
+def exports(symbol: str) -> bool:
+    """Whether the loaded libnvidia-ml exports ``symbol`` (NVML must be initialized)."""
+    return not isinstance(call(pynvml._nvmlGetFunctionPointer, symbol), Failure)
 
 
 def string_getter(symbol: str, size: int, *leading: Any) -> str:

@@ -19,8 +19,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pynvml
-
 from nvidia_gpu_exporter._go.text import GO_SPACE
 from nvidia_gpu_exporter.backends import BackendSetupError, CollectionError
 from nvidia_gpu_exporter.backends.fields import FieldRequest, FieldResolutionError
@@ -31,7 +29,9 @@ from nvidia_gpu_exporter.backends.nvml.api import (
     NO_INSTANCE,
     NO_PERMISSION,
     Failure,
+    bindings_problem,
     call,
+    exports,
     read_string,
     return_name,
 )
@@ -355,13 +355,17 @@ def open_backend(
     watch_xids: bool = True,
     gpm_clock: Callable[[], float] = time.monotonic,
 ) -> NvmlBackend:
-    """Init NVML, check the exports the exporter cannot do without, resolve fields, start the XID watcher."""
+    """Check the bindings, init NVML, check the exports the exporter cannot do without, resolve fields, start
+    the XID watcher."""
+    problem = bindings_problem()
+    if problem is not None:
+        raise BackendSetupError(problem)
     session = NvmlSession()
     failure = session.init()
     if failure is not None:
         raise BackendSetupError(f"failed to initialize NVML: {return_name(failure.code)}")
     try:
-        if isinstance(call(pynvml._nvmlGetFunctionPointer, "nvmlDeviceGetUUID"), Failure):
+        if not exports("nvmlDeviceGetUUID"):
             raise BackendSetupError("the NVML library does not export nvmlDeviceGetUUID")
         driver = read_string("nvmlSystemGetDriverVersion", 80)
         fields = resolve_fields(request, driver if isinstance(driver, str) else "")

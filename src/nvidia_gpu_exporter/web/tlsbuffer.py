@@ -1,0 +1,113 @@
+"""TLS listeners with a 16 KiB receive buffer per connection: the one module that touches ``asyncio.sslproto``.
+
+asyncio's TLS protocol (Python >= 3.11) allocates and zero-fills a 256 KiB receive buffer for every connection,
+which the allocator keeps after it closes: 50 TLS scrapers cost about 12 MiB of RSS for it. A client only ever
+sends a scrape request (a few hundred bytes; a longer record simply arrives in more than one read), and
+responses do not go through this buffer, so one maximal TLS record's plaintext is plenty. asyncio has no public
+way to size the buffer: :class:`CompactTLSProtocol` subclasses the private ``SSLProtocol`` and overrides its
+``max_size``. That is done only on the CPython versions it was verified on (:data:`VERIFIED_PYTHONS`) and only
+while the class still has the shape relied on (:func:`sslproto_mismatches`); anywhere else TLS is served by the
+public ``loop.create_server(ssl=...)`` with asyncio's own buffer, which costs memory, never correctness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.sslproto
+import functools
+import inspect
+import logging
+import socket
+import ssl
+import sys
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+TLS_RECEIVE_BUFFER_BYTES = 16 * 1024  # one maximal TLS record's plaintext; asyncio's own is 256 KiB
+# The first and last CPython minor versions whose asyncio.sslproto was checked against what this module uses.
+VERIFIED_PYTHONS = ((3, 11), (3, 13))
+# The SSLProtocol constructor parameters passed below, by name.
+SSLPROTOCOL_PARAMETERS = ("loop", "app_protocol", "sslcontext", "waiter", "server_side", "ssl_handshake_timeout")
+
+
+def sslproto_mismatches() -> list[str]:
+    """How this interpreter's ``asyncio.sslproto.SSLProtocol`` differs from what the compact protocol relies on."""
+    protocol = getattr(asyncio.sslproto, "SSLProtocol", None)
+    if not isinstance(protocol, type):
+        return ["asyncio.sslproto.SSLProtocol is gone"]
+    mismatches = []
+    if not issubclass(protocol, asyncio.BufferedProtocol):
+        mismatches.append("SSLProtocol is not a BufferedProtocol (it reads into no buffer of its own)")
+    if not isinstance(getattr(protocol, "max_size", None), int):
+        mismatches.append("SSLProtocol.max_size (the receive buffer's size) is not an int class attribute")
+    parameters = inspect.signature(protocol).parameters
+    missing = [name for name in SSLPROTOCOL_PARAMETERS if name not in parameters]
+    if missing:
+        mismatches.append(f"SSLProtocol() takes no {', '.join(missing)}")
+    return mismatches
+
+
+def python_verified(version: tuple[int, int] = (sys.version_info.major, sys.version_info.minor)) -> bool:
+    """Whether ``version`` is one of the CPython versions :data:`VERIFIED_PYTHONS` spans."""
+    first, last = VERIFIED_PYTHONS
+    return sys.implementation.name == "cpython" and first <= version <= last
+
+
+@functools.cache
+def compact_tls_available() -> bool:
+    """Whether TLS connections get the 16 KiB buffer here; when not, asyncio's public path serves them."""
+    if sys.version_info < (3, 11):
+        return False  # Python 3.10's TLS protocol has no per-connection receive buffer to shrink
+    if not python_verified():
+        log.debug("TLS: asyncio's own receive buffer (this Python's asyncio.sslproto is not verified)")
+        return False
+    mismatches = sslproto_mismatches()
+    if mismatches:
+        log.debug("TLS: asyncio's own receive buffer", extra={"reason": "; ".join(mismatches)})
+        return False
+    return True
+
+
+if sys.version_info >= (3, 11):
+
+    class CompactTLSProtocol(asyncio.sslproto.SSLProtocol):
+        """asyncio's TLS protocol with a 16 KiB receive buffer instead of 256 KiB per connection."""
+
+        max_size = TLS_RECEIVE_BUFFER_BYTES
+
+
+def _retrieve_outcome(future: asyncio.Future[object]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+async def create_tls_server(
+    factory: Callable[[], asyncio.Protocol],
+    sock: socket.socket,
+    context: ssl.SSLContext,
+    *,
+    handshake_timeout: float | None,
+    backlog: int,
+) -> asyncio.Server:
+    """Serve TLS on ``sock``: each connection's handshake is bounded by ``handshake_timeout`` (None: asyncio's 60 s),
+    then ``factory``'s protocol gets the plaintext."""
+    loop = asyncio.get_running_loop()
+    if sys.version_info >= (3, 11) and compact_tls_available():
+
+        def tls_factory() -> asyncio.BaseProtocol:
+            handshake_done = loop.create_future()  # nobody awaits it: a failed handshake is only logged
+            handshake_done.add_done_callback(_retrieve_outcome)
+            return CompactTLSProtocol(
+                loop,
+                factory(),
+                context,
+                handshake_done,
+                server_side=True,
+                ssl_handshake_timeout=handshake_timeout,  # type: ignore[arg-type]  # typeshed: int only
+            )
+
+        return await loop.create_server(tls_factory, sock=sock, backlog=backlog)
+    return await loop.create_server(
+        factory, sock=sock, ssl=context, backlog=backlog, ssl_handshake_timeout=handshake_timeout
+    )
