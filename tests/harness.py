@@ -12,7 +12,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nvidia_gpu_exporter.backends.exec.command import quote_word
 from nvidia_gpu_exporter.exposition.metrics import WALL_CLOCK_FAMILIES
+from polling import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -189,17 +190,6 @@ def samples(scrape: str, family: str) -> list[str]:
 def assert_parses(text: str) -> list[str]:
     """The body must parse with the reference Prometheus parser; returns the family names."""
     return [family.name for family in text_string_to_metric_families(text)]
-
-
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    """Poll ``predicate`` every 20 ms; fail the test after ``timeout`` seconds."""
-    import pytest
-
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for: {what}")
-        time.sleep(0.02)
 
 
 def process_gone(pid: int) -> bool:

@@ -29,10 +29,10 @@ from harness import (
     run_exporter_to_exit,
     sample_value,
     samples,
-    wait_until,
 )
 from nvidia_gpu_exporter.backends.exec.command import quote_word
 from nvidia_gpu_exporter.capture.format import load_capture
+from polling import wait_until
 
 MIG_FIXTURE = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
 WINDOWS_FIXTURE = FIXTURE_CAPTURES / "fixture-windows-1gpu.txt"
@@ -574,14 +574,12 @@ def test_cached_mode_eventually_serves_what_synchronous_mode_serves(exporter: St
     flags = (*fixture_command(MIG_FIXTURE, "--state", "load"), "--collect.compute-apps")
     expected = comparable(exporter(*flags).scrape())
     cached = exporter(*flags, "--collect.interval=100ms")
-    latest: list[str] = []
-
-    def matches() -> bool:
-        latest[:] = [comparable(cached.scrape())]
-        return latest[0] == expected
-
-    wait_until(matches, "the cached exporter to serve the synchronous output", timeout=15)
-    assert sample_value(latest[0], "nvidia_smi_failed_scrapes_total") == 0
+    latest = wait_until(
+        lambda: comparable(cached.scrape()),
+        "the cached exporter to serve the synchronous output",
+        until=lambda text: text == expected,
+    )
+    assert sample_value(latest, "nvidia_smi_failed_scrapes_total") == 0
 
 
 @posix_only
@@ -628,14 +626,11 @@ def test_cached_mode_failed_tick_drops_gpu_series_but_keeps_the_timestamp(
     wait_until(lambda: "nvidia_smi_gpu_info{" in handle.scrape(), "the first background collection")
     timestamp = sample_value(handle.scrape(), "nvidia_smi_last_collect_success_timestamp_seconds")
     wrapper.set("stdout", "garbage\n")
-    latest: list[str] = []
-
-    def failed() -> bool:
-        latest[:] = [handle.scrape()]
-        return sample_value(latest[0], "nvidia_smi_last_collect_success") == 0
-
-    wait_until(failed, "a failed background tick")
-    scrape = latest[0]
+    scrape = wait_until(
+        handle.scrape,
+        "a failed background tick",
+        until=lambda text: sample_value(text, "nvidia_smi_last_collect_success") == 0,
+    )
     assert "nvidia_smi_gpu_info" not in scrape
     assert sample_value(scrape, "nvidia_smi_command_exit_code") == -1
     kept = sample_value(scrape, "nvidia_smi_last_collect_success_timestamp_seconds")

@@ -30,8 +30,8 @@ from harness import (
     sample_value,
     samples,
     start_exporter,
-    wait_until,
 )
+from polling import wait_until
 
 MIG_FIXTURE = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
 WINDOWS_FIXTURE = FIXTURE_CAPTURES / "fixture-windows-1gpu.txt"

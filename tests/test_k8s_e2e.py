@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from conftest import StartExporter
-from harness import MIG_FIXTURE, comparable, fake_smi_command, samples, wait_until
+from harness import MIG_FIXTURE, comparable, fake_smi_command, samples
 from k8s_fakes import (
     CGROUP_LAYOUTS,
     CID,
@@ -21,6 +21,7 @@ from k8s_fakes import (
     require_grpc,
     silent_socket,
 )
+from polling import wait_until
 
 require_grpc()
 

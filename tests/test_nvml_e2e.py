@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ctypes.util
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,19 +20,10 @@ from nvml_fixtures import (
     _fake_nvml_library_fixture,  # noqa: F401
     _fake_nvml_library_without_uuid_fixture,  # noqa: F401
 )
+from polling import wait_until
 
 NVML = "--collect.backend=nvml"
 PATIENCE_SECONDS = 30.0  # bounds a wait so a broken exporter fails instead of hanging; never asserted
-
-
-def eventually(scrape: Callable[[], str], condition: Callable[[str], bool], what: str) -> str:
-    deadline = time.monotonic() + PATIENCE_SECONDS
-    while True:
-        text = scrape()
-        if condition(text):
-            return text
-        assert time.monotonic() < deadline, f"gave up waiting for {what}:\n{text}"
-        time.sleep(0.05)
 
 
 def families(scrape: str) -> set[str]:
@@ -111,7 +101,7 @@ def test_xids_are_counted_and_served_even_while_collections_fail(
     uuid = samples(handle.scrape(), "nvidia_smi_gpu_info")[0].split('uuid="', 1)[1].split('"', 1)[0]
     control.send("xid 0 79", "xid 0 79", "count 0")
     series = f'nvidia_smi_xid_errors_total{{uuid="{uuid}",xid="79"}}'
-    scrape = eventually(handle.scrape, lambda text: sample_value(text, series) == 2, "two XID 79 events")
+    scrape = wait_until(handle.scrape, "two XID 79 events", until=lambda text: sample_value(text, series) == 2)
     assert sample_value(scrape, "nvidia_smi_last_collect_success") == 0
     assert f'nvidia_smi_xid_last_timestamp_seconds{{uuid="{uuid}",xid="79"}}' in scrape
     assert "level=warn" in handle.log
