@@ -7,7 +7,6 @@ Where a collection must misbehave only after startup (slow, hung, odd output), t
 
 from __future__ import annotations
 
-import re
 import signal
 import sys
 import time
@@ -19,17 +18,8 @@ from pathlib import Path
 import pytest
 
 from conftest import StartExporter
-from harness import (
-    FIXTURE_CAPTURES,
-    Wrapper,
-    assert_parses,
-    comparable,
-    fake_smi_command,
-    process_gone,
-    run_exporter_to_exit,
-    sample_value,
-    samples,
-)
+from exposition_reader import comparable, label_values, parse, sample_value, samples, values_of
+from harness import FIXTURE_CAPTURES, Wrapper, fake_smi_command, process_gone, run_exporter_to_exit
 from nvidia_gpu_exporter.backends.exec.command import quote_word
 from nvidia_gpu_exporter.capture.format import load_capture
 from polling import wait_until
@@ -66,20 +56,6 @@ def fixture_command(capture: Path = MIG_FIXTURE, *fake_args: str) -> tuple[str, 
     return ("--nvidia-smi-command", fake_smi_command(capture, *fake_args))
 
 
-def label_values(scrape: str, family: str, label: str) -> list[str]:
-    pattern = re.compile(rf'[{{,]{label}="((?:[^"\\]|\\.)*)"')
-    values = []
-    for line in samples(scrape, family):
-        match = pattern.search(line)
-        assert match is not None, line
-        values.append(match.group(1))
-    return values
-
-
-def values_of(scrape: str, family: str) -> list[float]:
-    return [float(line.rsplit(" ", 1)[1]) for line in samples(scrape, family)]
-
-
 def mig_csv_lines(state: str = "idle") -> list[str]:
     section = load_capture(MIG_FIXTURE).find(state, "query-gpu (csv")
     assert section is not None
@@ -87,7 +63,7 @@ def mig_csv_lines(state: str = "idle") -> list[str]:
 
 
 def assert_failed_collection(scrape: str, exit_code: int, failures: int = 1) -> None:
-    assert_parses(scrape)
+    parse(scrape)
     assert sample_value(scrape, "nvidia_smi_command_exit_code") == exit_code
     assert sample_value(scrape, "nvidia_smi_last_collect_success") == 0
     assert sample_value(scrape, "nvidia_smi_failed_scrapes_total") == failures
@@ -104,7 +80,7 @@ def test_successful_collection_has_exit_code_zero_and_wall_clock_families(export
     handle = exporter(*fixture_command())
     before = time.time()
     scrape = handle.scrape()
-    assert_parses(scrape)
+    parse(scrape)
     assert sample_value(scrape, "nvidia_smi_command_exit_code") == 0
     assert sample_value(scrape, "nvidia_smi_last_collect_success") == 1
     assert sample_value(scrape, "nvidia_smi_failed_scrapes_total") == 0
@@ -311,7 +287,7 @@ def test_header_only_output_is_a_successful_collection_without_gpus(exporter: St
     handle = exporter(*wrapper.args())
     wrapper.set("stdout", mig_csv_lines()[0] + "\n")
     scrape = handle.scrape()
-    assert_parses(scrape)
+    parse(scrape)
     assert sample_value(scrape, "nvidia_smi_last_collect_success") == 1
     assert sample_value(scrape, "nvidia_smi_command_exit_code") == 0
     assert sample_value(scrape, "nvidia_smi_failed_scrapes_total") == 0
@@ -348,7 +324,7 @@ def test_duplicate_gpu_uuids_fail_the_whole_scrape_with_500(exporter: StartExpor
 def test_compute_apps_failure_is_soft(exporter: StartExporter) -> None:
     handle = exporter(*fixture_command(MIG_FIXTURE, "--fail-arg", "--query-compute-apps"), "--collect.compute-apps")
     scrape = handle.scrape()
-    assert_parses(scrape)
+    parse(scrape)
     assert sample_value(scrape, "nvidia_smi_compute_apps_last_collect_success") == 0
     assert sample_value(scrape, "nvidia_smi_last_collect_success") == 1
     assert sample_value(scrape, "nvidia_smi_failed_scrapes_total") == 0
@@ -410,7 +386,7 @@ def test_field_selection(
 ) -> None:
     handle = exporter(*fixture_command(), *flags)
     scrape = handle.scrape()
-    assert_parses(scrape)
+    parse(scrape)
     for text in present:
         assert text in scrape
     for text in absent:
@@ -597,7 +573,7 @@ def test_cached_mode_first_scrape_does_not_wait_for_the_first_collection(
     assert response.status == 200
     assert elapsed < 10.0  # served at once from the (still empty) cache, not after the 30 s collection
     scrape = response.text
-    assert_parses(scrape)
+    parse(scrape)
     assert sample_value(scrape, "nvidia_smi_last_collect_success") == 0
     assert sample_value(scrape, "nvidia_smi_failed_scrapes_total") == 0
     for family in NO_RESULT_ABSENT:
@@ -644,7 +620,7 @@ def test_cached_mode_failed_tick_drops_gpu_series_but_keeps_the_timestamp(
 
 @dataclass(frozen=True)
 class WindowsState:
-    """What the Windows fixture's state must produce (process names as escaped in the exposition)."""
+    """What the Windows fixture's state must produce (process names as parsed back from the exposition)."""
 
     state: str
     processes: frozenset[str]
@@ -657,9 +633,9 @@ WINDOWS_STATES = (
         "idle",
         frozenset(
             {
-                "C:\\\\Windows\\\\System32\\\\dwm.exe",
-                "C:\\\\Windows\\\\explorer.exe",
-                "C:\\\\Program Files\\\\Mozilla Firefox\\\\firefox.exe",
+                "C:\\Windows\\System32\\dwm.exe",
+                "C:\\Windows\\explorer.exe",
+                "C:\\Program Files\\Mozilla Firefox\\firefox.exe",
             }
         ),
         (),  # [N/A] fan speed: no sample
@@ -669,10 +645,10 @@ WINDOWS_STATES = (
         "load",
         frozenset(
             {
-                "C:\\\\Windows\\\\System32\\\\dwm.exe",
-                "C:\\\\Windows\\\\explorer.exe",
-                "C:\\\\Program Files\\\\Mozilla Firefox\\\\firefox.exe",
-                "C:\\\\Tools\\\\ffmpeg\\\\bin\\\\ffmpeg.exe",
+                "C:\\Windows\\System32\\dwm.exe",
+                "C:\\Windows\\explorer.exe",
+                "C:\\Program Files\\Mozilla Firefox\\firefox.exe",
+                "C:\\Tools\\ffmpeg\\bin\\ffmpeg.exe",
             }
         ),
         (0.54,),
@@ -686,7 +662,7 @@ def test_windows_fixture_end_to_end(exporter: StartExporter, case: WindowsState)
     state = case.state
     handle = exporter(*fixture_command(WINDOWS_FIXTURE, "--state", state), "--collect.compute-apps")
     scrape = handle.scrape()
-    assert_parses(scrape)
+    parse(scrape)
     info = samples(scrape, "nvidia_smi_gpu_info")
     assert len(info) == 1
     for label in (
@@ -722,7 +698,7 @@ def test_windows_fixture_end_to_end(exporter: StartExporter, case: WindowsState)
 def test_mig_fixture_end_to_end(exporter: StartExporter, state: str, processes: set[str]) -> None:
     handle = exporter(*fixture_command(MIG_FIXTURE, "--state", state), "--collect.compute-apps")
     scrape = handle.scrape()
-    assert_parses(scrape)
+    parse(scrape)
     assert sorted(label_values(scrape, "nvidia_smi_gpu_info", "uuid")) == [MIG_GPU0, MIG_GPU1]
     assert set(label_values(scrape, "nvidia_smi_gpu_info", "cuda_version")) == {"12.4"}
     assert set(label_values(scrape, "nvidia_smi_compute_app_info", "process_name")) == processes

@@ -8,20 +8,10 @@ import re
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import StartExporter, conformance_dir_or_skip
-from harness import (
-    FIXTURE_CAPTURES,
-    REPO,
-    StartupFailed,
-    comparable,
-    family_of,
-    run_exporter_to_exit,
-    sample_value,
-    samples,
-    start_exporter,
-)
+from exposition_reader import comparable, family_of, label_values, parse, sample_value, samples
+from harness import FIXTURE_CAPTURES, REPO, StartupFailed, run_exporter_to_exit, start_exporter
 from nvidia_gpu_exporter.capture.format import GPU_CSV_LABEL_PREFIX, load_capture
 
 DEMO = "--collect.backend=demo"
@@ -47,27 +37,13 @@ def deterministic(scrape: str) -> str:
     )
 
 
-def label_values(scrape: str, family: str, label: str) -> list[str]:
-    pattern = re.compile(rf'[{{,]{label}="((?:[^"\\]|\\.)*)"')
-    values = []
-    for line in samples(scrape, family):
-        match = pattern.search(line)
-        assert match is not None, line
-        values.append(match.group(1))
-    return values
-
-
-def assert_parses(text: str) -> None:
-    assert list(text_string_to_metric_families(text))
-
-
 # -- serving ----------------------------------------------------------------------------------------------
 
 
 def test_demo_backend_zero_config_serves_two_simulated_gpus(exporter: StartExporter) -> None:
     handle = exporter(DEMO, "--collect.compute-apps")
     scrape = handle.scrape()
-    assert_parses(scrape)
+    parse(scrape)
     info = samples(scrape, "nvidia_smi_gpu_info")
     assert len(info) == 2
     assert len(set(label_values(scrape, "nvidia_smi_gpu_info", "uuid"))) == 2

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from exposition_reader import family_block, without_families
 from fakes import FakeBackend
 from harness import MIG_FIXTURE
 from k8s_fakes import CGROUP_LAYOUTS, CID, GPU0, GPU1, HOST_SERVICE, MIG0, MIG1, UID, make_proc
@@ -36,7 +37,7 @@ from nvidia_gpu_exporter.model.snapshot import (
 )
 from nvidia_gpu_exporter.web.attribution import build_report
 from polling import eventually
-from unit_helpers import family_block, gpu_row, query_fields, without_families
+from unit_helpers import gpu_row, query_fields
 
 FIELDS = query_fields([("mig.mode.current", "mig.mode.current"), ("temperature.gpu", "temperature.gpu")])
 ROWS = (

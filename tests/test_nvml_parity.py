@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from conftest import StartExporter
-from harness import comparable, fake_smi_command, family_of
+from exposition_reader import comparable, family_of
+from harness import fake_smi_command
 from nvidia_gpu_exporter.backends.nvml.catalog import CATALOG, RFIELDS
 from nvml_fixtures import (
     H200_EXPECTED,
