@@ -1,4 +1,4 @@
-"""Shared pytest fixtures: the exporter harness lives in ``harness.py``."""
+"""Shared pytest fixtures: the exporter harness lives in ``harness.py``, the fake NVML's in ``nvml_fixtures.py``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import Exporter, start_exporter
 from k8s_fakes import FakeKubelet, short_socket_dir
+
+# Fixture modules every test module may use without importing them: the fake libnvidia-ml (built on first use).
+pytest_plugins = ["nvml_fixtures"]
 
 StartExporter = Callable[..., Exporter]
 

@@ -15,12 +15,7 @@ import pytest
 from conftest import StartExporter
 from exposition_reader import label_values, names_in, sample_value, samples
 from harness import StartupFailed
-from nvml_fixtures import (
-    ControlFile,
-    FakeNvmlLibrary,
-    _fake_nvml_library_fixture,  # noqa: F401
-    _fake_nvml_library_without_uuid_fixture,  # noqa: F401
-)
+from nvml_fixtures import ControlFile, FakeNvmlLibrary
 from polling import wait_until
 
 NVML = "--collect.backend=nvml"

@@ -25,8 +25,6 @@ from nvml_fixtures import (
     RTX_PROCESSES,
     FakeNvmlLibrary,
     InProcessFake,
-    _fake_nvml_fixture,  # noqa: F401
-    _fake_nvml_library_fixture,  # noqa: F401
     h200_uuid,
 )
 

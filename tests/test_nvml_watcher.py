@@ -11,12 +11,7 @@ import pytest
 
 from nvidia_gpu_exporter.backends.nvml.session import NvmlSession
 from nvidia_gpu_exporter.backends.nvml.xid import XidWatcher
-from nvml_fixtures import (
-    InProcessFake,
-    _fake_nvml_fixture,  # noqa: F401
-    _fake_nvml_library_fixture,  # noqa: F401
-    h200_uuid,
-)
+from nvml_fixtures import InProcessFake, h200_uuid
 from polling import wait_until
 
 
