@@ -116,6 +116,11 @@ def samples(text: str, family: str) -> list[str]:
     return [line for line in text.split("\n") if line and not line.startswith("#") and family_of(line) == family]
 
 
+def nvidia_smi_part(text: str) -> str:
+    """Every line that mentions an ``nvidia_smi_`` metric, verbatim (the handler's own counters left out)."""
+    return "".join(line + "\n" for line in text.splitlines() if "nvidia_smi_" in line)
+
+
 def comparable(scrape: str) -> str:
     """Only the ``nvidia_smi_*`` lines minus the wall-clock families, as the conformance files hold them."""
     kept = [

@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 
 from async_helpers import WAIT_SECONDS, bounded, run
-from exposition_reader import parse
+from exposition_reader import nvidia_smi_part, parse
 from fakes import FakeBackend
 from nvidia_gpu_exporter.app import web_settings
 from nvidia_gpu_exporter.backends import CollectionError
@@ -115,10 +115,6 @@ async def get(url: str, headers: dict[str, str] | None = None) -> Reply:
         session.get(url, headers={"Accept-Encoding": "identity", **(headers or {})}) as response,
     ):
         return Reply(response.status, dict(response.headers), await response.read())
-
-
-def nvidia_smi_part(text: str) -> str:
-    return "".join(line + "\n" for line in text.splitlines() if "nvidia_smi_" in line)
 
 
 # -- pure helpers of the metrics route ----------------------------------------------------------------
