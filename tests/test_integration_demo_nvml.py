@@ -12,6 +12,7 @@ import pytest
 from conftest import StartExporter
 from exposition_reader import checked, label_values, sample_value, samples, values_of
 from harness import run_exporter_to_exit, start_exporter
+from polling import wait_until
 
 DEMO = "--collect.backend=demo"
 
@@ -135,6 +136,8 @@ def test_broken_config_edit_fails_one_collection_and_keeps_xids(exporter: StartE
     assert "nvidia_smi_gpu_info{" not in failed
     assert "nvidia_smi_energy_joules_total" not in failed
     assert samples(failed, "nvidia_smi_xid_errors_total")[0].endswith('xid="48"} 1')
+    # The exporter logs before it answers, but the harness reads its stderr on a thread of its own.
+    wait_until(lambda: "failed to collect metrics" in handle.log, "the failed collection to be logged")
     assert sum("failed to collect metrics" in line for line in handle.stderr_lines) == 1
     path.write_text(good, encoding="utf-8")
     recovered = checked(handle.scrape())
