@@ -6,8 +6,6 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-import pytest
-
 T = TypeVar("T")
 WAIT_SECONDS = 5.0  # every await in these tests is bounded by this
 
@@ -18,13 +16,3 @@ def run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 async def bounded(awaitable: Awaitable[T]) -> T:
     return await asyncio.wait_for(awaitable, WAIT_SECONDS)
-
-
-async def eventually(predicate: Callable[[], bool], what: str) -> None:
-    """Yield to the loop until ``predicate`` holds; fail after :data:`WAIT_SECONDS`."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT_SECONDS
-    while not predicate():
-        if loop.time() > deadline:
-            pytest.fail(f"timed out waiting for: {what}")
-        await asyncio.sleep(0.005)

@@ -1,4 +1,4 @@
-"""Shared pytest fixtures: the exporter harness lives in ``harness.py``."""
+"""Shared pytest fixtures: the exporter harness lives in ``harness.py``, the fake NVML's in ``nvml_fixtures.py``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,62 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import Exporter, start_exporter
 from k8s_fakes import FakeKubelet, short_socket_dir
 
+# Fixture modules every test module may use without importing them: the fake libnvidia-ml (built on first use).
+pytest_plugins = ["nvml_fixtures"]
+
 StartExporter = Callable[..., Exporter]
+
+# The modules of fast in-process tests (no child process, servers only on in-process loopback sockets, no
+# wait longer than a fraction of a second), marked ``unit`` so that ``pytest -m unit`` runs them in seconds.
+# Each names the prefixes of its few tests that do start a process, sleep or explore hundreds of generated
+# inputs: those stay unmarked.
+UNIT_MODULES: dict[str, tuple[str, ...]] = {
+    "test_collector": (),
+    "test_demo_extras": (),
+    "test_fakesmi": (),
+    "test_fakesmi_capture": (),
+    "test_fakesmi_cli": ("test_subprocess_", "test_delay_really_sleeps"),
+    "test_fakesmi_config": (),
+    "test_fakesmi_conformance": (),
+    "test_k8s_attribution": (),
+    "test_k8s_cgroups": (),
+    "test_k8s_devices": (),
+    "test_k8s_podresources": (),
+    "test_nvml_catalog": (),
+    "test_nvml_families": (),
+    "test_readme": (),
+    "test_unit_asynctimeout": (),
+    "test_unit_cli_flags": (),
+    "test_unit_cmdsplit": (),
+    "test_unit_exposition": (),
+    "test_unit_fields": (),
+    "test_unit_gofloat": (),
+    "test_unit_naming": (),
+    "test_unit_smi_backend": (),
+    "test_unit_smi_output": (),
+    "test_unit_text_payload": (),
+    "test_unit_transform": (),
+    "test_unit_web_helpers": (),
+    "test_web_app": (),
+    "test_webconfig": ("test_web_config_loader_raises_only_its_own_error_on_any_",),
+    "test_windows_service": (),
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A renamed or removed module must leave UNIT_MODULES too, or its tests would silently lose the mark."""
+    tests = Path(__file__).resolve().parent
+    missing = sorted(name for name in UNIT_MODULES if not (tests / f"{name}.py").is_file())
+    if missing:
+        raise pytest.UsageError(f"conftest.UNIT_MODULES names modules that do not exist: {missing}")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        left_out = UNIT_MODULES.get(item.module.__name__ if isinstance(item, pytest.Function) else "")
+        if left_out is not None and not item.name.startswith(left_out):
+            item.add_marker(pytest.mark.unit)
 
 
 @pytest.fixture

@@ -24,12 +24,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
 
 from harness import REPO
+from polling import wait_until
 
 DEPLOY = REPO / "deploy"
 CHART = DEPLOY / "helm" / "nvidia-gpu-exporter"
@@ -44,8 +45,9 @@ DEBIAN_ALERTMANAGER_TEMPLATES = [
 ]
 # Upper bounds of the polling loops below: generous for a loaded 2-core CI machine; nothing sleeps a fixed time.
 STARTUP_TIMEOUT = 60.0
-
-T = TypeVar("T")
+POLL_INTERVAL = 0.2
+# What a probe of a starting server may raise before it answers (refused, half-written JSON, missing keys).
+PROBE_ERRORS: tuple[type[Exception], ...] = (OSError, ValueError, KeyError)
 
 
 def skip_reason(what: str) -> str:
@@ -62,22 +64,6 @@ def binary(*names: str) -> Path:
         if found:
             return Path(found)
     pytest.skip(skip_reason(f"{' or '.join(names)} (set ${BIN_DIR_VARIABLE})"))
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float = STARTUP_TIMEOUT, interval: float = 0.2) -> T:
-    """Poll ``probe`` until it returns something other than None (or raise after ``timeout`` seconds)."""
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while True:
-        try:
-            result = probe()
-            if result is not None:
-                return result
-        except (OSError, ValueError, KeyError) as error:
-            last_error = error
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last_error})")
-        time.sleep(interval)
 
 
 def free_port() -> int:
@@ -132,17 +118,17 @@ def start_server(name: str, argv: list[str], port: int, workdir: Path, ready_pat
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
     server = Server(name, process, port, log_path)
 
-    def ready() -> bool | None:
+    def ready() -> bool:
         if process.poll() is not None:
             raise AssertionError(f"{name} exited with {process.returncode}:\n{server.log()}")
         try:
             with urllib.request.urlopen(server.url + ready_path, timeout=2) as reply:
-                return True if reply.status == 200 else None
+                return bool(reply.status == 200)
         except (urllib.error.URLError, OSError):
-            return None
+            return False
 
     try:
-        wait_for(f"{name} to be ready", ready)
+        wait_until(ready, f"{name} to be ready", timeout=STARTUP_TIMEOUT, interval=POLL_INTERVAL)
     except BaseException:
         server.stop()
         raise
@@ -228,7 +214,15 @@ def wait_target_up(server: Server, job: str = JOB) -> dict[str, Any]:
                 return found
         return None
 
-    return wait_for(f"the {job} target to be up in Prometheus", up)
+    found = wait_until(
+        up,
+        f"the {job} target to be up in Prometheus",
+        timeout=STARTUP_TIMEOUT,
+        interval=POLL_INTERVAL,
+        ignoring=PROBE_ERRORS,
+    )
+    assert found is not None
+    return found
 
 
 def query(server: Server, expr: str, at: float | None = None) -> dict[str, Any]:

@@ -12,14 +12,12 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from nvidia_gpu_exporter.backends.exec.command import quote_word
-from nvidia_gpu_exporter.exposition.families import WALL_CLOCK_FAMILIES
+from polling import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -155,51 +153,6 @@ def run_exporter_to_exit(args: Sequence[str], timeout: float = 60.0) -> tuple[in
     """Run the exporter expecting it to exit by itself (startup errors); returns (code, stderr)."""
     completed = subprocess.run(exporter_argv(*args), capture_output=True, timeout=timeout, cwd=REPO, check=False)
     return completed.returncode, completed.stderr.decode("utf-8", "replace")
-
-
-def family_of(line: str) -> str:
-    if line.startswith("# "):
-        return line.split(" ")[2]
-    return re.split(r"[{ ]", line, maxsplit=1)[0]
-
-
-def comparable(scrape: str) -> str:
-    """Only the ``nvidia_smi_*`` lines minus the wall-clock families, as the conformance files hold them."""
-    kept = [
-        line
-        for line in scrape.split("\n")
-        if line and family_of(line).startswith("nvidia_smi_") and family_of(line) not in WALL_CLOCK_FAMILIES
-    ]
-    return "\n".join(kept) + "\n"
-
-
-def sample_value(scrape: str, series: str) -> float | None:
-    """The value of the sample whose text before the value is exactly ``series``."""
-    for line in scrape.split("\n"):
-        if line.startswith(series + " "):
-            return float(line[len(series) + 1 :])
-    return None
-
-
-def samples(scrape: str, family: str) -> list[str]:
-    """Sample lines of one family."""
-    return [line for line in scrape.split("\n") if line and not line.startswith("#") and family_of(line) == family]
-
-
-def assert_parses(text: str) -> list[str]:
-    """The body must parse with the reference Prometheus parser; returns the family names."""
-    return [family.name for family in text_string_to_metric_families(text)]
-
-
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    """Poll ``predicate`` every 20 ms; fail the test after ``timeout`` seconds."""
-    import pytest
-
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for: {what}")
-        time.sleep(0.02)
 
 
 def process_gone(pid: int) -> bool:

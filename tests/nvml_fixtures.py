@@ -1,6 +1,6 @@
 """The fake ``libnvidia-ml.so.1`` for the nvml tests: compiled once per session, driven in-process or by file.
 
-Test modules import the fixtures they use from here (this is deliberately not in ``conftest.py``):
+``conftest.py`` loads this module as a plugin, so test modules request its fixtures by name:
 ``fake_nvml_library`` compiles ``fakenvml/fake_nvml.c`` with the system C compiler into a temporary
 directory (skipping with a clear reason where there is none), and ``fake_nvml`` loads it into this
 process as the library the real nvidia-ml-py bindings call, reset to a scenario for each test.

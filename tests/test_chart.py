@@ -176,6 +176,21 @@ def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return containers[0]
 
 
+def assert_render_fails(values: dict[str, Any], message: str) -> None:
+    """The chart refuses to render ``values``, and says ``message``."""
+    chart_module = helm_chart_module()
+    errors = pytest.importorskip("helm_python.errors", reason=skip_reason("helm-python-sdk"))
+    with chart_module.Chart.load(CHART) as chart, pytest.raises(errors.HelmError) as raised:
+        chart.render(values, name="gpu", namespace="monitoring")
+    assert message in str(raised.value)
+
+
+def assert_lint_reports(values: dict[str, Any]) -> None:
+    """A strict lint of ``values`` reports the schema violation too."""
+    report = helm_chart_module().lint(str(CHART), values, strict=True)
+    assert report["errors"] or report["messages"], "lint should report the schema violation too"
+
+
 # --- the matrix -------------------------------------------------------------------------------------------------
 
 
@@ -376,13 +391,8 @@ def test_dashboards_configmap_ships_the_dashboards() -> None:
     ],
 )
 def test_schema_rejects_bad_values(values: dict[str, Any], message: str) -> None:
-    chart_module = helm_chart_module()
-    errors = pytest.importorskip("helm_python.errors", reason=skip_reason("helm-python-sdk"))
-    with chart_module.Chart.load(CHART) as chart, pytest.raises(errors.HelmError) as raised:
-        chart.render(values, name="gpu", namespace="monitoring")
-    assert message in str(raised.value)
-    report = chart_module.lint(str(CHART), values, strict=True)
-    assert report["errors"] or report["messages"], "lint should report the schema violation too"
+    assert_render_fails(values, message)
+    assert_lint_reports(values)
 
 
 @pytest.mark.parametrize(
@@ -397,11 +407,7 @@ def test_schema_rejects_bad_values(values: dict[str, Any], message: str) -> None
     ],
 )
 def test_contradictory_values_fail_the_render(values: dict[str, Any], message: str) -> None:
-    chart_module = helm_chart_module()
-    errors = pytest.importorskip("helm_python.errors", reason=skip_reason("helm-python-sdk"))
-    with chart_module.Chart.load(CHART) as chart, pytest.raises(errors.HelmError) as raised:
-        chart.render(values, name="gpu", namespace="monitoring")
-    assert message in str(raised.value)
+    assert_render_fails(values, message)
 
 
 def test_notes_warn_about_missing_runtime_class_and_host_pid() -> None:
@@ -635,7 +641,8 @@ def test_every_rendered_role_is_read_only(case: str) -> None:
     ],
 )
 def test_schema_rejects_bad_attribution_values(values: dict[str, Any], message: str) -> None:
-    test_schema_rejects_bad_values(values, message)
+    assert_render_fails(values, message)
+    assert_lint_reports(values)
 
 
 @pytest.mark.parametrize(
@@ -649,7 +656,7 @@ def test_schema_rejects_bad_attribution_values(values: dict[str, Any], message: 
     ],
 )
 def test_contradictory_attribution_values_fail_the_render(values: dict[str, Any], message: str) -> None:
-    test_contradictory_values_fail_the_render(values, message)
+    assert_render_fails(values, message)
 
 
 def test_notes_explain_attribution_pod_security_and_the_doctor() -> None:

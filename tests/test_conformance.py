@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from conftest import StartExporter, conformance_dir_or_skip
-from harness import CONFORMANCE, comparable, fake_smi_command
+from exposition_reader import comparable
+from harness import CONFORMANCE, fake_smi_command
 
 
 def _cases() -> list[tuple[str, str]]:

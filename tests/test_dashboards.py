@@ -28,16 +28,17 @@ from deploy_helpers import (
     CHART,
     GRAFANA,
     JOB,
+    PROBE_ERRORS,
     Server,
     binary,
     get_json,
     prometheus,
     query,
     scrape_config,
-    wait_for,
     wait_target_up,
 )
 from harness import REPO, start_exporter
+from polling import wait_until
 
 DASHBOARDS = ("nvidia-gpu-detail.json", "nvidia-gpu-fleet.json")
 VARIABLES = ("datasource", "job", "node", "gpu")
@@ -271,13 +272,19 @@ def test_every_metric_named_in_a_panel_exists(live: Live) -> None:
                 wanted.setdefault(twin, f"{where}: {metric}")
     missing: dict[str, str] = {}
 
-    def served() -> bool | None:
+    def served() -> bool:
         missing.clear()
         missing.update({metric: where for metric, where in wanted.items() if metric not in live.metric_names()})
-        return True if not missing else None
+        return not missing
 
     try:
-        wait_for("every metric of the dashboards to be scraped", served, timeout=DATA_TIMEOUT, interval=1.0)
+        wait_until(
+            served,
+            "every metric of the dashboards to be scraped",
+            timeout=DATA_TIMEOUT,
+            interval=1.0,
+            ignoring=PROBE_ERRORS,
+        )
     except AssertionError:
         pytest.fail(f"metrics not served by the demo backend: {sorted(missing.values())}")
     assert len(wanted) > 50
@@ -301,7 +308,7 @@ def test_every_panel_returns_data(live: Live, name: str) -> None:
     pending = dict(targets(board))
     failures: dict[str, str] = {}
 
-    def all_answered() -> bool | None:
+    def all_answered() -> bool:
         for where, target in list(pending.items()):
             for values in combinations:
                 answer = query(live.prometheus, substitute(target["expr"], {**values, "datasource": "prometheus"}))
@@ -311,10 +318,12 @@ def test_every_panel_returns_data(live: Live, name: str) -> None:
                 if answer["data"]["result"]:
                     del pending[where]
                     break
-        return True if not pending else None
+        return not pending
 
     try:
-        wait_for(f"data for every panel of {name}", all_answered, timeout=DATA_TIMEOUT, interval=1.0)
+        wait_until(
+            all_answered, f"data for every panel of {name}", timeout=DATA_TIMEOUT, interval=1.0, ignoring=PROBE_ERRORS
+        )
     except AssertionError:
         pytest.fail(f"{name}: panels without data after {DATA_TIMEOUT:.0f}s: {sorted(pending)}")
     assert failures == {}, failures

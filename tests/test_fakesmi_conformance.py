@@ -43,10 +43,17 @@ def recorded_lines(section: Section) -> list[str]:
     return [", ".join(cell.strip() for cell in line.split(",")) for line in section.body.split("\n")]
 
 
-def test_the_shared_corpus_is_not_empty_when_present() -> None:
-    if not CAPTURE_DIR.is_dir():
+def test_every_shared_capture_offers_the_states_the_go_exporter_was_recorded_in() -> None:
+    """The parametrized tests below cover what the Go exporter's outputs cover: no capture and no state missed."""
+    expected_dir = CONFORMANCE / "expected"
+    if not expected_dir.is_dir():
         pytest.skip(f"../shared/conformance is absent ({CONFORMANCE})")
-    assert CAPTURE_NAMES
+    recorded: dict[str, set[str]] = {}
+    for path in expected_dir.glob("*.metrics"):
+        capture, _, state = path.stem.rpartition("__")
+        recorded.setdefault(f"{capture}.txt", set()).add(state)
+    offered = {name: set(shared_capture(name).states()) for name in CAPTURE_NAMES}
+    assert offered == recorded
 
 
 @pytest.mark.parametrize("name", capture_params())

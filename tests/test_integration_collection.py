@@ -7,7 +7,6 @@ Where a collection must misbehave only after startup (slow, hung, odd output), t
 
 from __future__ import annotations
 
-import re
 import signal
 import sys
 import time
@@ -19,20 +18,11 @@ from pathlib import Path
 import pytest
 
 from conftest import StartExporter
-from harness import (
-    FIXTURE_CAPTURES,
-    Wrapper,
-    assert_parses,
-    comparable,
-    fake_smi_command,
-    process_gone,
-    run_exporter_to_exit,
-    sample_value,
-    samples,
-    wait_until,
-)
+from exposition_reader import comparable, label_values, parse, sample_value, samples, values_of
+from harness import FIXTURE_CAPTURES, Wrapper, fake_smi_command, process_gone, run_exporter_to_exit
 from nvidia_gpu_exporter.backends.exec.command import quote_word
 from nvidia_gpu_exporter.capture.format import load_capture
+from polling import wait_until
 
 MIG_FIXTURE = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
 WINDOWS_FIXTURE = FIXTURE_CAPTURES / "fixture-windows-1gpu.txt"
@@ -66,20 +56,6 @@ def fixture_command(capture: Path = MIG_FIXTURE, *fake_args: str) -> tuple[str, 
     return ("--nvidia-smi-command", fake_smi_command(capture, *fake_args))
 
 
-def label_values(scrape: str, family: str, label: str) -> list[str]:
-    pattern = re.compile(rf'[{{,]{label}="((?:[^"\\]|\\.)*)"')
-    values = []
-    for line in samples(scrape, family):
-        match = pattern.search(line)
-        assert match is not None, line
-        values.append(match.group(1))
-    return values
-
-
-def values_of(scrape: str, family: str) -> list[float]:
-    return [float(line.rsplit(" ", 1)[1]) for line in samples(scrape, family)]
-
-
 def mig_csv_lines(state: str = "idle") -> list[str]:
     section = load_capture(MIG_FIXTURE).find(state, "query-gpu (csv")
     assert section is not None
@@ -87,7 +63,7 @@ def mig_csv_lines(state: str = "idle") -> list[str]:
 
 
 def assert_failed_collection(scrape: str, exit_code: int, failures: int = 1) -> None:
-    assert_parses(scrape)
+    parse(scrape)
     assert sample_value(scrape, "nvidia_smi_command_exit_code") == exit_code
     assert sample_value(scrape, "nvidia_smi_last_collect_success") == 0
     assert sample_value(scrape, "nvidia_smi_failed_scrapes_total") == failures
@@ -104,7 +80,7 @@ def test_successful_collection_has_exit_code_zero_and_wall_clock_families(export
     handle = exporter(*fixture_command())
     before = time.time()
     scrape = handle.scrape()
-    assert_parses(scrape)
+    parse(scrape)
     assert sample_value(scrape, "nvidia_smi_command_exit_code") == 0
     assert sample_value(scrape, "nvidia_smi_last_collect_success") == 1
     assert sample_value(scrape, "nvidia_smi_failed_scrapes_total") == 0
@@ -311,7 +287,7 @@ def test_header_only_output_is_a_successful_collection_without_gpus(exporter: St
     handle = exporter(*wrapper.args())
     wrapper.set("stdout", mig_csv_lines()[0] + "\n")
     scrape = handle.scrape()
-    assert_parses(scrape)
+    parse(scrape)
     assert sample_value(scrape, "nvidia_smi_last_collect_success") == 1
     assert sample_value(scrape, "nvidia_smi_command_exit_code") == 0
     assert sample_value(scrape, "nvidia_smi_failed_scrapes_total") == 0
@@ -348,7 +324,7 @@ def test_duplicate_gpu_uuids_fail_the_whole_scrape_with_500(exporter: StartExpor
 def test_compute_apps_failure_is_soft(exporter: StartExporter) -> None:
     handle = exporter(*fixture_command(MIG_FIXTURE, "--fail-arg", "--query-compute-apps"), "--collect.compute-apps")
     scrape = handle.scrape()
-    assert_parses(scrape)
+    parse(scrape)
     assert sample_value(scrape, "nvidia_smi_compute_apps_last_collect_success") == 0
     assert sample_value(scrape, "nvidia_smi_last_collect_success") == 1
     assert sample_value(scrape, "nvidia_smi_failed_scrapes_total") == 0
@@ -410,7 +386,7 @@ def test_field_selection(
 ) -> None:
     handle = exporter(*fixture_command(), *flags)
     scrape = handle.scrape()
-    assert_parses(scrape)
+    parse(scrape)
     for text in present:
         assert text in scrape
     for text in absent:
@@ -574,14 +550,12 @@ def test_cached_mode_eventually_serves_what_synchronous_mode_serves(exporter: St
     flags = (*fixture_command(MIG_FIXTURE, "--state", "load"), "--collect.compute-apps")
     expected = comparable(exporter(*flags).scrape())
     cached = exporter(*flags, "--collect.interval=100ms")
-    latest: list[str] = []
-
-    def matches() -> bool:
-        latest[:] = [comparable(cached.scrape())]
-        return latest[0] == expected
-
-    wait_until(matches, "the cached exporter to serve the synchronous output", timeout=15)
-    assert sample_value(latest[0], "nvidia_smi_failed_scrapes_total") == 0
+    latest = wait_until(
+        lambda: comparable(cached.scrape()),
+        "the cached exporter to serve the synchronous output",
+        until=lambda text: text == expected,
+    )
+    assert sample_value(latest, "nvidia_smi_failed_scrapes_total") == 0
 
 
 @posix_only
@@ -599,7 +573,7 @@ def test_cached_mode_first_scrape_does_not_wait_for_the_first_collection(
     assert response.status == 200
     assert elapsed < 10.0  # served at once from the (still empty) cache, not after the 30 s collection
     scrape = response.text
-    assert_parses(scrape)
+    parse(scrape)
     assert sample_value(scrape, "nvidia_smi_last_collect_success") == 0
     assert sample_value(scrape, "nvidia_smi_failed_scrapes_total") == 0
     for family in NO_RESULT_ABSENT:
@@ -628,14 +602,11 @@ def test_cached_mode_failed_tick_drops_gpu_series_but_keeps_the_timestamp(
     wait_until(lambda: "nvidia_smi_gpu_info{" in handle.scrape(), "the first background collection")
     timestamp = sample_value(handle.scrape(), "nvidia_smi_last_collect_success_timestamp_seconds")
     wrapper.set("stdout", "garbage\n")
-    latest: list[str] = []
-
-    def failed() -> bool:
-        latest[:] = [handle.scrape()]
-        return sample_value(latest[0], "nvidia_smi_last_collect_success") == 0
-
-    wait_until(failed, "a failed background tick")
-    scrape = latest[0]
+    scrape = wait_until(
+        handle.scrape,
+        "a failed background tick",
+        until=lambda text: sample_value(text, "nvidia_smi_last_collect_success") == 0,
+    )
     assert "nvidia_smi_gpu_info" not in scrape
     assert sample_value(scrape, "nvidia_smi_command_exit_code") == -1
     kept = sample_value(scrape, "nvidia_smi_last_collect_success_timestamp_seconds")
@@ -649,7 +620,7 @@ def test_cached_mode_failed_tick_drops_gpu_series_but_keeps_the_timestamp(
 
 @dataclass(frozen=True)
 class WindowsState:
-    """What the Windows fixture's state must produce (process names as escaped in the exposition)."""
+    """What the Windows fixture's state must produce (process names as parsed back from the exposition)."""
 
     state: str
     processes: frozenset[str]
@@ -662,9 +633,9 @@ WINDOWS_STATES = (
         "idle",
         frozenset(
             {
-                "C:\\\\Windows\\\\System32\\\\dwm.exe",
-                "C:\\\\Windows\\\\explorer.exe",
-                "C:\\\\Program Files\\\\Mozilla Firefox\\\\firefox.exe",
+                "C:\\Windows\\System32\\dwm.exe",
+                "C:\\Windows\\explorer.exe",
+                "C:\\Program Files\\Mozilla Firefox\\firefox.exe",
             }
         ),
         (),  # [N/A] fan speed: no sample
@@ -674,10 +645,10 @@ WINDOWS_STATES = (
         "load",
         frozenset(
             {
-                "C:\\\\Windows\\\\System32\\\\dwm.exe",
-                "C:\\\\Windows\\\\explorer.exe",
-                "C:\\\\Program Files\\\\Mozilla Firefox\\\\firefox.exe",
-                "C:\\\\Tools\\\\ffmpeg\\\\bin\\\\ffmpeg.exe",
+                "C:\\Windows\\System32\\dwm.exe",
+                "C:\\Windows\\explorer.exe",
+                "C:\\Program Files\\Mozilla Firefox\\firefox.exe",
+                "C:\\Tools\\ffmpeg\\bin\\ffmpeg.exe",
             }
         ),
         (0.54,),
@@ -691,7 +662,7 @@ def test_windows_fixture_end_to_end(exporter: StartExporter, case: WindowsState)
     state = case.state
     handle = exporter(*fixture_command(WINDOWS_FIXTURE, "--state", state), "--collect.compute-apps")
     scrape = handle.scrape()
-    assert_parses(scrape)
+    parse(scrape)
     info = samples(scrape, "nvidia_smi_gpu_info")
     assert len(info) == 1
     for label in (
@@ -727,7 +698,7 @@ def test_windows_fixture_end_to_end(exporter: StartExporter, case: WindowsState)
 def test_mig_fixture_end_to_end(exporter: StartExporter, state: str, processes: set[str]) -> None:
     handle = exporter(*fixture_command(MIG_FIXTURE, "--state", state), "--collect.compute-apps")
     scrape = handle.scrape()
-    assert_parses(scrape)
+    parse(scrape)
     assert sorted(label_values(scrape, "nvidia_smi_gpu_info", "uuid")) == [MIG_GPU0, MIG_GPU1]
     assert set(label_values(scrape, "nvidia_smi_gpu_info", "cuda_version")) == {"12.4"}
     assert set(label_values(scrape, "nvidia_smi_compute_app_info", "process_name")) == processes

@@ -4,25 +4,20 @@ and a check that the package ships no recorded capture.
 
 from __future__ import annotations
 
+import asyncio
 import re
+import sys
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import StartExporter, conformance_dir_or_skip
-from harness import (
-    FIXTURE_CAPTURES,
-    REPO,
-    StartupFailed,
-    comparable,
-    family_of,
-    run_exporter_to_exit,
-    sample_value,
-    samples,
-    start_exporter,
-)
+from exposition_reader import comparable, family_of, label_values, parse, sample_value, samples
+from harness import FIXTURE_CAPTURES, REPO, StartupFailed, run_exporter_to_exit, start_exporter
+from nvidia_gpu_exporter.app import StartupError, build_backend
 from nvidia_gpu_exporter.capture.format import GPU_CSV_LABEL_PREFIX, load_capture
+from nvidia_gpu_exporter.config import Backend as BackendName
+from nvidia_gpu_exporter.config import Config
 
 DEMO = "--collect.backend=demo"
 SRC = REPO / "src"
@@ -47,27 +42,13 @@ def deterministic(scrape: str) -> str:
     )
 
 
-def label_values(scrape: str, family: str, label: str) -> list[str]:
-    pattern = re.compile(rf'[{{,]{label}="((?:[^"\\]|\\.)*)"')
-    values = []
-    for line in samples(scrape, family):
-        match = pattern.search(line)
-        assert match is not None, line
-        values.append(match.group(1))
-    return values
-
-
-def assert_parses(text: str) -> None:
-    assert list(text_string_to_metric_families(text))
-
-
 # -- serving ----------------------------------------------------------------------------------------------
 
 
 def test_demo_backend_zero_config_serves_two_simulated_gpus(exporter: StartExporter) -> None:
     handle = exporter(DEMO, "--collect.compute-apps")
     scrape = handle.scrape()
-    assert_parses(scrape)
+    parse(scrape)
     info = samples(scrape, "nvidia_smi_gpu_info")
     assert len(info) == 2
     assert len(set(label_values(scrape, "nvidia_smi_gpu_info", "uuid"))) == 2
@@ -203,9 +184,16 @@ def test_nvml_backend_without_a_driver_fails_startup() -> None:
     assert failure is not None
     assert failure.returncode == 1, failure.log
     assert "failed to run" in failure.log
-    assert "failed to set up the nvml backend" in failure.log
-    # Builds without NVML support say so; builds with it report the failed initialization.
-    assert "not available in this build" in failure.log or "failed to initialize NVML" in failure.log
+    # nvidia-ml-py is a dependency, so the bindings load here and it is the library that cannot initialize.
+    assert "failed to set up the nvml backend: failed to initialize NVML" in failure.log
+
+
+def test_a_build_without_the_nvml_bindings_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other way the nvml backend is unavailable: a build that left it out names that, not the driver."""
+    monkeypatch.setitem(sys.modules, "nvidia_gpu_exporter.backends.nvml", None)
+    with pytest.raises(StartupError) as raised:
+        asyncio.run(build_backend(Config(backend=BackendName.NVML)))
+    assert str(raised.value).startswith("failed to set up the nvml backend: not available in this build (")
 
 
 @pytest.mark.parametrize(

@@ -8,32 +8,13 @@ import re
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import StartExporter
-from harness import run_exporter_to_exit, sample_value, samples, start_exporter, wait_until
+from exposition_reader import checked, label_values, sample_value, samples, values_of
+from harness import run_exporter_to_exit, start_exporter
+from polling import wait_until
 
 DEMO = "--collect.backend=demo"
-UUID_LABEL = re.compile(r'[{,]uuid="([^"]*)"')
-
-
-def parsed(scrape: str) -> str:
-    """The scrape, after checking that the Prometheus parser accepts every line of it."""
-    assert list(text_string_to_metric_families(scrape))
-    return scrape
-
-
-def uuids_of(scrape: str, family: str) -> set[str]:
-    found = set()
-    for line in samples(scrape, family):
-        match = UUID_LABEL.search(line)
-        assert match is not None, line
-        found.add(match.group(1))
-    return found
-
-
-def values_of(scrape: str, family: str) -> list[float]:
-    return [float(line.rsplit(" ", 1)[1]) for line in samples(scrape, family)]
 
 
 def write_config(tmp_path: Path, text: str) -> Path:
@@ -47,8 +28,8 @@ def zero_config_scrapes() -> tuple[str, str]:
     """Two consecutive scrapes of one zero-config demo exporter with per-process metrics."""
     handle = start_exporter([DEMO, "--collect.compute-apps"])
     try:
-        first = parsed(handle.scrape())
-        second = parsed(handle.scrape())
+        first = checked(handle.scrape())
+        second = checked(handle.scrape())
     finally:
         handle.stop()
     return first, second
@@ -88,11 +69,11 @@ def test_mig_activity_needs_two_collections(
 
 def test_mig_gpu_reports_mig_mode_enabled(zero_config_scrapes: tuple[str, str]) -> None:
     first, _ = zero_config_scrapes
-    (parent,) = uuids_of(first, "nvidia_smi_mig_info")
-    assert sample_value(first, f'nvidia_smi_mig_mode_current{{uuid="{parent}"}}') == 1
-    others = uuids_of(first, "nvidia_smi_gpu_info") - {parent}
+    (parent,) = set(label_values(first, "nvidia_smi_mig_info", "uuid"))
+    assert sample_value(first, "nvidia_smi_mig_mode_current", {"uuid": parent}) == 1
+    others = set(label_values(first, "nvidia_smi_gpu_info", "uuid")) - {parent}
     assert others
-    assert all(sample_value(first, f'nvidia_smi_mig_mode_current{{uuid="{uuid}"}}') == 0 for uuid in others)
+    assert all(sample_value(first, "nvidia_smi_mig_mode_current", {"uuid": uuid}) == 0 for uuid in others)
 
 
 def test_energy_counts_from_zero_and_grows(zero_config_scrapes: tuple[str, str]) -> None:
@@ -109,8 +90,8 @@ def test_default_scenario_initial_xids(zero_config_scrapes: tuple[str, str]) -> 
 
 def test_energy_without_a_served_power_column(exporter: StartExporter) -> None:
     handle = exporter(DEMO, "--query-field-names=uuid,name")
-    parsed(handle.scrape())
-    second = parsed(handle.scrape())
+    checked(handle.scrape())
+    second = checked(handle.scrape())
     assert "nvidia_smi_power_draw_watts" not in second
     energy = values_of(second, "nvidia_smi_energy_joules_total")
     assert len(energy) == 2
@@ -119,8 +100,8 @@ def test_energy_without_a_served_power_column(exporter: StartExporter) -> None:
 
 def test_compute_apps_mig_labels_processes_on_the_mig_gpu(exporter: StartExporter) -> None:
     handle = exporter(DEMO, "--collect.compute-apps", "--collect.compute-apps-mig")
-    scrape = parsed(handle.scrape())
-    (parent,) = uuids_of(scrape, "nvidia_smi_mig_info")
+    scrape = checked(handle.scrape())
+    (parent,) = set(label_values(scrape, "nvidia_smi_mig_info", "uuid"))
     lines = samples(scrape, "nvidia_smi_compute_app_info")
     on_mig = [line for line in lines if f'uuid="{parent}"' in line]
     elsewhere = [line for line in lines if f'uuid="{parent}"' not in line]
@@ -132,7 +113,7 @@ def test_compute_apps_mig_labels_processes_on_the_mig_gpu(exporter: StartExporte
 
 def test_pcie_throughput_flag_is_accepted_as_a_no_op(exporter: StartExporter) -> None:
     handle = exporter(DEMO, "--collect.pcie-throughput")
-    assert "nvidia_smi_pcie_throughput_rx_bytes_per_second{" in parsed(handle.scrape())
+    assert "nvidia_smi_pcie_throughput_rx_bytes_per_second{" in checked(handle.scrape())
 
 
 def test_invalid_mig_extras_fail_startup(tmp_path: Path) -> None:
@@ -147,21 +128,18 @@ def test_broken_config_edit_fails_one_collection_and_keeps_xids(exporter: StartE
     good = "extras:\n  seed: 3\n  xids:\n    initial: [{gpu: 0, xid: 48, count: 1}]\n"
     path = write_config(tmp_path, good)
     handle = exporter(DEMO, f"--demo-config={path}")
-    assert sample_value(parsed(handle.scrape()), "nvidia_smi_last_collect_success") == 1
+    assert sample_value(checked(handle.scrape()), "nvidia_smi_last_collect_success") == 1
     path.write_text(good + "  bogus: 1\n", encoding="utf-8")
-    failed = parsed(handle.scrape())
+    failed = checked(handle.scrape())
     assert sample_value(failed, "nvidia_smi_last_collect_success") == 0
     assert sample_value(failed, "nvidia_smi_nvml_return_code") == -1
     assert "nvidia_smi_gpu_info{" not in failed
     assert "nvidia_smi_energy_joules_total" not in failed
     assert samples(failed, "nvidia_smi_xid_errors_total")[0].endswith('xid="48"} 1')
-
-    def failures_logged() -> int:
-        return sum("failed to collect metrics" in line for line in handle.stderr_lines)
-
-    wait_until(lambda: failures_logged() >= 1, "the failed collection's log line")  # stderr is read by a thread
-    assert failures_logged() == 1
+    # The exporter logs before it answers, but the harness reads its stderr on a thread of its own.
+    wait_until(lambda: "failed to collect metrics" in handle.log, "the failed collection to be logged")
+    assert sum("failed to collect metrics" in line for line in handle.stderr_lines) == 1
     path.write_text(good, encoding="utf-8")
-    recovered = parsed(handle.scrape())
+    recovered = checked(handle.scrape())
     assert sample_value(recovered, "nvidia_smi_last_collect_success") == 1
     assert all(value > 0 for value in values_of(recovered, "nvidia_smi_energy_joules_total"))

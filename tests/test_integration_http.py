@@ -18,20 +18,9 @@ from pathlib import Path
 import pytest
 
 from conftest import StartExporter
-from harness import (
-    FIXTURE_CAPTURES,
-    Exporter,
-    Response,
-    Wrapper,
-    assert_parses,
-    comparable,
-    fake_smi_command,
-    process_gone,
-    sample_value,
-    samples,
-    start_exporter,
-    wait_until,
-)
+from exposition_reader import comparable, parse, parsed_names, sample_value, samples
+from harness import FIXTURE_CAPTURES, Exporter, Response, Wrapper, fake_smi_command, process_gone, start_exporter
+from polling import wait_until
 
 MIG_FIXTURE = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
 WINDOWS_FIXTURE = FIXTURE_CAPTURES / "fixture-windows-1gpu.txt"
@@ -124,7 +113,7 @@ def test_metrics_route_serves_text_format_with_handler_counters(served: Exporter
     assert header(response, "Content-Type") == METRICS_CONTENT_TYPE
     assert header(response, "Content-Encoding") is None
     assert "promhttp_metric_handler_errors_total" in response.text
-    families = assert_parses(response.text)
+    families = parsed_names(response.text)
     assert {"nvidia_smi_gpu_info", "nvidia_smi_last_collect_success", "promhttp_metric_handler_errors"} <= set(families)
 
 
@@ -135,7 +124,7 @@ def test_gzip_is_served_when_accepted(served: Exporter) -> None:
     assert header(zipped, "Content-Encoding") == "gzip"
     assert header(zipped, "Content-Type") == METRICS_CONTENT_TYPE
     unzipped = gzip.decompress(zipped.body).decode("utf-8")
-    assert_parses(unzipped)
+    parse(unzipped)
     assert comparable(unzipped) == comparable(plain.text)
     assert "nvidia_smi_gpu_info{" in unzipped
 
@@ -163,7 +152,7 @@ def test_custom_telemetry_path_serves_metrics_and_frees_the_default(exporter: St
     handle = exporter("--nvidia-smi-command", fake_smi_command(MIG_FIXTURE), f"--web.telemetry-path={path}")
     body = handle.scrape(path)
     assert "nvidia_smi_gpu_info{" in body
-    assert_parses(body)
+    parse(body)
     default = request(handle, "GET", "/metrics")
     assert default.status == 404
     assert default.text == NOT_FOUND_BODY
@@ -229,7 +218,7 @@ def test_scrape_timeout_header_bounds_a_synchronous_scrape(exporter: StartExport
     assert response.status == 200
     assert elapsed < 15.0  # answered after the 1 s budget, long before the 30 s collection could finish
     body = response.text
-    assert_parses(body)
+    parse(body)
     assert sample_value(body, "nvidia_smi_last_collect_success") == 0
     assert sample_value(body, "nvidia_smi_failed_scrapes_total") == 0
     assert samples(body, "nvidia_smi_gpu_info") == []
@@ -274,7 +263,7 @@ def test_concurrent_scrapes_share_one_collection(exporter: StartExporter, tmp_pa
     assert [response.status for response in responses] == [200] * 5
     bodies = [response.text for response in responses]
     for body in bodies:
-        assert_parses(body)
+        parse(body)
         assert sample_value(body, "nvidia_smi_last_collect_success") == 1
     assert len(wrapper.gpu_queries()) - before == 1  # one nvidia-smi run served all five
     timestamps = {tuple(samples(body, "nvidia_smi_last_collect_success_timestamp_seconds")) for body in bodies}
@@ -312,6 +301,6 @@ def test_every_scrape_parses_with_the_reference_parser(
     handle = exporter("--nvidia-smi-command", fake_smi_command(capture, *fake_args), *extra_flags)
     for _ in range(2):
         body = handle.scrape()
-        families = assert_parses(body)
+        families = parsed_names(body)
         assert "nvidia_smi_last_collect_success" in families
         assert len(families) == len(set(families))

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from conftest import StartExporter
-from harness import FIXTURE_CAPTURES, Exporter, fake_smi_command, http_get, sample_value
+from exposition_reader import sample_value
+from harness import FIXTURE_CAPTURES, Exporter, fake_smi_command, http_get
 
 CAPTURE = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from exposition_reader import family_block, without_families
+from fakes import FakeBackend
 from harness import MIG_FIXTURE
 from k8s_fakes import CGROUP_LAYOUTS, CID, GPU0, GPU1, HOST_SERVICE, MIG0, MIG1, UID, make_proc
 from nvidia_gpu_exporter.capture.format import load_capture
@@ -34,7 +36,8 @@ from nvidia_gpu_exporter.model.snapshot import (
     StatusFamily,
 )
 from nvidia_gpu_exporter.web.attribution import build_report
-from unit_helpers import family_block, gpu_row, query_fields, without_families
+from polling import eventually
+from unit_helpers import gpu_row, query_fields
 
 FIELDS = query_fields([("mig.mode.current", "mig.mode.current"), ("temperature.gpu", "temperature.gpu")])
 ROWS = (
@@ -401,41 +404,14 @@ def test_process_pod_info(tmp_path: Path) -> None:
 # -- the collector ----------------------------------------------------------------------------------------
 
 
-class StaticBackend:
-    """Answers every collection with ``readings()`` (or fails)."""
-
-    def __init__(self, fail: bool = False) -> None:
-        self.fail = fail
-
-    @property
-    def status_family(self) -> StatusFamily:
-        return StatusFamily.COMMAND_EXIT_CODE
-
-    @property
-    def fields(self) -> tuple[object, ...]:
-        return tuple(FIELDS)
-
-    async def collect(self) -> Readings:
-        if self.fail:
-            from nvidia_gpu_exporter.backends import CollectionError
-
-            raise CollectionError("nvidia-smi failed", 9)
-        return readings()
-
-    def xid_records(self) -> tuple[()]:
-        return ()
-
-    async def aclose(self) -> None:
-        return None
-
-
 def test_collector_attaches_attribution_and_a_hung_kubelet_never_stalls_it() -> None:
     from nvidia_gpu_exporter.collector import Collector
 
     async def scenario() -> tuple[Snapshot, Snapshot]:
         source = FakeSource([dev("a", GPU1)])
         attributor, _ = make_attributor(source)
-        collector = Collector(StaticBackend(), timeout_seconds=5.0, attributor=attributor)  # type: ignore[arg-type]
+        backend = FakeBackend(fields=FIELDS, readings=readings())
+        collector = Collector(backend, timeout_seconds=5.0, attributor=attributor)
         first = await collector.scrape()
         source.hang = True
         second = await collector.scrape()
@@ -452,11 +428,13 @@ def test_collector_attaches_attribution_and_a_hung_kubelet_never_stalls_it() -> 
 
 
 def test_collector_reports_attribution_even_when_the_collection_fails() -> None:
+    from nvidia_gpu_exporter.backends import CollectionError
     from nvidia_gpu_exporter.collector import Collector
 
     async def scenario() -> Snapshot:
         attributor, _ = make_attributor(FakeSource([dev("a", GPU1)]))
-        collector = Collector(StaticBackend(fail=True), timeout_seconds=5.0, attributor=attributor)  # type: ignore[arg-type]
+        failing = FakeBackend([CollectionError("nvidia-smi failed", 9)], fields=FIELDS, readings=readings())
+        collector = Collector(failing, timeout_seconds=5.0, attributor=attributor)
         return await collector.scrape()
 
     result = asyncio.run(asyncio.wait_for(scenario(), GUARD_SECONDS))
@@ -471,22 +449,15 @@ def test_collector_reports_attribution_even_when_the_collection_fails() -> None:
 def test_an_abandoned_collection_cancels_the_kubelet_call() -> None:
     from nvidia_gpu_exporter.collector import Collector
 
-    class SlowBackend(StaticBackend):
-        async def collect(self) -> Readings:
-            await asyncio.Event().wait()
-            raise AssertionError("unreachable")
-
     source = FakeSource()
     source.hang = True
 
     async def scenario() -> Snapshot:
         attributor, _ = make_attributor(source, timeout_seconds=60.0)
-        collector = Collector(SlowBackend(), timeout_seconds=None, attributor=attributor)  # type: ignore[arg-type]
+        never_done = FakeBackend(gated=True, fields=FIELDS, readings=readings())
+        collector = Collector(never_done, timeout_seconds=None, attributor=attributor)
         result = await collector.scrape(budget_seconds=0.05)
-        for _ in range(100):  # let the cancellation reach the kubelet call (bounded)
-            if source.cancelled:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: source.cancelled > 0, "the cancellation to reach the kubelet call")
         await collector.aclose()
         return result
 

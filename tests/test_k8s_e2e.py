@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from conftest import StartExporter
-from harness import MIG_FIXTURE, comparable, fake_smi_command, samples, wait_until
+from exposition_reader import comparable, label_values, samples
+from harness import MIG_FIXTURE, fake_smi_command
 from k8s_fakes import (
     CGROUP_LAYOUTS,
     CID,
@@ -21,6 +22,7 @@ from k8s_fakes import (
     require_grpc,
     silent_socket,
 )
+from polling import wait_until
 
 require_grpc()
 
@@ -86,9 +88,7 @@ def test_everything_else_is_unchanged_and_a_gone_pod_disappears(exporter: StartE
     assert without_kubernetes(first) == without_kubernetes(plain)
     assert len(samples(first, "nvidia_smi_gpu_pod_info")) == 2
     kubelet.set([("ml", "b", "c", "nvidia.com/mig-3g", [MIG1])])  # pod a is deleted
-    assert [line.split('pod="')[1].split('"')[0] for line in samples(handle.scrape(), "nvidia_smi_gpu_pod_info")] == [
-        "b"
-    ]
+    assert label_values(handle.scrape(), "nvidia_smi_gpu_pod_info", "pod") == ["b"]
 
 
 def test_pod_labels_on_the_gpu_one_container_holds(exporter: StartExporter, kubelet: FakeKubelet) -> None:

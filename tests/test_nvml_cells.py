@@ -19,8 +19,6 @@ from nvml_fixtures import (
     H200_EXPECTED,
     RTX_EXPECTED,
     InProcessFake,
-    _fake_nvml_fixture,  # noqa: F401
-    _fake_nvml_library_fixture,  # noqa: F401
     h200_uuid,
 )
 

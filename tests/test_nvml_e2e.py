@@ -8,36 +8,18 @@ from __future__ import annotations
 
 import ctypes.util
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from conftest import StartExporter
-from harness import StartupFailed, family_of, sample_value, samples
-from nvml_fixtures import (
-    ControlFile,
-    FakeNvmlLibrary,
-    _fake_nvml_library_fixture,  # noqa: F401
-    _fake_nvml_library_without_uuid_fixture,  # noqa: F401
-)
+from exposition_reader import label_values, names_in, sample_value, samples
+from harness import StartupFailed
+from nvml_fixtures import ControlFile, FakeNvmlLibrary
+from polling import wait_until
 
 NVML = "--collect.backend=nvml"
 PATIENCE_SECONDS = 30.0  # bounds a wait so a broken exporter fails instead of hanging; never asserted
-
-
-def eventually(scrape: Callable[[], str], condition: Callable[[str], bool], what: str) -> str:
-    deadline = time.monotonic() + PATIENCE_SECONDS
-    while True:
-        text = scrape()
-        if condition(text):
-            return text
-        assert time.monotonic() < deadline, f"gave up waiting for {what}:\n{text}"
-        time.sleep(0.05)
-
-
-def families(scrape: str) -> set[str]:
-    return {family_of(line) for line in scrape.split("\n") if line}
 
 
 def test_serves_the_query_field_families_and_the_nvml_status(
@@ -52,10 +34,10 @@ def test_serves_the_query_field_families_and_the_nvml_status(
     assert 'cuda_version="13.1"' in info
     assert 'name="NVIDIA H200"' in info
     assert 'serial="1650124000001"' in info
-    uuid = info.split('uuid="', 1)[1].split('"', 1)[0]
-    assert sample_value(scrape, f'nvidia_smi_power_draw_watts{{uuid="{uuid}"}}') == 77.71
-    assert sample_value(scrape, f'nvidia_smi_memory_total_bytes{{uuid="{uuid}"}}') == 143771 * 1048576
-    assert sample_value(scrape, f'nvidia_smi_energy_joules_total{{uuid="{uuid}"}}') == 123456.789
+    [uuid] = label_values(scrape, "nvidia_smi_gpu_info", "uuid")
+    assert sample_value(scrape, "nvidia_smi_power_draw_watts", {"uuid": uuid}) == 77.71
+    assert sample_value(scrape, "nvidia_smi_memory_total_bytes", {"uuid": uuid}) == 143771 * 1048576
+    assert sample_value(scrape, "nvidia_smi_energy_joules_total", {"uuid": uuid}) == 123456.789
     assert samples(scrape, "nvidia_smi_compute_app_info") == [
         f'nvidia_smi_compute_app_info{{pid="4242",process_name="python3 train.py",uuid="{uuid}"}} 1'
     ]
@@ -108,10 +90,14 @@ def test_xids_are_counted_and_served_even_while_collections_fail(
 ) -> None:
     control = ControlFile(tmp_path / "control")
     handle = exporter(NVML, env=fake_nvml_library.env("h200", control=control.path))
-    uuid = samples(handle.scrape(), "nvidia_smi_gpu_info")[0].split('uuid="', 1)[1].split('"', 1)[0]
+    uuid = label_values(handle.scrape(), "nvidia_smi_gpu_info", "uuid")[0]
     control.send("xid 0 79", "xid 0 79", "count 0")
-    series = f'nvidia_smi_xid_errors_total{{uuid="{uuid}",xid="79"}}'
-    scrape = eventually(handle.scrape, lambda text: sample_value(text, series) == 2, "two XID 79 events")
+    xid_79 = {"uuid": uuid, "xid": "79"}
+    scrape = wait_until(
+        handle.scrape,
+        "two XID 79 events",
+        until=lambda text: sample_value(text, "nvidia_smi_xid_errors_total", xid_79) == 2,
+    )
     assert sample_value(scrape, "nvidia_smi_last_collect_success") == 0
     assert f'nvidia_smi_xid_last_timestamp_seconds{{uuid="{uuid}",xid="79"}}' in scrape
     assert "level=warn" in handle.log
@@ -137,7 +123,7 @@ def test_legacy_driver_serves_the_throttle_reason_spelling(
     exporter: StartExporter, fake_nvml_library: FakeNvmlLibrary
 ) -> None:
     scrape = exporter(NVML, env=fake_nvml_library.env("legacy")).scrape()
-    names = families(scrape)
+    names = names_in(scrape)
     assert "nvidia_smi_clocks_throttle_reasons_gpu_idle" in names
     assert "nvidia_smi_clocks_event_reasons_gpu_idle" not in names
 
@@ -146,13 +132,13 @@ def test_unsupported_and_forbidden_fields_are_absent(
     exporter: StartExporter, fake_nvml_library: FakeNvmlLibrary
 ) -> None:
     scrape = exporter(NVML, env=fake_nvml_library.env("noperm")).scrape()
-    names = families(scrape)
+    names = names_in(scrape)
     assert "nvidia_smi_ecc_mode_current" not in names
     assert "nvidia_smi_inforom_oem" not in names
     assert "nvidia_smi_energy_joules_total" not in names
     assert "nvidia_smi_temperature_gpu" in names
     scrape = exporter(NVML, env=fake_nvml_library.env("unsupported")).scrape()
-    names = families(scrape)
+    names = names_in(scrape)
     assert "nvidia_smi_power_draw_watts" not in names
     assert "nvidia_smi_c2c_mode" not in names
     assert "nvidia_smi_memory_reserved_bytes" not in names  # no v2 memory call: the v1 fallback has none

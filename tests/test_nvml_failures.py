@@ -19,11 +19,7 @@ from nvidia_gpu_exporter.backends.nvml import STILL_IN_PROGRESS, NvmlBackend, op
 from nvidia_gpu_exporter.backends.nvml.api import GPU_IS_LOST
 from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.model.snapshot import Readings
-from nvml_fixtures import (
-    InProcessFake,
-    _fake_nvml_fixture,  # noqa: F401
-    _fake_nvml_library_fixture,  # noqa: F401
-)
+from nvml_fixtures import InProcessFake
 
 GPU_IS_LOST_CODE = 15
 DRIVER_NOT_LOADED = 9

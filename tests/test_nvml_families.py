@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from exposition_reader import family_block, family_names, parsed_names, sample_lines
 from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError
 from nvidia_gpu_exporter.model.snapshot import (
     Attempt,
@@ -25,7 +25,7 @@ from nvidia_gpu_exporter.model.snapshot import (
     StatusFamily,
     XidRecord,
 )
-from unit_helpers import exposition, family_block, family_names, gpu_row, sample_lines
+from unit_helpers import exposition, gpu_row
 
 GPU_A = "GPU-DF6E7A7C-7314-46F8-ABC4-B88B36DCF3AA"
 GPU_B = "GPU-0b1c0000-0000-4000-8000-000000000001"
@@ -261,7 +261,7 @@ def test_families_are_sorted_by_name_across_the_scrape() -> None:
 
 
 def test_scrape_parses_as_prometheus_text() -> None:
-    parsed = {family.name for family in text_string_to_metric_families(render())}
+    parsed = set(parsed_names(render()))
     assert {"nvidia_smi_energy_joules", "nvidia_smi_mig_info", "nvidia_smi_xid_errors"} <= parsed
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from conftest import StartExporter
-from harness import comparable, fake_smi_command, family_of
+from exposition_reader import comparable, family_of
+from harness import fake_smi_command
 from nvidia_gpu_exporter.backends.nvml.catalog import CATALOG, RFIELDS
 from nvml_fixtures import (
     H200_EXPECTED,
@@ -24,8 +25,6 @@ from nvml_fixtures import (
     RTX_PROCESSES,
     FakeNvmlLibrary,
     InProcessFake,
-    _fake_nvml_fixture,  # noqa: F401
-    _fake_nvml_library_fixture,  # noqa: F401
     h200_uuid,
 )
 

@@ -5,27 +5,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from nvidia_gpu_exporter.backends.nvml.session import NvmlSession
 from nvidia_gpu_exporter.backends.nvml.xid import XidWatcher
-from nvml_fixtures import (
-    InProcessFake,
-    _fake_nvml_fixture,  # noqa: F401
-    _fake_nvml_library_fixture,  # noqa: F401
-    h200_uuid,
-)
-
-PATIENCE_SECONDS = 30.0  # a bound so a broken watcher fails the test instead of hanging it; never asserted
-
-
-def eventually(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + PATIENCE_SECONDS
-    while not condition():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.01)
+from nvml_fixtures import InProcessFake, h200_uuid
+from polling import wait_until
 
 
 @pytest.fixture
@@ -39,7 +26,7 @@ def session(fake_nvml: InProcessFake) -> Iterator[NvmlSession]:
 def start(session: NvmlSession, **options: float) -> XidWatcher:
     watcher = XidWatcher(session, wait_milliseconds=50, **options)  # type: ignore[arg-type]
     watcher.start()
-    eventually(lambda: watcher.registrations > 0, "the first registration")
+    wait_until(lambda: watcher.registrations > 0, "the first registration")
     return watcher
 
 
@@ -57,7 +44,7 @@ def test_events_are_counted_per_gpu_and_code_with_a_warning_each(
     try:
         before = time.time()
         fake_nvml.command("xid 0 79 2", "xid 1 13", "xid 0 48")
-        eventually(lambda: sum(counts(watcher).values()) == 4, "four events")
+        wait_until(lambda: sum(counts(watcher).values()) == 4, "four events")
         assert counts(watcher) == {(uuid0, 48): 1, (uuid0, 79): 2, (uuid1, 13): 1}
         stamps = [record.last_seen for record in watcher.records()]
         assert all(stamp >= before for stamp in stamps)
@@ -70,7 +57,7 @@ def test_an_xid_storm_is_counted_in_full(fake_nvml: InProcessFake, session: Nvml
     fake_nvml.command("reset xidstorm")
     watcher = start(session)
     try:
-        eventually(lambda: sum(counts(watcher).values()) == 1000, "1000 storm events")
+        wait_until(lambda: sum(counts(watcher).values()) == 1000, "1000 storm events")
         assert fake_nvml.pending_events() == 0
         assert {xid for _, xid in counts(watcher)} == {13, 31, 43, 48, 63, 79, 119}
     finally:
@@ -84,12 +71,12 @@ def test_counts_survive_an_nvml_reinit_and_the_watcher_registers_again(
     watcher = start(session)
     try:
         fake_nvml.command("xid 0 79")
-        eventually(lambda: counts(watcher) == {(uuid, 79): 1}, "the first event")
+        wait_until(lambda: counts(watcher) == {(uuid, 79): 1}, "the first event")
         session.mark_lost()
         assert session.reinit(session.generation, 5) is None
-        eventually(lambda: watcher.registrations == 2, "a registration on the new session")
+        wait_until(lambda: watcher.registrations == 2, "a registration on the new session")
         fake_nvml.command("xid 0 79")
-        eventually(lambda: counts(watcher) == {(uuid, 79): 2}, "the count to carry on")
+        wait_until(lambda: counts(watcher) == {(uuid, 79): 2}, "the count to carry on")
     finally:
         watcher.stop(5)
 
@@ -103,7 +90,7 @@ def test_registration_failures_back_off_and_reinit_nvml_themselves(
     watcher = XidWatcher(session, wait_milliseconds=50, min_backoff_seconds=0.02, max_backoff_seconds=0.08)
     watcher.start()
     try:
-        eventually(lambda: fake_nvml.calls("nvmlInitWithFlags") >= inits + 3, "re-inits by the watcher")
+        wait_until(lambda: fake_nvml.calls("nvmlInitWithFlags") >= inits + 3, "re-inits by the watcher")
         backoffs = [
             record.backoff_seconds  # type: ignore[attr-defined]
             for record in caplog.records
@@ -112,9 +99,9 @@ def test_registration_failures_back_off_and_reinit_nvml_themselves(
         assert backoffs[:4] == [0.02, 0.04, 0.08, 0.08]
         assert watcher.registrations == 0
         fake_nvml.command("rc nvmlEventSetCreate 0")
-        eventually(lambda: watcher.registrations == 1, "registration once the driver is back")
+        wait_until(lambda: watcher.registrations == 1, "registration once the driver is back")
         fake_nvml.command("xid 0 31")
-        eventually(lambda: sum(counts(watcher).values()) == 1, "an event after recovery")
+        wait_until(lambda: sum(counts(watcher).values()) == 1, "an event after recovery")
     finally:
         watcher.stop(5)
 
@@ -127,7 +114,7 @@ def test_a_gpu_that_cannot_report_xids_is_skipped_and_events_of_unknown_devices_
     watcher = start(session)
     try:
         fake_nvml.command("xid 1 79", "xid 0 13")
-        eventually(lambda: sum(counts(watcher).values()) == 1, "the event of the watched GPU")
+        wait_until(lambda: sum(counts(watcher).values()) == 1, "the event of the watched GPU")
         assert counts(watcher) == {(uuid0, 13): 1}
     finally:
         watcher.stop(5)

@@ -7,8 +7,8 @@ import re
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from prometheus_client.parser import text_string_to_metric_families
 
+from exposition_reader import parse
 from nvidia_gpu_exporter.backends.exec.command import CommandSplitError, split_command
 from nvidia_gpu_exporter.backends.exec.output import (
     CsvShapeError,
@@ -202,7 +202,7 @@ def test_render_is_valid_exposition(scenario: tuple[list[QueryField], Snapshot, 
         assert line.startswith(("# HELP nvidia_smi_", "# TYPE nvidia_smi_", "nvidia_smi_"))
     sample_count = sum(1 for line in lines if not line.startswith("#"))
 
-    parsed = list(text_string_to_metric_families(text))
+    parsed = parse(text)
     assert sum(len(family.samples) for family in parsed) == sample_count
     for family in parsed:
         keys = [_sample_key(sample.labels) for sample in family.samples]
@@ -221,7 +221,7 @@ def test_process_names_round_trip_through_the_parser(names: list[str]) -> None:
     rows = tuple(ProcessRow("GPU-A", str(pid), name, "1 MiB") for pid, name in enumerate(names))
     snapshot = Snapshot(Attempt(Readings(GpuTable((row,)), ProcessList(True, rows)), 0, 0.1, 1.0), 0, 1.0)
     text = Exposition(fields, StatusFamily.COMMAND_EXIT_CODE).render(snapshot)
-    parsed = {family.name: family for family in text_string_to_metric_families(text)}
+    parsed = {family.name: family for family in parse(text)}
     got = {
         sample.labels["pid"]: sample.labels["process_name"] for sample in parsed["nvidia_smi_compute_app_info"].samples
     }

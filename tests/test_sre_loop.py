@@ -20,17 +20,19 @@ import yaml
 
 from deploy_helpers import (
     JOB,
+    POLL_INTERVAL,
+    PROBE_ERRORS,
     RULES_FILE,
     alertmanager,
     binary,
     get_json,
     prometheus,
     scrape_config,
-    wait_for,
     wait_target_up,
     webhook_receiver,
 )
 from harness import FIXTURE_CAPTURES, fake_smi_command, start_exporter
+from polling import wait_until
 
 CAPTURE = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
 ALERT = "NvidiaGpuTemperatureHigh"
@@ -137,20 +139,19 @@ def test_hot_gpu_pages_through_alertmanager_and_resolves(tmp_path: Path) -> None
                     # Only the temperature alert ever fired: every other shipped rule stayed quiet on live data.
                     alerts_seen = {alert["labels"]["alertname"] for body in hook.received for alert in body["alerts"]}
                     assert alerts_seen == {ALERT}, hook.received
-                    active = wait_for(
-                        "Prometheus to show no firing alert",
+                    wait_until(
                         lambda: (
-                            True
-                            if not [
+                            not [
                                 a
                                 for a in get_json(prom.url + "/api/v1/alerts")["data"]["alerts"]
                                 if a["state"] == "firing"
                             ]
-                            else None
                         ),
+                        "Prometheus to show no firing alert",
                         timeout=30,
+                        interval=POLL_INTERVAL,
+                        ignoring=PROBE_ERRORS,
                     )
-                    assert active
         finally:
             handle.stop()
     print(

@@ -6,12 +6,12 @@ import os
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
 from harness import FIXTURE_CAPTURES, REPO, fake_smi_command, http_get
 from nvidia_gpu_exporter.web.systemd import SocketActivationError, activation_sockets
+from polling import wait_until
 
 CAPTURE = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
 
@@ -35,19 +35,15 @@ def test_exporter_serves_on_the_socket_systemd_passed() -> None:
         cwd=REPO,
         pass_fds=(listener.fileno(),),
     )
+
+    def served() -> str | None:
+        assert process.poll() is None, f"the exporter exited with {process.returncode}"
+        response = http_get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+        return response.text if response.status == 200 else None
+
     try:
-        body = ""
-        for _ in range(150):  # bounded: at most ~30 s for startup
-            try:
-                response = http_get(f"http://127.0.0.1:{port}/metrics", timeout=5)
-            except OSError:
-                response = None
-            if response is not None and response.status == 200:
-                body = response.text
-                break
-            if process.poll() is not None:
-                break
-            time.sleep(0.2)
+        body = wait_until(served, "the exporter to serve on the passed socket", interval=0.2, ignoring=(OSError,))
+        assert body is not None
         assert "nvidia_smi_gpu_info{" in body
     finally:
         process.terminate()

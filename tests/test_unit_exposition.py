@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from exposition_reader import family_block, family_names, sample_lines, without_families
 from nvidia_gpu_exporter.backends.exec.backend import SmiBackend
 from nvidia_gpu_exporter.backends.exec.output import (
     parse_compute_apps,
@@ -26,19 +27,7 @@ from nvidia_gpu_exporter.model.snapshot import (
     Snapshot,
     StatusFamily,
 )
-from unit_helpers import (
-    FakeRunner,
-    exposition,
-    family_block,
-    family_names,
-    gpu_row,
-    help_query_gpu,
-    ok,
-    processes,
-    sample_lines,
-    success_snapshot,
-    without_families,
-)
+from unit_helpers import FakeRunner, exposition, gpu_row, help_query_gpu, ok, processes, success_snapshot
 
 WALL_CLOCK = ("nvidia_smi_last_collect_duration_seconds", "nvidia_smi_last_collect_success_timestamp_seconds")
 

@@ -1,4 +1,4 @@
-"""The HTTP layer in-process: the real ``WebServer`` on a loopback port-0 socket, a hand-written backend.
+"""The HTTP layer in-process: the real ``WebServer`` on a loopback port-0 socket, the shared ``FakeBackend``.
 
 What only an in-process test can see: how often a snapshot is rendered, the handler's own counters after a
 500 or a 503, and whether a client that hangs up releases its place in the single-flight collection.
@@ -9,14 +9,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from async_helpers import WAIT_SECONDS, bounded, eventually, run
+from async_helpers import WAIT_SECONDS, bounded, run
+from exposition_reader import nvidia_smi_part, parse
+from fakes import FakeBackend
 from nvidia_gpu_exporter.app import web_settings
 from nvidia_gpu_exporter.backends import CollectionError
 from nvidia_gpu_exporter.collector import Collector
@@ -24,9 +25,10 @@ from nvidia_gpu_exporter.config import Config
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.exposition.text import CONTENT_TYPE
 from nvidia_gpu_exporter.model.fields import IDENTITY_FIELDS
-from nvidia_gpu_exporter.model.snapshot import GpuTable, QueryField, Readings, Snapshot, StatusFamily, XidRecord
+from nvidia_gpu_exporter.model.snapshot import GpuTable, QueryField, Readings, Snapshot
 from nvidia_gpu_exporter.web.metrics import MetricsEndpoint, accepts_gzip, scrape_budget
 from nvidia_gpu_exporter.web.server import WebServer, bind_socket, build_app
+from polling import eventually
 
 FIELDS = (*(QueryField(name, name) for name in IDENTITY_FIELDS), QueryField("temperature.gpu", "temperature.gpu"))
 
@@ -53,47 +55,6 @@ UUID_A = "GPU-aaaaaaaa-0000-4000-8000-000000000001"
 UUID_B = "GPU-bbbbbbbb-0000-4000-8000-000000000002"
 READINGS = Readings(GpuTable((gpu_row(UUID_A, "0", "41"), gpu_row(UUID_B, "1", "42"))), None, "12.4")
 DUPLICATE_READINGS = Readings(GpuTable((gpu_row(UUID_A, "0", "41"), gpu_row(UUID_A, "1", "42"))), None, "12.4")
-
-
-class FakeBackend:
-    """Each ``collect()`` waits for ``gate`` and returns ``outcomes[i]`` (or raises it); then :data:`READINGS`."""
-
-    def __init__(self, outcomes: Sequence[Readings | BaseException] = (), *, gated: bool = False) -> None:
-        self.outcomes = list(outcomes)
-        self.gate = asyncio.Event()
-        if not gated:
-            self.gate.set()
-        self.started = asyncio.Event()
-        self.cancelled = asyncio.Event()
-        self.calls = 0
-
-    @property
-    def status_family(self) -> StatusFamily:
-        return StatusFamily.COMMAND_EXIT_CODE
-
-    @property
-    def fields(self) -> tuple[QueryField, ...]:
-        return FIELDS
-
-    async def collect(self) -> Readings:
-        index = self.calls
-        self.calls += 1
-        self.started.set()
-        try:
-            await self.gate.wait()
-        except asyncio.CancelledError:
-            self.cancelled.set()
-            raise
-        outcome = self.outcomes[index] if index < len(self.outcomes) else READINGS
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
-
-    def xid_records(self) -> tuple[XidRecord, ...]:
-        return ()
-
-    async def aclose(self) -> None:
-        """Nothing to release."""
 
 
 class CountingExposition(Exposition):
@@ -157,14 +118,6 @@ async def get(url: str, headers: dict[str, str] | None = None) -> Reply:
         return Reply(response.status, dict(response.headers), await response.read())
 
 
-def nvidia_smi_part(text: str) -> str:
-    return "".join(line + "\n" for line in text.splitlines() if "nvidia_smi_" in line)
-
-
-def parses(text: str) -> list[str]:
-    return [family.name for family in text_string_to_metric_families(text)]
-
-
 # -- pure helpers of the metrics route ----------------------------------------------------------------
 
 
@@ -215,7 +168,7 @@ def test_accept_encoding_negotiates_gzip(header: str | None, expected: bool) -> 
 
 def test_background_snapshot_is_rendered_once_for_every_scrape_of_it() -> None:
     async def main() -> None:
-        backend = FakeBackend()
+        backend = FakeBackend(fields=FIELDS, readings=READINGS)
         async with serving(backend, interval_seconds=3600) as served:
             await eventually(lambda: served.collector.collections == 1, "the first background run")
             first = await bounded(get(served.url + "/metrics"))
@@ -234,7 +187,7 @@ def test_background_snapshot_is_rendered_once_for_every_scrape_of_it() -> None:
 
 def test_synchronous_scrapes_render_each_new_snapshot() -> None:
     async def main() -> None:
-        backend = FakeBackend()
+        backend = FakeBackend(fields=FIELDS, readings=READINGS)
         async with serving(backend) as served:
             await bounded(get(served.url + "/metrics"))
             await bounded(get(served.url + "/metrics"))
@@ -247,7 +200,7 @@ def test_synchronous_scrapes_render_each_new_snapshot() -> None:
 
 def test_gzip_body_is_a_valid_gzip_of_the_plain_body() -> None:
     async def main() -> None:
-        backend = FakeBackend()
+        backend = FakeBackend(fields=FIELDS, readings=READINGS)
         async with serving(backend, interval_seconds=3600) as served:
             await eventually(lambda: served.collector.collections == 1, "the first background run")
             plain = await bounded(get(served.url + "/metrics"))
@@ -256,7 +209,7 @@ def test_gzip_body_is_a_valid_gzip_of_the_plain_body() -> None:
         assert zipped.headers["Content-Type"] == CONTENT_TYPE
         assert "Content-Encoding" not in plain.headers
         unzipped = gzip.decompress(zipped.body).decode("utf-8")
-        parses(unzipped)
+        parse(unzipped)
         assert nvidia_smi_part(unzipped) == nvidia_smi_part(plain.text)
 
     run(main)
@@ -267,7 +220,7 @@ def test_gzip_body_is_a_valid_gzip_of_the_plain_body() -> None:
 
 def test_duplicate_series_answer_500_and_count_a_gathering_error() -> None:
     async def main() -> None:
-        backend = FakeBackend([DUPLICATE_READINGS])
+        backend = FakeBackend([DUPLICATE_READINGS], fields=FIELDS, readings=READINGS)
         async with serving(backend) as served:
             failed = await bounded(get(served.url + "/metrics"))
             healthy = await bounded(get(served.url + "/-/healthy"))
@@ -288,7 +241,7 @@ def test_duplicate_series_answer_500_and_count_a_gathering_error() -> None:
 
 def test_refused_scrape_answers_503_and_is_counted() -> None:
     async def main() -> None:
-        backend = FakeBackend(gated=True)
+        backend = FakeBackend(gated=True, fields=FIELDS, readings=READINGS)
         async with serving(backend, max_requests=1) as served:
             first = asyncio.create_task(get(served.url + "/metrics"))
             await bounded(backend.started.wait())
@@ -311,7 +264,7 @@ def test_refused_scrape_answers_503_and_is_counted() -> None:
 
 def test_failed_collection_renders_health_only() -> None:
     async def main() -> None:
-        backend = FakeBackend([CollectionError("exit status 7", 7)])
+        backend = FakeBackend([CollectionError("exit status 7", 7)], fields=FIELDS, readings=READINGS)
         async with serving(backend) as served:
             reply = await bounded(get(served.url + "/metrics"))
         assert reply.status == 200
@@ -320,14 +273,14 @@ def test_failed_collection_renders_health_only() -> None:
         assert "nvidia_smi_last_collect_success 0\n" in reply.text
         assert "nvidia_smi_gpu_info" not in reply.text
         assert "nvidia_smi_temperature_gpu" not in reply.text
-        parses(reply.text)
+        parse(reply.text)
 
     run(main)
 
 
 def test_scrape_timeout_header_answers_with_the_no_result_snapshot() -> None:
     async def main() -> None:
-        backend = FakeBackend(gated=True)
+        backend = FakeBackend(gated=True, fields=FIELDS, readings=READINGS)
         async with serving(backend) as served:
             reply = await bounded(get(served.url + "/metrics", {"X-Prometheus-Scrape-Timeout-Seconds": "0.7"}))
             await bounded(backend.cancelled.wait())  # it was the only waiter: the run is cancelled
@@ -355,7 +308,7 @@ async def open_raw_scrape(url: str) -> asyncio.StreamWriter:
 
 def test_client_that_disconnects_mid_wait_releases_its_waiter_and_cancels_the_collection() -> None:
     async def main() -> None:
-        backend = FakeBackend(gated=True)
+        backend = FakeBackend(gated=True, fields=FIELDS, readings=READINGS)
         async with serving(backend) as served:
             writer = await bounded(open_raw_scrape(served.url))
             await bounded(backend.started.wait())
@@ -376,7 +329,7 @@ def test_client_that_disconnects_mid_wait_releases_its_waiter_and_cancels_the_co
 
 def test_disconnecting_client_does_not_cancel_a_collection_others_still_wait_for() -> None:
     async def main() -> None:
-        backend = FakeBackend(gated=True)
+        backend = FakeBackend(gated=True, fields=FIELDS, readings=READINGS)
         async with serving(backend) as served:
             writer = await bounded(open_raw_scrape(served.url))
             await bounded(backend.started.wait())

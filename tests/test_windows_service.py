@@ -13,7 +13,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from nvidia_gpu_exporter import cli, logs, windows
 from nvidia_gpu_exporter.config import Config
 from nvidia_gpu_exporter.windows import eventlog, service
 from nvidia_gpu_exporter.windows import scm as winscm
+from polling import wait_until
 
 PYTHON = r"C:\Program Files\Python312\python.exe"
 LAUNCHER = [PYTHON, "-m", "nvidia_gpu_exporter"]
@@ -647,13 +647,6 @@ def _host(scm: Scm) -> HostedService:
     return hosted
 
 
-def _wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-
-
 @pytest.mark.parametrize("control", [SERVICE_CONTROL_STOP, SERVICE_CONTROL_SHUTDOWN])
 def test_scm_start_serves_metrics_then_stops_cleanly(scm: Scm, control: int) -> None:
     hosted = _host(scm)
@@ -663,7 +656,7 @@ def test_scm_start_serves_metrics_then_stops_cleanly(scm: Scm, control: int) -> 
         target=lambda: result.append(windows.dispatch(flags, process_argv=True)), daemon=True
     )
     dispatcher_thread.start()
-    _wait_for(lambda: any("Listening on" in text for _, text in scm.event_messages))
+    wait_until(lambda: any("Listening on" in text for _, text in scm.event_messages), "the Listening on event")
     listening = next(text for _, text in scm.event_messages if "Listening on" in text)
     address = re.search(r"address=(\S+)", listening)
     assert address is not None

@@ -131,39 +131,3 @@ def exposition(
 ) -> tuple[Exposition, list[QueryField]]:
     fields = query_fields(extra)
     return Exposition(fields, status_family, mig_process_labels=mig), fields
-
-
-def family_names(text: str) -> list[str]:
-    """Family names in the order their ``# HELP`` lines appear."""
-    return [line.split(" ")[2] for line in text.splitlines() if line.startswith("# HELP ")]
-
-
-def family_block(text: str, name: str) -> str:
-    """The HELP/TYPE/sample lines of one family ("" when absent)."""
-    lines = text.splitlines(keepends=True)
-    out: list[str] = []
-    inside = False
-    for line in lines:
-        if line.startswith("# HELP "):
-            inside = line.split(" ")[2] == name
-        if inside:
-            out.append(line)
-    return "".join(out)
-
-
-def without_families(text: str, names: Iterable[str]) -> str:
-    """The exposition text with the given families removed."""
-    dropped = set(names)
-    lines = text.splitlines(keepends=True)
-    out: list[str] = []
-    keep = True
-    for line in lines:
-        if line.startswith("# HELP "):
-            keep = line.split(" ")[2] not in dropped
-        if keep:
-            out.append(line)
-    return "".join(out)
-
-
-def sample_lines(text: str) -> list[str]:
-    return [line for line in text.splitlines() if not line.startswith("#")]
