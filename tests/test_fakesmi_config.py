@@ -301,6 +301,19 @@ ALIAS_BOMB = "extras:\n  a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
             'line 2: gpus[0]: a merge (<<) takes a mapping or a list of mappings, got "1"',
             id="merge-of-a-scalar",
         ),
+        pytest.param(
+            "seed: 0x" + "f" * 5000,
+            "line 1: seed: integer 0x" + "f" * 75 + "... is out of the int64 range",
+            id="huge-integer-shown-short",
+        ),
+        pytest.param(
+            "gpus: " + "9" * 5000,
+            'line 1: gpus: "' + "9" * 77 + '..." is not a valid !!int',
+            id="integer-of-thousands-of-digits",
+        ),
+        pytest.param(
+            "gpus: " + "9" * 25, "line 1: gpus: gpu count must be between 1 and 255, got 999", id="huge-count"
+        ),
         pytest.param(ALIAS_BOMB, "the document has more than 100000 values", id="alias-expansion-is-bounded"),
         pytest.param(
             "extras:\n  a: " + "[" * 40 + "]" * 40,

@@ -206,6 +206,12 @@ def test_number_errors(text: str, message: str) -> None:
         value(text).number()
 
 
+def test_long_values_are_shown_short() -> None:
+    with pytest.raises(StrictYamlError) as raised:
+        value("x" * 1000).integer()
+    assert str(raised.value) == 'line 1: v: must be an integer, got "' + "x" * 77 + '..."'
+
+
 def test_nan_is_a_number() -> None:
     assert math.isnan(value("nan").number())
 

@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from nvidia_gpu_exporter._go.durations import DurationError, parse_duration
-from nvidia_gpu_exporter._go.strconv import DECIMAL_INT
+from nvidia_gpu_exporter._go.strconv import DECIMAL_INT, parse_int
 from nvidia_gpu_exporter._go.text import go_quote
 from nvidia_gpu_exporter.capture.engine import (
     DEFAULT_STATE,
@@ -38,6 +38,7 @@ from nvidia_gpu_exporter.support.strictyaml import (
     YamlScalar,
     YamlSequence,
     load_yaml,
+    shorten,
 )
 
 if TYPE_CHECKING:
@@ -199,9 +200,9 @@ def _gpus(node: YamlNode) -> int | tuple[GpuEntry, ...]:
         return entries
     if not isinstance(node, YamlScalar) or not DECIMAL_INT.fullmatch(node.written):
         raise node.fail(f"must be a count or a list of GPU entries, got {node.describe()}")
-    count = int(node.written)
-    if not 1 <= count <= MAX_GPUS:
-        raise node.fail(f"gpu count must be between 1 and {MAX_GPUS}, got {count}")
+    count = parse_int(node.written, 1, MAX_GPUS)
+    if count is None:
+        raise node.fail(f"gpu count must be between 1 and {MAX_GPUS}, got {shorten(node.written)}")
     return count
 
 

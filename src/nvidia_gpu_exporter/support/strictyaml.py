@@ -40,12 +40,18 @@ _STANDARD = "tag:yaml.org,2002:"
 _SCALAR_TAGS = frozenset(("str", "int", "float", "bool", "null", "timestamp"))
 _MERGE_TAG = _STANDARD + "merge"
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_SHOWN_CHARACTERS = 80
 
 ScalarValue = str | int | float | bool | None
 
 
 class StrictYamlError(ValueError):
     """A document that is not YAML or breaks its schema; the message reads ``line N: key.path: problem``."""
+
+
+def shorten(text: str) -> str:
+    """``text`` as an error shows it: a very long value cut short, so the message stays readable."""
+    return text if len(text) <= _SHOWN_CHARACTERS else f"{text[: _SHOWN_CHARACTERS - 3]}..."
 
 
 def child_path(parent: str, key: str) -> str:
@@ -105,10 +111,10 @@ class YamlNode(abc.ABC):
     def integer(self, low: int = INT64_MIN, high: int = INT64_MAX) -> int:
         """A YAML integer (``42``, ``0x2a``, ``+7``; not ``'42'``, ``4.0`` or ``true``) within int64 and the bounds."""
         value = self.value if isinstance(self, YamlScalar) else None
-        if not isinstance(value, int) or isinstance(value, bool):
+        if not isinstance(self, YamlScalar) or not isinstance(value, int) or isinstance(value, bool):
             raise self.fail(f"must be an integer, got {self.describe()}")
-        if not INT64_MIN <= value <= INT64_MAX:
-            raise self.fail(f"integer {value} is out of the int64 range")
+        if not INT64_MIN <= value <= INT64_MAX:  # shown as written: str() of a huge int can fail
+            raise self.fail(f"integer {shorten(self.written)} is out of the int64 range")
         if value < low:
             raise self.fail(f"must be at least {low}, got {value}")
         if value > high:
@@ -156,7 +162,7 @@ class YamlScalar(YamlNode):
     plain: bool
 
     def describe(self) -> str:
-        return "null" if self.tag == "null" else go_quote(self.written)
+        return "null" if self.tag == "null" else go_quote(shorten(self.written))
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +245,7 @@ class _Composer:
     def _describe(self, raw: Node) -> str:
         if isinstance(raw, self._mapping_node):
             return "a mapping"
-        return "a list" if isinstance(raw, self._sequence_node) else go_quote(str(raw.value))
+        return "a list" if isinstance(raw, self._sequence_node) else go_quote(shorten(str(raw.value)))
 
     def _fail(self, raw: Node, path: str, problem: str) -> StrictYamlError:
         return StrictYamlError(f"line {raw.start_mark.line + 1}: {path or ROOT}: {problem}")
@@ -275,7 +281,7 @@ class _Composer:
             try:
                 value = self._construct[tag](raw)
             except (ValueError, KeyError, IndexError) as error:
-                raise self._fail(raw, path, f"{go_quote(text)} is not a valid !!{tag}") from error
+                raise self._fail(raw, path, f"{go_quote(shorten(text))} is not a valid !!{tag}") from error
         return YamlScalar(path, raw.start_mark.line + 1, text, value, tag, raw.style is None)
 
     def _entries(self, raw: MappingNode, path: str, depth: int) -> list[tuple[YamlScalar, Node]]:
