@@ -98,6 +98,7 @@ def test_missing_flag_value_is_exit_2(capsys: pytest.CaptureFixture[str], flag: 
         (["--exit", "1.0"], 'invalid --exit value "1.0": not an integer'),
         (["--seed", "9223372036854775808"], 'invalid --seed value "9223372036854775808": value out of range'),
         (["--seed", "1_000"], 'invalid --seed value "1_000": not an integer'),
+        (["--seed", "9" * 5000], f'invalid --seed value "{"9" * 5000}": value out of range'),
         (["--gpus", "0"], "gpu count must be between 1 and 255, got 0"),
         (["--gpus", "256"], "gpu count must be between 1 and 255, got 256"),
         (["--gpus", "two"], 'invalid --gpus value "two": not an integer'),
@@ -115,6 +116,9 @@ def test_missing_flag_value_is_exit_2(capsys: pytest.CaptureFixture[str], flag: 
         (["--set-range", "t=5:1"], 'range for "t" has min 5 greater than max 1'),
         (["--set-range", "t=-inf:1"], 'range for "t" must have finite bounds'),
         (["--set-range", "t=nan:1"], 'range for "t" must have finite bounds'),
+        (["--set-range", "t=1:+Infinity"], 'range for "t" must have finite bounds'),
+        (["--set-range", "t=+nan:1"], 'invalid --set-range min for "t": "+nan" is not a number'),
+        (["--set-range", "t=0x10:20"], 'invalid --set-range min for "t": "0x10" is not a number'),
         (["--fluctuate=maybe"], 'invalid --fluctuate value "maybe": want a boolean'),
         (["--fluctuate=yes"], 'invalid --fluctuate value "yes": want a boolean'),
         (["--config", ""], "--config needs a path"),
@@ -129,6 +133,7 @@ def test_missing_flag_value_is_exit_2(capsys: pytest.CaptureFixture[str], flag: 
         "exit-float",
         "seed-overflow",
         "seed-underscore",
+        "seed-of-thousands-of-digits",
         "gpus-zero",
         "gpus-too-many",
         "gpus-word",
@@ -146,6 +151,9 @@ def test_missing_flag_value_is_exit_2(capsys: pytest.CaptureFixture[str], flag: 
         "range-min-above-max",
         "range-infinite",
         "range-nan",
+        "range-signed-infinity",
+        "range-signed-nan-is-not-a-go-float",
+        "range-hex-without-exponent",
         "fluctuate-word",
         "fluctuate-yaml-word",
         "config-empty",
@@ -155,6 +163,19 @@ def test_missing_flag_value_is_exit_2(capsys: pytest.CaptureFixture[str], flag: 
 )
 def test_bad_flag_is_exit_2_with_a_message(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     assert fake(capsys, "--capture", WINDOWS, *argv, *GPU_QUERY) == (2, "", f"fake-nvidia-smi: {message}\n")
+
+
+@pytest.mark.parametrize(
+    ("spec", "cell"),
+    [
+        pytest.param("0x1p3:0x1p3", "8", id="go-hex-float"),
+        pytest.param(" 1e1 : 1E1 ", "10", id="exponent-and-spaces"),
+        pytest.param("-0:+0", "0", id="signed-zero"),
+    ],
+)
+def test_set_range_bounds_are_go_floats(capsys: pytest.CaptureFixture[str], spec: str, cell: str) -> None:
+    argv = ["--capture", WINDOWS, "--set-range", f"temperature.gpu={spec}", *GPU_QUERY]
+    assert fake(capsys, *argv) == (0, f"uuid, temperature.gpu\n{WINDOWS_UUID}, {cell}\n", "")
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ for everything else."""
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,7 @@ extras:
 
 def test_full_config_is_parsed() -> None:
     config = parse_config(FULL)
-    assert config == FakeSmiConfig(
+    assert replace(config, extras=None) == FakeSmiConfig(
         capture="fixture-windows-1gpu",
         state="load",
         seed=42,
@@ -63,8 +64,10 @@ def test_full_config_is_parsed() -> None:
             GpuEntry(uuid="GPU-aaaa", serial="S-1", overrides={"clocks.current.graphics": Fixed("1000 MHz")}),
             GpuEntry(),
         ),
-        extras={"seed": 1, "mig": [{"gpu": 0, "instances": [{"gi": 2, "profile": "3g.71gb"}]}]},
     )
+    assert config.extras is not None
+    assert (config.extras.path, config.extras.line) == ("extras", 21)
+    assert [key.written for key, _ in config.extras.pairs()] == ["seed", "mig"]
 
 
 @pytest.mark.parametrize(
@@ -111,12 +114,12 @@ def test_scenario_from_config_answers_with_its_settings() -> None:
     ("text", "message"),
     [
         ("stat: idle", 'line 1: top level: unknown key "stat", want one of capture, state, seed'),
-        ("state: idle\nstate: load", 'line 2: top level: duplicate key "state"'),
+        ("state: idle\nstate: load", 'line 2: top level: duplicate key "state" (first at line 1)'),
         ("- capture: x", "line 1: top level: must be a mapping of settings, got a list"),
         ("just text", 'top level: must be a mapping of settings, got "just text"'),
         ("", "the config is empty"),
         ("# only a comment\n", "the config is empty"),
-        ("state: [idle]", "line 1: state: must be a scalar, got a list"),
+        ("state: [idle]", "line 1: state: must be a string, got a list"),
         ("seed: abc", 'line 1: seed: must be an integer, got "abc"'),
         ("seed: 1.5", 'line 1: seed: must be an integer, got "1.5"'),
         ("seed: true", 'line 1: seed: must be an integer, got "true"'),
@@ -130,24 +133,24 @@ def test_scenario_from_config_answers_with_its_settings() -> None:
         ("overrides: [a, b]", "line 1: overrides: must be a mapping of field to value, got a list"),
         (
             "overrides:\n  t: {value: 1, min: 0, max: 2}",
-            'line 2: overrides["t"]: override cannot set both value and min/max',
+            "line 2: overrides.t: override cannot set both value and min/max",
         ),
-        ("overrides:\n  t: {min: 1}", 'line 2: overrides["t"]: override needs a value, or both min and max'),
-        ("overrides:\n  t: {}", 'line 2: overrides["t"]: override needs a value, or both min and max'),
-        ("overrides:\n  t: {min: 3, max: 1}", 'line 2: overrides["t"]: range for "t" has min 3 greater than max 1'),
-        ("overrides:\n  t: {min: .nan, max: 1}", 'line 2: overrides["t"]: range for "t" must have finite bounds'),
-        ("overrides:\n  t: {min: x, max: 1}", 'line 2: overrides["t"].min: must be a number, got "x"'),
-        ("overrides:\n  t: {min: '1', max: 2}", 'line 2: overrides["t"].min: must be a number, got "1"'),
-        ("overrides:\n  t: {value: [1]}", 'line 2: overrides["t"].value: must be a scalar, got a list'),
-        ("overrides:\n  t: {vaule: 1}", 'line 2: overrides["t"]: unknown key "vaule", want one of value, min, max'),
-        ("overrides:\n  t: {value: 1, value: 2}", 'line 2: overrides["t"]: duplicate key "value"'),
+        ("overrides:\n  t: {min: 1}", "line 2: overrides.t: override needs a value, or both min and max"),
+        ("overrides:\n  t: {}", "line 2: overrides.t: override needs a value, or both min and max"),
+        ("overrides:\n  t: {min: 3, max: 1}", 'line 2: overrides.t: range for "t" has min 3 greater than max 1'),
+        ("overrides:\n  t: {min: .nan, max: 1}", 'line 2: overrides.t: range for "t" must have finite bounds'),
+        ("overrides:\n  t: {min: x, max: 1}", 'line 2: overrides.t.min: must be a number, got "x"'),
+        ("overrides:\n  t: {min: '1', max: 2}", 'line 2: overrides.t.min: must be a number, got "1"'),
+        ("overrides:\n  t: {value: [1]}", "line 2: overrides.t.value: must be a string, got a list"),
+        ("overrides:\n  t: {vaule: 1}", 'line 2: overrides.t: unknown key "vaule", want one of value, min, max'),
+        ("overrides:\n  t: {value: 1, value: 2}", 'line 2: overrides.t: duplicate key "value"'),
         ("overrides:\n  t: 1\n  t: 2", 'line 3: overrides: duplicate key "t"'),
-        ("overrides:\n  t: 1,2", 'line 2: overrides["t"]: value for "t" must not contain a comma or newline'),
-        ("overrides:\n  t: |\n    a\n    b", 'overrides["t"]: value for "t" must not contain a comma or newline'),
-        ("overrides:\n  t:", 'line 2: overrides["t"]: must be a value, or a mapping with value or min/max, got null'),
+        ("overrides:\n  t: 1,2", 'line 2: overrides.t: value for "t" must not contain a comma or newline'),
+        ("overrides:\n  t: |\n    a\n    b", 'overrides.t: value for "t" must not contain a comma or newline'),
+        ("overrides:\n  t:", "line 2: overrides.t: must be a value, or a mapping with value or min/max, got null"),
         (
             "overrides:\n  t: [1]",
-            'line 2: overrides["t"]: must be a value, or a mapping with value or min/max, got a list',
+            "line 2: overrides.t: must be a value, or a mapping with value or min/max, got a list",
         ),
         ("overrides:\n  '': 1", "line 2: overrides: field name must not be empty"),
         ("overrides:\n  [a]: 1", "line 2: overrides: keys must be scalars, got a list"),
@@ -164,7 +167,7 @@ def test_scenario_from_config_answers_with_its_settings() -> None:
         ("gpus:\n  - GPU-1", 'line 2: gpus[0]: must be a mapping with uuid, serial or overrides, got "GPU-1"'),
         (
             "gpus:\n  - overrides: {t: {min: 2, max: 1}}",
-            'gpus[0].overrides["t"]: range for "t" has min 2 greater than max 1',
+            'gpus[0].overrides.t: range for "t" has min 2 greater than max 1',
         ),
         ("gpus:\n  - uuid: GPU-A\n  - uuid: gpu-a", 'gpus 0 and 1 share uuid "gpu-a"'),
         ("gpus:\n  - uuid: a,b", 'gpus[0]: value for "uuid" must not contain a comma or newline'),
@@ -181,8 +184,11 @@ def test_scenario_from_config_answers_with_its_settings() -> None:
             "capture: !!python/object:os.system x",
             'capture: unsupported tag "tag:yaml.org,2002:python/object:os.system"',
         ),
-        ("overrides: {t: !custom 1}", 'overrides["t"]: unsupported tag "!custom"'),
-        ("extras: {a: !!python/name:os.system x}", "extras: invalid value: could not determine a constructor"),
+        ("overrides: {t: !custom 1}", 'overrides.t: unsupported tag "!custom"'),
+        (
+            "extras: {a: !!python/name:os.system x}",
+            'line 1: extras.a: unsupported tag "tag:yaml.org,2002:python/name:os.system"',
+        ),
     ],
     ids=[
         "unknown-top-key",
@@ -246,6 +252,81 @@ def test_config_errors_name_the_key(text: str, message: str) -> None:
     with pytest.raises(ConfigError) as raised:
         parse_config(text, "test.yaml")
     assert str(raised.value).startswith('config "test.yaml": ')
+    assert message in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("t: {min: 1e3, max: 2.5E3}", Range(1000.0, 2500.0), id="exponent-without-sign-is-a-number"),
+        pytest.param("t: {min: 0x1p3, max: 0x1p4}", Range(8.0, 16.0), id="go-hex-float-is-a-number"),
+        pytest.param("t: {min: 0x10, max: 1_000}", Range(16.0, 1000.0), id="yaml-integers-are-numbers"),
+    ],
+)
+def test_range_bounds_read_numbers_as_go_does(text: str, expected: Range) -> None:
+    assert parse_config("overrides:\n  " + text).overrides == {"t": expected}
+
+
+def test_merge_keys_fill_in_what_an_entry_does_not_set() -> None:
+    config = parse_config("gpus:\n  - &base {serial: S-1, uuid: GPU-a}\n  - <<: *base\n    uuid: GPU-b\n")
+    assert config.gpus == (GpuEntry(uuid="GPU-a", serial="S-1"), GpuEntry(uuid="GPU-b", serial="S-1"))
+
+
+ALIAS_BOMB = "extras:\n  a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"  {name}: &{name} [*{previous}, *{previous}, *{previous}, *{previous}, *{previous}, "
+    f"*{previous}, *{previous}, *{previous}, *{previous}, *{previous}]\n"
+    for previous, name in zip("abcdefg", "bcdefgh", strict=True)
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param(
+            "extras:\n  seed: !!binary aGk=",
+            'line 2: extras.seed: unsupported tag "tag:yaml.org,2002:binary"',
+            id="unsupported-tag-in-extras",
+        ),
+        pytest.param(
+            "extras:\n  mig: !!set {a}", 'line 2: extras.mig: unsupported tag "tag:yaml.org,2002:set"', id="set-tag"
+        ),
+        pytest.param("seed: !!int abc", 'line 1: seed: "abc" is not a valid !!int', id="explicit-tag-bad-value"),
+        pytest.param(
+            "extras:\n  mig:\n    - gpu: 0\n      gpu: 1",
+            'line 4: extras.mig[0]: duplicate key "gpu" (first at line 3)',
+            id="duplicate-key-in-extras-list",
+        ),
+        pytest.param(
+            "gpus:\n  - <<: [{uuid: a}, 1]",
+            'line 2: gpus[0]: a merge (<<) takes a mapping or a list of mappings, got "1"',
+            id="merge-of-a-scalar",
+        ),
+        pytest.param(
+            "seed: 0x" + "f" * 5000,
+            "line 1: seed: integer 0x" + "f" * 75 + "... is out of the int64 range",
+            id="huge-integer-shown-short",
+        ),
+        pytest.param(
+            "gpus: " + "9" * 5000,
+            'line 1: gpus: "' + "9" * 77 + '..." is not a valid !!int',
+            id="integer-of-thousands-of-digits",
+        ),
+        pytest.param(
+            "gpus: " + "9" * 25, "line 1: gpus: gpu count must be between 1 and 255, got 999", id="huge-count"
+        ),
+        pytest.param(ALIAS_BOMB, "the document has more than 100000 values", id="alias-expansion-is-bounded"),
+        pytest.param(
+            "extras:\n  a: " + "[" * 40 + "]" * 40,
+            "line 2: extras.a" + "[0]" * 31 + ": nested deeper than 32 levels",
+            id="nesting-is-bounded",
+        ),
+        pytest.param("extras:\n  a: " + "[" * 5000 + "]" * 5000, "invalid YAML: nested too deeply", id="deep-yaml"),
+        pytest.param("extras:\n  a: &x [*x]", "nested deeper than 32 levels", id="recursive-alias"),
+    ],
+)
+def test_document_level_rules_apply_everywhere(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config(text, "test.yaml")
     assert message in str(raised.value)
 
 

@@ -180,7 +180,7 @@ def test_client_rejects_an_exporter_whose_certificate_it_does_not_trust(tls_expo
     [
         ("tls_server_config:\n  cert_file: missing.pem\n  key_file: missing.pem\n", "cannot load certificate and key"),
         ("basic_auth_users:\n  alice: plaintext\n", "not a bcrypt hash"),
-        ("unknown_section: {}\n", "unknown_section: unknown key"),
+        ("unknown_section: {}\n", r"line 1: top level: unknown key \"unknown_section\""),
     ],
     ids=["missing-cert-file", "plaintext-password", "unknown-key"],
 )

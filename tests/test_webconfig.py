@@ -41,8 +41,11 @@ TLS = "tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n"
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("bogus: 1\n", "bogus: unknown key"),
-        ("tls_server_config:\n  cert_file: a\n  key_file: b\n  colour: red\n", "tls_server_config.colour: unknown key"),
+        ("bogus: 1\n", 'line 1: top level: unknown key "bogus"'),
+        (
+            "tls_server_config:\n  cert_file: a\n  key_file: b\n  colour: red\n",
+            'line 4: tls_server_config: unknown key "colour"',
+        ),
         ("tls_server_config:\n  key_file: b\n", "exactly one of cert and cert_file"),
         ("tls_server_config:\n  cert_file: a\n", "exactly one of key and key_file"),
         (TLS + "  client_auth_type: Sometimes\n", "client_auth_type: unknown 'Sometimes'"),
@@ -56,7 +59,7 @@ TLS = "tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n"
         (TLS + "  cipher_suites: [TLS_RSA_WITH_RC4_128_SHA]\n", "unknown or insecure cipher suite"),
         (TLS + "  curve_preferences: [P-256]\n", "unknown curve 'P-256'"),
         (TLS + "  prefer_server_cipher_suites: yes please\n", "must be true or false"),
-        ("http_server_config:\n  headers:\n    X-Powered-By: me\n", "headers.X-Powered-By: unknown key"),
+        ("http_server_config:\n  headers:\n    X-Powered-By: me\n", 'headers: unknown key "X-Powered-By"'),
         ("http_server_config:\n  headers:\n    X-Frame-Options: allow\n", "invalid value 'allow'"),
         ("http_server_config:\n  headers:\n    X-Content-Type-Options: sniff\n", "invalid value 'sniff'"),
         ("http_server_config:\n  http2: maybe\n", "http2: must be true or false"),
@@ -73,6 +76,153 @@ def test_invalid_config_is_refused_with_the_key_named(text: str, message: str) -
         parse_web_config(text, "web.yml")
     assert message in str(raised.value)
     assert str(raised.value).startswith("web.yml")
+
+
+HASH = "$2y$04$" + "a" * 53
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param(
+            f"basic_auth_users:\n  alice: {HASH}\nbasic_auth_users:\n  bob: {HASH}\n",
+            'line 3: top level: duplicate key "basic_auth_users" (first at line 1)',
+            id="duplicate-top-level-key",
+        ),
+        pytest.param(
+            f"basic_auth_users:\n  alice: {HASH}\n  alice: {HASH}\n",
+            'line 3: basic_auth_users: duplicate key "alice" (first at line 2)',
+            id="duplicate-user",
+        ),
+        pytest.param(
+            TLS + "  cert_file: other.pem\n",
+            'line 4: tls_server_config: duplicate key "cert_file" (first at line 2)',
+            id="duplicate-nested-key",
+        ),
+        pytest.param(
+            "http_server_config:\n  headers:\n    X-Frame-Options: deny\n    X-Frame-Options: sameorigin\n",
+            'line 4: http_server_config.headers: duplicate key "X-Frame-Options" (first at line 3)',
+            id="duplicate-header",
+        ),
+        pytest.param(
+            "rate_limit: {interval: 1s, interval: 2s}\n",
+            'line 1: rate_limit: duplicate key "interval" (first at line 1)',
+            id="duplicate-key-in-flow-mapping",
+        ),
+    ],
+)
+def test_duplicate_keys_are_refused_at_any_depth(text: str, message: str) -> None:
+    with pytest.raises(WebConfigError) as raised:
+        parse_web_config(text, "web.yml")
+    assert str(raised.value) == f"web.yml: {message}"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param(
+            "basic_auth_user:\n  alice: x\n",
+            'line 1: top level: unknown key "basic_auth_user", want one of tls_server_config, http_server_config, '
+            "basic_auth_users, rate_limit",
+            id="unknown-top-level-key",
+        ),
+        pytest.param(
+            TLS + "  colour: red\n",
+            'line 4: tls_server_config: unknown key "colour", want one of cert, key, client_ca',
+            id="unknown-tls-key",
+        ),
+        pytest.param(
+            "rate_limit:\n  interval: 1s\n  brust: 2\n",
+            'line 3: rate_limit: unknown key "brust", want one of interval, burst',
+            id="unknown-rate-limit-key",
+        ),
+        pytest.param(
+            "tls_server_config:\n  cert_file:\n  key_file:\n",
+            "line 2: tls_server_config: exactly one of cert and cert_file is required",
+            id="null-tls-settings-still-ask-for-tls",
+        ),
+        pytest.param(
+            "tls_server_config: [cert.pem]\n",
+            "line 1: tls_server_config: must be a mapping, got a list",
+            id="tls-not-a-mapping",
+        ),
+        pytest.param(
+            TLS + "  cipher_suites: TLS_AES_128_GCM_SHA256\n",
+            'line 4: tls_server_config.cipher_suites: must be a list, got "TLS_AES_128_GCM_SHA256"',
+            id="suites-not-a-list",
+        ),
+        pytest.param(
+            TLS + "  curve_preferences: [X25519, [CurveP256]]\n",
+            "line 4: tls_server_config.curve_preferences[1]: must be a string, got a list",
+            id="list-item-not-a-string",
+        ),
+        pytest.param(
+            TLS + "  prefer_server_cipher_suites: 1\n",
+            'line 4: tls_server_config.prefer_server_cipher_suites: must be true or false, got "1"',
+            id="bool-not-a-bool",
+        ),
+        pytest.param(
+            "basic_auth_users: [alice]\n",
+            "line 1: basic_auth_users: must be a mapping, got a list",
+            id="users-not-a-mapping",
+        ),
+        pytest.param(
+            "basic_auth_users:\n  alice:\n",
+            "line 2: basic_auth_users.alice: must be a string, got null",
+            id="user-without-hash",
+        ),
+        pytest.param(
+            "http_server_config:\n  headers:\n    X-Frame-Options: [deny]\n",
+            "line 3: http_server_config.headers.X-Frame-Options: must be a string, got a list",
+            id="header-not-a-string",
+        ),
+        pytest.param(
+            "http_server_config:\n  http2: maybe\n",
+            'line 2: http_server_config.http2: must be true or false, got "maybe"',
+            id="http2-not-a-bool",
+        ),
+        pytest.param(
+            "rate_limit:\n  interval: 1s\n  burst: many\n",
+            'line 3: rate_limit.burst: must be an integer, got "many"',
+            id="burst-not-an-integer",
+        ),
+        pytest.param(
+            "rate_limit:\n  interval: [1s]\n",
+            "line 2: rate_limit.interval: must be a string, got a list",
+            id="interval-not-a-string",
+        ),
+    ],
+)
+def test_unknown_keys_and_wrong_types_name_the_key_path_and_line(text: str, message: str) -> None:
+    with pytest.raises(WebConfigError) as raised:
+        parse_web_config(text, "web.yml")
+    assert str(raised.value).startswith(f"web.yml: {message}")
+
+
+@pytest.mark.parametrize(
+    ("text", "users", "headers"),
+    [
+        pytest.param(
+            "http_server_config:\n  headers:\n    X-XSS-Protection: 0\n",
+            {},
+            {"X-XSS-Protection": "0"},
+            id="number-header-read-as-written",
+        ),
+        pytest.param(f"basic_auth_users:\n  1234: {HASH}\n", {"1234": HASH}, {}, id="number-user-name"),
+        pytest.param(
+            f"basic_auth_users:\n  ? !!str alice\n  : {HASH}\n", {"alice": HASH}, {}, id="explicit-string-tag"
+        ),
+        pytest.param(
+            f"http_server_config:\n  headers: &h\n    X-Frame-Options: deny\nbasic_auth_users: {{bob: {HASH}}}\n",
+            {"bob": HASH},
+            {"X-Frame-Options": "deny"},
+            id="anchor",
+        ),
+    ],
+)
+def test_scalars_are_read_as_written(text: str, users: dict[str, str], headers: dict[str, str]) -> None:
+    config = parse_web_config(text, "web.yml")
+    assert (dict(config.basic_auth_users), dict(config.headers)) == (users, headers)
 
 
 def test_empty_file_means_plain_http_without_auth() -> None:

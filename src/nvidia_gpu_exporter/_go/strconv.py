@@ -31,8 +31,8 @@ def parse_bool(text: str) -> bool | None:
 
 def parse_int(text: str, low: int = INT64_MIN, high: int = INT64_MAX) -> int | None:
     """``strconv.ParseInt(text, 10, 64)``: ASCII decimal with an optional sign, within ``[low, high]``."""
-    if not DECIMAL_INT.fullmatch(text):
-        return None
+    if not DECIMAL_INT.fullmatch(text) or len(text.lstrip("+-").lstrip("0")) > 20:
+        return None  # more than 20 digits is beyond 64 bits, and int() refuses texts of thousands
     value = int(text)
     return value if low <= value <= high else None
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -18,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import TextIO
 
 from nvidia_gpu_exporter._go.durations import DurationError, parse_duration
+from nvidia_gpu_exporter._go.strconv import DECIMAL_INT, parse_bool, parse_float, parse_int
 from nvidia_gpu_exporter._go.text import go_quote
 from nvidia_gpu_exporter._go.text import go_trim_space as go_trim
 from nvidia_gpu_exporter.capture.config import ConfigError, FakeSmiConfig, load_config
@@ -92,24 +92,6 @@ _VALUE_FLAGS = frozenset(
         "--gpus",
     }
 )
-_GO_BOOLS = {
-    "1": True,
-    "t": True,
-    "T": True,
-    "TRUE": True,
-    "true": True,
-    "True": True,
-    "0": False,
-    "f": False,
-    "F": False,
-    "FALSE": False,
-    "false": False,
-    "False": False,
-}
-_GO_INT = re.compile(r"[+-]?[0-9]+")
-_GO_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|infinity|nan)", re.I)
-_INT64_MIN = -(1 << 63)
-_INT64_MAX = (1 << 63) - 1
 
 
 class UsageError(Exception):
@@ -189,18 +171,13 @@ class Invocation:
     args: tuple[str, ...]
 
 
-def _go_int(flag: str, value: str, low: int = _INT64_MIN, high: int = _INT64_MAX) -> int:
-    if not _GO_INT.fullmatch(value):
-        raise UsageError(f"invalid {flag} value {go_quote(value)}: not an integer")
-    number = int(value)
-    if not low <= number <= high:
-        raise UsageError(f"invalid {flag} value {go_quote(value)}: value out of range")
+def _go_int(flag: str, value: str) -> int:
+    """An int64 flag value, with Go's two ways of refusing one."""
+    number = parse_int(value)
+    if number is None:
+        problem = "value out of range" if DECIMAL_INT.fullmatch(value) else "not an integer"
+        raise UsageError(f"invalid {flag} value {go_quote(value)}: {problem}")
     return number
-
-
-def _go_float(text: str) -> float | None:
-    trimmed = go_trim(text)
-    return float(trimmed) if _GO_FLOAT.fullmatch(trimmed) else None
 
 
 def _parse_set(value: str) -> tuple[str, Generator]:
@@ -220,10 +197,10 @@ def _parse_set_range(value: str) -> tuple[str, Generator]:
     low_text, colon, high_text = spec.partition(":")
     if not colon:
         raise UsageError(f"invalid --set-range for {go_quote(name)}, want min:max")
-    low = _go_float(low_text)
+    low = parse_float(go_trim(low_text))
     if low is None:
         raise UsageError(f"invalid --set-range min for {go_quote(name)}: {go_quote(low_text)} is not a number")
-    high = _go_float(high_text)
+    high = parse_float(go_trim(high_text))
     if high is None:
         raise UsageError(f"invalid --set-range max for {go_quote(name)}: {go_quote(high_text)} is not a number")
     problem = check_range(name, low, high)
@@ -279,15 +256,13 @@ def parse_flags(argv: Sequence[str]) -> tuple[Flags, list[str]]:
             continue
         if name == "--fluctuate":
             args = args[1:]
-            if not sep and args and args[0] in _GO_BOOLS:
+            if not sep and args and parse_bool(args[0]) is not None:
                 value, sep = args[0], "="
                 args = args[1:]
-            if sep:
-                if value not in _GO_BOOLS:
-                    raise UsageError(f"invalid --fluctuate value {go_quote(value)}: want a boolean")
-                flags.fluctuate = _GO_BOOLS[value]
-            else:
-                flags.fluctuate = True
+            fluctuate = parse_bool(value) if sep else True
+            if fluctuate is None:
+                raise UsageError(f"invalid --fluctuate value {go_quote(value)}: want a boolean")
+            flags.fluctuate = fluctuate
             continue
         if name not in _VALUE_FLAGS:
             break

@@ -1,10 +1,11 @@
 """``--web.config.file``: TLS, basic auth, response headers and rate limiting, in exporter-toolkit's format.
 
 The file is the one every Prometheus exporter reads (``web-config.yml``), so an operator can reuse it
-as is. Parsing is strict: an unknown key, an unreadable file or a value Python's ``ssl`` cannot honour
-stops the exporter at startup with a message naming the key, rather than serving with less protection
-than was asked for. Settings that only tune TLS (a curve list longer than Python can pin, HTTP/2) are
-reported as warnings.
+as is. Parsing is strict, as exporter-toolkit's is: an unknown or duplicate key, a value of the wrong
+type, an unreadable file or a value Python's ``ssl`` cannot honour stops the exporter at startup with a
+message naming the line and key path, rather than serving with less protection than was asked for. A
+string setting is its text as written (``X-XSS-Protection: 0`` is the header ``0``), as Go's yaml reads
+it. Settings that only tune TLS (a curve list longer than Python can pin, HTTP/2) are reported as warnings.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nvidia_gpu_exporter._go.durations import DurationError, parse_duration
+from nvidia_gpu_exporter.support.strictyaml import StrictYamlError, YamlNode, load_yaml
 
 log = logging.getLogger(__name__)
 
@@ -122,150 +124,110 @@ class WebConfig:
     base_dir: str = "."
 
 
-def _mapping(value: Any, path: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise WebConfigError(f"{path}: must be a mapping, got {type(value).__name__}")
-    for key in value:
-        if not isinstance(key, str):
-            raise WebConfigError(f"{path}: keys must be strings, got {key!r}")
-    return value
+TOP_LEVEL_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users", "rate_limit")
+_BCRYPT_PREFIXES = ("$2a$", "$2b$", "$2y$")
 
 
-def _unknown(keys: Mapping[str, Any], allowed: tuple[str, ...], path: str) -> None:
-    for key in keys:
-        if key not in allowed:
-            prefix = f"{path}." if path else ""
-            raise WebConfigError(f"{prefix}{key}: unknown key (allowed: {', '.join(allowed)})")
+def _strings(node: YamlNode) -> tuple[str, ...]:
+    return tuple(item.text() for item in node.items())
 
 
-def _string(value: Any, path: str) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise WebConfigError(f"{path}: must be a string, got {value!r}")
-    return value
+def _parse_tls(node: YamlNode) -> TlsSettings | None:
+    """``tls_server_config``; empty means plain HTTP. Unset (null or blank) settings keep their defaults."""
+    entries = node.mapping(_TLS_KEYS)
+    if not node.pairs():  # any key, even a null one, asks for TLS: better refused than served in the clear
+        return None
+    values: dict[str, Any] = {}
+    for name, value in entries.items():
+        if name in ("client_allowed_sans", "cipher_suites", "curve_preferences"):
+            values[name] = _strings(value)
+        elif name == "prefer_server_cipher_suites":
+            values[name] = value.boolean()
+        elif text := value.text():
+            values[name] = text
+    settings = TlsSettings(**values)
 
+    def at(name: str) -> YamlNode:
+        return entries.get(name, node)
 
-def _strings(value: Any, path: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise WebConfigError(f"{path}: must be a list of strings")
-    return tuple(value)
-
-
-def _bool(value: Any, path: str, default: bool) -> bool:
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise WebConfigError(f"{path}: must be true or false, got {value!r}")
-    return value
-
-
-def _parse_tls(raw: Mapping[str, Any]) -> TlsSettings:
-    _unknown(raw, _TLS_KEYS, "tls_server_config")
-    path = "tls_server_config"
-    settings = TlsSettings(
-        cert=_string(raw.get("cert"), f"{path}.cert"),
-        key=_string(raw.get("key"), f"{path}.key"),
-        client_ca=_string(raw.get("client_ca"), f"{path}.client_ca"),
-        cert_file=_string(raw.get("cert_file"), f"{path}.cert_file"),
-        key_file=_string(raw.get("key_file"), f"{path}.key_file"),
-        client_auth_type=_string(raw.get("client_auth_type"), f"{path}.client_auth_type") or "NoClientCert",
-        client_ca_file=_string(raw.get("client_ca_file"), f"{path}.client_ca_file"),
-        client_allowed_sans=_strings(raw.get("client_allowed_sans"), f"{path}.client_allowed_sans"),
-        min_version=_string(raw.get("min_version"), f"{path}.min_version") or "TLS12",
-        max_version=_string(raw.get("max_version"), f"{path}.max_version") or "TLS13",
-        cipher_suites=_strings(raw.get("cipher_suites"), f"{path}.cipher_suites"),
-        prefer_server_cipher_suites=_bool(
-            raw.get("prefer_server_cipher_suites"), f"{path}.prefer_server_cipher_suites", True
-        ),
-        curve_preferences=_strings(raw.get("curve_preferences"), f"{path}.curve_preferences"),
-    )
     if bool(settings.cert) == bool(settings.cert_file):
-        raise WebConfigError(f"{path}: exactly one of cert and cert_file is required")
+        raise node.fail("exactly one of cert and cert_file is required")
     if bool(settings.key) == bool(settings.key_file):
-        raise WebConfigError(f"{path}: exactly one of key and key_file is required")
+        raise node.fail("exactly one of key and key_file is required")
     if settings.client_ca and settings.client_ca_file:
-        raise WebConfigError(f"{path}: client_ca and client_ca_file are mutually exclusive")
-    if settings.client_auth_type not in CLIENT_AUTH_TYPES:
-        raise WebConfigError(
-            f"{path}.client_auth_type: unknown {settings.client_auth_type!r} (one of {', '.join(CLIENT_AUTH_TYPES)})"
+        raise node.fail("client_ca and client_ca_file are mutually exclusive")
+    auth = settings.client_auth_type
+    if auth not in CLIENT_AUTH_TYPES:
+        raise at("client_auth_type").fail(f"unknown {auth!r} (one of {', '.join(CLIENT_AUTH_TYPES)})")
+    if auth in ("RequestClientCert", "RequireAnyClientCert"):
+        raise at("client_auth_type").fail(
+            f"{auth} cannot be honoured: Python's ssl module always verifies the client certificates it accepts; "
+            "use VerifyClientCertIfGiven or RequireAndVerifyClientCert with client_ca_file"
         )
-    if settings.client_auth_type in ("RequestClientCert", "RequireAnyClientCert"):
-        raise WebConfigError(
-            f"{path}.client_auth_type: {settings.client_auth_type} cannot be honoured: Python's ssl module always "
-            "verifies the client certificates it accepts; use VerifyClientCertIfGiven or "
-            "RequireAndVerifyClientCert with client_ca_file"
-        )
-    verifying = settings.client_auth_type in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
+    verifying = auth in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
     if verifying and not (settings.client_ca or settings.client_ca_file):
-        raise WebConfigError(f"{path}: client_auth_type {settings.client_auth_type} needs client_ca_file")
+        raise node.fail(f"client_auth_type {auth} needs client_ca_file")
     if (settings.client_ca or settings.client_ca_file) and not verifying:
-        raise WebConfigError(
-            f"{path}: client CA given, but client_auth_type {settings.client_auth_type} does not verify clients"
-        )
-    if settings.client_allowed_sans and settings.client_auth_type != "RequireAndVerifyClientCert":
-        raise WebConfigError(f"{path}.client_allowed_sans: needs client_auth_type RequireAndVerifyClientCert")
+        raise node.fail(f"client CA given, but client_auth_type {auth} does not verify clients")
+    if settings.client_allowed_sans and auth != "RequireAndVerifyClientCert":
+        raise at("client_allowed_sans").fail("needs client_auth_type RequireAndVerifyClientCert")
     for name in ("min_version", "max_version"):
-        value = getattr(settings, name)
-        if value not in TLS_VERSIONS:
-            raise WebConfigError(f"{path}.{name}: unknown TLS version {value!r} (one of {', '.join(TLS_VERSIONS)})")
+        version = getattr(settings, name)
+        if version not in TLS_VERSIONS:
+            raise at(name).fail(f"unknown TLS version {version!r} (one of {', '.join(TLS_VERSIONS)})")
     if TLS_VERSIONS[settings.min_version] > TLS_VERSIONS[settings.max_version]:
-        raise WebConfigError(f"{path}: min_version {settings.min_version} is above max_version {settings.max_version}")
+        raise node.fail(f"min_version {settings.min_version} is above max_version {settings.max_version}")
     for suite in settings.cipher_suites:
         if suite not in GO_CIPHER_SUITES and suite not in GO_TLS13_SUITES:
-            raise WebConfigError(f"{path}.cipher_suites: unknown or insecure cipher suite {suite!r}")
+            raise at("cipher_suites").fail(f"unknown or insecure cipher suite {suite!r}")
     for curve in settings.curve_preferences:
         if curve not in GO_CURVES:
-            raise WebConfigError(f"{path}.curve_preferences: unknown curve {curve!r} (one of {', '.join(GO_CURVES)})")
+            raise at("curve_preferences").fail(f"unknown curve {curve!r} (one of {', '.join(GO_CURVES)})")
     return settings
 
 
-def _parse_headers(raw: Mapping[str, Any]) -> dict[str, str]:
-    _unknown(raw, ALLOWED_HEADERS, "http_server_config.headers")
+def _parse_headers(node: YamlNode) -> dict[str, str]:
     headers: dict[str, str] = {}
-    for name, value in raw.items():
-        text = _string(value, f"http_server_config.headers.{name}")
+    for name, value in node.mapping(ALLOWED_HEADERS).items():
+        text = value.text()
         if not text:
             continue  # blank means unset
         allowed = _HEADER_VALUES.get(name)
         if allowed and text.lower() not in allowed:
-            raise WebConfigError(
-                f"http_server_config.headers.{name}: invalid value {text!r} (one of {', '.join(allowed)})"
-            )
+            raise value.fail(f"invalid value {text!r} (one of {', '.join(allowed)})")
         if "\n" in text or "\r" in text:
-            raise WebConfigError(f"http_server_config.headers.{name}: must be one line")
+            raise value.fail("must be one line")
         headers[name] = text
     return headers
 
 
-def _parse_users(raw: Mapping[str, Any]) -> dict[str, str]:
+def _parse_users(node: YamlNode) -> dict[str, str]:
     users: dict[str, str] = {}
-    for user, hashed in raw.items():
-        text = _string(hashed, f"basic_auth_users.{user}")
-        if not text.startswith(("$2a$", "$2b$", "$2y$")):
-            raise WebConfigError(f"basic_auth_users.{user}: not a bcrypt hash (expected $2a$/$2b$/$2y$...)")
-        users[user] = text
+    for user, hashed in node.pairs():
+        text = hashed.text()
+        if not text.startswith(_BCRYPT_PREFIXES):
+            raise hashed.fail("not a bcrypt hash (expected $2a$/$2b$/$2y$...)")
+        users[user.written] = text
     return users
 
 
-def _parse_rate_limit(raw: Mapping[str, Any]) -> RateLimit | None:
-    _unknown(raw, ("interval", "burst"), "rate_limit")
-    if not raw:
+def _parse_rate_limit(node: YamlNode) -> RateLimit | None:
+    """One request per ``interval``, bursts of ``burst``; no interval (or 0) means no limit."""
+    entries = node.mapping(("interval", "burst"))
+    burst = 0
+    if "burst" in entries:
+        burst = entries["burst"].integer()
+        if burst < 0:
+            raise entries["burst"].fail(f"must be a non-negative integer, got {burst}")
+    if "interval" not in entries:
         return None
-    interval_text = raw.get("interval", "0")
+    interval_node = entries["interval"]
     try:
-        interval = parse_duration(str(interval_text))
+        interval = parse_duration(interval_node.text())
     except DurationError as error:
-        raise WebConfigError(f"rate_limit.interval: {error}") from error
-    burst = raw.get("burst", 0)
-    if not isinstance(burst, int) or isinstance(burst, bool) or burst < 0:
-        raise WebConfigError(f"rate_limit.burst: must be a non-negative integer, got {burst!r}")
+        raise interval_node.fail(str(error)) from error
     if interval < 0:
-        raise WebConfigError("rate_limit.interval: must not be negative")
+        raise interval_node.fail("must not be negative")
     if interval == 0:
         return None
     return RateLimit(interval / 1e9, max(burst, 1))
@@ -273,32 +235,27 @@ def _parse_rate_limit(raw: Mapping[str, Any]) -> RateLimit | None:
 
 def parse_web_config(text: str, source: str = "<web config>", base_dir: str = ".") -> WebConfig:
     """Strictly parse web-config YAML; file names in it are relative to ``base_dir``."""
-    import yaml  # noqa: PLC0415 - only needed with --web.config.file
-
     try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise WebConfigError(f"{source}: invalid YAML: {error}") from error
-    try:
-        root = _mapping(document, "web config")
-        _unknown(root, ("tls_server_config", "http_server_config", "basic_auth_users", "rate_limit"), "")
-        tls_raw = _mapping(root.get("tls_server_config"), "tls_server_config")
-        http_raw = _mapping(root.get("http_server_config"), "http_server_config")
-        _unknown(http_raw, ("http2", "headers"), "http_server_config")
-        http2 = http_raw.get("http2")
-        if http2 is not None and not isinstance(http2, bool):
-            raise WebConfigError(f"http_server_config.http2: must be true or false, got {http2!r}")
-        return WebConfig(
-            tls=_parse_tls(tls_raw) if tls_raw else None,
-            http2=http2,
-            headers=_parse_headers(_mapping(http_raw.get("headers"), "http_server_config.headers")),
-            basic_auth_users=_parse_users(_mapping(root.get("basic_auth_users"), "basic_auth_users")),
-            rate_limit=_parse_rate_limit(_mapping(root.get("rate_limit"), "rate_limit")),
-            source=source,
-            base_dir=base_dir,
-        )
-    except WebConfigError as error:
+        root = load_yaml(text)
+        if root is None or root.is_null:
+            return WebConfig(source=source, base_dir=base_dir)
+        entries = root.mapping(TOP_LEVEL_KEYS)
+        values: dict[str, Any] = {}
+        if "tls_server_config" in entries:
+            values["tls"] = _parse_tls(entries["tls_server_config"])
+        if "http_server_config" in entries:
+            http = entries["http_server_config"].mapping(("http2", "headers"))
+            if "http2" in http:
+                values["http2"] = http["http2"].boolean()
+            if "headers" in http:
+                values["headers"] = _parse_headers(http["headers"])
+        if "basic_auth_users" in entries:
+            values["basic_auth_users"] = _parse_users(entries["basic_auth_users"])
+        if "rate_limit" in entries:
+            values["rate_limit"] = _parse_rate_limit(entries["rate_limit"])
+    except StrictYamlError as error:
         raise WebConfigError(f"{source}: {error}") from None
+    return WebConfig(**values, source=source, base_dir=base_dir)
 
 
 def load_web_config(path: str) -> WebConfig:

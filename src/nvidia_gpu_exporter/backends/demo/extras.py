@@ -20,10 +20,12 @@ import hashlib
 import math
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from nvidia_gpu_exporter._go.durations import DurationError, parse_duration, to_seconds
+from nvidia_gpu_exporter._go.text import go_quote
 from nvidia_gpu_exporter.model.snapshot import (
     GpuExtras,
     MigDevice,
@@ -34,13 +36,12 @@ from nvidia_gpu_exporter.model.snapshot import (
     XidRecord,
 )
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
+from nvidia_gpu_exporter.support.strictyaml import StrictYamlError, YamlNode
 
 GIB = 1 << 30
 DEFAULT_FALLBACK_WATTS = 120.0
 DEFAULT_XID_CODES = (13, 31, 43, 48, 63, 79, 119)
 MAX_XIDS_PER_CYCLE = 10
-INT64_MIN = -(1 << 63)
-INT64_MAX = (1 << 63) - 1
 
 EXTRAS_KEYS = ("seed", "energy-fallback-power-watts", "pcie", "mig", "xids")
 PCIE_KEYS = ("tx-bytes-per-second", "rx-bytes-per-second")
@@ -51,7 +52,6 @@ XIDS_KEYS = ("initial", "interval", "codes")
 XID_EVENT_KEYS = ("gpu", "xid", "count")
 
 _PROFILE_SIZE = re.compile(r"\.([0-9]+)gb$", re.IGNORECASE)
-_NUMBER_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 class ExtrasError(ValueError):
@@ -101,7 +101,7 @@ class XidEventSpec:
 
     gpu: int
     xid: int
-    count: int
+    count: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,181 +151,128 @@ DEFAULT_SCENARIO = ExtrasSpec(
 # -- validation ------------------------------------------------------------------------------------------
 
 
-def _shown(value: object) -> str:
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return "null" if value is None else repr(value)
-
-
-def _mapping(value: object, path: str, allowed: tuple[str, ...]) -> Mapping[str, object]:
-    if not isinstance(value, Mapping):
-        raise ExtrasError(f"{path}: must be a mapping, got {_shown(value)}")
-    for key in value:
-        if key not in allowed:
-            raise ExtrasError(f"{path}: unknown key {key!r}, want one of {', '.join(allowed)}")
-    return value
-
-
-def _list(value: object, path: str) -> list[object]:
-    if not isinstance(value, list):
-        raise ExtrasError(f"{path}: must be a list, got {_shown(value)}")
-    return value
-
-
-def _int(value: object, path: str, *, minimum: int = 0) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ExtrasError(f"{path}: must be an integer, got {_shown(value)}")
-    if value < minimum:
-        raise ExtrasError(f"{path}: must be at least {minimum}, got {value}")
-    return value
-
-
-def _number(value: object, path: str) -> float:
-    """A finite number; YAML 1.1 reads ``3e9`` as a string, so plain numeric text is accepted too."""
-    if isinstance(value, str) and _NUMBER_TEXT.fullmatch(value.strip()):
-        value = float(value)
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise ExtrasError(f"{path}: must be a number, got {_shown(value)}")
-    try:
-        number = float(value)
-    except OverflowError as error:
-        raise ExtrasError(f"{path}: must be a finite number, got {value!r}") from error
+def _finite(node: YamlNode) -> float:
+    number = node.number()
     if not math.isfinite(number):
-        raise ExtrasError(f"{path}: must be a finite number, got {value!r}")
+        raise node.fail(f"must be a finite number, got {node.describe()}")
     return number
 
 
-def _required(entries: Mapping[str, object], key: str, path: str) -> object:
-    if key not in entries or entries[key] is None:
-        raise ExtrasError(f"{path}.{key}: required")
-    return entries[key]
-
-
-def _bounds(value: object, path: str, default: Bounds) -> Bounds:
-    if value is None:
-        return default
-    entries = _mapping(value, path, BOUNDS_KEYS)
-    low = _number(_required(entries, "min", path), f"{path}.min")
-    high = _number(_required(entries, "max", path), f"{path}.max")
+def _bounds(node: YamlNode) -> Bounds:
+    entries = node.mapping(BOUNDS_KEYS)
+    low = _finite(entries.required("min"))
+    high = _finite(entries.required("max"))
     if low < 0:
-        raise ExtrasError(f"{path}.min: must not be negative, got {low:g}")
+        raise entries["min"].fail(f"must not be negative, got {low:g}")
     if low > high:
-        raise ExtrasError(f"{path}: min {low:g} is greater than max {high:g}")
+        raise node.fail(f"min {low:g} is greater than max {high:g}")
     return Bounds(low, high)
 
 
-def _instance(value: object, path: str) -> MigInstanceSpec:
-    entries = _mapping(value, path, INSTANCE_KEYS)
-    gi = _int(_required(entries, "gi", path), f"{path}.gi")
-    profile = _required(entries, "profile", path)
-    if not isinstance(profile, str) or not profile.strip():
-        raise ExtrasError(f"{path}.profile: must be a non-empty string, got {_shown(profile)}")
-    cis = 1 if entries.get("cis") is None else _int(entries["cis"], f"{path}.cis")
-    memory = entries.get("memory-total-bytes")
-    if memory is None:
+def _instance(node: YamlNode) -> MigInstanceSpec:
+    entries = node.mapping(INSTANCE_KEYS)
+    values: dict[str, Any] = {"gi": entries.required("gi").integer(low=0)}
+    profile = entries.required("profile").text()
+    if not profile.strip():
+        raise entries["profile"].fail(f"must be a non-empty string, got {entries['profile'].describe()}")
+    values["profile"] = profile
+    if "cis" in entries:
+        values["cis"] = entries["cis"].integer(low=0)
+    if "memory-total-bytes" in entries:
+        values["memory_total_bytes"] = entries["memory-total-bytes"].integer(low=1)
+    else:
         size = _PROFILE_SIZE.search(profile)
         if size is None:
-            raise ExtrasError(
-                f"{path}.memory-total-bytes: required, the profile {profile!r} has no .<N>gb size to derive it"
+            raise entries.missing(
+                "memory-total-bytes", f"required, the profile {go_quote(profile)} has no .<N>gb size to derive it"
             )
-        total = int(size.group(1)) * GIB
-    else:
-        total = _int(memory, f"{path}.memory-total-bytes", minimum=1)
-    busy = entries.get("busy", False)
-    if busy is None:
-        busy = False
-    if not isinstance(busy, bool):
-        raise ExtrasError(f"{path}.busy: must be true or false, got {_shown(busy)}")
-    return MigInstanceSpec(gi, profile, cis, total, busy)
+        values["memory_total_bytes"] = int(size.group(1)) * GIB
+    if "busy" in entries:
+        values["busy"] = entries["busy"].boolean()
+    return MigInstanceSpec(**values)
 
 
-def _mig(value: object) -> tuple[MigGpuSpec, ...]:
-    if value is None:
-        return ()
+def _mig(node: YamlNode) -> tuple[MigGpuSpec, ...]:
     gpus: list[MigGpuSpec] = []
-    for position, item in enumerate(_list(value, "extras.mig")):
-        path = f"extras.mig[{position}]"
-        entries = _mapping(item, path, MIG_KEYS)
-        gpu = _int(_required(entries, "gpu", path), f"{path}.gpu")
+    for item in node.items():
+        entries = item.mapping(MIG_KEYS)
+        gpu = entries.required("gpu").integer(low=0)
         if any(existing.gpu == gpu for existing in gpus):
-            raise ExtrasError(f"{path}.gpu: GPU {gpu} already has a MIG topology")
-        raw_instances = _list(_required(entries, "instances", path), f"{path}.instances")
-        if not raw_instances:
-            raise ExtrasError(f"{path}.instances: needs at least one GPU instance")
+            raise entries["gpu"].fail(f"GPU {gpu} already has a MIG topology")
+        raw_instances = entries.required("instances")
+        if not raw_instances.items():
+            raise raw_instances.fail("needs at least one GPU instance")
         instances: list[MigInstanceSpec] = []
-        for number, raw in enumerate(raw_instances):
-            instance = _instance(raw, f"{path}.instances[{number}]")
+        for raw in raw_instances.items():
+            instance = _instance(raw)
             if any(existing.gi == instance.gi for existing in instances):
-                raise ExtrasError(f"{path}.instances[{number}].gi: GPU instance {instance.gi} is listed twice")
+                raise raw.mapping(INSTANCE_KEYS)["gi"].fail(f"GPU instance {instance.gi} is listed twice")
             instances.append(instance)
         gpus.append(MigGpuSpec(gpu, tuple(instances)))
     return tuple(gpus)
 
 
-def _xids(value: object) -> tuple[tuple[XidEventSpec, ...], float | None, tuple[int, ...]]:
-    if value is None:
-        return (), None, DEFAULT_XID_CODES
-    entries = _mapping(value, "extras.xids", XIDS_KEYS)
-    initial: list[XidEventSpec] = []
-    for position, item in enumerate(_list(entries.get("initial") or [], "extras.xids.initial")):
-        path = f"extras.xids.initial[{position}]"
-        event = _mapping(item, path, XID_EVENT_KEYS)
-        gpu = _int(_required(event, "gpu", path), f"{path}.gpu")
-        xid = _int(_required(event, "xid", path), f"{path}.xid")
-        count = 1 if event.get("count") is None else _int(event["count"], f"{path}.count")
-        if count:
-            initial.append(XidEventSpec(gpu, xid, count))
-    interval: float | None = None
-    raw_interval = entries.get("interval")
-    if raw_interval is not None:
-        if not isinstance(raw_interval, str):
-            raise ExtrasError(f"extras.xids.interval: must be a duration such as 10m, got {_shown(raw_interval)}")
-        try:
-            nanoseconds = parse_duration(raw_interval)
-        except DurationError as error:
-            raise ExtrasError(f"extras.xids.interval: {error}") from error
-        if nanoseconds <= 0:
-            raise ExtrasError(f"extras.xids.interval: must be greater than 0, got {raw_interval!r}")
-        interval = to_seconds(nanoseconds)
-    codes: tuple[int, ...] = DEFAULT_XID_CODES
-    if entries.get("codes") is not None:
-        raw_codes = _list(entries["codes"], "extras.xids.codes")
-        if not raw_codes:
-            raise ExtrasError("extras.xids.codes: needs at least one XID code")
-        codes = tuple(_int(code, f"extras.xids.codes[{index}]") for index, code in enumerate(raw_codes))
-    return tuple(initial), interval, codes
+def _xid_event(node: YamlNode) -> XidEventSpec:
+    entries = node.mapping(XID_EVENT_KEYS)
+    values = {key: entries.required(key).integer(low=0) for key in ("gpu", "xid")}
+    if "count" in entries:
+        values["count"] = entries["count"].integer(low=0)
+    return XidEventSpec(**values)
 
 
-def parse_extras(raw: object) -> ExtrasSpec:
-    """Validate a raw ``extras:`` mapping (as YAML loaded it); ``None`` gives the plain defaults."""
-    if raw is None:
+def _interval_seconds(node: YamlNode) -> float:
+    text = node.text()
+    try:
+        nanoseconds = parse_duration(text)
+    except DurationError as error:
+        raise node.fail(str(error)) from error
+    if nanoseconds <= 0:
+        raise node.fail(f"must be greater than 0, got {go_quote(text)}")
+    return to_seconds(nanoseconds)
+
+
+def _xids(node: YamlNode, values: dict[str, Any]) -> None:
+    entries = node.mapping(XIDS_KEYS)
+    if "initial" in entries:
+        events = (_xid_event(item) for item in entries["initial"].items())
+        values["xid_initial"] = tuple(event for event in events if event.count)
+    if "interval" in entries:
+        values["xid_interval_seconds"] = _interval_seconds(entries["interval"])
+    if "codes" in entries:
+        codes = entries["codes"]
+        if not codes.items():
+            raise codes.fail("needs at least one XID code")
+        values["xid_codes"] = tuple(code.integer(low=0) for code in codes.items())
+
+
+def parse_extras(node: YamlNode | None) -> ExtrasSpec:
+    """Validate the ``extras:`` block (``None``: no block) into a spec; what is not set keeps its default."""
+    if node is None:
         return ExtrasSpec()
-    entries = _mapping(raw, "extras", EXTRAS_KEYS)
-    seed = entries.get("seed")
-    if seed is not None:
-        seed = _int(seed, "extras.seed", minimum=INT64_MIN)
-        if seed > INT64_MAX:
-            raise ExtrasError(f"extras.seed: {seed} is out of the int64 range")
-    fallback = DEFAULT_FALLBACK_WATTS
-    if entries.get("energy-fallback-power-watts") is not None:
-        fallback = _number(entries["energy-fallback-power-watts"], "extras.energy-fallback-power-watts")
-        if fallback < 0:
-            raise ExtrasError(f"extras.energy-fallback-power-watts: must not be negative, got {fallback:g}")
-        fallback = fallback or DEFAULT_FALLBACK_WATTS
-    pcie = _mapping(entries.get("pcie") or {}, "extras.pcie", PCIE_KEYS)
-    initial, interval, codes = _xids(entries.get("xids"))
-    return ExtrasSpec(
-        seed=seed,
-        fallback_watts=fallback,
-        pcie_tx=_bounds(pcie.get("tx-bytes-per-second"), "extras.pcie.tx-bytes-per-second", DEFAULT_PCIE_TX),
-        pcie_rx=_bounds(pcie.get("rx-bytes-per-second"), "extras.pcie.rx-bytes-per-second", DEFAULT_PCIE_RX),
-        mig=_mig(entries.get("mig")),
-        xid_initial=initial,
-        xid_interval_seconds=interval,
-        xid_codes=codes,
-    )
+    try:
+        entries = node.mapping(EXTRAS_KEYS)
+        values: dict[str, Any] = {}
+        if "seed" in entries:
+            values["seed"] = entries["seed"].integer()
+        if "energy-fallback-power-watts" in entries:
+            watts = entries["energy-fallback-power-watts"]
+            fallback = _finite(watts)
+            if fallback < 0:
+                raise watts.fail(f"must not be negative, got {fallback:g}")
+            if fallback:  # 0 asks for the default
+                values["fallback_watts"] = fallback
+        if "pcie" in entries:
+            pcie = entries["pcie"].mapping(PCIE_KEYS)
+            for key, name in (("tx-bytes-per-second", "pcie_tx"), ("rx-bytes-per-second", "pcie_rx")):
+                if key in pcie:
+                    values[name] = _bounds(pcie[key])
+        if "mig" in entries:
+            values["mig"] = _mig(entries["mig"])
+        if "xids" in entries:
+            _xids(entries["xids"], values)
+        return ExtrasSpec(**values)
+    except StrictYamlError as error:
+        raise ExtrasError(str(error)) from None
 
 
 # -- synthesis -------------------------------------------------------------------------------------------
