@@ -26,15 +26,40 @@ elif [ -d "${HOME:-/root}/.pyenv/versions" ]; then
     root="${HOME:-/root}/.pyenv"
 fi
 
+# The two Pythons run side by side (each in its own venv and pytest base directory), which keeps this step's
+# share of the 30-minute CI budget near one suite's time; each log is printed whole once both are done.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+pids=()
+names=()
 for minor in 3.10 3.13; do
     interpreter=$(ls -d "$root"/versions/"$minor".*/bin/python3 2>/dev/null | sort -V | tail -n 1 || true)
     if [ -z "$root" ] || [ -z "$interpreter" ]; then
         echo "no Python $minor on this machine (pyenv): skipping it"
         continue
     fi
-    echo "==> Python $minor: $interpreter"
-    venv=$(mktemp -d)/venv
-    "$interpreter" -m venv "$venv"
-    "$venv/bin/pip" install -q -e '.[test]'
-    "$venv/bin/python" -m pytest -q -p no:cacheprovider "${tests[@]}"
+    (
+        set -euo pipefail
+        echo "==> Python $minor: $interpreter"
+        venv=$work/$minor/venv
+        "$interpreter" -m venv "$venv"
+        "$venv/bin/pip" install -q -e '.[test]'
+        "$venv/bin/python" -m pytest -q -p no:cacheprovider --basetemp="$work/$minor/pytest" "${tests[@]}"
+    ) >"$work/$minor.log" 2>&1 &
+    pids+=("$!")
+    names+=("$minor")
 done
+
+status=0
+for index in "${!pids[@]}"; do
+    minor=${names[$index]}
+    if wait "${pids[$index]}"; then
+        outcome=passed
+    else
+        outcome=FAILED
+        status=1
+    fi
+    cat "$work/$minor.log"
+    echo "==> Python $minor: $outcome"
+done
+exit "$status"
