@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from nvidia_gpu_exporter._go.strconv import UINT64_MAX
 from nvidia_gpu_exporter._go.text import go_fields, go_quote
 from nvidia_gpu_exporter._go.text import go_trim_space as go_trim
 from nvidia_gpu_exporter.capture.format import (
@@ -74,7 +75,7 @@ FLUCTUATE_FIELDS = frozenset(
 
 _FREE_TEXT_FIELD = "process_name"
 _UUID_NAMESPACE = "nvidia_gpu_exporter/fake-nvidia-smi/gpu/"
-_MASK64 = (1 << 64) - 1
+_MASK64 = UINT64_MAX
 _FNV64_OFFSET = 0xCBF29CE484222325
 _FNV64_PRIME = 0x100000001B3
 

@@ -24,6 +24,8 @@ from typing import Any
 
 import pynvml
 
+from nvidia_gpu_exporter._go.strconv import UINT64_MAX
+
 log = logging.getLogger(__name__)
 
 SUCCESS = 0
@@ -49,7 +51,7 @@ SUPPORTED_BINDINGS = "nvidia-ml-py>=12.575.51,<14"
 # the return-code check that raises NVMLError.
 PRIVATE_HELPERS = ("_nvmlGetFunctionPointer", "_nvmlCheckReturn")
 
-NA_UINT64 = (1 << 64) - 1
+NA_UINT64 = UINT64_MAX  # NVML's "not available" for 64-bit readings
 NO_INSTANCE = 0xFFFFFFFF
 
 
