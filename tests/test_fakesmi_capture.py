@@ -17,6 +17,7 @@ from nvidia_gpu_exporter.capture.format import (
     parse_capture,
     render_capture,
 )
+from nvidia_gpu_exporter.model.fields import IDENTITY_FIELDS
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "captures"
 
@@ -197,19 +198,6 @@ def test_capture_is_immutable() -> None:
 
 
 HELP_FIELD = re.compile(r'\n[\t\n\f\r ]*\n^"([^"]+)"', re.MULTILINE)
-IDENTITY_FIELDS = [
-    "uuid",
-    "name",
-    "driver_model.current",
-    "driver_model.pending",
-    "vbios_version",
-    "driver_version",
-    "pci.bus_id",
-    "serial",
-    "compute_cap",
-    "pci.sub_device_id",
-    "index",
-]
 
 
 @pytest.mark.parametrize(
