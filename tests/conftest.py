@@ -42,6 +42,7 @@ UNIT_MODULES: dict[str, tuple[str, ...]] = {
     "test_unit_cmdsplit": (),
     "test_unit_exposition": (),
     "test_unit_fields": (),
+    "test_unit_go_text": (),
     "test_unit_gofloat": (),
     "test_unit_naming": (),
     "test_unit_smi_backend": (),

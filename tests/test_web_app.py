@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -345,5 +346,23 @@ def test_disconnecting_client_does_not_cancel_a_collection_others_still_wait_for
         assert reply.status == 200
         assert backend.calls == 1
         assert "nvidia_smi_last_collect_success 1\n" in reply.text
+
+    run(main)
+
+
+def test_a_header_with_bytes_that_are_not_utf8_is_served_raw_in_help() -> None:
+    """nvidia-smi's output is decoded with surrogate escapes; a bad byte in a returned header (the HELP text of
+    its family) goes out as that byte, as the Go exporter writes it, never as a 500."""
+    fields = (*FIELDS[:-1], QueryField("temperature.gpu", "temperature.gpu \udcff"))
+
+    async def main() -> None:
+        async with serving(FakeBackend(readings=READINGS, fields=fields)) as served:
+            reply = await bounded(get(served.url + "/metrics"))
+            gzipped = await bounded(get(served.url + "/metrics", {"Accept-Encoding": "gzip"}))
+        help_line = re.compile(rb"^# HELP nvidia_smi_temperature_gpu\w* temperature\.gpu \xff$", re.MULTILINE)
+        assert reply.status == 200
+        assert help_line.search(reply.body)
+        assert gzipped.status == 200
+        assert help_line.search(gzip.decompress(gzipped.body))
 
     run(main)

@@ -23,8 +23,12 @@ def go_trim_space(text: str) -> str:
 
 
 def go_lower(text: str) -> str:
-    """``strings.ToLower``: rune by rune, so U+0130 becomes ``i`` (Python's ``lower`` gives two characters)."""
-    return text.replace("\u0130", "i").lower() if "\u0130" in text else text.lower()
+    """``strings.ToLower``: every rune lowered on its own. Python's ``lower`` applies context (a final capital
+    sigma becomes U+03C2, final sigma) and full mappings (U+0130 becomes two characters); Go gives U+03C3 and
+    ``i``."""
+    if text.isascii():
+        return text.lower()
+    return "".join("i" if char == "\u0130" else char.lower() for char in text)
 
 
 def is_go_space(char: str) -> bool:

@@ -112,7 +112,9 @@ class MetricsEndpoint:
         except DuplicateSeriesError as error:
             rendered = _Rendered(key, None, str(error))
         else:
-            rendered = _Rendered(key, make_block(text.encode("utf-8")), None)
+            # surrogateescape: a byte nvidia-smi printed that is not UTF-8 (only ever in a HELP text: labels with one
+            # are dropped) goes out as that byte, as the Go exporter writes it.
+            rendered = _Rendered(key, make_block(text.encode("utf-8", "surrogateescape")), None)
         self._rendered = rendered
         return rendered
 

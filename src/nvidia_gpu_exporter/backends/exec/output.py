@@ -103,7 +103,8 @@ def parse_help_query_gpu(stdout: str) -> list[str]:
 
 
 def parse_cuda_version(stdout: str) -> str:
-    """The CUDA version from ``--version``: ``CUDA UMD version`` wins over ``CUDA Version``; "" if absent."""
+    """The CUDA version from ``--version``: the first ``CUDA UMD version``, else the last ``CUDA Version``; ""
+    if neither has one."""
     fallback = ""
     for line in stdout.split("\n"):
         key, separator, value = line.partition(":")
@@ -115,6 +116,6 @@ def parse_cuda_version(stdout: str) -> str:
         key = go_trim_space(collapse_go_space(key)).lower()
         if key == "cuda umd version":
             return value
-        if key == "cuda version" and not fallback:
-            fallback = value
+        if key == "cuda version":
+            fallback = value  # the last one counts, as in the Go exporter
     return fallback
