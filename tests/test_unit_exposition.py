@@ -566,7 +566,7 @@ INVALID = "bad\udcffbyte"  # what surrogateescape makes of an invalid UTF-8 byte
 
 @pytest.mark.parametrize(
     "column",
-    ["uuid", "name", "vbios_version", "serial", "pci.sub_device_id", "index"],
+    ["name", "vbios_version", "serial", "pci.sub_device_id", "index"],
     ids=lambda column: f"invalid UTF-8 in {column} drops the GPU",
 )
 def test_invalid_utf8_identity_drops_gpu(column: str) -> None:
@@ -588,6 +588,40 @@ def test_invalid_utf8_process_label_never_reaches_output() -> None:
     expo, fields = exposition()
     text = expo.render(success_snapshot([gpu_row(fields)], processes=processes(("GPU-X", "1", INVALID, "1 MiB"))))
     assert text.encode("utf-8")
+
+
+def test_a_gpu_dropped_for_its_identity_still_gets_its_process_count() -> None:
+    """As in the Go exporter: the count family covers every GPU row, rendered or not."""
+    expo, fields = exposition()
+    bad = gpu_row(fields, uuid=UUID_B, name=INVALID, index="1")
+    rows = processes((UUID_A, "7", "train", "1 MiB"))
+    text = expo.render(success_snapshot([gpu_row(fields, uuid=UUID_A, index="0"), bad], processes=rows))
+    assert 'nvidia_smi_compute_apps{uuid="0b1c2d3e-0000-1111-2222-333344445555"} 1\n' in text
+    assert 'nvidia_smi_compute_apps{uuid="df6e7a7c-7314-46f8-abc4-b88b36dcf3aa"} 0\n' in text
+    info = [line for line in sample_lines(text) if line.startswith("nvidia_smi_gpu_info")]
+    assert len(info) == 1
+    assert "df6e7a7c" not in info[0]
+
+
+def test_a_process_dropped_for_its_name_still_counts() -> None:
+    """As in the Go exporter: only the process's own series go; the GPU's count includes it."""
+    expo, fields = exposition()
+    rows = processes(("GPU-X", "1", INVALID, "1 MiB"), ("GPU-X", "2", "ok", "1 MiB"))
+    text = expo.render(success_snapshot([gpu_row(fields)], processes=rows))
+    assert 'nvidia_smi_compute_apps{uuid="x"} 2\n' in text
+    assert [line for line in sample_lines(text) if line.startswith("nvidia_smi_compute_app_info")] == [
+        'nvidia_smi_compute_app_info{pid="2",process_name="ok",uuid="x"} 1'
+    ]
+
+
+def test_invalid_utf8_in_a_uuid_becomes_a_replacement_character_and_keeps_the_gpu() -> None:
+    """Go's strings.ToLower writes U+FFFD for a byte that is not UTF-8, so the label is valid and nothing drops."""
+    expo, fields = exposition([("fan.speed", "fan.speed [%]")])
+    row = gpu_row(fields, uuid="GPU-AB\udcffCD", fan_speed="38 %", index="0")
+    text = expo.render(success_snapshot([row], processes=processes(("GPU-AB\udcffCD", "3", "p", "1 MiB"))))
+    assert 'nvidia_smi_fan_speed_ratio{uuid="ab\ufffdcd"} 0.38\n' in text
+    assert 'nvidia_smi_compute_apps{uuid="ab\ufffdcd"} 1\n' in text
+    assert sum(line.startswith("nvidia_smi_gpu_info") for line in sample_lines(text)) == 1
 
 
 def test_gpu_info_samples_sorted_by_values_in_label_name_order() -> None:

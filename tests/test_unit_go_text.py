@@ -13,7 +13,7 @@ LOWER_CASES = [
     ("\u03a3\u0391\u03a3 \u03a3", "\u03c3\u03b1\u03c3 \u03c3", "every sigma alike, wherever it stands"),
     ("\u0130X", "ix", "dotted capital I is one rune: i"),
     ("ÄÖÜ", "äöü", "latin letters"),
-    ("\udcff", "\udcff", "an undecodable byte is kept"),
+    ("A\udcffB", "a\ufffdb", "a byte that is not UTF-8 becomes U+FFFD, as Go's strings.Map writes it"),
 ]
 
 

@@ -22,13 +22,18 @@ def go_trim_space(text: str) -> str:
     return text.strip(GO_SPACE)
 
 
+# Runes Go lowers differently from Python's full mapping: U+0130 to plain "i", and each byte that was not UTF-8
+# (decoded here as a surrogate escape, U+DC80..U+DCFF) to U+FFFD, as strings.Map writes an invalid byte.
+_GO_LOWER = {"\u0130": "i", **{chr(code): "\ufffd" for code in range(0xDC80, 0xDD00)}}
+
+
 def go_lower(text: str) -> str:
     """``strings.ToLower``: every rune lowered on its own. Python's ``lower`` applies context (a final capital
     sigma becomes U+03C2, final sigma) and full mappings (U+0130 becomes two characters); Go gives U+03C3 and
-    ``i``."""
+    ``i``, and writes U+FFFD for a byte that is not UTF-8."""
     if text.isascii():
         return text.lower()
-    return "".join("i" if char == "\u0130" else char.lower() for char in text)
+    return "".join(_GO_LOWER.get(char) or char.lower() for char in text)
 
 
 def is_go_space(char: str) -> bool:

@@ -179,10 +179,10 @@ class Exposition:
             values: tuple[str, ...] = (uuid, row.pid, row.process_name)
             if self.mig_process_labels:
                 values += (row.gpu_instance_id, row.compute_instance_id)
+            counts[uuid] = counts.get(uuid, 0) + 1  # counted even when its own series are dropped, as in Go
             if any(_has_surrogates(value) for value in values):
                 log.warning("dropping a process whose labels are not valid UTF-8", extra={"pid": row.pid})
                 continue
-            counts[uuid] = counts.get(uuid, 0) + 1
             info.add(values, 1.0)
             if row.used_memory.strip().lower() not in PROCESS_ABSENT_TOKENS:
                 used = transform_generic(row.used_memory, MIB)
@@ -211,7 +211,9 @@ class Exposition:
             blocks += self._field_blocks(gpus)
             rendered_uuids = {gpu.uuid for gpu in gpus}
             if readings.processes is not None:
-                families += self.process_families(readings.processes, [gpu.uuid for gpu in gpus])
+                # Every GPU row gets a count, also one dropped for a bad identity cell, as in the Go exporter.
+                every_uuid = [normalize_uuid(cells[self._identity_columns[0]]) for cells in readings.gpus.rows]
+                families += self.process_families(readings.processes, every_uuid)
             if readings.extras is not None:
                 families += extras_families(readings.extras)
         families += xid_families(snapshot.xids)  # XID counts outlive failed collections
