@@ -19,7 +19,7 @@ from nvidia_gpu_exporter.backends.exec.output import (
 )
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.exposition.naming import derive_name
-from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError
+from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError, encode
 from nvidia_gpu_exporter.model.fields import ValueKind
 from nvidia_gpu_exporter.model.snapshot import (
     Attempt,
@@ -226,3 +226,39 @@ def test_process_names_round_trip_through_the_parser(names: list[str]) -> None:
         sample.labels["pid"]: sample.labels["process_name"] for sample in parsed["nvidia_smi_compute_app_info"].samples
     }
     assert got == {str(pid): name for pid, name in enumerate(names)}
+
+
+# Any bytes a driver (or a wrapper around nvidia-smi) prints, as the exec runner decodes them; cells also take
+# values that do parse, so the families those bytes head are rendered.
+raw_text = st.binary(max_size=12).map(lambda data: data.decode("utf-8", "surrogateescape"))
+raw_cell = st.one_of(raw_text, st.sampled_from(["1", "42 %", "0x1f", "Enabled", "7.5 W"]))
+
+
+@SLOW
+@given(
+    st.lists(raw_text, min_size=1, max_size=3),
+    st.lists(st.lists(raw_cell, min_size=3, max_size=3), max_size=3),
+    st.lists(st.tuples(raw_text, raw_text, raw_cell), max_size=3),
+)
+def test_no_bytes_in_cells_headers_or_processes_fail_a_scrape(
+    headers: list[str], rows: list[list[str]], process_cells: list[tuple[str, str, str]]
+) -> None:
+    """Whatever bytes nvidia-smi prints in a header, a cell or a process row, the scrape renders and encodes
+    (only two series with the same labels fail it, as in the Go exporter), and the text parses."""
+    extra = [(f"field.{position}", header) for position, header in enumerate(headers)]
+    fields = query_fields(extra)
+    table = []
+    for cells in rows:
+        row = [cells[position % len(cells)] for position in range(len(fields))]
+        table.append(tuple(row))
+    rows_of_processes = tuple(ProcessRow(uuid, "1", name, memory) for uuid, name, memory in process_cells)
+    readings = Readings(GpuTable(tuple(table)), ProcessList(True, rows_of_processes), "12.2")
+    snapshot = Snapshot(Attempt(readings, 0, 0.125, 1751475457.5), 0, 1751475457.5)
+    try:
+        text = Exposition(fields, StatusFamily.COMMAND_EXIT_CODE).render(snapshot)
+    except DuplicateSeriesError:
+        assume(False)
+        return
+    body = encode(text)
+    assert body.endswith(b"\n")
+    parse(body.decode("utf-8", "replace"))

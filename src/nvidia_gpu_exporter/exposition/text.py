@@ -22,6 +22,13 @@ class DuplicateSeriesError(ValueError):
     """Two samples share a name and label values; the whole scrape must fail rather than be partial."""
 
 
+def encode(text: str) -> bytes:
+    """The bytes of a rendered exposition. nvidia-smi's output is decoded with surrogate escapes, and a byte that
+    is not UTF-8 can reach the text only in a HELP line (labels holding one are dropped, names never hold one):
+    it goes out as that byte, as the Go exporter writes it, so no driver output can fail a scrape."""
+    return text.encode("utf-8", "surrogateescape")
+
+
 def escape_label_value(value: str) -> str:
     return value.translate(_LABEL_ESCAPES)
 

@@ -17,7 +17,7 @@ from nvidia_gpu_exporter._go.strconv import parse_float
 from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.exposition.selfmetrics import HandlerStats, SelfMetrics, build_info_values
-from nvidia_gpu_exporter.exposition.text import CONTENT_TYPE, DuplicateSeriesError
+from nvidia_gpu_exporter.exposition.text import CONTENT_TYPE, DuplicateSeriesError, encode
 from nvidia_gpu_exporter.model.snapshot import Snapshot, XidRecord
 from nvidia_gpu_exporter.web.payload import Block, assemble, assemble_gzip, make_block
 from nvidia_gpu_exporter.web.responses import plain_text
@@ -112,9 +112,7 @@ class MetricsEndpoint:
         except DuplicateSeriesError as error:
             rendered = _Rendered(key, None, str(error))
         else:
-            # surrogateescape: a byte nvidia-smi printed that is not UTF-8 (only ever in a HELP text: labels with one
-            # are dropped) goes out as that byte, as the Go exporter writes it.
-            rendered = _Rendered(key, make_block(text.encode("utf-8", "surrogateescape")), None)
+            rendered = _Rendered(key, make_block(encode(text)), None)
         self._rendered = rendered
         return rendered
 
