@@ -241,14 +241,23 @@ def test_mapping_failure_auto_unknown_falls_back_to_builtin_list(caplog: pytest.
     ids=["discovery command fails", "no fields in output", "empty output", "discovery timed out"],
 )
 def test_discovery_failure_uses_builtin_list(help_answer: Answer, caplog: pytest.LogCaptureFixture) -> None:
-    """Discovery failure -> warning and the built-in list (116 fields) wholesale."""
-    runner = FakeRunner({"--help-query-gpu": help_answer, "--query-gpu=": header_answer()})
+    """Discovery failure -> warning, and the built-in list (116 fields) with the built-in headers, as the Go
+    exporter does: no mapping query, so a driver that would head a field otherwise changes no metric name."""
+    runner = FakeRunner({"--help-query-gpu": help_answer, "--query-gpu=": header_answer({"fan.speed": "fan [RPM]"})})
     with caplog.at_level(logging.WARNING):
         fields = resolve(runner, timeout=0.05 if help_answer is BLOCK else TIMEOUT)
     assert len(fields) == 116
-    assert set(qfields(fields)) == set(BUILTIN_FIELDS)
-    assert len(mapping_calls(runner)[0][0].removeprefix("--query-gpu=").split(",")) == 116
+    assert {field.qfield: field.rfield for field in fields} == BUILTIN_FIELDS
+    assert mapping_calls(runner) == []
     assert "failed to auto-determine query field names, falling back to the built-in list" in caplog.messages
+
+
+def test_discovery_failure_still_applies_exclusions() -> None:
+    runner = FakeRunner({"--help-query-gpu": exited(1), "--query-gpu=": header_answer()})
+    fields = resolve(runner, exclude="ecc.*,uuid")
+    assert not [name for name in qfields(fields) if name.startswith("ecc.")]
+    assert "uuid" in qfields(fields)  # identity fields are never excluded
+    assert mapping_calls(runner) == []
 
 
 def test_mapping_query_timeout_is_bounded() -> None:

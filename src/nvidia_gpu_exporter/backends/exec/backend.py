@@ -55,15 +55,16 @@ async def resolve_fields(
     if request.auto:
         result = await run_bounded(runner, ["--help-query-gpu"], timeout_seconds)
         discovered = parse_help_query_gpu(result.stdout) if result.ok else []
-        if discovered:
-            fields = with_identity(discovered)
-        else:
+        if not discovered:
             reason = result.describe_failure() if not result.ok else "no fields in the output"
             log.warning(
                 "failed to auto-determine query field names, falling back to the built-in list",
                 extra={"reason": reason},
             )
-            fields = list(BUILTIN_FIELDS)
+            # As the Go exporter: the built-in headers too, with no mapping query to ask a driver that just
+            # failed (and no second timeout before the exporter is ready when it hangs).
+            return _builtin_fallback(request)
+        fields = with_identity(discovered)
     else:
         fields = with_identity(request.names.split(","))
     fields = apply_exclusions(fields, request.exclude)
@@ -87,8 +88,12 @@ async def resolve_fields(
     if not request.auto:
         raise FieldResolutionError(f"unexpected query field: {go_quote(first_unknown(fields))}")
     log.warning("unknown query fields in the discovered list, falling back to the built-in list")
-    fallback = apply_exclusions(list(BUILTIN_FIELDS), request.exclude)
-    mapped = builtin_mapping(fallback)
+    return _builtin_fallback(request)
+
+
+def _builtin_fallback(request: FieldRequest) -> tuple[QueryField, ...]:
+    """The built-in list, less the exclusions, with its built-in headers."""
+    mapped = builtin_mapping(apply_exclusions(list(BUILTIN_FIELDS), request.exclude))
     assert mapped is not None  # the built-in list maps onto itself
     return tuple(mapped)
 
