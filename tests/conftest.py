@@ -30,6 +30,7 @@ UNIT_MODULES: dict[str, tuple[str, ...]] = {
     "test_fakesmi_cli": ("test_subprocess_", "test_delay_really_sleeps"),
     "test_fakesmi_config": (),
     "test_fakesmi_conformance": (),
+    "test_health_kernellog": (),
     "test_k8s_attribution": (),
     "test_k8s_cgroups": (),
     "test_k8s_devices": (),

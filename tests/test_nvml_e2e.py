@@ -89,7 +89,8 @@ def test_xids_are_counted_and_served_even_while_collections_fail(
     exporter: StartExporter, fake_nvml_library: FakeNvmlLibrary, tmp_path: Path
 ) -> None:
     control = ControlFile(tmp_path / "control")
-    handle = exporter(NVML, env=fake_nvml_library.env("h200", control=control.path))
+    # NVML events are the source being tested; the machine's own kernel log would otherwise win (auto).
+    handle = exporter(NVML, "--collect.xid-source=nvml", env=fake_nvml_library.env("h200", control=control.path))
     uuid = label_values(handle.scrape(), "nvidia_smi_gpu_info", "uuid")[0]
     control.send("xid 0 79", "xid 0 79", "count 0")
     xid_79 = {"uuid": uuid, "xid": "79"}

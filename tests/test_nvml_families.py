@@ -177,15 +177,16 @@ def no_result_snapshot(xids: tuple[XidRecord, ...]) -> Snapshot:
         pytest.param(
             "nvidia_smi_xid_errors_total",
             "counter",
-            "Number of XID errors observed on the GPU since the exporter started. A series appears when its first "
-            "event arrives; earlier history cannot be replayed.",
+            "Number of XID errors observed on the GPU: from the kernel log, every one since boot that its ring "
+            "buffer still holds; from NVML events, those since the exporter started. A series appears when its "
+            "first event arrives.",
             id="xid-errors",
         ),
         pytest.param(
             "nvidia_smi_xid_last_timestamp_seconds",
             "gauge",
-            "Unix timestamp of the most recently observed XID error, as received by the exporter (the driver "
-            "events carry no timestamp of their own).",
+            "Unix timestamp of the most recent XID error: the kernel's own time from the kernel log, the time the "
+            "exporter received it from NVML events (they carry no timestamp of their own).",
             id="xid-last-timestamp",
         ),
     ],

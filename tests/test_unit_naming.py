@@ -143,6 +143,8 @@ DOCUMENTED_RESERVED = [
     "mig_pcie_throughput_rx_bytes_per_second",
     "xid_errors_total",
     "xid_last_timestamp_seconds",
+    "xid_occurrence_timestamp_seconds",
+    "gpu_fallen_off_bus",
     "command_exit_code",
     "nvml_return_code",
     "gpu_pod_info",

@@ -12,6 +12,7 @@ import logging
 import signal
 import socket
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from nvidia_gpu_exporter import __version__
@@ -23,9 +24,10 @@ from nvidia_gpu_exporter.backends.exec.runner import SmiRunner, SubprocessRunner
 from nvidia_gpu_exporter.backends.fields import FieldRequest, FieldResolutionError
 from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.config import Backend as BackendName
-from nvidia_gpu_exporter.config import Config, ConfigError, validate
+from nvidia_gpu_exporter.config import Config, ConfigError, XidSource, validate
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.flags import Action, FlagError, Parsed, parse_args
+from nvidia_gpu_exporter.health.source import KernelXidSource
 from nvidia_gpu_exporter.web.config import WebConfigError
 from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
 from nvidia_gpu_exporter.web.security import Security
@@ -91,7 +93,37 @@ def web_settings(config: Config) -> WebSettings:
     )
 
 
-async def build_backend(config: Config) -> Backend:
+@dataclass(frozen=True, slots=True)
+class XidChoice:
+    """Where the XIDs come from (``--collect.xid-source``): exactly one source, so nothing is counted twice."""
+
+    kernel_log: KernelXidSource | None  # set when the kernel log is the source
+    backend_xids: bool  # NVML events (or the demo's simulated ones)
+    name: str  # the xid_source_info label
+
+    def close(self) -> None:
+        if self.kernel_log is not None:
+            self.kernel_log.stop()
+
+
+def choose_xid_source(config: Config) -> XidChoice:
+    """``auto``: the kernel log when it opens (or always with exec, which has no other source; its status
+    series then says why it cannot be read); NVML events otherwise; the demo keeps its simulated ones."""
+    choice = config.xid_source
+    if choice is XidSource.OFF:
+        return XidChoice(None, backend_xids=False, name="off")
+    if choice is XidSource.NVML or (choice is XidSource.AUTO and config.backend is BackendName.DEMO):
+        return XidChoice(None, backend_xids=True, name="demo" if config.backend is BackendName.DEMO else "nvml")
+    source = KernelXidSource(config.kernel_log)
+    if choice is XidSource.AUTO and config.backend is BackendName.NVML and not source.readable:
+        source.stop()
+        log.info("XIDs from NVML events: the kernel log cannot be read", extra={"reason": source.status().state.value})
+        return XidChoice(None, backend_xids=True, name="nvml")
+    source.start()
+    return XidChoice(source, backend_xids=False, name="kmsg")
+
+
+async def build_backend(config: Config, *, watch_xids: bool = True) -> Backend:
     """Start the configured backend (its startup queries included)."""
     timeout = to_seconds(config.collect_timeout_ns) or None
     request = FieldRequest(config.query_field_names, config.query_field_names_exclude)
@@ -125,7 +157,7 @@ async def build_backend(config: Config) -> Backend:
         raise StartupError(f"failed to set up the nvml backend: not available in this build ({error.msg})") from error
     try:
         return await start_nvml_backend(
-            request, compute_apps=config.compute_apps, pcie_throughput=config.pcie_throughput
+            request, compute_apps=config.compute_apps, pcie_throughput=config.pcie_throughput, watch_xids=watch_xids
         )
     except (BackendSetupError, FieldResolutionError) as error:
         raise StartupError(f"failed to set up the nvml backend: {error}") from error
@@ -202,10 +234,16 @@ async def serve(config: Config) -> int:
         security = Security.from_file(config.web_config_file)
     except WebConfigError as error:
         raise StartupError(str(error)) from error
-    backend = await build_backend(config)
+    xids = choose_xid_source(config)
+    try:
+        backend = await build_backend(config, watch_xids=xids.backend_xids)
+    except BaseException:
+        xids.close()
+        raise
     try:
         attributor = build_attributor(config, backend)
     except StartupError:
+        xids.close()
         await backend.aclose()
         raise
     exposition = Exposition(
@@ -229,12 +267,16 @@ async def serve(config: Config) -> int:
         shutdown_on_error=config.shutdown_on_error,
         on_fatal=on_fatal,
         attributor=attributor,
+        kernel_log=xids.kernel_log,
+        backend_xids=xids.backend_xids,
+        xid_source=xids.name,
     )
     settings = web_settings(config)
     endpoint = MetricsEndpoint(collector, exposition, settings)
     try:
         sockets = listen_sockets(config)
     except (ListenError, OSError) as error:
+        xids.close()
         await backend.aclose()
         raise StartupError(str(error)) from error
     server = WebServer(build_app(endpoint, settings, security), settings, security)
@@ -251,6 +293,7 @@ async def serve(config: Config) -> int:
         await collector.aclose()
         await server.stop()
         await backend.aclose()
+        xids.close()
     return exit_code
 
 

@@ -23,6 +23,7 @@ from nvidia_gpu_exporter.model.snapshot import Attempt, Readings, Snapshot
 from nvidia_gpu_exporter.support.asynctimeout import within_timeout
 
 if TYPE_CHECKING:
+    from nvidia_gpu_exporter.health.source import KernelXidSource
     from nvidia_gpu_exporter.kubernetes.attribution import Attributor
     from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution, PodResourcesReading
 
@@ -54,8 +55,14 @@ class Collector:
         shutdown_on_error: bool = False,
         on_fatal: Callable[[int], None] | None = None,
         attributor: Attributor | None = None,
+        kernel_log: KernelXidSource | None = None,
+        backend_xids: bool = True,
+        xid_source: str = "",
     ) -> None:
         self.backend = backend
+        self.kernel_log = kernel_log  # when set, the XIDs come from the kernel log
+        self.backend_xids = backend_xids  # otherwise from the backend's NVML events (or the demo), unless off
+        self.xid_source = xid_source
         self.attributor = attributor  # Kubernetes attribution, consulted once per collection (opt-in)
         self._kubernetes: KubernetesAttribution | None = None
         self.timeout_seconds = timeout_seconds or None
@@ -105,25 +112,35 @@ class Collector:
                 self._last_success_at = attempt.finished_at
             else:
                 self._failed += 1
-        self._latest = Snapshot(
-            attempt,
-            self._failed,
-            self._last_success_at,
-            self._sequence,
-            self.backend.xid_records(),
-            kubernetes=self._kubernetes,
-        )
+            if attempt.readings is not None and self.kernel_log is not None:
+                self.kernel_log.learn(self.backend.fields, attempt.readings.gpus)
+        self._latest = self._snapshot(attempt)
         return self._latest
 
     def no_result(self) -> Snapshot:
         """What a scrape that gave up waiting serves: health counters only, no status or duration."""
+        return self._snapshot(None)
+
+    def _snapshot(self, attempt: Attempt | None) -> Snapshot:
+        """The attempt with the counters and what the node-health sources know now."""
+        kernel = self.kernel_log
+        if kernel is not None:
+            xids = kernel.records()
+        elif self.backend_xids:
+            xids = self.backend.xid_records()
+        else:
+            xids = ()
         return Snapshot(
-            None,
+            attempt,
             self._failed,
             self._last_success_at,
             self._sequence,
-            self.backend.xid_records(),
+            xids,
             kubernetes=self._kubernetes,
+            xid_occurrences=kernel.occurrences() if kernel is not None else (),
+            gpus_fallen_off=kernel.fallen_off() if kernel is not None else (),
+            xid_source=self.xid_source,
+            kernel_log=kernel.status() if kernel is not None else None,
         )
 
     async def _attribute(self, lookup: asyncio.Task[PodResourcesReading | None], readings: Readings | None) -> None:

@@ -8,6 +8,7 @@ from enum import Enum
 
 from nvidia_gpu_exporter._go.durations import format_duration
 from nvidia_gpu_exporter._go.text import is_go_space
+from nvidia_gpu_exporter.health.source import DEFAULT_KERNEL_LOG
 from nvidia_gpu_exporter.kubernetes.devices import DEFAULT_RESOURCE_PATTERNS
 from nvidia_gpu_exporter.kubernetes.podresources import DEFAULT_SOCKET
 from nvidia_gpu_exporter.web.routes import ATTRIBUTION_PATH, DEFAULT_TELEMETRY_PATH, PPROF_PREFIX, RESERVED_PATHS
@@ -23,6 +24,15 @@ class Backend(str, Enum):
     EXEC = "exec"  # runs nvidia-smi
     NVML = "nvml"  # reads libnvidia-ml in-process
     DEMO = "demo"  # simulated GPUs
+
+
+class XidSource(str, Enum):
+    """``--collect.xid-source``: where XID errors come from (docs/health.md); one source, never counted twice."""
+
+    AUTO = "auto"  # the kernel log when it can be read, else NVML events (nvml); the demo simulates its own
+    KMSG = "kmsg"  # the kernel log, on every backend
+    NVML = "nvml"  # NVML events (nvml backend; the demo's simulated ones)
+    OFF = "off"
 
 
 class ConfigError(ValueError):
@@ -54,6 +64,8 @@ class Config:
     compute_apps: bool = False
     compute_apps_mig: bool = False
     pcie_throughput: bool = False
+    xid_source: XidSource = XidSource.AUTO
+    kernel_log: str = DEFAULT_KERNEL_LOG
     demo_config: str = ""
     shutdown_on_error: bool = False
     kubernetes_pod_resources: bool = False
@@ -69,6 +81,7 @@ class Config:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "backend", Backend(self.backend))  # a plain "demo" is taken too
+        object.__setattr__(self, "xid_source", XidSource(self.xid_source))
 
 
 def telemetry_path_problem(path: str) -> str | None:
@@ -117,6 +130,10 @@ def validate(config: Config) -> None:
         raise ConfigError("--collect.compute-apps-mig requires --collect.backend=nvml or demo")
     if config.compute_apps_mig and not config.compute_apps:
         raise ConfigError("--collect.compute-apps-mig requires --collect.compute-apps")
+    if config.xid_source == XidSource.NVML and backend == Backend.EXEC:
+        raise ConfigError("--collect.xid-source=nvml requires --collect.backend=nvml or demo")
+    if config.xid_source in (XidSource.AUTO, XidSource.KMSG) and not config.kernel_log:
+        raise ConfigError("--collect.kernel-log must not be empty")
     if config.demo_config and backend != Backend.DEMO:
         raise ConfigError("--demo-config requires --collect.backend=demo")
     validate_kubernetes(config)

@@ -14,7 +14,7 @@ from typing import Any
 
 from nvidia_gpu_exporter._go.durations import DurationError, format_duration, parse_duration
 from nvidia_gpu_exporter._go.strconv import DECIMAL_INT, parse_bool, parse_int
-from nvidia_gpu_exporter.config import DEFAULT_LISTEN_ADDRESS, Backend, Config
+from nvidia_gpu_exporter.config import DEFAULT_LISTEN_ADDRESS, Backend, Config, XidSource
 from nvidia_gpu_exporter.logs import FORMATS, LEVELS
 
 
@@ -161,6 +161,19 @@ FLAGS: tuple[Flag, ...] = (
         "pcie_throughput",
         "Sample PCIe TX/RX throughput per GPU (nvml backend).",
         Kind.BOOL,
+    ),
+    Flag(
+        "collect.xid-source",
+        "xid_source",
+        "Where XID errors come from: auto (the kernel log if readable, else NVML events), kmsg, nvml or off.",
+        Kind.ENUM,
+        tuple(source.value for source in XidSource),
+    ),
+    Flag(
+        "collect.kernel-log",
+        "kernel_log",
+        "The kernel log to read XIDs from: /dev/kmsg, or a file or FIFO in its format (a host log mounted elsewhere).",
+        Kind.STRING,
     ),
     Flag("demo-config", "demo_config", "Demo scenario YAML file (demo backend only).", Kind.STRING),
     Flag(

@@ -160,16 +160,60 @@ MIG_PCIE_RX = _mig_window("pcie_throughput_rx_bytes_per_second", "PCIe traffic r
 XID_ERRORS = FamilySpec(
     "nvidia_smi_xid_errors_total",
     "counter",
-    "Number of XID errors observed on the GPU since the exporter started. A series appears when its first event "
-    "arrives; earlier history cannot be replayed.",
+    "Number of XID errors observed on the GPU: from the kernel log, every one since boot that its ring buffer still "
+    "holds; from NVML events, those since the exporter started. A series appears when its first event arrives.",
     XID_LABELS,
 )
 XID_LAST_TIMESTAMP = FamilySpec(
     "nvidia_smi_xid_last_timestamp_seconds",
     "gauge",
-    "Unix timestamp of the most recently observed XID error, as received by the exporter (the driver events carry "
-    "no timestamp of their own).",
+    "Unix timestamp of the most recent XID error: the kernel's own time from the kernel log, the time the exporter "
+    "received it from NVML events (they carry no timestamp of their own).",
     XID_LABELS,
+)
+
+# -- node health from the kernel log (every backend; docs/health.md) --------------------------------------------
+
+XID_OCCURRENCE = FamilySpec(
+    "nvidia_smi_xid_occurrence_timestamp_seconds",
+    "gauge",
+    "Unix timestamp of a recent XID error on the GPU, labeled by the process the driver blamed for it (pid and "
+    "process_name empty when it did not know); the last few distinct ones per GPU, from the kernel log.",
+    ("uuid", "pci_bus_id", "xid", "pid", "process_name"),
+)
+GPU_FALLEN_OFF_BUS = FamilySpec(
+    "nvidia_smi_gpu_fallen_off_bus",
+    "gauge",
+    "A metric with a constant '1' value for each GPU the kernel log says fell off the bus since boot (its own line "
+    "or XID 79). The GPU stays lost until the node reboots.",
+    ("uuid", "pci_bus_id"),
+)
+XID_SOURCE = FamilySpec(
+    "nvidia_gpu_exporter_xid_source_info",
+    "gauge",
+    "A metric with a constant '1' value labeled by where XID errors come from: kmsg (the kernel log), nvml (NVML "
+    "events), demo (simulated) or off.",
+    ("source",),
+)
+KERNEL_LOG_UP = FamilySpec(
+    "nvidia_gpu_exporter_kernel_log_up",
+    "gauge",
+    "Whether the kernel log can be read for XID errors (1) or not (0, with the reason label saying why: absent, "
+    "dmesg_restrict, permission_denied, error). A silent XID panel means nothing when this is 0.",
+    ("reason",),
+)
+KERNEL_LOG_RECORDS = FamilySpec(
+    "nvidia_gpu_exporter_kernel_log_records_total", "counter", "Kernel log records read since the exporter started."
+)
+KERNEL_LOG_LOST = FamilySpec(
+    "nvidia_gpu_exporter_kernel_log_lost_records_total",
+    "counter",
+    "Times the kernel overwrote log records before the exporter read them (XIDs among them are not counted).",
+)
+KERNEL_LOG_DROPPED = FamilySpec(
+    "nvidia_gpu_exporter_kernel_log_dropped_events_total",
+    "counter",
+    "XID events not counted because the log named more GPUs or codes than the exporter keeps (a flooded log).",
 )
 
 # -- Kubernetes attribution (opt-in; reserved whether or not it is on) ------------------------------------------
@@ -257,6 +301,13 @@ OWNED: tuple[FamilySpec, ...] = (
     MIG_PCIE_RX,
     XID_ERRORS,
     XID_LAST_TIMESTAMP,
+    XID_OCCURRENCE,
+    GPU_FALLEN_OFF_BUS,
+    XID_SOURCE,
+    KERNEL_LOG_UP,
+    KERNEL_LOG_RECORDS,
+    KERNEL_LOG_LOST,
+    KERNEL_LOG_DROPPED,
     ATTRIBUTION_UP,
     GPU_POD_INFO,
     COMPUTE_APP_POD_INFO,
@@ -271,6 +322,8 @@ PROCESS: tuple[FamilySpec, ...] = (
 )
 SELF: tuple[FamilySpec, ...] = (BUILD_INFO, *PROCESS, HANDLER_REQUESTS, HANDLER_IN_FLIGHT, HANDLER_ERRORS)
 # A query field deriving one of these names is dropped, whichever backend or option would render it.
-RESERVED_NAMES = frozenset(spec.name for spec in OWNED)
+RESERVED_NAMES = frozenset(spec.name for spec in OWNED if spec.name.startswith(PREFIX))
 # The wall-clock families: their values change on every run, so byte comparisons leave them out.
-WALL_CLOCK_FAMILIES = frozenset({LAST_DURATION.name, LAST_SUCCESS_TIMESTAMP.name, XID_LAST_TIMESTAMP.name})
+WALL_CLOCK_FAMILIES = frozenset(
+    {LAST_DURATION.name, LAST_SUCCESS_TIMESTAMP.name, XID_LAST_TIMESTAMP.name, XID_OCCURRENCE.name}
+)

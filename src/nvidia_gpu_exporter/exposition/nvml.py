@@ -117,5 +117,6 @@ def xid_families(records: Sequence[XidRecord]) -> list[Family]:
     for record in records:
         labels = (normalize_uuid(record.gpu_uuid), str(record.xid))
         errors.add(labels, float(record.count))
-        last.add(labels, record.last_seen)
+        if record.last_seen is not None:  # a replayed log line that carried no time
+            last.add(labels, record.last_seen)
     return [errors, last]

@@ -106,12 +106,58 @@ class NvmlExtras:
 
 @dataclass(frozen=True, slots=True)
 class XidRecord:
-    """XID errors of one code on one GPU since the exporter started (they outlive failed collections)."""
+    """XID errors of one code on one GPU (they outlive failed collections).
+
+    NVML counts the events since the exporter started, the kernel log those since boot that its ring
+    buffer still holds.
+    """
 
     gpu_uuid: str
     xid: int
     count: int
-    last_seen: float  # Unix time the exporter received the latest one, fractional
+    last_seen: float | None  # Unix time of the latest one, fractional; None when no line said when
+
+
+@dataclass(frozen=True, slots=True)
+class XidOccurrence:
+    """One recent XID with the process that caused it, as the kernel log names them (the last few per GPU)."""
+
+    gpu_uuid: str
+    pci_bus_id: str  # nvidia-smi's form, ``00000000:3B:00.0``
+    xid: int
+    pid: str  # "" when the driver did not know
+    process_name: str
+    seen_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class FallenGpu:
+    """A GPU the driver said fell off the bus; it stays lost until the node reboots."""
+
+    gpu_uuid: str
+    pci_bus_id: str
+
+
+class KernelLogState(Enum):
+    """Whether the kernel-log XID source works, and if not, the reason an operator can act on."""
+
+    UP = "up"
+    DISABLED = "disabled"  # --collect.xid-source picked another source
+    ABSENT = "absent"  # no such file (a container without /dev/kmsg)
+    RESTRICTED = "dmesg_restrict"  # kernel.dmesg_restrict=1 and no CAP_SYSLOG
+    PERMISSION_DENIED = "permission_denied"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class KernelLogStatus:
+    """The kernel-log source's health, so a silent XID panel is never mistaken for a healthy GPU."""
+
+    state: KernelLogState
+    path: str
+    records: int = 0  # log records read since start
+    lost: int = 0  # records the kernel overwrote before we read them
+    dropped: int = 0  # events beyond the ledger's bounds
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,4 +196,8 @@ class Snapshot:
     last_success_at: float | None
     sequence: int = field(default=0, compare=False)  # bumps with every published snapshot
     xids: tuple[XidRecord, ...] = ()  # rendered whatever the attempt's outcome
+    xid_occurrences: tuple[XidOccurrence, ...] = ()  # the kernel log's recent XIDs with their processes
+    gpus_fallen_off: tuple[FallenGpu, ...] = ()
+    xid_source: str = ""  # kmsg, nvml, demo or off; "" when the exporter was not told (tests, embedders)
+    kernel_log: KernelLogStatus | None = None  # None when the kernel-log source was never configured
     kubernetes: KubernetesAttribution | None = None  # None unless --kubernetes.* attribution is on

@@ -392,7 +392,9 @@ def open_backend(
 
 
 async def start_nvml_backend(
-    request: FieldRequest, *, compute_apps: bool = False, pcie_throughput: bool = False
+    request: FieldRequest, *, compute_apps: bool = False, pcie_throughput: bool = False, watch_xids: bool = True
 ) -> NvmlBackend:
     """The startup sequence, off the event loop (``nvmlInit`` can block on a sick driver)."""
-    return await asyncio.to_thread(open_backend, request, compute_apps=compute_apps, pcie_throughput=pcie_throughput)
+    return await asyncio.to_thread(
+        open_backend, request, compute_apps=compute_apps, pcie_throughput=pcie_throughput, watch_xids=watch_xids
+    )

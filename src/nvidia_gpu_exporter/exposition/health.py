@@ -1,0 +1,48 @@
+"""The node-health families (docs/health.md): recent XIDs with their processes, GPUs fallen off the bus, and
+the health of the kernel-log source itself. Pure functions of the snapshot; absent pieces render nothing."""
+
+from __future__ import annotations
+
+from nvidia_gpu_exporter.exposition.families import (
+    GPU_FALLEN_OFF_BUS,
+    KERNEL_LOG_DROPPED,
+    KERNEL_LOG_LOST,
+    KERNEL_LOG_RECORDS,
+    KERNEL_LOG_UP,
+    XID_OCCURRENCE,
+    XID_SOURCE,
+)
+from nvidia_gpu_exporter.exposition.text import Family
+from nvidia_gpu_exporter.model.snapshot import KernelLogState, Snapshot
+from nvidia_gpu_exporter.model.uuids import normalize_uuid
+
+
+def health_families(snapshot: Snapshot) -> list[Family]:
+    occurrences = XID_OCCURRENCE.family()
+    for row in snapshot.xid_occurrences:
+        if row.seen_at is not None:
+            labels = (normalize_uuid(row.gpu_uuid), row.pci_bus_id, str(row.xid), row.pid, row.process_name)
+            occurrences.add(labels, row.seen_at)
+    fallen = GPU_FALLEN_OFF_BUS.family()
+    for gpu in snapshot.gpus_fallen_off:
+        fallen.add((normalize_uuid(gpu.gpu_uuid), gpu.pci_bus_id), 1.0)
+    families = [occurrences, fallen]
+    if snapshot.xid_source:
+        source = XID_SOURCE.family()
+        source.add((snapshot.xid_source,), 1.0)
+        families.append(source)
+    status = snapshot.kernel_log
+    if status is not None:
+        up = KERNEL_LOG_UP.family()
+        working = status.state == KernelLogState.UP
+        up.add(("" if working else status.state.value,), 1.0 if working else 0.0)
+        families.append(up)
+        for spec, value in (
+            (KERNEL_LOG_RECORDS, status.records),
+            (KERNEL_LOG_LOST, status.lost),
+            (KERNEL_LOG_DROPPED, status.dropped),
+        ):
+            family = spec.family()
+            family.add((), float(value))
+            families.append(family)
+    return families

@@ -1,0 +1,111 @@
+"""The kernel-log XID source: a reader thread feeding a ledger, and what a collection takes from them."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from nvidia_gpu_exporter.health.kernellog import GpuIdentity, LogLine, SxidEvent, XidEvent, parse_message
+from nvidia_gpu_exporter.health.ledger import XidLedger
+from nvidia_gpu_exporter.health.reader import DMESG_RESTRICT, KernelLogReader, boot_time
+from nvidia_gpu_exporter.model.pci import PciAddress, parse_pci_address
+from nvidia_gpu_exporter.model.snapshot import (
+    FallenGpu,
+    GpuTable,
+    KernelLogStatus,
+    QueryField,
+    XidOccurrence,
+    XidRecord,
+)
+
+log = logging.getLogger(__name__)
+DEFAULT_KERNEL_LOG = "/dev/kmsg"
+
+
+def gpu_addresses(fields: Sequence[QueryField], table: GpuTable) -> dict[PciAddress, str]:
+    """PCI address -> uuid from a collection's ``uuid`` and ``pci.bus_id`` columns (empty if either is absent)."""
+    names = [field.qfield for field in fields]
+    if "uuid" not in names or "pci.bus_id" not in names:
+        return {}
+    uuid_column, pci_column = names.index("uuid"), names.index("pci.bus_id")
+    found = {}
+    for row in table.rows:
+        if max(uuid_column, pci_column) < len(row):
+            pci = parse_pci_address(row[pci_column])
+            if pci is not None and row[uuid_column].strip():
+                found[pci] = row[uuid_column].strip()
+    return found
+
+
+class KernelXidSource:
+    """XIDs from the kernel log since boot, whichever backend collects; see ``docs/health.md``."""
+
+    def __init__(
+        self,
+        path: str = DEFAULT_KERNEL_LOG,
+        *,
+        booted_at: float | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        file_poll_seconds: float = 1.0,
+        restrict_file: Path = DMESG_RESTRICT,
+    ) -> None:
+        self.wall_clock = wall_clock
+        self.ledger = XidLedger(boot_time(wall_clock) if booted_at is None else booted_at)
+        self.reader = KernelLogReader(
+            path, self._on_line, file_poll_seconds=file_poll_seconds, restrict_file=restrict_file
+        )
+        self._fd = self.reader.open_now()
+
+    @property
+    def readable(self) -> bool:
+        """Whether the log opened at start (``--collect.xid-source=auto`` picks this source then)."""
+        return self._fd is not None
+
+    def start(self) -> None:
+        self.reader.start(self._fd)
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self.reader.stop(timeout)
+
+    def _on_line(self, line: LogLine, live: bool) -> None:
+        event = parse_message(line.message)
+        if event is None:
+            return
+        at = self.ledger.wall_time(line.kernel_usec, self.wall_clock() if live else None)
+        self.ledger.add(event, at)
+        if live and isinstance(event, XidEvent):
+            log.warning(
+                "XID error in the kernel log",
+                extra={
+                    "pci_bus_id": event.pci.label,
+                    "xid": event.code,
+                    "pid": event.pid if event.pid is not None else "",
+                    "process_name": event.process_name,
+                    "text": event.text,
+                },
+            )
+        elif live and isinstance(event, SxidEvent):
+            log.warning(
+                "NVSwitch SXID error in the kernel log", extra={"pci_bus_id": event.pci.label, "sxid": event.code}
+            )
+        elif live and not isinstance(event, GpuIdentity):
+            log.error("a GPU fell off the bus", extra={"pci_bus_id": event.pci.label})
+
+    def learn(self, fields: Sequence[QueryField], table: GpuTable) -> None:
+        """Take the uuids of the GPUs a collection saw, for XIDs whose uuid the log itself did not name."""
+        self.ledger.learn_uuids(gpu_addresses(fields, table))
+
+    def records(self) -> tuple[XidRecord, ...]:
+        return self.ledger.records()
+
+    def occurrences(self) -> tuple[XidOccurrence, ...]:
+        return self.ledger.occurrences()
+
+    def fallen_off(self) -> tuple[FallenGpu, ...]:
+        return self.ledger.fallen_off()
+
+    def status(self) -> KernelLogStatus:
+        reader = self.reader
+        return KernelLogStatus(reader.state, reader.path, reader.records, reader.lost, self.ledger.dropped)
