@@ -751,7 +751,8 @@ def test_xid_counters_only_grow(tmp_path: Path) -> None:
         for key, record in earlier.items():
             assert later[key].count >= record.count
             now, then = later[key].last_seen, record.last_seen
-            assert now is not None and then is not None  # the demo stamps every XID it simulates
+            assert now is not None  # the demo stamps every XID it simulates
+            assert then is not None
             assert now >= then
     assert sum(record.count for record in history[-1].values()) > sum(record.count for record in history[1].values())
     assert {xid for _, xid in history[-1]} <= {13, 48}

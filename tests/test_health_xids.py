@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from nvidia_gpu_exporter.health.ledger import MAX_CODES_PER_GPU, MAX_GPUS, OCCUR
 from nvidia_gpu_exporter.health.source import KernelXidSource, gpu_addresses
 from nvidia_gpu_exporter.model.pci import PciAddress
 from nvidia_gpu_exporter.model.snapshot import FallenGpu, GpuTable, QueryField, XidOccurrence, XidRecord
+from nvidia_gpu_exporter.model.xids import XID_CODES
 from polling import wait_until
 
 BOOT = 1_700_000_000.0
@@ -185,6 +187,8 @@ def test_with_the_default_exec_backend_a_kernel_log_xid_is_served_with_its_proce
         "the followed XID to be counted",
         until=lambda count: count == 2,
     )
+    assert 'msg="XID error in the kernel log"' in handle.log  # a live one is logged, with what it means
+    assert 'meaning="GPU has fallen off the bus" severity=critical' in handle.log
 
 
 @pytest.mark.parametrize(
@@ -255,3 +259,39 @@ def test_exactly_one_xid_source_is_chosen(
 def test_a_source_that_cannot_work_is_refused_at_startup(flags: dict[str, object], message: str) -> None:
     with pytest.raises(StartupError, match=re.escape(message)):
         checked(Config(**flags))  # type: ignore[arg-type]
+
+
+# -- what an XID means ------------------------------------------------------------------------------------
+
+
+def test_the_xid_table_in_the_docs_is_the_one_the_code_uses() -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "health.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (\d+) \| (.+?) \| `(\w+)` \| (.+?) \|$", text, flags=re.MULTILINE)
+    documented = {int(code): (name, severity, action) for code, name, severity, action in rows}
+    assert documented == {code: (e.name, e.severity.value, e.action) for code, e in XID_CODES.items()}
+
+
+def test_the_xids_report_explains_each_xid_and_names_its_process(exporter: StartExporter, tmp_path: Path) -> None:
+    log = tmp_path / "kmsg"
+    log.write_text(
+        KMSG_XID_79 + "4,813,3000000,-;NVRM: Xid (PCI:0000:07:00): 999, pid='<unknown>', name=<unknown>, ?\n"
+    )
+    handle = _exec_with_log(exporter, log)
+    handle.scrape()  # the first collection names the GPU at 00000000:07:00.0
+    report = json.loads(handle.get("/-/xids").text)
+    assert report["source"] == "kmsg"
+    assert report["kernel_log"]["state"] == "up"
+    by_code = {entry["xid"]: entry for entry in report["xids"]}
+    assert by_code[79]["uuid"] == MIG_GPU0
+    assert (by_code[79]["name"], by_code[79]["severity"]) == ("GPU has fallen off the bus", "critical")
+    assert (by_code[999]["count"], by_code[999]["severity"]) == (1, "unknown")  # unknown codes still counted
+    assert {(row["xid"], row["pid"], row["process_name"]) for row in report["recent"]} == {
+        (79, "4242", "python3"),
+        (999, "", ""),
+    }
+    assert report["fallen_off_bus"] == [{"uuid": MIG_GPU0, "pci_bus_id": "00000000:07:00.0"}]
+
+
+def test_a_telemetry_path_on_the_xids_report_is_refused() -> None:
+    with pytest.raises(StartupError, match=re.escape("web.telemetry-path must not be /-/xids")):
+        checked(Config(telemetry_path="/-/xids"))

@@ -19,6 +19,7 @@ from nvidia_gpu_exporter.model.snapshot import (
     XidOccurrence,
     XidRecord,
 )
+from nvidia_gpu_exporter.model.xids import describe
 
 log = logging.getLogger(__name__)
 DEFAULT_KERNEL_LOG = "/dev/kmsg"
@@ -76,11 +77,15 @@ class KernelXidSource:
         at = self.ledger.wall_time(line.kernel_usec, self.wall_clock() if live else None)
         self.ledger.add(event, at)
         if live and isinstance(event, XidEvent):
+            meaning = describe(event.code)
             log.warning(
                 "XID error in the kernel log",
                 extra={
                     "pci_bus_id": event.pci.label,
                     "xid": event.code,
+                    "meaning": meaning.name if meaning else "",
+                    "severity": meaning.severity.value if meaning else "unknown",
+                    "action": meaning.action if meaning else "",
                     "pid": event.pid if event.pid is not None else "",
                     "process_name": event.process_name,
                     "text": event.text,

@@ -13,10 +13,18 @@ from aiohttp import web
 from nvidia_gpu_exporter.web.landing import landing_page
 from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
 from nvidia_gpu_exporter.web.responses import plain_text
-from nvidia_gpu_exporter.web.routes import ATTRIBUTION_PATH, HEALTH_PATH, LANDING_PATH, PPROF_PREFIX, READY_PATH
+from nvidia_gpu_exporter.web.routes import (
+    ATTRIBUTION_PATH,
+    HEALTH_PATH,
+    LANDING_PATH,
+    PPROF_PREFIX,
+    READY_PATH,
+    XIDS_PATH,
+)
 from nvidia_gpu_exporter.web.security import Security
 from nvidia_gpu_exporter.web.settings import WebSettings
 from nvidia_gpu_exporter.web.timeouts import serve_with_deadlines
+from nvidia_gpu_exporter.web.xids import xids_handler
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +63,7 @@ def build_app(endpoint: MetricsEndpoint, settings: WebSettings, security: Securi
     app.router.add_get(settings.telemetry_path, endpoint.handle)
     app.router.add_get(HEALTH_PATH, healthy)
     app.router.add_get(READY_PATH, ready)
+    app.router.add_get(XIDS_PATH, xids_handler(endpoint.collector))
     if settings.enable_pprof:
         from nvidia_gpu_exporter.web.pprof import add_profiling_routes  # noqa: PLC0415 - only loaded when asked for
 
