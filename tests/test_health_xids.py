@@ -295,3 +295,63 @@ def test_the_xids_report_explains_each_xid_and_names_its_process(exporter: Start
 def test_a_telemetry_path_on_the_xids_report_is_refused() -> None:
     with pytest.raises(StartupError, match=re.escape("web.telemetry-path must not be /-/xids")):
         checked(Config(telemetry_path="/-/xids"))
+
+
+# -- who caused it: the pod -------------------------------------------------------------------------------
+
+POD_UID = "0d6b3b4e-8a7f-4c55-9d1e-2f3a4b5c6d7e"
+CONTAINER_ID = "ab" * 32
+
+
+@pytest.mark.parametrize(
+    ("replayed", "expected"),
+    [
+        pytest.param(False, (POD_UID, CONTAINER_ID), id="a-live-xid-gets-its-processs-pod"),
+        pytest.param(True, ("", ""), id="a-replayed-xids-pid-may-be-another-process-by-now"),
+    ],
+)
+def test_an_xids_process_is_placed_in_its_pod_when_the_line_is_read(
+    tmp_path: Path, replayed: bool, expected: tuple[str, str]
+) -> None:
+    log = tmp_path / "kmsg"
+    xid = "4,2,1500000,-;NVRM: Xid (PCI:0000:3b:00): 13, pid=55, name=python3, Graphics Exception\n"
+    log.write_text(xid if replayed else "")
+    asked: list[int] = []
+
+    def process_pod(pid: int) -> tuple[str, str]:
+        asked.append(pid)
+        return POD_UID, CONTAINER_ID
+
+    source = KernelXidSource(str(log), booted_at=BOOT, file_poll_seconds=0.02, process_pod=process_pod)
+    source.start()
+    try:
+        wait_until(source.reader.replayed.is_set, "the replay to end")
+        if not replayed:
+            with log.open("a") as handle:
+                handle.write(xid)
+        (row,) = wait_until(source.occurrences, "the XID", until=lambda rows: len(rows) == 1)
+        assert (row.pod_uid, row.container_id) == expected
+        assert asked == ([] if replayed else [55])
+    finally:
+        source.stop()
+
+
+def test_with_process_pods_the_served_occurrence_names_the_pod(exporter: StartExporter, tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    (proc / "4242").mkdir(parents=True)
+    (proc / "4242" / "cgroup").write_text(f"0::/kubepods/burstable/pod{POD_UID}/{CONTAINER_ID}\n")
+    log = tmp_path / "kmsg"
+    log.write_text("")
+    handle = _exec_with_log(
+        exporter, log, "--collect.compute-apps", "--kubernetes.process-pods", "--kubernetes.proc-root", str(proc)
+    )
+    with log.open("a") as handle_file:
+        handle_file.write(KMSG_XID_79)
+    text = wait_until(
+        handle.scrape,
+        "the XID with its pod",
+        until=lambda scrape: sample_value(scrape, "nvidia_smi_xid_occurrence_timestamp_seconds", pod_uid=POD_UID),
+    )
+    assert sample_value(
+        text, "nvidia_smi_xid_occurrence_timestamp_seconds", uuid=MIG_GPU0, pid="4242", container_id=CONTAINER_ID
+    )

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import signal
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -106,6 +106,19 @@ class XidChoice:
             self.kernel_log.stop()
 
 
+def _process_pod(config: Config) -> Callable[[int], tuple[str, str]] | None:
+    """With --kubernetes.process-pods, the (pod uid, container id) of an XID's process from its cgroup."""
+    if not config.kubernetes_process_pods:
+        return None
+    from nvidia_gpu_exporter.kubernetes.cgroups import lookup_process  # noqa: PLC0415 - attribution is opt-in
+
+    def process_pod(pid: int) -> tuple[str, str]:
+        pod = lookup_process(config.kubernetes_proc_root, str(pid)).pod
+        return (pod.pod_uid, pod.container_id) if pod is not None else ("", "")
+
+    return process_pod
+
+
 def choose_xid_source(config: Config) -> XidChoice:
     """``auto``: the kernel log when it opens (or always with exec, which has no other source; its status
     series then says why it cannot be read); NVML events otherwise; the demo keeps its simulated ones."""
@@ -114,7 +127,7 @@ def choose_xid_source(config: Config) -> XidChoice:
         return XidChoice(None, backend_xids=False, name="off")
     if choice is XidSource.NVML or (choice is XidSource.AUTO and config.backend is BackendName.DEMO):
         return XidChoice(None, backend_xids=True, name="demo" if config.backend is BackendName.DEMO else "nvml")
-    source = KernelXidSource(config.kernel_log)
+    source = KernelXidSource(config.kernel_log, process_pod=_process_pod(config))
     if choice is XidSource.AUTO and config.backend is BackendName.NVML and not source.readable:
         source.stop()
         log.info("XIDs from NVML events: the kernel log cannot be read", extra={"reason": source.status().state.value})

@@ -21,7 +21,15 @@ def health_families(snapshot: Snapshot) -> list[Family]:
     occurrences = XID_OCCURRENCE.family()
     for row in snapshot.xid_occurrences:
         if row.seen_at is not None:
-            labels = (normalize_uuid(row.gpu_uuid), row.pci_bus_id, str(row.xid), row.pid, row.process_name)
+            labels = (
+                normalize_uuid(row.gpu_uuid),
+                row.pci_bus_id,
+                str(row.xid),
+                row.pid,
+                row.process_name,
+                row.pod_uid,
+                row.container_id,
+            )
             occurrences.add(labels, row.seen_at)
     fallen = GPU_FALLEN_OFF_BUS.family()
     for gpu in snapshot.gpus_fallen_off:

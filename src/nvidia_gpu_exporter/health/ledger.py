@@ -37,8 +37,8 @@ class _Count:
 @dataclass(slots=True)
 class _Gpu:
     codes: dict[int, _Count] = field(default_factory=dict)
-    # (code, pid, process name) -> when, most recent last: one series per key, so repeats never collide
-    occurrences: OrderedDict[tuple[int, str, str], float | None] = field(default_factory=OrderedDict)
+    # (code, pid, process name) -> (when, pod uid, container id), most recent last: one series per key
+    occurrences: OrderedDict[tuple[int, str, str], tuple[float | None, str, str]] = field(default_factory=OrderedDict)
     fell_off: bool = False
 
 
@@ -58,7 +58,8 @@ class XidLedger:
             return self.boot_time + kernel_usec / 1_000_000
         return seen_at
 
-    def add(self, event: KernelEvent, at: float | None) -> None:
+    def add(self, event: KernelEvent, at: float | None, pod: tuple[str, str] = ("", "")) -> None:
+        """Count an event seen at ``at``; ``pod`` is the (pod uid, container id) of its process, if known."""
         with self._lock:
             if isinstance(event, GpuIdentity):
                 if event.pci in self._uuids or len(self._uuids) < MAX_GPUS:
@@ -71,7 +72,7 @@ class XidLedger:
                 if isinstance(event, FallenOffBus) or event.code == FALLEN_OFF_THE_BUS_XID:
                     gpu.fell_off = True
                 if isinstance(event, XidEvent):
-                    self._count(gpu, event, at)
+                    self._count(gpu, event, at, pod)
 
     def _gpu(self, pci: PciAddress) -> _Gpu | None:
         gpu = self._gpus.get(pci)
@@ -82,7 +83,7 @@ class XidLedger:
             gpu = self._gpus[pci] = _Gpu()
         return gpu
 
-    def _count(self, gpu: _Gpu, event: XidEvent, at: float | None) -> None:
+    def _count(self, gpu: _Gpu, event: XidEvent, at: float | None, pod: tuple[str, str]) -> None:
         count = gpu.codes.get(event.code)
         if count is None:
             if len(gpu.codes) >= MAX_CODES_PER_GPU:
@@ -94,7 +95,7 @@ class XidLedger:
             count.last_seen = at if count.last_seen is None else max(count.last_seen, at)
         key = (event.code, str(event.pid) if event.pid is not None else "", event.process_name)
         gpu.occurrences.pop(key, None)
-        gpu.occurrences[key] = at
+        gpu.occurrences[key] = (at, *pod)
         while len(gpu.occurrences) > OCCURRENCES_PER_GPU:
             gpu.occurrences.popitem(last=False)
 
@@ -120,9 +121,9 @@ class XidLedger:
     def occurrences(self) -> tuple[XidOccurrence, ...]:
         with self._lock:
             rows = [
-                XidOccurrence(self._uuid(pci), pci.label, code, pid, name, at)
+                XidOccurrence(self._uuid(pci), pci.label, code, pid, name, at, pod_uid, container_id)
                 for pci, gpu in sorted(self._gpus.items())
-                for (code, pid, name), at in gpu.occurrences.items()
+                for (code, pid, name), (at, pod_uid, container_id) in gpu.occurrences.items()
             ]
         return tuple(rows)
 

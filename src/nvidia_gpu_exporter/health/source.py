@@ -51,8 +51,10 @@ class KernelXidSource:
         wall_clock: Callable[[], float] = time.time,
         file_poll_seconds: float = 1.0,
         restrict_file: Path = DMESG_RESTRICT,
+        process_pod: Callable[[int], tuple[str, str]] | None = None,
     ) -> None:
         self.wall_clock = wall_clock
+        self.process_pod = process_pod  # pid -> (pod uid, container id), with --kubernetes.process-pods
         self.ledger = XidLedger(boot_time(wall_clock) if booted_at is None else booted_at)
         self.reader = KernelLogReader(
             path, self._on_line, file_poll_seconds=file_poll_seconds, restrict_file=restrict_file
@@ -75,7 +77,11 @@ class KernelXidSource:
         if event is None:
             return
         at = self.ledger.wall_time(line.kernel_usec, self.wall_clock() if live else None)
-        self.ledger.add(event, at)
+        pod = ("", "")
+        # Only while the process may still run: a replayed line's pid may belong to another process by now.
+        if live and self.process_pod is not None and isinstance(event, XidEvent) and event.pid is not None:
+            pod = self.process_pod(event.pid)
+        self.ledger.add(event, at, pod)
         if live and isinstance(event, XidEvent):
             meaning = describe(event.code)
             log.warning(

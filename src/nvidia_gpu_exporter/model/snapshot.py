@@ -128,6 +128,8 @@ class XidOccurrence:
     pid: str  # "" when the driver did not know
     process_name: str
     seen_at: float | None
+    pod_uid: str = ""  # from the pid's cgroup when the line was read (--kubernetes.process-pods)
+    container_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,6 +56,8 @@ def build_report(snapshot: Snapshot) -> dict[str, Any]:
                 "xid": row.xid,
                 "pid": row.pid,
                 "process_name": row.process_name,
+                "pod_uid": row.pod_uid,
+                "container_id": row.container_id,
                 "seen_at": row.seen_at,
                 **_meaning(row.xid),
             }
