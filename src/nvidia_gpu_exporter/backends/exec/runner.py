@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -82,38 +82,7 @@ def _decode(data: bytes) -> str:
     return data.decode("utf-8", errors="surrogateescape")
 
 
-class SubprocessRunner:
-    """Runs ``base_argv + args`` with no stdin, capturing stdout and stderr separately."""
-
-    def __init__(self, base_argv: Sequence[str]) -> None:
-        self.base_argv = tuple(base_argv)
-
-    @property
-    def description(self) -> str:
-        return " ".join(self.base_argv)
-
-    async def run(self, args: Sequence[str]) -> RunResult:
-        argv = [*self.base_argv, *args]
-        # The spawn is never cancelled half-way: asyncio would then kill only the direct child and wait
-        # for pipes that a grandchild (ssh's, a wrapper script's) holds open, for as long as it lives.
-        spawning = asyncio.ensure_future(_spawn(argv))
-        try:
-            process = await asyncio.shield(spawning)
-        except asyncio.CancelledError:
-            await _abandon_spawn(spawning)
-            raise
-        except (OSError, ValueError) as error:
-            return RunResult("", "", NO_EXIT_STATUS, start_error=f"failed to start {argv[0]!r}: {error}")
-        try:
-            stdout, stderr = await process.communicate()
-        except asyncio.CancelledError:
-            await _kill_and_reap(process)
-            raise
-        code = process.returncode if process.returncode is not None else NO_EXIT_STATUS
-        return RunResult(_decode(stdout), _decode(stderr), code if code >= 0 else NO_EXIT_STATUS)
-
-
-async def _spawn(argv: Sequence[str]) -> asyncio.subprocess.Process:
+async def spawn_child(argv: Sequence[str]) -> asyncio.subprocess.Process:
     """Start the child in a process group of its own, pipes for stdout and stderr, no stdin."""
     pipe, devnull = asyncio.subprocess.PIPE, asyncio.subprocess.DEVNULL
     if sys.platform == "win32":
@@ -121,20 +90,6 @@ async def _spawn(argv: Sequence[str]) -> asyncio.subprocess.Process:
             *argv, stdin=devnull, stdout=pipe, stderr=pipe, creationflags=subprocess.CREATE_NEW_PROCESS_GROUP
         )
     return await asyncio.create_subprocess_exec(*argv, stdin=devnull, stdout=pipe, stderr=pipe, start_new_session=True)
-
-
-async def _abandon_spawn(spawning: asyncio.Future[asyncio.subprocess.Process]) -> None:
-    """The run was cancelled while its child was starting: kill the group once it exists, reap it (bounded)."""
-    spawning.add_done_callback(_kill_when_spawned)  # also covers a spawn that outlasts the wait below
-    await asyncio.wait({spawning}, timeout=PIPE_DRAIN_SECONDS)
-    if spawning.done() and not spawning.cancelled() and spawning.exception() is None:
-        await _reap(spawning.result())
-
-
-def _kill_when_spawned(spawning: asyncio.Future[asyncio.subprocess.Process]) -> None:
-    """Kill the group of a child whose run was cancelled; asyncio's child watcher reaps it."""
-    if not spawning.cancelled() and spawning.exception() is None:
-        kill_process_group(spawning.result())
 
 
 def kill_process_group(process: asyncio.subprocess.Process) -> None:
@@ -147,19 +102,78 @@ def kill_process_group(process: asyncio.subprocess.Process) -> None:
         process.kill()
 
 
-async def _kill_and_reap(process: asyncio.subprocess.Process) -> None:
-    """Kill the group, then wait a bounded time for the child to be reaped and its pipes to close."""
-    kill_process_group(process)
-    await _reap(process)
+Spawn = Callable[[Sequence[str]], Awaitable[asyncio.subprocess.Process]]
+Kill = Callable[[asyncio.subprocess.Process], None]
 
 
-async def _reap(process: asyncio.subprocess.Process) -> None:
-    """Wait at most :data:`PIPE_DRAIN_SECONDS` for a killed child to be reaped and its pipes to close."""
+class SubprocessRunner:
+    """Runs ``base_argv + args`` with no stdin, capturing stdout and stderr separately.
 
-    async def reap() -> None:
-        with contextlib.suppress(Exception):
-            await process.wait()
+    ``spawn`` and ``kill`` are the two system calls a test may observe or hold back (a SIGKILL the kernel
+    has not acted on yet); ``reap_seconds`` bounds each wait for a killed child.
+    """
 
-    task = asyncio.ensure_future(reap())
-    with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-        await asyncio.wait_for(asyncio.shield(task), PIPE_DRAIN_SECONDS)
+    def __init__(
+        self,
+        base_argv: Sequence[str],
+        *,
+        spawn: Spawn = spawn_child,
+        kill: Kill = kill_process_group,
+        reap_seconds: float = PIPE_DRAIN_SECONDS,
+    ) -> None:
+        self.base_argv = tuple(base_argv)
+        self._spawn = spawn
+        self._kill = kill
+        self._reap_seconds = reap_seconds
+
+    @property
+    def description(self) -> str:
+        return " ".join(self.base_argv)
+
+    async def run(self, args: Sequence[str]) -> RunResult:
+        argv = [*self.base_argv, *args]
+        # The spawn is never cancelled half-way: asyncio would then kill only the direct child and wait
+        # for pipes that a grandchild (ssh's, a wrapper script's) holds open, for as long as it lives.
+        spawning = asyncio.ensure_future(self._spawn(argv))
+        try:
+            process = await asyncio.shield(spawning)
+        except asyncio.CancelledError:
+            await self._abandon_spawn(spawning)
+            raise
+        except (OSError, ValueError) as error:
+            return RunResult("", "", NO_EXIT_STATUS, start_error=f"failed to start {argv[0]!r}: {error}")
+        try:
+            stdout, stderr = await process.communicate()
+        except asyncio.CancelledError:
+            await self._kill_and_reap(process)
+            raise
+        code = process.returncode if process.returncode is not None else NO_EXIT_STATUS
+        return RunResult(_decode(stdout), _decode(stderr), code if code >= 0 else NO_EXIT_STATUS)
+
+    async def _abandon_spawn(self, spawning: asyncio.Future[asyncio.subprocess.Process]) -> None:
+        """The run was cancelled while its child was starting: kill the group once it exists, reap it (bounded)."""
+        spawning.add_done_callback(self._kill_when_spawned)  # also covers a spawn that outlasts the wait below
+        await asyncio.wait({spawning}, timeout=self._reap_seconds)
+        if spawning.done() and not spawning.cancelled() and spawning.exception() is None:
+            await self._reap(spawning.result())
+
+    def _kill_when_spawned(self, spawning: asyncio.Future[asyncio.subprocess.Process]) -> None:
+        """Kill the group of a child whose run was cancelled; asyncio's child watcher reaps it."""
+        if not spawning.cancelled() and spawning.exception() is None:
+            self._kill(spawning.result())
+
+    async def _kill_and_reap(self, process: asyncio.subprocess.Process) -> None:
+        """Kill the group, then wait a bounded time for the child to be reaped and its pipes to close."""
+        self._kill(process)
+        await self._reap(process)
+
+    async def _reap(self, process: asyncio.subprocess.Process) -> None:
+        """Wait at most ``reap_seconds`` for a killed child to be reaped and its pipes to close."""
+
+        async def reap() -> None:
+            with contextlib.suppress(Exception):
+                await process.wait()
+
+        task = asyncio.ensure_future(reap())
+        with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(task), self._reap_seconds)
