@@ -151,3 +151,14 @@ class Snapshot:
     sequence: int = field(default=0, compare=False)  # bumps with every published snapshot
     xids: tuple[XidRecord, ...] = ()  # rendered whatever the attempt's outcome
     kubernetes: KubernetesAttribution | None = None  # None unless --kubernetes.* attribution is on
+
+
+@dataclass(frozen=True, slots=True)
+class StuckChildren:
+    """Children of the exec backend that SIGKILL has not ended (a wedged driver): now, and ever since the start.
+
+    Rendered whatever the collection's outcome, since while one is stuck every collection fails at once.
+    """
+
+    current: int = 0
+    total: int = 0

@@ -5,12 +5,18 @@ out the whole group is killed: a wrapper script's children die with it instead o
 The Go exporter only signals the direct child; we do better. Callers bound a run by cancelling it
 (``within_timeout``); cancellation kills the group, then waits at most two seconds for the pipes, even when
 it arrives while the child is still being started.
+
+A child stuck in the kernel (a wedged driver) outlives even SIGKILL. One that has not exited two seconds
+after it is *stuck*: until it exits, runs start nothing and fail at once, so a wedged node holds one stuck
+child per concurrent run at most, not one more per scrape. asyncio's child watcher tells when it exits.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import logging
 import os
 import signal
 import subprocess
@@ -18,6 +24,10 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from nvidia_gpu_exporter.model.snapshot import StuckChildren
+
+log = logging.getLogger(__name__)
 
 PIPE_DRAIN_SECONDS = 2.0
 NO_EXIT_STATUS = -1  # could not start, killed by a signal, or never ran
@@ -110,7 +120,8 @@ class SubprocessRunner:
     """Runs ``base_argv + args`` with no stdin, capturing stdout and stderr separately.
 
     ``spawn`` and ``kill`` are the two system calls a test may observe or hold back (a SIGKILL the kernel
-    has not acted on yet); ``reap_seconds`` bounds each wait for a killed child.
+    has not acted on yet); ``reap_seconds`` bounds each wait for a killed child, and a child still there
+    after it is stuck.
     """
 
     def __init__(
@@ -125,12 +136,21 @@ class SubprocessRunner:
         self._spawn = spawn
         self._kill = kill
         self._reap_seconds = reap_seconds
+        # Keyed by the process, not its pid: a reaped child's pid may be reused while its pipes are still open.
+        self._stuck: dict[asyncio.subprocess.Process, float] = {}  # -> loop time of its SIGKILL
+        self._stuck_total = 0
+        self._exits: dict[asyncio.subprocess.Process, asyncio.Future[None]] = {}  # a killed child's, until it comes
 
     @property
     def description(self) -> str:
         return " ".join(self.base_argv)
 
+    def stuck_children(self) -> StuckChildren:
+        return StuckChildren(len(self._stuck), self._stuck_total)
+
     async def run(self, args: Sequence[str]) -> RunResult:
+        if self._stuck:
+            return RunResult("", "", NO_EXIT_STATUS, start_error=self._refusal())
         argv = [*self.base_argv, *args]
         # The spawn is never cancelled half-way: asyncio would then kill only the direct child and wait
         # for pipes that a grandchild (ssh's, a wrapper script's) holds open, for as long as it lives.
@@ -160,20 +180,71 @@ class SubprocessRunner:
     def _kill_when_spawned(self, spawning: asyncio.Future[asyncio.subprocess.Process]) -> None:
         """Kill the group of a child whose run was cancelled; asyncio's child watcher reaps it."""
         if not spawning.cancelled() and spawning.exception() is None:
-            self._kill(spawning.result())
+            self._kill_and_watch(spawning.result())
 
     async def _kill_and_reap(self, process: asyncio.subprocess.Process) -> None:
         """Kill the group, then wait a bounded time for the child to be reaped and its pipes to close."""
-        self._kill(process)
+        self._kill_and_watch(process)
         await self._reap(process)
+
+    def _kill_and_watch(self, process: asyncio.subprocess.Process) -> None:
+        """Kill the group and watch for the child's exit: one that has not come within the bound is stuck.
+
+        A timer, not polling: it is due when the bounded reap gives up, so it runs before the cancelled run
+        resumes, and the next run already sees the child stuck.
+        """
+        self._kill(process)
+        loop = asyncio.get_running_loop()
+        exited = asyncio.ensure_future(_exit_of(process))
+        check = loop.call_later(self._reap_seconds, self._mark_stuck, process, loop.time())
+        self._exits[process] = exited
+        exited.add_done_callback(functools.partial(self._exited, process, check))
+
+    def _mark_stuck(self, process: asyncio.subprocess.Process, killed_at: float) -> None:
+        """Not reaped yet: SIGKILL has not ended it. (Reaped, with a pipe held by an escaped grandchild, is not.)"""
+        if process.returncode is not None or process in self._stuck:
+            return
+        self._stuck[process] = killed_at
+        self._stuck_total += 1
+        log.warning(
+            "nvidia-smi has not exited after SIGKILL: it is stuck in the kernel, the driver may be wedged; "
+            "no new nvidia-smi runs until it exits",
+            extra={"pid": process.pid, "waited_seconds": self._reap_seconds},
+        )
+
+    def _exited(
+        self, process: asyncio.subprocess.Process, check: asyncio.TimerHandle, exited: asyncio.Future[None]
+    ) -> None:
+        check.cancel()
+        del self._exits[process]
+        if exited.cancelled():  # the loop is closing: the child has not exited, and nothing will see it now
+            return
+        killed_at = self._stuck.pop(process, None)
+        if killed_at is not None:
+            stuck_for = asyncio.get_running_loop().time() - killed_at
+            log.warning(
+                "recovered: the stuck nvidia-smi has exited, runs start again",
+                extra={"pid": process.pid, "stuck_seconds": round(stuck_for, 1)},
+            )
+
+    def _refusal(self) -> str:
+        """Why a run starts nothing: the longest-stuck child, and for how long."""
+        process, killed_at = min(self._stuck.items(), key=lambda item: item[1])
+        stuck_for = asyncio.get_running_loop().time() - killed_at
+        return (
+            f"not starting nvidia-smi: an earlier run (pid {process.pid}) is still stuck in the kernel "
+            f"{stuck_for:.0f}s after SIGKILL; the driver may be wedged"
+        )
 
     async def _reap(self, process: asyncio.subprocess.Process) -> None:
         """Wait at most ``reap_seconds`` for a killed child to be reaped and its pipes to close."""
+        exited = self._exits.get(process)
+        if exited is not None:  # else it has already exited
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({exited}, timeout=self._reap_seconds)
 
-        async def reap() -> None:
-            with contextlib.suppress(Exception):
-                await process.wait()
 
-        task = asyncio.ensure_future(reap())
-        with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-            await asyncio.wait_for(asyncio.shield(task), self._reap_seconds)
+async def _exit_of(process: asyncio.subprocess.Process) -> None:
+    """The child has exited and its pipes are closed."""
+    with contextlib.suppress(Exception):
+        await process.wait()
