@@ -112,6 +112,7 @@ class Collector:
             self._sequence,
             self.backend.xid_records(),
             kubernetes=self._kubernetes,
+            stuck_children=self.backend.stuck_children(),
         )
         return self._latest
 
@@ -124,6 +125,7 @@ class Collector:
             self._sequence,
             self.backend.xid_records(),
             kubernetes=self._kubernetes,
+            stuck_children=self.backend.stuck_children(),
         )
 
     async def _attribute(self, lookup: asyncio.Task[PodResourcesReading | None], readings: Readings | None) -> None:

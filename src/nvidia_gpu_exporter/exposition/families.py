@@ -274,3 +274,17 @@ SELF: tuple[FamilySpec, ...] = (BUILD_INFO, *PROCESS, HANDLER_REQUESTS, HANDLER_
 RESERVED_NAMES = frozenset(spec.name for spec in OWNED)
 # The wall-clock families: their values change on every run, so byte comparisons leave them out.
 WALL_CLOCK_FAMILIES = frozenset({LAST_DURATION.name, LAST_SUCCESS_TIMESTAMP.name, XID_LAST_TIMESTAMP.name})
+
+# -- the exec runner's stuck children (outside nvidia_smi_*, whose bytes stay the Go exporter's) -----------------
+
+STUCK_CHILDREN = FamilySpec(
+    "nvidia_gpu_exporter_stuck_children",
+    "gauge",
+    "Number of nvidia-smi children killed that have not exited yet: stuck in the kernel, the driver may be wedged. "
+    "While one is, no nvidia-smi is started and every collection fails.",
+)
+STUCK_CHILDREN_TOTAL = FamilySpec(
+    "nvidia_gpu_exporter_stuck_children_total",
+    "counter",
+    "Number of nvidia-smi children that did not exit after SIGKILL (stuck in the kernel) since the exporter started.",
+)

@@ -151,6 +151,7 @@ class Snapshot:
     sequence: int = field(default=0, compare=False)  # bumps with every published snapshot
     xids: tuple[XidRecord, ...] = ()  # rendered whatever the attempt's outcome
     kubernetes: KubernetesAttribution | None = None  # None unless --kubernetes.* attribution is on
+    stuck_children: StuckChildren | None = None  # exec only; rendered whatever the attempt's outcome
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.exposition.selfmetrics import HandlerStats, SelfMetrics, build_info_values
 from nvidia_gpu_exporter.exposition.text import CONTENT_TYPE, DuplicateSeriesError, encode
-from nvidia_gpu_exporter.model.snapshot import Snapshot, XidRecord
+from nvidia_gpu_exporter.model.snapshot import Snapshot, StuckChildren, XidRecord
 from nvidia_gpu_exporter.web.payload import Block, assemble, assemble_gzip, make_block
 from nvidia_gpu_exporter.web.responses import plain_text
 from nvidia_gpu_exporter.web.settings import WebSettings
@@ -72,7 +72,7 @@ def accepts_gzip(header_value: str | None) -> bool:
 class _Rendered:
     """A snapshot's ``nvidia_smi_*`` block, or the error that makes the whole scrape fail."""
 
-    key: tuple[int, bool, tuple[XidRecord, ...]]
+    key: tuple[int, bool, tuple[XidRecord, ...], StuckChildren | None]
     block: Block | None
     error: str | None
 
@@ -103,7 +103,8 @@ class MetricsEndpoint:
         return cap if budget is None else min(budget, cap)
 
     def _render(self, snapshot: Snapshot) -> _Rendered:
-        key = (snapshot.sequence, snapshot.attempt is not None, snapshot.xids)
+        # A snapshot without a result keeps the sequence but reads XIDs and stuck children anew.
+        key = (snapshot.sequence, snapshot.attempt is not None, snapshot.xids, snapshot.stuck_children)
         cached = self._rendered
         if cached is not None and cached.key == key:
             return cached
