@@ -92,7 +92,8 @@ def test_the_families_follow_the_reading_whatever_the_collection_outcome(
     exposition = Exposition(FIELDS, StatusFamily.COMMAND_EXIT_CODE)
     text = exposition.render(Snapshot(attempt, 1, T0, 1, stuck_children=reading))
     without = exposition.render(Snapshot(attempt, 1, T0, 1))
-    parse(text)
+    names = [family.name for family in parse(text)]
+    assert len(names) == len(set(names)), names  # a counter's family is named without _total
     assert stuck_values(text) == expected
     assert nvidia_smi_part(text) == nvidia_smi_part(without)
     if reading is not None:
@@ -107,7 +108,7 @@ def test_the_families_are_declared_outside_nvidia_smi_as_a_gauge_and_a_counter()
         (),
     )
     assert (STUCK_CHILDREN_TOTAL.name, STUCK_CHILDREN_TOTAL.type, STUCK_CHILDREN_TOTAL.labels) == (
-        "nvidia_gpu_exporter_stuck_children_total",
+        "nvidia_gpu_exporter_children_stuck_total",
         "counter",
         (),
     )
