@@ -38,6 +38,7 @@ UNIT_MODULES: dict[str, tuple[str, ...]] = {
     "test_nvml_catalog": (),
     "test_nvml_families": (),
     "test_readme": (),
+    "test_stuck_children": ("test_a_wedged_driver_",),
     "test_unit_asynctimeout": (),
     "test_unit_cli_flags": (),
     "test_unit_cmdsplit": (),

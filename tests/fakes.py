@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from nvidia_gpu_exporter.model.snapshot import GpuTable, QueryField, Readings, StatusFamily, XidRecord
+from nvidia_gpu_exporter.model.snapshot import GpuTable, QueryField, Readings, StatusFamily, StuckChildren, XidRecord
 
 FIELDS = (QueryField("uuid", "uuid"), QueryField("temperature.gpu", "temperature.gpu"))
 READINGS = Readings(GpuTable((("GPU-0000", "40"),)), None, "12.4")
@@ -42,6 +42,7 @@ class FakeBackend:
         self.max_active = 0
         self.start_times: list[float] = []
         self.closed = False
+        self.stuck: StuckChildren | None = None  # what stuck_children() reports (None: runs no children)
 
     @property
     def status_family(self) -> StatusFamily:
@@ -74,6 +75,9 @@ class FakeBackend:
 
     def xid_records(self) -> tuple[XidRecord, ...]:
         return ()
+
+    def stuck_children(self) -> StuckChildren | None:
+        return self.stuck
 
     async def aclose(self) -> None:
         self.closed = True

@@ -141,6 +141,7 @@ class Collector:
             gpus_fallen_off=kernel.fallen_off() if kernel is not None else (),
             xid_source=self.xid_source,
             kernel_log=kernel.status() if kernel is not None else None,
+            stuck_children=self.backend.stuck_children(),
         )
 
     async def _attribute(self, lookup: asyncio.Task[PodResourcesReading | None], readings: Readings | None) -> None:

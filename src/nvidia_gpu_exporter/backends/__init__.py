@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, StatusFamily, XidRecord
+from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, StatusFamily, StuckChildren, XidRecord
 
 
 class CollectionError(Exception):
@@ -34,6 +34,10 @@ class Backend(Protocol):
 
     def xid_records(self) -> tuple[XidRecord, ...]:
         """XID counts so far (nvml, demo); served even when collections fail. Empty for exec."""
+        ...
+
+    def stuck_children(self) -> StuckChildren | None:
+        """nvidia-smi children SIGKILL has not ended (exec); served even when collections fail. None: no children."""
         ...
 
     async def aclose(self) -> None: ...

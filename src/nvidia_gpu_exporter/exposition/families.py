@@ -328,3 +328,19 @@ RESERVED_NAMES = frozenset(spec.name for spec in OWNED if spec.name.startswith(P
 WALL_CLOCK_FAMILIES = frozenset(
     {LAST_DURATION.name, LAST_SUCCESS_TIMESTAMP.name, XID_LAST_TIMESTAMP.name, XID_OCCURRENCE.name}
 )
+
+# -- the exec runner's stuck children (outside nvidia_smi_*, whose bytes stay the Go exporter's) -----------------
+# The counter is not the gauge's name plus _total: parsers (OpenMetrics, prometheus_client) name a counter's
+# family without its _total, and two families would then share one name.
+
+STUCK_CHILDREN = FamilySpec(
+    "nvidia_gpu_exporter_stuck_children",
+    "gauge",
+    "Number of nvidia-smi children killed that have not exited yet: stuck in the kernel, the driver may be wedged. "
+    "While one is, no nvidia-smi is started and every collection fails.",
+)
+STUCK_CHILDREN_TOTAL = FamilySpec(
+    "nvidia_gpu_exporter_children_stuck_total",
+    "counter",
+    "Number of nvidia-smi children that did not exit after SIGKILL (stuck in the kernel) since the exporter started.",
+)

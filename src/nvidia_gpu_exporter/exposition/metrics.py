@@ -6,6 +6,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from nvidia_gpu_exporter.exposition.children import stuck_children_families
 from nvidia_gpu_exporter.exposition.families import (
     COMPUTE_APP_INFO,
     COMPUTE_APP_MEMORY,
@@ -219,6 +220,8 @@ class Exposition:
                 families += extras_families(readings.extras)
         families += xid_families(snapshot.xids)  # XID counts outlive failed collections
         families += health_families(snapshot)  # so do the kernel log's other findings
+        if snapshot.stuck_children is not None:  # exec only; a stuck child is why its collections fail
+            families += stuck_children_families(snapshot.stuck_children)
         if snapshot.kubernetes is not None:  # only with --kubernetes.* attribution on
             families += attribution_families(snapshot.kubernetes, rendered_uuids)
         blocks += [(family.name, render_family(family)) for family in families]

@@ -203,3 +203,15 @@ class Snapshot:
     xid_source: str = ""  # kmsg, nvml, demo or off; "" when the exporter was not told (tests, embedders)
     kernel_log: KernelLogStatus | None = None  # None when the kernel-log source was never configured
     kubernetes: KubernetesAttribution | None = None  # None unless --kubernetes.* attribution is on
+    stuck_children: StuckChildren | None = None  # exec only; rendered whatever the attempt's outcome
+
+
+@dataclass(frozen=True, slots=True)
+class StuckChildren:
+    """Children of the exec backend that SIGKILL has not ended (a wedged driver): now, and ever since the start.
+
+    Rendered whatever the collection's outcome, since while one is stuck every collection fails at once.
+    """
+
+    current: int = 0
+    total: int = 0

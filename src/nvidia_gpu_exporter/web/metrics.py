@@ -110,6 +110,7 @@ class MetricsEndpoint:
             snapshot.xid_occurrences,
             snapshot.gpus_fallen_off,
             snapshot.kernel_log,
+            snapshot.stuck_children,
         )
         cached = self._rendered
         if cached is not None and cached.key == key:

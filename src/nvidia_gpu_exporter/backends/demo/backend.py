@@ -42,7 +42,7 @@ from nvidia_gpu_exporter.backends.exec.output import CsvShapeError, parse_gpu_cs
 from nvidia_gpu_exporter.backends.exec.runner import RunResult
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.capture.config import ConfigError, FakeSmiConfig, parse_config
-from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, StatusFamily, XidRecord
+from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, StatusFamily, StuckChildren, XidRecord
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
 from nvidia_gpu_exporter.model.values import transform_generic
 
@@ -259,6 +259,10 @@ class DemoBackend:
     def xid_records(self) -> tuple[XidRecord, ...]:
         """The current scene's XID counts; they stay visible while collections fail."""
         return self._scene.synthesizer.xid_records()
+
+    def stuck_children(self) -> StuckChildren | None:
+        """The simulation runs in-process: no children."""
+        return None
 
     async def aclose(self) -> None:
         """Nothing to release: the simulation lives in this process."""

@@ -20,7 +20,7 @@ from nvidia_gpu_exporter.backends.exec.output import (
     parse_gpu_csv,
     parse_help_query_gpu,
 )
-from nvidia_gpu_exporter.backends.exec.runner import RunResult, SmiRunner
+from nvidia_gpu_exporter.backends.exec.runner import RunResult, SmiRunner, SubprocessRunner
 from nvidia_gpu_exporter.backends.fields import (
     BUILTIN_FIELDS,
     FieldRequest,
@@ -30,7 +30,15 @@ from nvidia_gpu_exporter.backends.fields import (
     first_unknown,
     with_identity,
 )
-from nvidia_gpu_exporter.model.snapshot import GpuTable, ProcessList, QueryField, Readings, StatusFamily, XidRecord
+from nvidia_gpu_exporter.model.snapshot import (
+    GpuTable,
+    ProcessList,
+    QueryField,
+    Readings,
+    StatusFamily,
+    StuckChildren,
+    XidRecord,
+)
 from nvidia_gpu_exporter.support.asynctimeout import within_timeout
 
 log = logging.getLogger(__name__)
@@ -197,5 +205,9 @@ class SmiBackend:
         """nvidia-smi has no XID event stream: none."""
         return ()
 
+    def stuck_children(self) -> StuckChildren:
+        """The runner's children that SIGKILL has not ended; none for a runner that starts no process."""
+        return self.runner.stuck_children() if isinstance(self.runner, SubprocessRunner) else StuckChildren()
+
     async def aclose(self) -> None:
-        """Nothing is held between collections: each run's process is gone when it returns."""
+        """Nothing to release: a finished run's process is gone, and a stuck one cannot be ended from here."""

@@ -52,6 +52,7 @@ from nvidia_gpu_exporter.model.snapshot import (
     QueryField,
     Readings,
     StatusFamily,
+    StuckChildren,
     XidRecord,
 )
 
@@ -144,6 +145,10 @@ class NvmlBackend:
 
     def xid_records(self) -> tuple[XidRecord, ...]:
         return self.watcher.records() if self.watcher is not None else ()
+
+    def stuck_children(self) -> StuckChildren | None:
+        """NVML runs in a thread of ours (a stuck one is STILL_IN_PROGRESS): no children."""
+        return None
 
     async def aclose(self) -> None:
         """Stop the watcher, wait briefly for a cycle in the driver, then shut NVML down if nobody is inside."""
