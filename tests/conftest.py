@@ -47,6 +47,7 @@ UNIT_MODULES: dict[str, tuple[str, ...]] = {
     "test_unit_naming": (),
     "test_unit_smi_backend": (),
     "test_unit_smi_output": (),
+    "test_unit_sysfs": (),
     "test_unit_text_payload": (),
     "test_unit_transform": (),
     "test_unit_web_helpers": (),
