@@ -45,6 +45,7 @@ UNIT_MODULES: dict[str, tuple[str, ...]] = {
     "test_unit_go_text": (),
     "test_unit_gofloat": (),
     "test_unit_naming": (),
+    "test_unit_pci": (),
     "test_unit_smi_backend": (),
     "test_unit_smi_output": (),
     "test_unit_sysfs": (),

@@ -25,6 +25,7 @@ from nvidia_gpu_exporter.support.asynctimeout import within_timeout
 if TYPE_CHECKING:
     from nvidia_gpu_exporter.kubernetes.attribution import Attributor
     from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution, PodResourcesReading
+    from nvidia_gpu_exporter.model.pci import PciInventory, PciSource
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +55,13 @@ class Collector:
         shutdown_on_error: bool = False,
         on_fatal: Callable[[int], None] | None = None,
         attributor: Attributor | None = None,
+        pci: PciSource | None = None,
     ) -> None:
         self.backend = backend
         self.attributor = attributor  # Kubernetes attribution, consulted once per collection (opt-in)
         self._kubernetes: KubernetesAttribution | None = None
+        self.pci = pci  # what sysfs lists (lost GPUs), read alongside each collection
+        self._pci: PciInventory | None = None
         self.timeout_seconds = timeout_seconds or None
         self.interval_seconds = interval_seconds
         self.shutdown_on_error = shutdown_on_error
@@ -112,6 +116,7 @@ class Collector:
             self._sequence,
             self.backend.xid_records(),
             kubernetes=self._kubernetes,
+            pci=self._pci,
         )
         return self._latest
 
@@ -124,6 +129,7 @@ class Collector:
             self._sequence,
             self.backend.xid_records(),
             kubernetes=self._kubernetes,
+            pci=self._pci,
         )
 
     async def _attribute(self, lookup: asyncio.Task[PodResourcesReading | None], readings: Readings | None) -> None:
@@ -131,9 +137,24 @@ class Collector:
         assert self.attributor is not None
         self._kubernetes = await self.attributor.attribute(await lookup, readings)
 
+    async def _read_pci(self, scan: asyncio.Future[PciInventory | None] | None, cancelled: bool) -> bool:
+        """Keep this collection's PCI reading (a cancelled collection drops its scan); True when cancelled."""
+        if scan is None:
+            return cancelled
+        if cancelled:
+            scan.cancel()
+            return True
+        try:
+            self._pci = await scan
+        except asyncio.CancelledError:
+            scan.cancel()
+            return True
+        return False
+
     async def _collect_once(self) -> Snapshot:
         started = time.perf_counter()
         lookup = asyncio.ensure_future(self.attributor.fetch()) if self.attributor is not None else None
+        scan = asyncio.ensure_future(self.pci.pci_inventory()) if self.pci is not None else None
         readings: Readings | None = None
         error: CollectionError | None = None
         cancelled = False
@@ -174,6 +195,7 @@ class Collector:
             except asyncio.CancelledError:
                 lookup.cancel()
                 cancelled = True
+        cancelled = await self._read_pci(scan, cancelled)
         snapshot = self._publish(attempt)
         if attempt.fatal and self.shutdown_on_error and self.on_fatal is not None:
             log.error("shutting down on a fatal collection error", extra={"err": attempt.error})

@@ -8,6 +8,7 @@ from enum import Enum
 
 from nvidia_gpu_exporter._go.durations import format_duration
 from nvidia_gpu_exporter._go.text import is_go_space
+from nvidia_gpu_exporter.health.sysfs import DEFAULT_SYSFS_PATH
 from nvidia_gpu_exporter.kubernetes.devices import DEFAULT_RESOURCE_PATTERNS
 from nvidia_gpu_exporter.kubernetes.podresources import DEFAULT_SOCKET
 from nvidia_gpu_exporter.web.routes import ATTRIBUTION_PATH, DEFAULT_TELEMETRY_PATH, PPROF_PREFIX, RESERVED_PATHS
@@ -56,6 +57,7 @@ class Config:
     pcie_throughput: bool = False
     demo_config: str = ""
     shutdown_on_error: bool = False
+    sysfs_path: str = DEFAULT_SYSFS_PATH  # where the NVIDIA PCI functions are read (lost GPUs)
     kubernetes_pod_resources: bool = False
     kubernetes_pod_resources_socket: str = DEFAULT_SOCKET
     kubernetes_pod_resources_timeout_ns: int = 2_000_000_000
@@ -119,6 +121,8 @@ def validate(config: Config) -> None:
         raise ConfigError("--collect.compute-apps-mig requires --collect.compute-apps")
     if config.demo_config and backend != Backend.DEMO:
         raise ConfigError("--demo-config requires --collect.backend=demo")
+    if not config.sysfs_path:
+        raise ConfigError("--collect.sysfs-path must not be empty")
     validate_kubernetes(config)
 
 

@@ -162,6 +162,13 @@ FLAGS: tuple[Flag, ...] = (
         "Sample PCIe TX/RX throughput per GPU (nvml backend).",
         Kind.BOOL,
     ),
+    Flag(
+        "collect.sysfs-path",
+        "sysfs_path",
+        "Where sysfs is mounted (the host's /sys when mounted elsewhere): its NVIDIA PCI functions are the GPUs the "
+        "node should have. The demo backend simulates its own.",
+        Kind.STRING,
+    ),
     Flag("demo-config", "demo_config", "Demo scenario YAML file (demo backend only).", Kind.STRING),
     Flag(
         "shutdown-on-error",

@@ -23,6 +23,7 @@ from nvidia_gpu_exporter.exposition.families import (
 from nvidia_gpu_exporter.exposition.kubernetes import attribution_families, labelled_gpu, sole_holders
 from nvidia_gpu_exporter.exposition.naming import FieldMetric, plan_field_metrics
 from nvidia_gpu_exporter.exposition.nvml import extras_families, xid_families
+from nvidia_gpu_exporter.exposition.pci import pci_families
 from nvidia_gpu_exporter.exposition.text import (
     DuplicateSeriesError,
     Family,
@@ -217,6 +218,7 @@ class Exposition:
             if readings.extras is not None:
                 families += extras_families(readings.extras)
         families += xid_families(snapshot.xids)  # XID counts outlive failed collections
+        families += pci_families(snapshot.pci)  # so does what sysfs lists: a lost GPU often fails the collection
         if snapshot.kubernetes is not None:  # only with --kubernetes.* attribution on
             families += attribution_families(snapshot.kubernetes, rendered_uuids)
         blocks += [(family.name, render_family(family)) for family in families]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution
+    from nvidia_gpu_exporter.model.pci import PciInventory
 
 
 class StatusFamily(Enum):
@@ -151,3 +152,4 @@ class Snapshot:
     sequence: int = field(default=0, compare=False)  # bumps with every published snapshot
     xids: tuple[XidRecord, ...] = ()  # rendered whatever the attempt's outcome
     kubernetes: KubernetesAttribution | None = None  # None unless --kubernetes.* attribution is on
+    pci: PciInventory | None = None  # what sysfs lists (lost GPUs); rendered whatever the attempt's outcome
