@@ -19,7 +19,7 @@ from nvidia_gpu_exporter.exposition.families import GPUS_EXPECTED, PCI_DEVICE_IN
 from nvidia_gpu_exporter.exposition.pci import pci_families
 from nvidia_gpu_exporter.exposition.text import render_family
 from nvidia_gpu_exporter.flags import parse_args
-from nvidia_gpu_exporter.model.pci import PciFunction, PciInventory, PciKind
+from nvidia_gpu_exporter.model.pcibus import PciFunction, PciInventory, PciKind
 from nvidia_gpu_exporter.model.snapshot import Attempt, Snapshot
 from unit_helpers import exposition, gpu_row, success_snapshot
 

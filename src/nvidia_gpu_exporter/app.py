@@ -36,7 +36,7 @@ from nvidia_gpu_exporter.web.settings import WebSettings
 
 if TYPE_CHECKING:
     from nvidia_gpu_exporter.kubernetes.attribution import AttributionSettings, Attributor, MigLister
-    from nvidia_gpu_exporter.model.pci import PciSource
+    from nvidia_gpu_exporter.model.pcibus import PciSource
 
 log = logging.getLogger("nvidia_gpu_exporter.main")
 

@@ -25,7 +25,7 @@ from nvidia_gpu_exporter.support.asynctimeout import within_timeout
 if TYPE_CHECKING:
     from nvidia_gpu_exporter.kubernetes.attribution import Attributor
     from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution, PodResourcesReading
-    from nvidia_gpu_exporter.model.pci import PciInventory, PciSource
+    from nvidia_gpu_exporter.model.pcibus import PciInventory, PciSource
 
 log = logging.getLogger(__name__)
 

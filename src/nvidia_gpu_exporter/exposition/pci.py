@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from nvidia_gpu_exporter.exposition.families import GPUS_EXPECTED, PCI_DEVICE_INFO
 from nvidia_gpu_exporter.exposition.text import Family
-from nvidia_gpu_exporter.model.pci import PciInventory, PciKind
+from nvidia_gpu_exporter.model.pcibus import PciInventory, PciKind
 
 
 def pci_families(inventory: PciInventory | None) -> list[Family]:

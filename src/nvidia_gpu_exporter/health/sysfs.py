@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from nvidia_gpu_exporter.model.pci import NO_DRIVER, PciFunction, PciInventory, PciKind, smi_bus_id
+from nvidia_gpu_exporter.model.pcibus import NO_DRIVER, PciFunction, PciInventory, PciKind, smi_bus_id
 from nvidia_gpu_exporter.support.asynctimeout import within_timeout
 
 log = logging.getLogger(__name__)
@@ -218,7 +218,7 @@ def _settled(future: asyncio.Future[SysfsScan]) -> None:
 
 
 class SysfsScanner:
-    """A :class:`~nvidia_gpu_exporter.model.pci.PciSource` on the sysfs mounted at ``root``.
+    """A :class:`~nvidia_gpu_exporter.model.pcibus.PciSource` on the sysfs mounted at ``root``.
 
     One scan per call, in a daemon thread, bounded by ``timeout_seconds``; while a scan hangs, calls answer
     ``None`` at once instead of starting another thread. Problems are logged once each time they change.

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution
-    from nvidia_gpu_exporter.model.pci import PciInventory
+    from nvidia_gpu_exporter.model.pcibus import PciInventory
 
 
 class StatusFamily(Enum):

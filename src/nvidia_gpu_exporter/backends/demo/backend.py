@@ -43,7 +43,7 @@ from nvidia_gpu_exporter.backends.exec.output import CsvShapeError, parse_gpu_cs
 from nvidia_gpu_exporter.backends.exec.runner import RunResult
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.capture.config import ConfigError, FakeSmiConfig, parse_config
-from nvidia_gpu_exporter.model.pci import PciFunction, PciInventory, PciKind, smi_bus_id
+from nvidia_gpu_exporter.model.pcibus import PciFunction, PciInventory, PciKind, smi_bus_id
 from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, StatusFamily, XidRecord
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
 from nvidia_gpu_exporter.model.values import transform_generic
@@ -285,7 +285,7 @@ class DemoBackend:
         return self._scene.synthesizer.xid_records()
 
     async def pci_inventory(self) -> PciInventory | None:
-        """The current scene's simulated sysfs view (a :class:`~nvidia_gpu_exporter.model.pci.PciSource`)."""
+        """The current scene's simulated sysfs view (a :class:`~nvidia_gpu_exporter.model.pcibus.PciSource`)."""
         return self._scene.pci
 
     async def aclose(self) -> None:
