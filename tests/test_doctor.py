@@ -28,8 +28,9 @@ from k8s_fakes import (
 )
 from nvidia_gpu_exporter import doctor
 from nvidia_gpu_exporter.doctor.cluster import ClusterOptions, cluster_checks
-from nvidia_gpu_exporter.doctor.node import NodeOptions, check_devices, check_runtime
+from nvidia_gpu_exporter.doctor.node import GpuProbe, NodeOptions, check_devices, check_pci, check_runtime
 from nvidia_gpu_exporter.doctor.report import CheckResult, Status
+from sysfs_fakes import FakeFunction, gpu, make_sysfs, nvswitch, other
 
 ALL_DEVICES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia0", "nvidia1")
 NODE = "gpu-node-1"
@@ -38,6 +39,15 @@ UNREACHABLE = "http://127.0.0.1:9/metrics"  # the discard port: nothing listens 
 PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
 CRIO_DROPIN = '[crio.runtime.runtimes.nvidia]\nruntime_path = "/usr/bin/nvidia-container-runtime"\n'
 CDI_SPEC = "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n"
+# The MIG fixture's two GPUs, as sysfs names their PCI functions.
+FIXTURE_BUS = ("0000:07:00.0", "0000:0f:00.0")
+FIXTURE_BUS_IDS = ["00000000:07:00.0", "00000000:0F:00.0"]
+
+
+def with_sysfs(root: Path, functions: Sequence[FakeFunction] | None = None) -> Path:
+    """The fake node with a sysfs PCI tree (by default: the fixture's GPUs, bound to nvidia)."""
+    make_sysfs(root / "sys", [gpu(address) for address in FIXTURE_BUS] if functions is None else functions)
+    return root
 
 
 def run_doctor(
@@ -99,7 +109,7 @@ def test_a_healthy_node_passes_everything(
 ) -> None:
     require_grpc()
     with short_socket_dir() as root:
-        make_node(root, devices=ALL_DEVICES, containerd=CONTAINERD_NVIDIA)
+        with_sysfs(make_node(root, devices=ALL_DEVICES, containerd=CONTAINERD_NVIDIA))
         socket = root / "var/lib/kubelet/pod-resources/kubelet.sock"
         socket.parent.mkdir(parents=True)
         kubelet = FakeKubelet(socket).start()
@@ -118,7 +128,7 @@ def test_a_healthy_node_passes_everything(
         finally:
             kubelet.stop()
     assert statuses(results) == dict.fromkeys(
-        ["driver", "nvidia-smi", "gpus", "cuda", "devices", "runtime", "pod-resources", "exporter",
+        ["driver", "nvidia-smi", "gpus", "pci", "cuda", "devices", "runtime", "pod-resources", "exporter",
          "kubernetes-access", "node-allocatable", "gpu-taints", "device-plugin"], "PASS",
     )  # fmt: skip
     assert code == 0
@@ -131,22 +141,25 @@ def test_a_healthy_node_passes_everything(
 
 
 def test_a_node_without_a_driver_fails(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    root = make_node(tmp_path / "node", driver=False)
+    root = with_sysfs(
+        make_node(tmp_path / "node", driver=False), [gpu(address, driver=None) for address in FIXTURE_BUS]
+    )
     code, results, _ = run_doctor(
         capsys, f"--root={root}", "--nvidia-smi-command=/bin/false", f"--exporter-url={UNREACHABLE}", "--no-kubernetes"
     )
     assert code == 2
     assert statuses(results) == {
-        "driver": "FAIL", "nvidia-smi": "FAIL", "gpus": "SKIP", "cuda": "SKIP", "devices": "FAIL",
+        "driver": "FAIL", "nvidia-smi": "FAIL", "gpus": "SKIP", "pci": "FAIL", "cuda": "SKIP", "devices": "FAIL",
         "runtime": "WARN", "pod-resources": "WARN", "exporter": "WARN",
     }  # fmt: skip
+    assert "00000000:07:00.0 (no driver)" in results["pci"].detail
     assert "exit status 1" in results["nvidia-smi"].detail
     assert "NVML" in results["nvidia-smi"].detail  # it tried NVML as well
     assert results["driver"].remedy.startswith("install the NVIDIA driver")
 
 
 def test_warnings_only_exit_1_and_the_text_report(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    root = make_node(tmp_path / "node", devices=ALL_DEVICES, containerd=CONTAINERD_NVIDIA)
+    root = with_sysfs(make_node(tmp_path / "node", devices=ALL_DEVICES, containerd=CONTAINERD_NVIDIA))
     args = [f"--root={root}", *smi_args(), f"--exporter-url={UNREACHABLE}", "--no-kubernetes", "--image-cuda=12.6"]
     code, results, _ = run_doctor(capsys, *args)
     assert code == 1
@@ -158,7 +171,7 @@ def test_warnings_only_exit_1_and_the_text_report(capsys: pytest.CaptureFixture[
     text = capsys.readouterr().out
     assert "WARN  cuda " in text
     assert "remedy: upgrade the driver" in text
-    assert text.rstrip().endswith("5 passed, 3 warnings, 0 failures, 0 skipped")
+    assert text.rstrip().endswith("6 passed, 3 warnings, 0 failures, 0 skipped")
 
 
 def test_the_image_cuda_default_comes_from_the_environment(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -178,13 +191,13 @@ def test_bad_arguments_exit_3(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_the_exporter_command_dispatches_doctor(tmp_path: Path) -> None:
-    root = make_node(tmp_path / "node", devices=ALL_DEVICES, containerd=CONTAINERD_NVIDIA)
+    root = with_sysfs(make_node(tmp_path / "node", devices=ALL_DEVICES, containerd=CONTAINERD_NVIDIA))
     checks = [f"--root={root}", *smi_args(), f"--exporter-url={UNREACHABLE}", "--no-kubernetes", "--image-cuda="]
     argv = [*exporter_argv()[:3], "doctor", "--json", *checks]
     completed = subprocess.run(argv, capture_output=True, timeout=120, cwd=REPO, check=False)
     document = json.loads(completed.stdout)
     assert completed.returncode == document["exit_code"] == 1
-    assert document["summary"] == {"pass": 6, "warn": 2, "fail": 0, "skip": 0}
+    assert document["summary"] == {"pass": 7, "warn": 2, "fail": 0, "skip": 0}
 
 
 # -- single checks ----------------------------------------------------------------------------------------
@@ -235,6 +248,65 @@ def test_device_nodes(tmp_path: Path, devices: Sequence[str], status: Status, fr
     result = check_devices(NodeOptions(root=tmp_path))
     assert result.status is status
     assert fragment in result.detail
+
+
+SMI = GpuProbe(
+    source="nvidia-smi", gpus=[("0", "GPU-a", "NVIDIA H200"), ("1", "GPU-b", "NVIDIA H200")], bus_ids=FIXTURE_BUS_IDS
+)
+SMI_FIRST_ONLY = GpuProbe(source="nvidia-smi", gpus=SMI.gpus[:1], bus_ids=FIXTURE_BUS_IDS[:1])
+NVML_ONE = GpuProbe(source="NVML", gpus=SMI.gpus[:1])
+NOTHING = GpuProbe(smi_error="nvidia-smi: exit status 9", nvml_error="NVML: Driver Not Loaded")
+ON_THE_BUS = [gpu(address) for address in FIXTURE_BUS]
+PCI_CASES: dict[str, tuple[list[FakeFunction] | None, GpuProbe, Status, list[str]]] = {
+    "every GPU on the bus is visible": (
+        [*ON_THE_BUS, nvswitch("0000:c4:00.0"), other("0000:00:01.0")],
+        SMI,
+        Status.PASS,
+        ["2 NVIDIA GPU(s) on the PCI bus, all visible to nvidia-smi", "1 NVSwitch"],
+    ),
+    "a GPU bound to vfio-pci": (
+        [gpu(FIXTURE_BUS[0]), gpu(FIXTURE_BUS[1], driver="vfio-pci")],
+        SMI_FIRST_ONLY,
+        Status.FAIL,
+        ["sysfs lists 2 NVIDIA GPU(s), nvidia-smi sees 1", "00000000:0F:00.0 (driver vfio-pci)", "lspci -k"],
+    ),
+    "a GPU without a driver": (
+        [gpu(FIXTURE_BUS[0]), gpu(FIXTURE_BUS[1], driver=None)],
+        SMI_FIRST_ONLY,
+        Status.FAIL,
+        ["00000000:0F:00.0 (no driver)", "modprobe nvidia"],
+    ),
+    "a GPU fallen off the bus": (
+        ON_THE_BUS,
+        SMI_FIRST_ONLY,
+        Status.FAIL,
+        ["00000000:0F:00.0 (driver nvidia)", "fallen off the bus", "Xid 79", "reseat", "RMA"],
+    ),
+    "NVML answers without bus ids": (ON_THE_BUS, NVML_ONE, Status.FAIL, ["sysfs lists 2 NVIDIA GPU(s), NVML sees 1"]),
+    "neither nvidia-smi nor NVML answers": (
+        [gpu(address, driver="vfio-pci") for address in FIXTURE_BUS],
+        NOTHING,
+        Status.FAIL,
+        ["neither nvidia-smi nor NVML answered", "00000000:07:00.0 (driver vfio-pci)", "vfio-pci"],
+    ),
+    "no GPU on the bus": ([other("0000:00:01.0")], NOTHING, Status.FAIL, ["no NVIDIA GPU", "lspci -nn -d 10de:"]),
+    "no GPU on the bus but nvidia-smi lists some": ([], SMI, Status.WARN, ["lists no NVIDIA GPU", "--root"]),
+    "more GPUs visible than on the bus": (ON_THE_BUS[:1], SMI, Status.WARN, ["sysfs lists 1", "nvidia-smi sees 2"]),
+    "no sysfs under the root": (None, SMI, Status.SKIP, ["sys/bus/pci/devices"]),
+}
+
+
+@pytest.mark.parametrize(("functions", "probe", "status", "fragments"), PCI_CASES.values(), ids=PCI_CASES.keys())
+def test_gpus_on_the_pci_bus_against_the_visible_ones(
+    tmp_path: Path, functions: list[FakeFunction] | None, probe: GpuProbe, status: Status, fragments: list[str]
+) -> None:
+    if functions is not None:
+        make_sysfs(tmp_path / "sys", functions)
+    result = check_pci(NodeOptions(root=tmp_path), probe)
+    assert result.status is status, result
+    for fragment in fragments:
+        assert fragment in result.detail + " " + result.remedy, (fragment, result)
+    assert (result.remedy != "") is (status is not Status.PASS)
 
 
 def test_the_exporter_check_reads_its_health(

@@ -7,6 +7,7 @@ the chart comparisons need helm-python-sdk. Tests skip with a clear message wher
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from conftest import StartExporter
 from deploy_helpers import (
     JOB,
     RULE_TESTS,
@@ -26,7 +28,9 @@ from deploy_helpers import (
     render_chart,
     strip_annotations,
 )
-from harness import REPO
+from exposition_reader import series
+from harness import MIG_FIXTURE, REPO, fake_smi_command
+from sysfs_fakes import gpu, make_sysfs, remove_function
 
 RULE_TEMPLATE = "nvidia-gpu-exporter/templates/prometheusrule.yaml"
 # What each alert's description must tell the on-call person to do (or where to look).
@@ -48,6 +52,8 @@ ACTIONS = {
     "NvidiaGpuPowerBrake": ["PSU", "BMC"],
     "NvidiaGpuSoftwareThermalSlowdown": ["cooling", "power limit"],
     "NvidiaGpuMissing": ["Xid 79", "reseat the GPU", "RMA"],
+    "NvidiaGpuFewerThanExpected": ["lspci -k", "vfio-pci", "fallen off the bus", "Xid 79", "RMA"],
+    "NvidiaGpuPciDeviceNotVisible": ["lspci -k", "vfio-pci", "fallen off the bus", "Xid 79", "reseat", "RMA"],
 }
 DEFAULT_OFF = {"NvidiaGpuSoftwareThermalSlowdown"}
 
@@ -96,7 +102,7 @@ def checks_by_alert(test_file: Path) -> dict[str, list[bool]]:
 
 def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
     alerts = alert_names(rules_text())
-    assert len(alerts) == len(set(alerts)) == 16
+    assert len(alerts) == len(set(alerts)) == 18
     checks = checks_by_alert(RULE_TESTS / "rules.test.yml")
     optin = checks_by_alert(RULE_TESTS / "optin-rules.test.yml")
     for alert in alerts:
@@ -200,7 +206,7 @@ def test_all_rules_off_renders_no_prometheusrule() -> None:
         )["prometheusRule"]
         if key not in ("enabled", "additionalLabels")
     }
-    assert len(toggles) == 17
+    assert len(toggles) == 19
     assert RULE_TEMPLATE not in render_chart({"prometheusRule": {"enabled": True, **toggles}})
     assert RULE_TEMPLATE not in render_chart({})
 
@@ -211,7 +217,7 @@ def test_all_rules_off_renders_no_prometheusrule() -> None:
 def test_promtool_checks_the_rules() -> None:
     completed = run_promtool("check", "rules", RULES_FILE)
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "SUCCESS: 16 rules found" in completed.stdout
+    assert "SUCCESS: 18 rules found" in completed.stdout
 
 
 def test_promtool_unit_tests_pass(tmp_path: Path) -> None:
@@ -231,6 +237,11 @@ def test_promtool_annotation_tests_pass() -> None:
         (("nvidia_smi_temperature_gpu > 85", "nvidia_smi_temperature_gpu > 96"), "NvidiaGpuTemperatureHigh"),
         (("|79|", "|"), "NvidiaGpuXidCritical"),
         (("< max_over_time", "> max_over_time"), "NvidiaGpuMissing"),
+        ((" or 0 * count by (job, instance) (nvidia_smi_gpus_expected)", ""), "NvidiaGpuFewerThanExpected"),
+        (
+            ("unless on (job, instance, pci_bus_id)", "and on (job, instance, pci_bus_id)"),
+            "NvidiaGpuPciDeviceNotVisible",
+        ),
         (("nvidia_smi_gpu_recovery_action > 0", "nvidia_smi_gpu_recovery_action > 2"), "NvidiaGpuRecoveryActionNeeded"),
     ],
 )
@@ -242,6 +253,74 @@ def test_unit_tests_catch_a_broken_rule(tmp_path: Path, mutation: tuple[str, str
     completed = unit_test_in(tmp_path, RULE_TESTS / "rules.test.yml", strip_annotations(rules.replace(old, new, 1)))
     assert completed.returncode != 0
     assert f"alertname: {alert}" in completed.stdout + completed.stderr
+
+
+# The exporter's own scrape, turned into promtool input series: what it serves for a GPU left to vfio-pci raises
+# both lost-GPU alerts, and the same node with that GPU gone from the bus raises neither.
+LOST_GPU_FAMILIES = (
+    "nvidia_smi_gpus_expected",
+    "nvidia_smi_pci_device_info",
+    "nvidia_smi_gpu_info",
+    "nvidia_smi_last_collect_success",
+)
+
+
+def input_series(scrape: str, instance: str) -> list[dict[str, str]]:
+    """The scrape's samples of the lost-GPU families as promtool series, held for 30 minutes."""
+    found = []
+    for name in LOST_GPU_FAMILIES:
+        for sample in series(scrape, name):
+            labels = {"job": JOB, "instance": instance, **sample.labels}
+            if name == "nvidia_smi_gpu_info":  # the join needs these two; the rest only lengthens the file
+                labels = {key: labels[key] for key in ("job", "instance", "uuid", "pci_bus_id")}
+            text = ",".join(f"{key}={json.dumps(value)}" for key, value in labels.items())
+            found.append({"series": f"{name}{{{text}}}", "values": f"{sample.value:g}x30"})
+    return found
+
+
+def test_the_exporters_scrape_of_a_lost_gpu_raises_the_alerts(tmp_path: Path, exporter: StartExporter) -> None:
+    promtool()  # skips before starting anything when promtool is missing
+    tree = make_sysfs(
+        tmp_path / "sys", [gpu("0000:07:00.0"), gpu("0000:0f:00.0"), gpu("0000:5e:00.0", driver="vfio-pci")]
+    )
+    handle = exporter("--nvidia-smi-command", fake_smi_command(MIG_FIXTURE), f"--collect.sysfs-path={tree}")
+    lost = handle.scrape()
+    remove_function(tree, "0000:5e:00.0")
+    healthy = handle.scrape()
+    lost_alerts = [
+        {"exp_labels": {"severity": "warning", "job": JOB, "instance": "node-lost"}},
+    ]
+    device_alerts = [
+        {
+            "exp_labels": {
+                "severity": "warning",
+                "job": JOB,
+                "instance": "node-lost",
+                "pci_bus_id": "00000000:5E:00.0",
+                "kind": "gpu",
+                "device_id": "0x2335",
+                "driver": "vfio-pci",
+            }
+        }
+    ]
+    tests = {
+        "rule_files": ["rules.yml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "name": "the exporter's scrape of a node with a GPU left to vfio-pci",
+                "interval": "1m",
+                "input_series": input_series(lost, "node-lost") + input_series(healthy, "node-healthy"),
+                "alert_rule_test": [
+                    {"eval_time": "15m", "alertname": "NvidiaGpuFewerThanExpected", "exp_alerts": lost_alerts},
+                    {"eval_time": "15m", "alertname": "NvidiaGpuPciDeviceNotVisible", "exp_alerts": device_alerts},
+                ],
+            }
+        ],
+    }
+    test_file = _write(tmp_path / "scrape.test.yml", yaml.safe_dump(tests, sort_keys=False))
+    completed = unit_test_in(tmp_path / "unit", test_file, strip_annotations(rules_text()))
+    assert completed.returncode == 0, completed.stdout + completed.stderr
 
 
 def test_opt_in_rules_unit_tests_pass(tmp_path: Path) -> None:
@@ -276,4 +355,4 @@ def test_kubernetes_md_scrape_example_is_valid(tmp_path: Path) -> None:
     shutil.copy(RULES_FILE, tmp_path / RULES_FILE.name)
     completed = run_promtool("check", "config", _write(tmp_path / "prometheus.yml", yaml.safe_dump(config)))
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "SUCCESS: 16 rules found" in completed.stdout
+    assert "SUCCESS: 18 rules found" in completed.stdout

@@ -150,6 +150,8 @@ DOCUMENTED_RESERVED = [
     "gpu_pod_info",
     "compute_app_pod_info",
     "kubernetes_attribution_up",
+    "gpus_expected",
+    "pci_device_info",
 ]
 
 

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import signal
 import socket
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -28,6 +29,7 @@ from nvidia_gpu_exporter.config import Config, ConfigError, XidSource, validate
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.flags import Action, FlagError, Parsed, parse_args
 from nvidia_gpu_exporter.health.source import KernelXidSource
+from nvidia_gpu_exporter.health.sysfs import SysfsScanner
 from nvidia_gpu_exporter.web.config import WebConfigError
 from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
 from nvidia_gpu_exporter.web.security import Security
@@ -36,6 +38,7 @@ from nvidia_gpu_exporter.web.settings import WebSettings
 
 if TYPE_CHECKING:
     from nvidia_gpu_exporter.kubernetes.attribution import AttributionSettings, Attributor, MigLister
+    from nvidia_gpu_exporter.model.pcibus import PciSource
 
 log = logging.getLogger("nvidia_gpu_exporter.main")
 
@@ -228,6 +231,23 @@ def build_attributor(config: Config, backend: Backend) -> Attributor | None:
     return Attributor(settings, backend.fields, source=source, mig_lister=lister)
 
 
+# A sysfs scan is bounded even when --collect.timeout=0 leaves collections unbounded: a hung read of a dying
+# device must not hold every collection.
+UNBOUNDED_SCAN_TIMEOUT_SECONDS = 10.0
+
+
+def build_pci_source(config: Config, backend: Backend) -> PciSource | None:
+    """What the PCI bus lists, for the lost-GPU families: the demo's simulated view, else sysfs (not on Windows)."""
+    if config.backend is BackendName.DEMO:
+        from nvidia_gpu_exporter.backends.demo.backend import DemoBackend  # noqa: PLC0415 - only the demo needs it
+
+        return backend if isinstance(backend, DemoBackend) else None
+    if sys.platform == "win32":
+        return None
+    timeout = to_seconds(config.collect_timeout_ns) or UNBOUNDED_SCAN_TIMEOUT_SECONDS
+    return SysfsScanner(config.sysfs_path, timeout_seconds=timeout)
+
+
 def listen_sockets(config: Config) -> list[socket.socket]:
     """The listening sockets: systemd's (socket activation) or one bound per --web.listen-address."""
     if config.systemd_socket:
@@ -283,6 +303,7 @@ async def serve(config: Config) -> int:
         kernel_log=xids.kernel_log,
         backend_xids=xids.backend_xids,
         xid_source=xids.name,
+        pci=build_pci_source(config, backend),
     )
     settings = web_settings(config)
     endpoint = MetricsEndpoint(collector, exposition, settings)

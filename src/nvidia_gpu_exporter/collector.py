@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from nvidia_gpu_exporter.health.source import KernelXidSource
     from nvidia_gpu_exporter.kubernetes.attribution import Attributor
     from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution, PodResourcesReading
+    from nvidia_gpu_exporter.model.pcibus import PciInventory, PciSource
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class Collector:
         kernel_log: KernelXidSource | None = None,
         backend_xids: bool = True,
         xid_source: str = "",
+        pci: PciSource | None = None,
     ) -> None:
         self.backend = backend
         self.kernel_log = kernel_log  # when set, the XIDs come from the kernel log
@@ -65,6 +67,8 @@ class Collector:
         self.xid_source = xid_source
         self.attributor = attributor  # Kubernetes attribution, consulted once per collection (opt-in)
         self._kubernetes: KubernetesAttribution | None = None
+        self.pci = pci  # what sysfs lists (lost GPUs), read alongside each collection
+        self._pci: PciInventory | None = None
         self.timeout_seconds = timeout_seconds or None
         self.interval_seconds = interval_seconds
         self.shutdown_on_error = shutdown_on_error
@@ -142,6 +146,7 @@ class Collector:
             xid_source=self.xid_source,
             kernel_log=kernel.status() if kernel is not None else None,
             stuck_children=self.backend.stuck_children(),
+            pci=self._pci,
         )
 
     async def _attribute(self, lookup: asyncio.Task[PodResourcesReading | None], readings: Readings | None) -> None:
@@ -149,9 +154,24 @@ class Collector:
         assert self.attributor is not None
         self._kubernetes = await self.attributor.attribute(await lookup, readings)
 
+    async def _read_pci(self, scan: asyncio.Future[PciInventory | None] | None, cancelled: bool) -> bool:
+        """Keep this collection's PCI reading (a cancelled collection drops its scan); True when cancelled."""
+        if scan is None:
+            return cancelled
+        if cancelled:
+            scan.cancel()
+            return True
+        try:
+            self._pci = await scan
+        except asyncio.CancelledError:
+            scan.cancel()
+            return True
+        return False
+
     async def _collect_once(self) -> Snapshot:
         started = time.perf_counter()
         lookup = asyncio.ensure_future(self.attributor.fetch()) if self.attributor is not None else None
+        scan = asyncio.ensure_future(self.pci.pci_inventory()) if self.pci is not None else None
         readings: Readings | None = None
         error: CollectionError | None = None
         cancelled = False
@@ -192,6 +212,7 @@ class Collector:
             except asyncio.CancelledError:
                 lookup.cancel()
                 cancelled = True
+        cancelled = await self._read_pci(scan, cancelled)
         snapshot = self._publish(attempt)
         if attempt.fatal and self.shutdown_on_error and self.on_fatal is not None:
             log.error("shutting down on a fatal collection error", extra={"err": attempt.error})

@@ -9,6 +9,7 @@ from enum import Enum
 from nvidia_gpu_exporter._go.durations import format_duration
 from nvidia_gpu_exporter._go.text import is_go_space
 from nvidia_gpu_exporter.health.source import DEFAULT_KERNEL_LOG
+from nvidia_gpu_exporter.health.sysfs import DEFAULT_SYSFS_PATH
 from nvidia_gpu_exporter.kubernetes.devices import DEFAULT_RESOURCE_PATTERNS
 from nvidia_gpu_exporter.kubernetes.podresources import DEFAULT_SOCKET
 from nvidia_gpu_exporter.web.routes import ATTRIBUTION_PATH, DEFAULT_TELEMETRY_PATH, PPROF_PREFIX, RESERVED_PATHS
@@ -68,6 +69,7 @@ class Config:
     kernel_log: str = DEFAULT_KERNEL_LOG
     demo_config: str = ""
     shutdown_on_error: bool = False
+    sysfs_path: str = DEFAULT_SYSFS_PATH  # where the NVIDIA PCI functions are read (lost GPUs)
     kubernetes_pod_resources: bool = False
     kubernetes_pod_resources_socket: str = DEFAULT_SOCKET
     kubernetes_pod_resources_timeout_ns: int = 2_000_000_000
@@ -136,6 +138,8 @@ def validate(config: Config) -> None:
         raise ConfigError("--collect.kernel-log must not be empty")
     if config.demo_config and backend != Backend.DEMO:
         raise ConfigError("--demo-config requires --collect.backend=demo")
+    if not config.sysfs_path:
+        raise ConfigError("--collect.sysfs-path must not be empty")
     validate_kubernetes(config)
 
 

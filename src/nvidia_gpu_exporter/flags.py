@@ -175,6 +175,13 @@ FLAGS: tuple[Flag, ...] = (
         "The kernel log to read XIDs from: /dev/kmsg, or a file or FIFO in its format (a host log mounted elsewhere).",
         Kind.STRING,
     ),
+    Flag(
+        "collect.sysfs-path",
+        "sysfs_path",
+        "Where sysfs is mounted (the host's /sys when mounted elsewhere): its NVIDIA PCI functions are the GPUs the "
+        "node should have. The demo backend simulates its own.",
+        Kind.STRING,
+    ),
     Flag("demo-config", "demo_config", "Demo scenario YAML file (demo backend only).", Kind.STRING),
     Flag(
         "shutdown-on-error",

@@ -1,5 +1,5 @@
-"""The node half of the checklist: driver, nvidia-smi/NVML, GPUs, CUDA, device nodes, container runtime,
-kubelet socket, and the exporter's own scrape.
+"""The node half of the checklist: driver, nvidia-smi/NVML, GPUs, GPUs on the PCI bus, CUDA, device nodes,
+container runtime, kubelet socket, and the exporter's own scrape.
 
 Every file is looked up under ``--root`` (``/`` by default; ``/host`` when the host's filesystem is
 mounted there; a fake node's directory in tests), so the same checks serve a shell on the node, a pod,
@@ -24,12 +24,14 @@ from nvidia_gpu_exporter.backends.exec.command import CommandSplitError, split_c
 from nvidia_gpu_exporter.backends.exec.output import CsvShapeError, parse_cuda_version, parse_gpu_csv
 from nvidia_gpu_exporter.config import DEFAULT_NVIDIA_SMI_COMMAND, DEFAULT_PORT
 from nvidia_gpu_exporter.doctor.report import CheckResult, Status
+from nvidia_gpu_exporter.health.sysfs import SysfsError, devices_directory, scan_in_thread
 from nvidia_gpu_exporter.kubernetes.podresources import DEFAULT_SOCKET
+from nvidia_gpu_exporter.model.pcibus import NO_DRIVER, PciFunction, smi_bus_id
 from nvidia_gpu_exporter.web.routes import DEFAULT_TELEMETRY_PATH
 
 DEFAULT_EXPORTER_URL = f"http://127.0.0.1:{DEFAULT_PORT}{DEFAULT_TELEMETRY_PATH}"
 
-GPU_QUERY_FIELDS = ("index", "uuid", "name", "driver_version")
+GPU_QUERY_FIELDS = ("index", "uuid", "name", "driver_version", "pci.bus_id")
 CONTAINERD_CONFIGS = (
     "etc/containerd/config.toml",
     "var/lib/rancher/k3s/agent/etc/containerd/config.toml",
@@ -66,6 +68,7 @@ class GpuProbe:
     smi_error: str = ""
     nvml_error: str = ""
     gpus: list[tuple[str, str, str]] = field(default_factory=list)  # (index, uuid, name)
+    bus_ids: list[str] = field(default_factory=list)  # nvidia-smi's pci.bus_id of each GPU (NVML: not read)
     driver_version: str = ""
     cuda_version: str = ""
 
@@ -122,6 +125,7 @@ def _probe_smi(options: NodeOptions, probe: GpuProbe) -> bool:
         return False
     probe.source = "nvidia-smi"
     probe.gpus = [(row[0], row[1], row[2]) for row in table.rows]
+    probe.bus_ids = [smi_bus_id(row[4]) or row[4] for row in table.rows]
     probe.driver_version = table.rows[0][3] if table.rows else ""
     try:
         probe.cuda_version = parse_cuda_version(_run_smi(argv, ["--version"], options.timeout_seconds))
@@ -201,6 +205,110 @@ def check_gpus(probe: GpuProbe) -> CheckResult:
         )
     listed = ", ".join(f"{index}: {name} ({uuid})" for index, uuid, name in probe.gpus)
     return CheckResult("gpus", "GPUs listed", Status.PASS, f"{len(probe.gpus)} GPU(s): {listed}")
+
+
+# -- GPUs on the PCI bus ----------------------------------------------------------------------------------
+
+
+def _bound(function: PciFunction) -> str:
+    holder = "no driver" if function.driver == NO_DRIVER else f"driver {function.driver}"
+    return f"{function.bus_id} ({holder})"
+
+
+def _pci_remedy(hidden: Sequence[PciFunction]) -> str:
+    """What to do about GPUs the driver does not report, by what holds them."""
+    drivers = {function.driver for function in hidden}
+    remedies = []
+    held = [function.bus_id for function in hidden if function.driver not in ("nvidia", NO_DRIVER)]
+    if held:
+        remedies.append(
+            f"lspci -k -s {held[0]} shows the driver holding it: remove the vfio-pci (or driverctl) binding and "
+            "bind it to nvidia"
+        )
+    if NO_DRIVER in drivers:
+        remedies.append(
+            "lspci -k shows no driver bound: load the driver (modprobe nvidia) and read dmesg for NVRM errors "
+            "(an unsupported GPU, a driver built for another kernel)"
+        )
+    if "nvidia" in drivers:
+        remedies.append(
+            "a GPU bound to nvidia that the driver does not list has usually fallen off the bus: dmesg | grep -i -e "
+            "'fallen off the bus' -e 'Xid 79'; drain the node, reboot it, reseat the GPU and RMA it if it repeats"
+        )
+    return "; ".join(remedies)
+
+
+def check_pci(options: NodeOptions, probe: GpuProbe) -> CheckResult:
+    """The NVIDIA GPUs sysfs lists against the ones nvidia-smi (or NVML) sees: a lost GPU stays on the bus."""
+    title = "GPUs on the PCI bus visible to the driver"
+    sysfs = under_root(options.root, "sys")
+    directory = devices_directory(str(sysfs))
+    if not directory.is_dir():
+        return CheckResult(
+            "pci",
+            title,
+            Status.SKIP,
+            f"no {directory}: sysfs is not mounted under --root",
+            "with --root at the host's filesystem, mount the host's /sys at <root>/sys too",
+        )
+    try:
+        inventory = scan_in_thread(str(sysfs), options.timeout_seconds).inventory
+    except SysfsError as error:
+        return CheckResult("pci", title, Status.WARN, str(error), "read the node's /sys as root")
+    gpus, switches = inventory.gpus, len(inventory.nvswitches)
+    if not gpus:
+        if probe.gpus:
+            return CheckResult(
+                "pci",
+                title,
+                Status.WARN,
+                f"{directory} lists no NVIDIA GPU but {probe.source} lists {len(probe.gpus)}",
+                "point --root at the node's filesystem with its /sys",
+            )
+        return CheckResult(
+            "pci",
+            title,
+            Status.FAIL,
+            f"{directory} lists no NVIDIA GPU (vendor 0x10de, class 0x0300 or 0x0302)",
+            "check that the GPUs are seated, powered and enabled in the BIOS; lspci -nn -d 10de: lists them",
+        )
+    listed = f"sysfs lists {len(gpus)} NVIDIA GPU(s)"
+    if not probe.source:
+        return CheckResult(
+            "pci",
+            title,
+            Status.FAIL,
+            f"{listed} but neither nvidia-smi nor NVML answered: " + ", ".join(_bound(function) for function in gpus),
+            _pci_remedy(gpus),
+        )
+    visible = set(probe.bus_ids)
+    hidden = [function for function in gpus if function.bus_id not in visible] if visible else []
+    if not hidden and len(probe.gpus) < len(gpus):
+        hidden = [function for function in gpus if function.driver != "nvidia"] or list(gpus)
+    if hidden:
+        return CheckResult(
+            "pci",
+            title,
+            Status.FAIL,
+            f"{listed}, {probe.source} sees {len(probe.gpus)}"
+            + (": not visible " + ", ".join(_bound(function) for function in hidden) if visible else ""),
+            _pci_remedy(hidden),
+        )
+    if len(probe.gpus) > len(gpus):
+        return CheckResult(
+            "pci",
+            title,
+            Status.WARN,
+            f"{listed} but {probe.source} sees {len(probe.gpus)}",
+            "point --root at the node's filesystem with its /sys",
+        )
+    nvswitches = f" (and {switches} NVSwitch(es))" if switches else ""
+    return CheckResult(
+        "pci",
+        title,
+        Status.PASS,
+        f"{len(gpus)} NVIDIA GPU(s) on the PCI bus, all visible to {probe.source}{nvswitches}",
+    )
 
 
 def _version(text: str) -> tuple[int, int] | None:
@@ -493,6 +601,7 @@ def node_checks(options: NodeOptions) -> list[CheckResult]:
         check_driver(options),
         check_smi(probe),
         check_gpus(probe),
+        check_pci(options, probe),
         check_cuda(probe, options.image_cuda),
         check_devices(options),
         check_runtime(options),

@@ -244,6 +244,23 @@ COMPUTE_APP_POD_INFO = FamilySpec(
     COMPUTE_APP_POD_LABELS,
 )
 
+# -- lost GPUs: the NVIDIA functions sysfs lists (every backend; only when sysfs lists one) ---------------------
+
+PCI_DEVICE_LABELS = ("pci_bus_id", "kind", "device_id", "driver")
+GPUS_EXPECTED = FamilySpec(
+    "nvidia_smi_gpus_expected",
+    "gauge",
+    "Number of NVIDIA GPU PCI functions (VGA or 3D controller) sysfs lists, whichever driver holds them. More than "
+    "count(nvidia_smi_gpu_info) means the driver lost a GPU.",
+)
+PCI_DEVICE_INFO = FamilySpec(
+    "nvidia_smi_pci_device_info",
+    "gauge",
+    "A metric with a constant '1' value for each NVIDIA GPU or NVSwitch PCI function sysfs lists, labeled by its bus "
+    "id (as nvidia_smi_gpu_info has it), kind, device id and bound driver (none when unbound).",
+    PCI_DEVICE_LABELS,
+)
+
 # -- the exporter's own process (outside nvidia_smi_*, named as Go's client names them) -------------------------
 
 BUILD_INFO = FamilySpec(
@@ -312,6 +329,8 @@ OWNED: tuple[FamilySpec, ...] = (
     ATTRIBUTION_UP,
     GPU_POD_INFO,
     COMPUTE_APP_POD_INFO,
+    GPUS_EXPECTED,
+    PCI_DEVICE_INFO,
 )
 PROCESS: tuple[FamilySpec, ...] = (
     PROCESS_CPU,

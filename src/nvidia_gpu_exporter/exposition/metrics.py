@@ -25,6 +25,7 @@ from nvidia_gpu_exporter.exposition.health import health_families
 from nvidia_gpu_exporter.exposition.kubernetes import attribution_families, labelled_gpu, sole_holders
 from nvidia_gpu_exporter.exposition.naming import FieldMetric, plan_field_metrics
 from nvidia_gpu_exporter.exposition.nvml import extras_families, xid_families
+from nvidia_gpu_exporter.exposition.pci import pci_families
 from nvidia_gpu_exporter.exposition.text import (
     DuplicateSeriesError,
     Family,
@@ -219,6 +220,7 @@ class Exposition:
             if readings.extras is not None:
                 families += extras_families(readings.extras)
         families += xid_families(snapshot.xids)  # XID counts outlive failed collections
+        families += pci_families(snapshot.pci)  # so does what sysfs lists: a lost GPU often fails the collection
         families += health_families(snapshot)  # so do the kernel log's other findings
         if snapshot.stuck_children is not None:  # exec only; a stuck child is why its collections fail
             families += stuck_children_families(snapshot.stuck_children)

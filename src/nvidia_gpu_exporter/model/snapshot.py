@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution
+    from nvidia_gpu_exporter.model.pcibus import PciInventory
 
 
 class StatusFamily(Enum):
@@ -204,6 +205,7 @@ class Snapshot:
     kernel_log: KernelLogStatus | None = None  # None when the kernel-log source was never configured
     kubernetes: KubernetesAttribution | None = None  # None unless --kubernetes.* attribution is on
     stuck_children: StuckChildren | None = None  # exec only; rendered whatever the attempt's outcome
+    pci: PciInventory | None = None  # what sysfs lists (lost GPUs); rendered whatever the attempt's outcome
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ import asyncio
 import hashlib
 import logging
 import math
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -42,6 +43,7 @@ from nvidia_gpu_exporter.backends.exec.output import CsvShapeError, parse_gpu_cs
 from nvidia_gpu_exporter.backends.exec.runner import RunResult
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.capture.config import ConfigError, FakeSmiConfig, parse_config
+from nvidia_gpu_exporter.model.pcibus import PciFunction, PciInventory, PciKind, smi_bus_id
 from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, StatusFamily, StuckChildren, XidRecord
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
 from nvidia_gpu_exporter.model.values import transform_generic
@@ -50,6 +52,7 @@ log = logging.getLogger(__name__)
 
 PREFLIGHT_ARGS = ("--query-gpu=uuid", "--format=csv")
 POWER_QUERY_ARGS = ("--query-gpu=uuid,power.draw", "--format=csv")
+PCI_QUERY_ARGS = ("--query-gpu=pci.bus_id,pci.device_id", "--format=csv")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,7 @@ class Scene:
     responder: FleetResponder | CaptureResponder
     synthesizer: ExtrasSynthesizer
     gpu_count: int
+    pci: PciInventory | None = None  # the simulated sysfs view: every simulated GPU on the bus, bound to nvidia
 
 
 def read_config_file(path: str) -> bytes:
@@ -108,7 +112,27 @@ async def build_scene(settings: FakeSmiConfig, spec: ExtrasSpec, path: str = "")
         spec.check_gpu_count(gpu_count)
     except ExtrasError as error:
         raise BackendSetupError(f"config {go_quote(path)}: {error}" if path else str(error)) from error
-    return Scene(settings, spec, responder, ExtrasSynthesizer(spec, seed), gpu_count)
+    return Scene(settings, spec, responder, ExtrasSynthesizer(spec, seed), gpu_count, await simulated_bus(responder))
+
+
+async def simulated_bus(responder: FleetResponder | CaptureResponder) -> PciInventory | None:
+    """What sysfs would list for the simulated GPUs: each one at its bus id, bound to nvidia (``None`` when the
+    scene cannot say, e.g. a capture without ``pci.device_id``)."""
+    result = await responder.run(PCI_QUERY_ARGS)
+    if not result.ok:
+        return None
+    try:
+        rows = parse_gpu_csv(result.stdout, 2).rows
+    except CsvShapeError:
+        return None
+    functions: dict[str, PciFunction] = {}
+    for address, device in rows:
+        bus_id = smi_bus_id(address)
+        if bus_id is None or not re.fullmatch(r"0x[0-9A-Fa-f]{8}", device):
+            return None
+        # nvidia-smi's pci.device_id is device << 16 | vendor; sysfs's device file holds the device alone.
+        functions.setdefault(bus_id, PciFunction(bus_id, PciKind.GPU, f"0x{int(device, 16) >> 16:04x}", "nvidia"))
+    return PciInventory(tuple(functions[bus_id] for bus_id in sorted(functions)))
 
 
 class _Relay:
@@ -263,6 +287,10 @@ class DemoBackend:
     def stuck_children(self) -> StuckChildren | None:
         """The simulation runs in-process: no children."""
         return None
+
+    async def pci_inventory(self) -> PciInventory | None:
+        """The current scene's simulated sysfs view (a :class:`~nvidia_gpu_exporter.model.pcibus.PciSource`)."""
+        return self._scene.pci
 
     async def aclose(self) -> None:
         """Nothing to release: the simulation lives in this process."""
