@@ -28,11 +28,18 @@ from k8s_fakes import (
 )
 from nvidia_gpu_exporter import doctor
 from nvidia_gpu_exporter.doctor.cluster import ClusterOptions, cluster_checks
-from nvidia_gpu_exporter.doctor.node import GpuProbe, NodeOptions, check_devices, check_pci, check_runtime
+from nvidia_gpu_exporter.doctor.node import (
+    GpuProbe,
+    NodeOptions,
+    check_devices,
+    check_kernel_log,
+    check_pci,
+    check_runtime,
+)
 from nvidia_gpu_exporter.doctor.report import CheckResult, Status
 from sysfs_fakes import FakeFunction, gpu, make_sysfs, nvswitch, other
 
-ALL_DEVICES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia0", "nvidia1")
+ALL_DEVICES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia0", "nvidia1", "kmsg")  # kmsg: an empty log
 NODE = "gpu-node-1"
 TOKEN = "doctor-token"
 UNREACHABLE = "http://127.0.0.1:9/metrics"  # the discard port: nothing listens there
@@ -128,8 +135,8 @@ def test_a_healthy_node_passes_everything(
         finally:
             kubelet.stop()
     assert statuses(results) == dict.fromkeys(
-        ["driver", "nvidia-smi", "gpus", "pci", "cuda", "devices", "runtime", "pod-resources", "exporter",
-         "kubernetes-access", "node-allocatable", "gpu-taints", "device-plugin"], "PASS",
+        ["driver", "nvidia-smi", "gpus", "pci", "cuda", "devices", "kernel-log", "runtime", "pod-resources",
+         "exporter", "kubernetes-access", "node-allocatable", "gpu-taints", "device-plugin"], "PASS",
     )  # fmt: skip
     assert code == 0
     assert results["driver"].detail == "kernel module 550.54.15 loaded"
@@ -150,7 +157,7 @@ def test_a_node_without_a_driver_fails(capsys: pytest.CaptureFixture[str], tmp_p
     assert code == 2
     assert statuses(results) == {
         "driver": "FAIL", "nvidia-smi": "FAIL", "gpus": "SKIP", "pci": "FAIL", "cuda": "SKIP", "devices": "FAIL",
-        "runtime": "WARN", "pod-resources": "WARN", "exporter": "WARN",
+        "kernel-log": "WARN", "runtime": "WARN", "pod-resources": "WARN", "exporter": "WARN",
     }  # fmt: skip
     assert "00000000:07:00.0 (no driver)" in results["pci"].detail
     assert "exit status 1" in results["nvidia-smi"].detail
@@ -171,7 +178,7 @@ def test_warnings_only_exit_1_and_the_text_report(capsys: pytest.CaptureFixture[
     text = capsys.readouterr().out
     assert "WARN  cuda " in text
     assert "remedy: upgrade the driver" in text
-    assert text.rstrip().endswith("6 passed, 3 warnings, 0 failures, 0 skipped")
+    assert text.rstrip().endswith("7 passed, 3 warnings, 0 failures, 0 skipped")
 
 
 def test_the_image_cuda_default_comes_from_the_environment(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -197,7 +204,7 @@ def test_the_exporter_command_dispatches_doctor(tmp_path: Path) -> None:
     completed = subprocess.run(argv, capture_output=True, timeout=120, cwd=REPO, check=False)
     document = json.loads(completed.stdout)
     assert completed.returncode == document["exit_code"] == 1
-    assert document["summary"] == {"pass": 7, "warn": 2, "fail": 0, "skip": 0}
+    assert document["summary"] == {"pass": 8, "warn": 2, "fail": 0, "skip": 0}
 
 
 # -- single checks ----------------------------------------------------------------------------------------
@@ -433,3 +440,51 @@ def test_kubeconfig_found_through_the_environment(api: FakeApiServer, tmp_path: 
     api.kubeconfig(home / ".kube" / "config")
     results = {r.id: r for r in cluster_checks(ClusterOptions(node_name=NODE), {"HOME": str(home)})}
     assert results["device-plugin"].status is Status.PASS
+
+
+def _kmsg_line(sequence: int, message: str) -> str:
+    return f"3,{sequence},{sequence * 1000},-;{message}\n"
+
+
+KERNEL_LOG_CASES: dict[str, tuple[str | None, Status, list[str], str]] = {
+    "no-dev-kmsg": (None, Status.WARN, ["cannot be read (absent)"], "mount the host's /dev/kmsg"),
+    "empty-log": ("", Status.PASS, ["readable: 0 records, no XID"], ""),
+    "application-xid-passes": (
+        _kmsg_line(1, "NVRM: Xid (PCI:0000:3b:00): 13, pid=5, name=a, Graphics Exception"),
+        Status.PASS,
+        ["XID 13 x1", "Graphics engine exception, application"],
+        "",
+    ),
+    "warning-xid-warns": (
+        _kmsg_line(1, "NVRM: Xid (PCI:0000:3b:00): 94, pid=5, name=a, Contained ECC error"),
+        Status.WARN,
+        ["XID 94 x1", "Contained ECC error, warning"],
+        "Restart the affected application",
+    ),
+    "unknown-code-warns": (_kmsg_line(1, "NVRM: Xid (PCI:0000:3b:00): 999, x"), Status.WARN, ["XID 999 x1"], "catalog"),
+    "critical-xid-fails": (
+        _kmsg_line(1, "NVRM: GPU at PCI:0000:3b:00: GPU-2f8e4c1a-5b6d-7e8f-9a0b-1c2d3e4f5a6b")
+        + _kmsg_line(2, "NVRM: Xid (PCI:0000:3b:00): 79, pid=7, name=b, GPU has fallen off the bus.")
+        + _kmsg_line(3, "NVRM: Xid (PCI:0000:3b:00): 13, pid=7, name=b, x"),
+        Status.FAIL,
+        ["XID 79 x1 on GPU GPU-2f8e4c1a", "fallen off the bus: 00000000:3B:00.0"],
+        "Drain and reboot the node",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("log", "status", "fragments", "remedy"), KERNEL_LOG_CASES.values(), ids=KERNEL_LOG_CASES.keys()
+)
+def test_the_kernel_logs_xids_since_boot(
+    tmp_path: Path, log: str | None, status: Status, fragments: list[str], remedy: str
+) -> None:
+    if log is not None:
+        (tmp_path / "dev").mkdir()
+        (tmp_path / "dev" / "kmsg").write_text(log, encoding="utf-8")
+    result = check_kernel_log(NodeOptions(root=tmp_path))
+    assert result.status is status
+    for fragment in fragments:
+        assert fragment in result.detail
+    assert remedy in result.remedy
+    assert (result.remedy == "") == (status is Status.PASS)

@@ -1,5 +1,5 @@
 """The node half of the checklist: driver, nvidia-smi/NVML, GPUs, GPUs on the PCI bus, CUDA, device nodes,
-container runtime, kubelet socket, and the exporter's own scrape.
+the kernel log's XIDs, container runtime, kubelet socket, and the exporter's own scrape.
 
 Every file is looked up under ``--root`` (``/`` by default; ``/host`` when the host's filesystem is
 mounted there; a fake node's directory in tests), so the same checks serve a shell on the node, a pod,
@@ -24,9 +24,12 @@ from nvidia_gpu_exporter.backends.exec.command import CommandSplitError, split_c
 from nvidia_gpu_exporter.backends.exec.output import CsvShapeError, parse_cuda_version, parse_gpu_csv
 from nvidia_gpu_exporter.config import DEFAULT_NVIDIA_SMI_COMMAND, DEFAULT_PORT
 from nvidia_gpu_exporter.doctor.report import CheckResult, Status
+from nvidia_gpu_exporter.health.source import KernelXidSource
 from nvidia_gpu_exporter.health.sysfs import SysfsError, devices_directory, scan_in_thread
 from nvidia_gpu_exporter.kubernetes.podresources import DEFAULT_SOCKET
 from nvidia_gpu_exporter.model.pcibus import NO_DRIVER, PciFunction, smi_bus_id
+from nvidia_gpu_exporter.model.snapshot import KernelLogState, XidRecord
+from nvidia_gpu_exporter.model.xids import Severity, describe
 from nvidia_gpu_exporter.web.routes import DEFAULT_TELEMETRY_PATH
 
 DEFAULT_EXPORTER_URL = f"http://127.0.0.1:{DEFAULT_PORT}{DEFAULT_TELEMETRY_PATH}"
@@ -389,6 +392,71 @@ def _readable(path: Path) -> bool:
     return os.access(path, os.R_OK | os.W_OK)
 
 
+# -- kernel log -------------------------------------------------------------------------------------------
+
+_KERNEL_LOG_REMEDIES = {
+    KernelLogState.ABSENT: "in a pod, mount the host's /dev/kmsg (a hostPath of type CharDevice) or point "
+    "--collect.kernel-log at a copy of the host's log",
+    KernelLogState.RESTRICTED: "kernel.dmesg_restrict=1: grant the exporter CAP_SYSLOG, or set "
+    "--collect.xid-source=nvml with the nvml backend",
+    KernelLogState.PERMISSION_DENIED: "let the exporter read /dev/kmsg (systemd: ProtectKernelLogs=no and "
+    "DeviceAllow=/dev/kmsg r in a drop-in), or set --collect.xid-source=nvml with the nvml backend",
+    KernelLogState.ERROR: "read the error above; until then the exporter serves no XIDs from the kernel log",
+}
+
+
+def _xid_summary(records: Sequence[XidRecord]) -> tuple[Severity | None, str, str]:
+    """The worst severity among the XIDs, a one-line list of them, and the action for the worst."""
+    order = (Severity.CRITICAL, Severity.WARNING, Severity.APPLICATION, Severity.INFO)
+    worst: Severity | None = None
+    action = ""
+    parts = []
+    for record in records:
+        entry = describe(record.xid)
+        severity = entry.severity if entry is not None else Severity.WARNING  # unknown: worth a look
+        name = entry.name if entry is not None else "not in the XID table"
+        parts.append(f"XID {record.xid} x{record.count} on GPU {record.gpu_uuid} ({name}, {severity.value})")
+        if worst is None or order.index(severity) < order.index(worst):
+            worst, action = severity, entry.action if entry is not None else "look the code up in NVIDIA's catalog"
+    return worst, "; ".join(parts), action
+
+
+def check_kernel_log(options: NodeOptions) -> CheckResult:
+    """Whether the exporter can read XIDs from the kernel log, and the XIDs it holds since boot."""
+    title = "Kernel log (XIDs since boot)"
+    path = under_root(options.root, "dev/kmsg")
+    restrict = under_root(options.root, "proc/sys/kernel/dmesg_restrict")
+    source = KernelXidSource(str(path), restrict_file=restrict, file_poll_seconds=0.05)
+    if not source.readable:
+        state = source.status().state
+        source.stop()
+        return CheckResult(
+            "kernel-log",
+            title,
+            Status.WARN,
+            f"{path} cannot be read ({state.value}): XIDs then come only from NVML events, or not at all",
+            _KERNEL_LOG_REMEDIES.get(state, ""),
+        )
+    source.start()
+    try:
+        complete = source.reader.replayed.wait(options.timeout_seconds)
+        records, fallen, status = source.records(), source.fallen_off(), source.status()
+    finally:
+        source.stop()
+    if not complete:
+        return CheckResult(
+            "kernel-log", title, Status.WARN, f"{path}: still reading after {options.timeout_seconds:g}s", ""
+        )
+    worst, listed, action = _xid_summary(records)
+    if fallen:
+        listed += "; fallen off the bus: " + ", ".join(gpu.pci_bus_id for gpu in fallen)
+    if worst is None:
+        return CheckResult("kernel-log", title, Status.PASS, f"{path} readable: {status.records} records, no XID")
+    status_of = {Severity.CRITICAL: Status.FAIL, Severity.WARNING: Status.WARN}
+    result = status_of.get(worst, Status.PASS)
+    return CheckResult("kernel-log", title, result, f"{path}: {listed}", action if result != Status.PASS else "")
+
+
 # -- container runtime ------------------------------------------------------------------------------------
 
 
@@ -604,6 +672,7 @@ def node_checks(options: NodeOptions) -> list[CheckResult]:
         check_pci(options, probe),
         check_cuda(probe, options.image_cuda),
         check_devices(options),
+        check_kernel_log(options),
         check_runtime(options),
         check_pod_resources(options),
         check_exporter(options),

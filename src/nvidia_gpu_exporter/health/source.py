@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -60,6 +61,7 @@ class KernelXidSource:
             path, self._on_line, file_poll_seconds=file_poll_seconds, restrict_file=restrict_file
         )
         self._fd = self.reader.open_now()
+        self._started = False
 
     @property
     def readable(self) -> bool:
@@ -67,10 +69,15 @@ class KernelXidSource:
         return self._fd is not None
 
     def start(self) -> None:
+        self._started = True
         self.reader.start(self._fd)
 
     def stop(self, timeout: float = 2.0) -> None:
+        """Stop following; a source never started closes the log it opened."""
         self.reader.stop(timeout)
+        if not self._started and self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def _on_line(self, line: LogLine, live: bool) -> None:
         event = parse_message(line.message)
