@@ -30,6 +30,7 @@ from deploy_helpers import (
 )
 from exposition_reader import series
 from harness import MIG_FIXTURE, REPO, fake_smi_command
+from nvidia_gpu_exporter.model.xids import Severity, codes_of
 from sysfs_fakes import gpu, make_sysfs, remove_function
 
 RULE_TEMPLATE = "nvidia-gpu-exporter/templates/prometheusrule.yaml"
@@ -43,7 +44,7 @@ ACTIONS = {
     "NvidiaGpuMemoryNearlyFull": ["out-of-memory", "leaked or orphaned jobs"],
     "NvidiaGpuRecoveryActionNeeded": ["1 = reset the GPU", "2 = reboot the node", "Cordon the node"],
     "NvidiaGpuXidCritical": ["Xid 79", "reseat", "Drain the GPU", "RMA"],
-    "NvidiaGpuXidWarning": ["Restart that job", "reset the GPU"],
+    "NvidiaGpuXidWarning": ["Restart the affected job", "reset the GPU", "RMA"],
     "NvidiaGpuUncorrectableEccErrors": ["Drain the GPU", "RMA"],
     "NvidiaGpuRowRemapFailure": ["RMA"],
     "NvidiaGpuRowRemapPending": ["reset it"],
@@ -54,6 +55,8 @@ ACTIONS = {
     "NvidiaGpuMissing": ["Xid 79", "reseat the GPU", "RMA"],
     "NvidiaGpuFewerThanExpected": ["lspci -k", "vfio-pci", "fallen off the bus", "Xid 79", "RMA"],
     "NvidiaGpuPciDeviceNotVisible": ["lspci -k", "vfio-pci", "fallen off the bus", "Xid 79", "reseat", "RMA"],
+    "NvidiaGpuFallenOffBus": ["Drain the node and reboot it", "seating", "RMA"],
+    "NvidiaGpuExporterKernelLogUnreadable": ["/dev/kmsg", "CAP_SYSLOG", "ProtectKernelLogs=no", "xid-source=nvml"],
 }
 DEFAULT_OFF = {"NvidiaGpuSoftwareThermalSlowdown"}
 
@@ -102,7 +105,7 @@ def checks_by_alert(test_file: Path) -> dict[str, list[bool]]:
 
 def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
     alerts = alert_names(rules_text())
-    assert len(alerts) == len(set(alerts)) == 18
+    assert len(alerts) == len(set(alerts)) == 20
     checks = checks_by_alert(RULE_TESTS / "rules.test.yml")
     optin = checks_by_alert(RULE_TESTS / "optin-rules.test.yml")
     for alert in alerts:
@@ -139,17 +142,19 @@ def test_the_seed_thresholds_are_the_defaults() -> None:
     # Reset-class Xids by allowlist, timestamp based: a first event (a new series) fires at once.
     xid = rules["NvidiaGpuXidCritical"]["expr"]
     assert re.fullmatch(r'time\(\) - nvidia_smi_xid_last_timestamp_seconds\{xid=~"[0-9|]+"\} < 600', xid), xid
-    assert set(re.search(r'xid=~"([^"]+)"', xid).group(1).split("|")) == {  # type: ignore[union-attr]
-        "48",
-        "62",
-        "64",
-        "74",
-        "79",
-        "95",
-        "119",
-        "120",
-    }
     assert "for" not in rules["NvidiaGpuXidCritical"]
+
+
+@pytest.mark.parametrize(
+    ("alert", "severity"),
+    [("NvidiaGpuXidCritical", Severity.CRITICAL), ("NvidiaGpuXidWarning", Severity.WARNING)],
+    ids=["critical-codes-are-the-tables", "warning-codes-are-the-tables"],
+)
+def test_the_xid_alerts_take_their_codes_from_the_xid_table(alert: str, severity: Severity) -> None:
+    rules = {rule["alert"]: rule for group in yaml.safe_load(rules_text())["groups"] for rule in group["rules"]}
+    codes = re.search(r'xid=~"([^"]+)"', rules[alert]["expr"])
+    assert codes is not None
+    assert sorted(int(code) for code in codes.group(1).split("|")) == list(codes_of(severity))
 
 
 # --- helm-python-sdk --------------------------------------------------------------------------------------------
@@ -206,7 +211,7 @@ def test_all_rules_off_renders_no_prometheusrule() -> None:
         )["prometheusRule"]
         if key not in ("enabled", "additionalLabels")
     }
-    assert len(toggles) == 19
+    assert len(toggles) == 21
     assert RULE_TEMPLATE not in render_chart({"prometheusRule": {"enabled": True, **toggles}})
     assert RULE_TEMPLATE not in render_chart({})
 
@@ -217,7 +222,7 @@ def test_all_rules_off_renders_no_prometheusrule() -> None:
 def test_promtool_checks_the_rules() -> None:
     completed = run_promtool("check", "rules", RULES_FILE)
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "SUCCESS: 18 rules found" in completed.stdout
+    assert "SUCCESS: 20 rules found" in completed.stdout
 
 
 def test_promtool_unit_tests_pass(tmp_path: Path) -> None:
@@ -355,4 +360,4 @@ def test_kubernetes_md_scrape_example_is_valid(tmp_path: Path) -> None:
     shutil.copy(RULES_FILE, tmp_path / RULES_FILE.name)
     completed = run_promtool("check", "config", _write(tmp_path / "prometheus.yml", yaml.safe_dump(config)))
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "SUCCESS: 18 rules found" in completed.stdout
+    assert "SUCCESS: 20 rules found" in completed.stdout

@@ -1,4 +1,4 @@
-"""The SRE loop end to end with real binaries, all on loopback:
+"""The SRE loop end to end with real binaries, all on loopback (two loops: a hot GPU, and an XID in the kernel log).
 
 fake nvidia-smi at 95 °C -> exporter (exec backend) -> Prometheus with the shipped rules (a test copy whose
 `for:` is 2 s and whose groups evaluate every second) -> Alertmanager -> a webhook receiver. The receiver must get
@@ -64,7 +64,7 @@ def test_hot_gpu_pages_through_alertmanager_and_resolves(tmp_path: Path) -> None
     write_fake_config(fake_config, 95)
     rules, rule_names = fast_rules()
     assert ALERT in rule_names
-    assert len(rule_names) == 16
+    assert len(rule_names) == 20
 
     with webhook_receiver() as hook:
         am_config: dict[str, Any] = {
@@ -77,8 +77,14 @@ def test_hot_gpu_pages_through_alertmanager_and_resolves(tmp_path: Path) -> None
             },
             "receivers": [{"name": "hook", "webhook_configs": [{"url": hook.url, "send_resolved": True}]}],
         }
+        quiet_log = tmp_path / "kmsg"  # this machine's own kernel log must not decide which alerts fire
+        quiet_log.write_text("")
         handle = start_exporter(
-            [f"--nvidia-smi-command={fake_smi_command(CAPTURE, '--config', str(fake_config))}", "--collect.timeout=20s"]
+            [
+                f"--nvidia-smi-command={fake_smi_command(CAPTURE, '--config', str(fake_config))}",
+                "--collect.timeout=20s",
+                f"--collect.kernel-log={quiet_log}",
+            ]
         )
         try:
             assert "nvidia_smi_temperature_gpu" in handle.scrape()
@@ -158,3 +164,80 @@ def test_hot_gpu_pages_through_alertmanager_and_resolves(tmp_path: Path) -> None
         f"SRE loop: target up {target_up - started:.1f}s after start, firing webhook {fired - target_up:.1f}s"
         f" after target up ({fired - started:.1f}s from start), resolved {resolved_at - cooled:.1f}s after cooling"
     )
+
+
+XID_ALERTS = {"NvidiaGpuXidCritical", "NvidiaGpuFallenOffBus"}
+MIG_GPU0 = "3f1a9c2e-7b4d-4e8a-9c61-2d5e8f0a1b37"  # at 00000000:07:00.0 in the fixture capture
+
+
+def _kmsg_xid_79(sequence: int) -> str:
+    """A /dev/kmsg record of XID 79 stamped now (kernel microseconds since boot, as the kernel writes it)."""
+    usec = int(time.clock_gettime(time.CLOCK_MONOTONIC) * 1_000_000)
+    return (
+        f"3,{sequence},{usec},-;NVRM: Xid (PCI:0000:07:00): 79, pid=4242, name=python3, GPU has fallen off the bus.\n"
+    )
+
+
+def test_a_kernel_log_xid_on_the_exec_backend_pages_through_alertmanager(tmp_path: Path) -> None:
+    """The default exec backend serves no NVML events: the XID comes from the kernel log, as on a real node."""
+    binary("prometheus")
+    binary("prometheus-alertmanager", "alertmanager")
+    rules, _ = fast_rules()
+    kernel_log = tmp_path / "kmsg"
+    kernel_log.write_text("6,1,1000,-;Linux version 6.1.0\n")
+    with webhook_receiver() as hook:
+        am_config: dict[str, Any] = {
+            "route": {
+                "receiver": "hook",
+                "group_by": ["alertname"],
+                "group_wait": "0s",
+                "group_interval": "1s",
+                "repeat_interval": "1h",
+            },
+            "receivers": [{"name": "hook", "webhook_configs": [{"url": hook.url, "send_resolved": True}]}],
+        }
+        handle = start_exporter(
+            [f"--nvidia-smi-command={fake_smi_command(CAPTURE)}", f"--collect.kernel-log={kernel_log}"]
+        )
+        try:
+            with alertmanager(am_config, tmp_path / "alertmanager") as am:
+                config = {
+                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                    "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am.port}"]}]}]},
+                    "rule_files": ["rules.yml"],
+                    "scrape_configs": [scrape_config(handle.address, interval="1s")],
+                }
+                with prometheus(config, tmp_path / "prometheus", {"rules.yml": rules}) as prom:
+                    wait_target_up(prom)
+                    with kernel_log.open("a") as log:
+                        log.write(_kmsg_xid_79(2))
+                    critical = hook.wait_for(
+                        "the critical XID notification",
+                        lambda body: (
+                            body["status"] == "firing"
+                            and body["commonLabels"].get("alertname") == "NvidiaGpuXidCritical"
+                        ),
+                        timeout=90,
+                    )
+                    (alert,) = critical["alerts"]
+                    assert alert["labels"] == {
+                        "alertname": "NvidiaGpuXidCritical",
+                        "severity": "critical",
+                        "job": JOB,
+                        "instance": handle.address,
+                        "uuid": MIG_GPU0,
+                        "xid": "79",
+                    }
+                    assert "/-/xids" in alert["annotations"]["description"]
+                    hook.wait_for(
+                        "the fallen-off-the-bus notification",
+                        lambda body: (
+                            body["status"] == "firing"
+                            and body["commonLabels"].get("alertname") == "NvidiaGpuFallenOffBus"
+                        ),
+                        timeout=60,
+                    )
+                    alerts_seen = {alert["labels"]["alertname"] for body in hook.received for alert in body["alerts"]}
+                    assert alerts_seen == XID_ALERTS, hook.received
+        finally:
+            handle.stop()
