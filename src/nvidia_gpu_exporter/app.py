@@ -122,13 +122,19 @@ def _process_pod(config: Config) -> Callable[[int], tuple[str, str]] | None:
     return process_pod
 
 
+DEMO_KERNEL_LOG = "demo (simulated kernel log)"
+
+
 def choose_xid_source(config: Config) -> XidChoice:
     """``auto``: the kernel log when it opens (or always with exec, which has no other source; its status
-    series then says why it cannot be read); NVML events otherwise; the demo keeps its simulated ones."""
+    series then says why it cannot be read); NVML events otherwise; the demo simulates a kernel log."""
     choice = config.xid_source
     if choice is XidSource.OFF:
         return XidChoice(None, backend_xids=False, name="off")
-    if choice is XidSource.NVML or (choice is XidSource.AUTO and config.backend is BackendName.DEMO):
+    if choice is XidSource.AUTO and config.backend is BackendName.DEMO:
+        # The demo's simulated kernel log, handed to the same parser and ledger that read a node's.
+        return XidChoice(KernelXidSource(DEMO_KERNEL_LOG, fed=True), backend_xids=False, name="demo")
+    if choice is XidSource.NVML:
         return XidChoice(None, backend_xids=True, name="demo" if config.backend is BackendName.DEMO else "nvml")
     source = KernelXidSource(config.kernel_log, process_pod=_process_pod(config))
     if choice is XidSource.AUTO and config.backend is BackendName.NVML and not source.readable:
@@ -139,8 +145,11 @@ def choose_xid_source(config: Config) -> XidChoice:
     return XidChoice(source, backend_xids=False, name="kmsg")
 
 
-async def build_backend(config: Config, *, watch_xids: bool = True) -> Backend:
-    """Start the configured backend (its startup queries included)."""
+async def build_backend(
+    config: Config, *, watch_xids: bool = True, demo_kernel_log: KernelXidSource | None = None
+) -> Backend:
+    """Start the configured backend (its startup queries included); the demo hands its simulated kernel-log
+    records to ``demo_kernel_log``."""
     timeout = to_seconds(config.collect_timeout_ns) or None
     request = FieldRequest(config.query_field_names, config.query_field_names_exclude)
     if config.backend is BackendName.EXEC:
@@ -164,6 +173,7 @@ async def build_backend(config: Config, *, watch_xids: bool = True) -> Backend:
                 config_path=config.demo_config,
                 compute_apps=config.compute_apps,
                 mig_process_labels=config.compute_apps_mig,
+                kernel_log=demo_kernel_log.feed if demo_kernel_log is not None else None,
             )
         except (BackendSetupError, FieldResolutionError) as error:
             raise StartupError(f"failed to set up the demo backend: {error}") from error
@@ -269,7 +279,8 @@ async def serve(config: Config) -> int:
         raise StartupError(str(error)) from error
     xids = choose_xid_source(config)
     try:
-        backend = await build_backend(config, watch_xids=xids.backend_xids)
+        demo_log = xids.kernel_log if xids.name == "demo" else None
+        backend = await build_backend(config, watch_xids=xids.backend_xids, demo_kernel_log=demo_log)
     except BaseException:
         xids.close()
         raise

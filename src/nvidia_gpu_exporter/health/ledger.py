@@ -94,7 +94,9 @@ class XidLedger:
         if at is not None:
             count.last_seen = at if count.last_seen is None else max(count.last_seen, at)
         key = (event.code, str(event.pid) if event.pid is not None else "", event.process_name)
-        gpu.occurrences.pop(key, None)
+        previous = gpu.occurrences.pop(key, None)
+        if previous is not None and previous[0] is not None and (at is None or previous[0] > at):
+            at = previous[0]  # lines can arrive a microsecond out of order; the series keeps the latest time
         gpu.occurrences[key] = (at, *pod)
         while len(gpu.occurrences) > OCCURRENCES_PER_GPU:
             gpu.occurrences.popitem(last=False)

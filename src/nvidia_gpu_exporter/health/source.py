@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from nvidia_gpu_exporter.health.kernellog import GpuIdentity, LogLine, SxidEvent, XidEvent, parse_message
+from nvidia_gpu_exporter.health.kernellog import GpuIdentity, LogLine, SxidEvent, XidEvent, parse_line, parse_message
 from nvidia_gpu_exporter.health.ledger import XidLedger
 from nvidia_gpu_exporter.health.reader import DMESG_RESTRICT, KernelLogReader, boot_time
 from nvidia_gpu_exporter.model.pci import PciAddress, parse_pci_address
 from nvidia_gpu_exporter.model.snapshot import (
     FallenGpu,
     GpuTable,
+    KernelLogState,
     KernelLogStatus,
     QueryField,
     XidOccurrence,
@@ -41,6 +43,24 @@ def gpu_addresses(fields: Sequence[QueryField], table: GpuTable) -> dict[PciAddr
     return found
 
 
+class HandedOver:
+    """Stands in for the reader when the records are handed over in-process: always up, nothing to read."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.state = KernelLogState.UP
+        self.records = 0
+        self.lost = 0
+        self.replayed = threading.Event()
+        self.replayed.set()
+
+    def start(self, fd: int | None) -> None:
+        """Nothing to follow."""
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Nothing to stop."""
+
+
 class KernelXidSource:
     """XIDs from the kernel log since boot, whichever backend collects; see ``docs/health.md``."""
 
@@ -53,20 +73,34 @@ class KernelXidSource:
         file_poll_seconds: float = 1.0,
         restrict_file: Path = DMESG_RESTRICT,
         process_pod: Callable[[int], tuple[str, str]] | None = None,
+        fed: bool = False,
     ) -> None:
+        """Read the log at ``path``; with ``fed``, nothing is read and :meth:`feed` hands the records over
+        (``path`` then only names where they come from)."""
         self.wall_clock = wall_clock
         self.process_pod = process_pod  # pid -> (pod uid, container id), with --kubernetes.process-pods
         self.ledger = XidLedger(boot_time(wall_clock) if booted_at is None else booted_at)
-        self.reader = KernelLogReader(
-            path, self._on_line, file_poll_seconds=file_poll_seconds, restrict_file=restrict_file
-        )
-        self._fd = self.reader.open_now()
+        self.reader: KernelLogReader | HandedOver
+        if fed:
+            self.reader = HandedOver(path)
+            self._fd = None
+        else:
+            self.reader = KernelLogReader(
+                path, self._on_line, file_poll_seconds=file_poll_seconds, restrict_file=restrict_file
+            )
+            self._fd = self.reader.open_now()
         self._started = False
 
     @property
     def readable(self) -> bool:
         """Whether the log opened at start (``--collect.xid-source=auto`` picks this source then)."""
-        return self._fd is not None
+        return self._fd is not None or isinstance(self.reader, HandedOver)
+
+    def feed(self, records: Sequence[str]) -> None:
+        """Records handed over in-process (the demo's simulated kernel log), parsed as if read live."""
+        for record in records:
+            self.reader.records += 1
+            self._on_line(parse_line(record.rstrip("\n")), True)
 
     def start(self) -> None:
         self._started = True

@@ -32,6 +32,7 @@ from nvidia_gpu_exporter.backends.demo.extras import (
     ExtrasSynthesizer,
     parse_extras,
 )
+from nvidia_gpu_exporter.backends.demo.kernellog import DemoKernelLog, KernelLogSink
 from nvidia_gpu_exporter.backends.demo.responders import (
     COMMAND_PLACEHOLDER,
     CaptureResponder,
@@ -53,6 +54,7 @@ log = logging.getLogger(__name__)
 PREFLIGHT_ARGS = ("--query-gpu=uuid", "--format=csv")
 POWER_QUERY_ARGS = ("--query-gpu=uuid,power.draw", "--format=csv")
 PCI_QUERY_ARGS = ("--query-gpu=pci.bus_id,pci.device_id", "--format=csv")
+BUS_ID_QUERY_ARGS = ("--query-gpu=uuid,pci.bus_id", "--format=csv")
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,8 +172,10 @@ class DemoBackend:
         config_digest: str = "",
         mig_process_labels: bool = False,
         clock: Callable[[], float] = time.time,
+        kernel_log: DemoKernelLog | None = None,
     ) -> None:
         self._smi = smi
+        self._kernel_log = kernel_log
         self._relay = relay
         self._scene = scene
         self._config_path = config_path
@@ -181,6 +185,7 @@ class DemoBackend:
         columns = {field.qfield: index for index, field in enumerate(smi.fields)}
         self._uuid_column = columns["uuid"]  # an identity field: always queried
         self._power_column = columns.get("power.draw")
+        self._bus_id_column = columns.get("pci.bus_id")
 
     @classmethod
     async def start(
@@ -191,9 +196,11 @@ class DemoBackend:
         compute_apps: bool = False,
         mig_process_labels: bool = False,
         clock: Callable[[], float] = time.time,
+        kernel_log: KernelLogSink | None = None,
     ) -> DemoBackend:
         """Load and check the scenario (``--demo-config``, or the built-in one), preflight it, then run the
-        exec startup sequence against it."""
+        exec startup sequence against it. With ``kernel_log`` its XIDs are also handed to it as the records
+        the driver writes to ``/dev/kmsg``."""
         path = config_path or None
         data = read_config_file(path) if path else None
         settings, spec = parse_demo_config(data, path or "")
@@ -216,6 +223,7 @@ class DemoBackend:
             config_digest=hashlib.sha256(data).hexdigest() if data is not None else "",
             mig_process_labels=mig_process_labels,
             clock=clock,
+            kernel_log=DemoKernelLog(kernel_log) if kernel_log is not None else None,
         )
 
     @property
@@ -240,6 +248,10 @@ class DemoBackend:
         rows = readings.gpus.rows
         uuids = [row[self._uuid_column] for row in rows]
         extras = scene.synthesizer.cycle(now, uuids, await self._powers(scene, rows))
+        events = scene.synthesizer.drain_events()  # drained whether or not they are written: memory stays bounded
+        if events and self._kernel_log is not None:
+            rows_of_processes = readings.processes.rows if readings.processes is not None else ()
+            self._kernel_log.write(events, await self._bus_ids(scene, rows), rows_of_processes)
         processes = readings.processes
         if processes is not None and self._mig_process_labels:
             processes = scene.synthesizer.attribute(processes)
@@ -260,6 +272,19 @@ class DemoBackend:
         self._relay.target = scene.responder
         self._config_digest = digest
         log.info("demo config changed: the simulation and its synthesized state start afresh", extra={"path": path})
+
+    async def _bus_ids(self, scene: Scene, rows: Sequence[Sequence[str]]) -> dict[str, str]:
+        """Normalized uuid -> pci.bus_id: the served table's column, else a private query of the simulation."""
+        if self._bus_id_column is not None:
+            column = self._bus_id_column
+            return {normalize_uuid(row[self._uuid_column]): row[column] for row in rows}
+        result = await scene.responder.run(BUS_ID_QUERY_ARGS)
+        if not result.ok:
+            return {}
+        try:
+            return {normalize_uuid(uuid): bus_id for uuid, bus_id in parse_gpu_csv(result.stdout, 2).rows}
+        except CsvShapeError:
+            return {}
 
     async def _powers(self, scene: Scene, rows: Sequence[Sequence[str]]) -> list[float | None]:
         """Each GPU's power draw: the served table's, else a private query of the same instant."""

@@ -42,6 +42,8 @@ GIB = 1 << 30
 DEFAULT_FALLBACK_WATTS = 120.0
 DEFAULT_XID_CODES = (13, 31, 43, 48, 63, 79, 119)
 MAX_XIDS_PER_CYCLE = 10
+MAX_INITIAL_COUNT = 1000  # each is one simulated kernel-log line
+MAX_FRESH_EVENTS = 10_000  # kernel-log lines kept between two drains: more than initial events plus a cycle's
 
 EXTRAS_KEYS = ("seed", "energy-fallback-power-watts", "pcie", "mig", "xids")
 PCIE_KEYS = ("tx-bytes-per-second", "rx-bytes-per-second")
@@ -216,7 +218,7 @@ def _xid_event(node: YamlNode) -> XidEventSpec:
     entries = node.mapping(XID_EVENT_KEYS)
     values = {key: entries.required(key).integer(low=0) for key in ("gpu", "xid")}
     if "count" in entries:
-        values["count"] = entries["count"].integer(low=0)
+        values["count"] = entries["count"].integer(low=0, high=MAX_INITIAL_COUNT)
     return XidEventSpec(**values)
 
 
@@ -317,6 +319,7 @@ class ExtrasSynthesizer:
         self._slots: dict[str, tuple[tuple[int, int], ...]] = {}  # normalized uuid -> (gi, ci) slots
         self._xids: dict[tuple[str, int], _Xid] = {}
         self._next_xid: float | None = None
+        self._fresh: list[tuple[str, int, float]] = []  # (uuid, xid, at) since the last drain, for the kernel log
 
     def cycle(self, now: float, uuids: Sequence[str], powers: Sequence[float | None]) -> NvmlExtras:
         """One cycle's readings for the GPUs in table row order (``powers`` in watts, ``None`` unknown)."""
@@ -431,12 +434,19 @@ class ExtrasSynthesizer:
             self._next_xid = now + interval * (0.5 + rng.random())
 
     def _record(self, uuid: str, xid: int, at: float, count: int) -> None:
+        room = MAX_FRESH_EVENTS - len(self._fresh)
+        self._fresh.extend([(uuid, xid, at)] * max(0, min(count, room)))
         current = self._xids.get((uuid, xid))
         if current is None:
             self._xids[(uuid, xid)] = _Xid(count, at)
         else:
             current.count += count
             current.last_seen = max(current.last_seen, at)
+
+    def drain_events(self) -> list[tuple[str, int, float]]:
+        """The XID events synthesized since the last call, one per event, oldest first (bounded)."""
+        fresh, self._fresh = self._fresh, []
+        return fresh
 
     def xid_records(self) -> tuple[XidRecord, ...]:
         """XID counts so far, sorted by GPU and code."""

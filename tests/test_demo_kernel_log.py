@@ -1,0 +1,75 @@
+"""The demo's simulated kernel log (docs/demo.md, "What it simulates"): the driver's records for its XIDs."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import pytest
+
+from conftest import StartExporter
+from exposition_reader import series
+from nvidia_gpu_exporter.backends.demo.kernellog import DemoKernelLog
+from nvidia_gpu_exporter.health.kernellog import GpuIdentity, XidEvent, parse_line, parse_message
+from nvidia_gpu_exporter.model.pci import PciAddress
+from nvidia_gpu_exporter.model.snapshot import ProcessRow
+
+UUID = "GPU-85707248-098a-42f9-a362-9137dfb00c8b"
+BUS_IDS = {"85707248-098a-42f9-a362-9137dfb00c8b": "00000000:28:00.0"}
+AT = 1_800_000_000.0
+
+
+def _events(records: Sequence[str]) -> list[object]:
+    return [parse_message(parse_line(record.rstrip("\n")).message) for record in records]
+
+
+def test_a_gpus_first_xid_is_preceded_by_the_drivers_uuid_line_once() -> None:
+    log = DemoKernelLog(lambda records: None)
+    first = log.lines([(UUID, 79, AT), (UUID, 13, AT)], BUS_IDS, ())
+    later = log.lines([(UUID, 48, AT)], BUS_IDS, ())
+    address = PciAddress(0, 0x28, 0)
+    assert _events(first) == [
+        GpuIdentity(address, UUID),
+        XidEvent(address, 79, None, "", text="GPU has fallen off the bus"),
+        XidEvent(address, 13, None, "", text="Graphics engine exception"),
+    ]
+    assert _events(later) == [XidEvent(address, 48, None, "", text="Double-bit ECC error")]
+
+
+@pytest.mark.parametrize(
+    ("processes", "pid", "name"),
+    [
+        pytest.param(
+            (ProcessRow(UUID, "4242", "python3", "100 MiB"),), 4242, "python3", id="blames-a-process-on-the-gpu"
+        ),
+        pytest.param((ProcessRow("GPU-other", "7", "x", "1 MiB"),), None, "", id="not-a-process-on-another-gpu"),
+        pytest.param((), None, "", id="unknown-without-processes"),
+    ],
+)
+def test_an_xid_blames_a_process_on_its_gpu(processes: tuple[ProcessRow, ...], pid: int | None, name: str) -> None:
+    (_, record) = DemoKernelLog(lambda records: None).lines([(UUID, 43, AT)], BUS_IDS, processes)
+    event = parse_message(parse_line(record.rstrip("\n")).message)
+    assert isinstance(event, XidEvent)
+    assert (event.pid, event.process_name) == (pid, name)
+
+
+def test_a_gpu_without_a_bus_id_writes_nothing() -> None:
+    assert DemoKernelLog(lambda records: None).lines([(UUID, 79, AT)], {}, ()) == []
+
+
+def test_records_are_kmsg_records_in_sequence() -> None:
+    records = DemoKernelLog(lambda records: None).lines([(UUID, 79, AT), (UUID, 79, AT)], BUS_IDS, ())
+    sequences = [int(re.match(r"3,(\d+),\d+,-;", record).group(1)) for record in records]  # type: ignore[union-attr]
+    assert sequences == [1, 2, 3]
+
+
+def test_the_demo_serves_the_kernel_logs_families_with_its_processes(exporter: StartExporter) -> None:
+    text = exporter("--collect.backend=demo", "--collect.compute-apps").scrape()
+    (fallen,) = series(text, "nvidia_smi_gpu_fallen_off_bus")
+    occurrences = series(text, "nvidia_smi_xid_occurrence_timestamp_seconds")
+    assert {sample.labels["xid"] for sample in occurrences} == {"79"}
+    assert all(sample.labels["pid"] and sample.labels["process_name"] for sample in occurrences)
+    assert {sample.labels["uuid"] for sample in occurrences} == {fallen.labels["uuid"]}
+    (source,) = series(text, "nvidia_gpu_exporter_xid_source_info")
+    assert source.labels == {"source": "demo"}
+    assert [float(sample.value) for sample in series(text, "nvidia_smi_xid_errors_total")] == [2.0]
