@@ -130,7 +130,7 @@ def test_dashboard_structure(name: str) -> None:
 
 def test_dashboards_cover_the_runbook_topics() -> None:
     """Per-GPU detail and fleet overview with utilization, memory, temperature, power and energy, clocks and
-    throttling, ECC/XID, per-process and MIG panels."""
+    throttling, ECC/XID (with the processes XIDs blame), per-process and MIG panels."""
     for name in DASHBOARDS:
         text = " ".join(target["expr"] for _, target in targets(load(name)))
         for metric in (
@@ -143,6 +143,7 @@ def test_dashboards_cover_the_runbook_topics() -> None:
             "nvidia_smi_clocks_event_reasons_hw_thermal_slowdown",
             "nvidia_smi_ecc_errors_uncorrected_volatile_total",
             "nvidia_smi_xid_errors_total",
+            "nvidia_smi_xid_occurrence_timestamp_seconds",
             "nvidia_smi_compute_app_used_memory_bytes",
             "nvidia_smi_mig_info",
             "nvidia_smi_mig_memory_used_bytes",

@@ -579,7 +579,8 @@ def detail_items() -> list[Item]:
             "timeseries",
             [Target(f"nvidia_smi_xid_errors_total{{{s}}}", "Xid {{xid}}")],
             min=0,
-            description="Counted since the exporter started (NVML and demo backends).",
+            description="From the kernel log, every XID since boot; from NVML events, those since the exporter "
+            "started (docs/health.md).",
         ),
         Panel(
             "Last XID",
@@ -593,6 +594,25 @@ def detail_items() -> list[Item]:
                     "options": {
                         "excludeByName": {"Time": True, "job": True, "instance": True, "uuid": True},
                         "renameByName": {"xid": "Xid", "Value": "seconds ago"},
+                    },
+                }
+            ],
+        ),
+        Panel(
+            "Recent XIDs and the processes that caused them",
+            "table",
+            [Target(f"nvidia_smi_xid_occurrence_timestamp_seconds{{{s}}} * 1000", instant=True, table=True)],
+            width=24,
+            unit="dateTimeAsIso",
+            description="From the kernel log: the last few distinct XIDs on this GPU, with the pid, process and "
+            "(with --kubernetes.process-pods) pod the driver blamed. GET /-/xids on the exporter says what each "
+            "code means and what to do.",
+            transformations=[
+                {
+                    "id": "organize",
+                    "options": {
+                        "excludeByName": {"Time": True, "job": True, "instance": True, "uuid": True},
+                        "renameByName": {"xid": "Xid", "process_name": "process", "Value": "seen at"},
                     },
                 }
             ],
@@ -957,6 +977,47 @@ def fleet_items() -> list[Item]:
             thresholds=ANY_RED,
             custom=TIMELINE,
             options={"showValue": "never", "mergeValues": True, "rowHeight": 0.8},
+        ),
+        Row("Node health"),
+        Panel(
+            "GPUs on the PCI bus and visible to the driver",
+            "timeseries",
+            [
+                Target(f"sum by (instance) (nvidia_smi_gpus_expected{{{n}}})", "{{instance}} on the bus"),
+                Target(f"count by (instance) (nvidia_smi_gpu_info{{{n}}})", "{{instance}} visible"),
+            ],
+            width=8,
+            min=0,
+            description="sysfs's NVIDIA GPUs against those nvidia-smi or NVML reports: a gap is a GPU left to "
+            "vfio-pci, without a driver, or fallen off the bus.",
+        ),
+        Panel(
+            "Recent XIDs and the processes that caused them",
+            "table",
+            [Target(f"nvidia_smi_xid_occurrence_timestamp_seconds{{{s}}} * 1000", instant=True, table=True)],
+            width=8,
+            unit="dateTimeAsIso",
+            transformations=[
+                {
+                    "id": "organize",
+                    "options": {
+                        "excludeByName": {"Time": True, "job": True},
+                        "renameByName": {"xid": "Xid", "process_name": "process", "Value": "seen at"},
+                    },
+                }
+            ],
+        ),
+        Panel(
+            "Kernel log and GPUs fallen off the bus",
+            "table",
+            [
+                Target(f"nvidia_gpu_exporter_kernel_log_up{{{n}}}", instant=True, table=True),
+                Target(f"nvidia_smi_gpu_fallen_off_bus{{{s}}}", instant=True, table=True),
+            ],
+            width=8,
+            description="kernel_log_up 0 (with its reason) means the XID panels cannot show anything; a GPU "
+            "fallen off the bus stays lost until the node reboots.",
+            transformations=[{"id": "merge", "options": {}}],
         ),
         Row("Processes and MIG"),
         Panel(
