@@ -51,8 +51,10 @@ def test_unit_is_hardened_as_the_issue_requires() -> None:
         "ProtectHome": "yes",
         "PrivateTmp": "yes",
         "DevicePolicy": "closed",
-        "CapabilityBoundingSet": "",
-        "AmbientCapabilities": "",
+        # One capability, to read XIDs from /dev/kmsg under kernel.dmesg_restrict=1 (issue 11).
+        "CapabilityBoundingSet": "CAP_SYSLOG",
+        "AmbientCapabilities": "CAP_SYSLOG",
+        "ProtectKernelLogs": "no",
         "SystemCallArchitectures": "native",
         "MemoryDenyWriteExecute": "yes",
         "RestrictNamespaces": "yes",
@@ -60,8 +62,10 @@ def test_unit_is_hardened_as_the_issue_requires() -> None:
         assert settings[key] == [value], key
     assert settings["SystemCallFilter"] == ["@system-service", "~@privileged @resources"]
     assert settings["RestrictAddressFamilies"] == ["AF_UNIX AF_INET AF_INET6"]
-    # Device access: exactly the NVIDIA device groups (nvidia[0-9]*, nvidiactl, nvidia-uvm*, nvidia-caps/*).
+    # Device access: exactly the NVIDIA device groups (nvidia[0-9]*, nvidiactl, nvidia-uvm*, nvidia-caps/*), and the
+    # kernel log read-only.
     assert sorted(settings["DeviceAllow"]) == [
+        "/dev/kmsg r",
         "char-nvidia rw",
         "char-nvidia-caps rw",
         "char-nvidia-frontend rw",
