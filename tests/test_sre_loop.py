@@ -52,6 +52,30 @@ def fast_rules() -> tuple[str, list[str]]:
     return yaml.safe_dump(document, sort_keys=False), names
 
 
+def alertmanager_config(webhook_url: str) -> dict[str, Any]:
+    """Every alert to the webhook at once, resolved ones too."""
+    return {
+        "route": {
+            "receiver": "hook",
+            "group_by": ["alertname"],
+            "group_wait": "0s",
+            "group_interval": "1s",
+            "repeat_interval": "1h",
+        },
+        "receivers": [{"name": "hook", "webhook_configs": [{"url": webhook_url, "send_resolved": True}]}],
+    }
+
+
+def prometheus_config(exporter: str, alertmanager_port: int) -> dict[str, Any]:
+    """Scrape the exporter and evaluate the rules every second, alerting to the Alertmanager."""
+    return {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{alertmanager_port}"]}]}]},
+        "rule_files": ["rules.yml"],
+        "scrape_configs": [scrape_config(exporter, interval="1s")],
+    }
+
+
 def write_fake_config(path: Path, celsius: int) -> None:
     path.write_text(yaml.safe_dump({"overrides": {"temperature.gpu": celsius}}), encoding="utf-8")
 
@@ -67,16 +91,7 @@ def test_hot_gpu_pages_through_alertmanager_and_resolves(tmp_path: Path) -> None
     assert len(rule_names) == 20
 
     with webhook_receiver() as hook:
-        am_config: dict[str, Any] = {
-            "route": {
-                "receiver": "hook",
-                "group_by": ["alertname"],
-                "group_wait": "0s",
-                "group_interval": "1s",
-                "repeat_interval": "1h",
-            },
-            "receivers": [{"name": "hook", "webhook_configs": [{"url": hook.url, "send_resolved": True}]}],
-        }
+        am_config = alertmanager_config(hook.url)
         quiet_log = tmp_path / "kmsg"  # this machine's own kernel log must not decide which alerts fire
         quiet_log.write_text("")
         handle = start_exporter(
@@ -89,12 +104,7 @@ def test_hot_gpu_pages_through_alertmanager_and_resolves(tmp_path: Path) -> None
         try:
             assert "nvidia_smi_temperature_gpu" in handle.scrape()
             with alertmanager(am_config, tmp_path / "alertmanager") as am:
-                config = {
-                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                    "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am.port}"]}]}]},
-                    "rule_files": ["rules.yml"],
-                    "scrape_configs": [scrape_config(handle.address, interval="1s")],
-                }
+                config = prometheus_config(handle.address, am.port)
                 with prometheus(config, tmp_path / "prometheus", {"rules.yml": rules}) as prom:
                     rule_groups = get_json(prom.url + "/api/v1/rules")["data"]["groups"]
                     assert sorted(rule["name"] for rule in rule_groups[0]["rules"]) == sorted(rule_names)
@@ -186,27 +196,13 @@ def test_a_kernel_log_xid_on_the_exec_backend_pages_through_alertmanager(tmp_pat
     kernel_log = tmp_path / "kmsg"
     kernel_log.write_text("6,1,1000,-;Linux version 6.1.0\n")
     with webhook_receiver() as hook:
-        am_config: dict[str, Any] = {
-            "route": {
-                "receiver": "hook",
-                "group_by": ["alertname"],
-                "group_wait": "0s",
-                "group_interval": "1s",
-                "repeat_interval": "1h",
-            },
-            "receivers": [{"name": "hook", "webhook_configs": [{"url": hook.url, "send_resolved": True}]}],
-        }
+        am_config = alertmanager_config(hook.url)
         handle = start_exporter(
             [f"--nvidia-smi-command={fake_smi_command(CAPTURE)}", f"--collect.kernel-log={kernel_log}"]
         )
         try:
             with alertmanager(am_config, tmp_path / "alertmanager") as am:
-                config = {
-                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                    "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am.port}"]}]}]},
-                    "rule_files": ["rules.yml"],
-                    "scrape_configs": [scrape_config(handle.address, interval="1s")],
-                }
+                config = prometheus_config(handle.address, am.port)
                 with prometheus(config, tmp_path / "prometheus", {"rules.yml": rules}) as prom:
                     wait_target_up(prom)
                     with kernel_log.open("a") as log:
