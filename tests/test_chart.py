@@ -138,6 +138,8 @@ MATRIX: dict[str, dict[str, Any]] = {
         "prometheusRule": {"enabled": True},
         "extraEnv": [{"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"}, {"name": "NODE_NAME", "value": "gpu-1"}],
     },
+    "kernel-log": {"kernelLog": {"enabled": True}},
+    "kernel-log-file": {"kernelLog": {"enabled": True, "hostPath": "/var/log/kern.log", "type": "File"}},
 }
 # Cases whose exporter pods do not meet the restricted Pod Security Standard, by design.
 NOT_RESTRICTED_CASES = {
@@ -149,6 +151,8 @@ NOT_RESTRICTED_CASES = {
     "attribution-custom",
     "process-pods",
     "attribution-everything",
+    "kernel-log",
+    "kernel-log-file",
 }
 ATTRIBUTION_FLAGS = [
     "--kubernetes.pod-resources",
@@ -690,3 +694,37 @@ def test_notes_explain_attribution_pod_security_and_the_doctor() -> None:
         "nvidia_gpu_exporter doctor --exporter-url=http://127.0.0.1:9900/gpu/metrics"
         " --kubernetes.pod-resources-socket=/var/lib/k0s/kubelet/pod-resources/kubelet.sock --no-kubernetes"
     ) in notes
+
+
+# --- the kernel log (issue 11) ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("case", "host_path", "kind", "added"),
+    [
+        pytest.param("kernel-log", "/dev/kmsg", "CharDevice", ["SYSLOG"], id="dev-kmsg-adds-syslog-alone"),
+        pytest.param("kernel-log-file", "/var/log/kern.log", "File", None, id="a-log-file-adds-no-capability"),
+    ],
+)
+def test_the_kernel_log_is_mounted_read_only_and_read(
+    case: str, host_path: str, kind: str, added: list[str] | None
+) -> None:
+    objects = chart_objects(copy.deepcopy(MATRIX[case]))
+    main = container(objects)
+    assert "--collect.kernel-log=/host/kernel-log" in main["args"]
+    mounts = {mount["name"]: mount for mount in main["volumeMounts"]}
+    assert mounts["kernel-log"] == {"name": "kernel-log", "mountPath": "/host/kernel-log", "readOnly": True}
+    volumes = {volume["name"]: volume for volume in pod_spec(objects)["volumes"]}
+    assert volumes["kernel-log"]["hostPath"] == {"path": host_path, "type": kind}
+    capabilities = main["securityContext"]["capabilities"]
+    assert capabilities.get("add") == added
+    assert capabilities["drop"] == ["ALL"]
+    assert parse_args(main["args"]).config.kernel_log == "/host/kernel-log"
+
+
+def test_by_default_the_kernel_log_is_not_mounted() -> None:
+    objects = chart_objects({})
+    main = container(objects)
+    assert not any(arg.startswith("--collect.kernel-log") for arg in main["args"])
+    assert "kernel-log" not in {volume["name"] for volume in pod_spec(objects)["volumes"]}
+    assert "add" not in main["securityContext"]["capabilities"]

@@ -88,10 +88,18 @@ stays as the values say. Arguments: (list $ context). */}}
 {{- define "nvidia-gpu-exporter.securityContext" -}}
 {{- $root := index . 0 }}
 {{- $context := index . 1 | default dict | deepCopy }}
+{{- $container := gt (len .) 2 }}
 {{- if $root.Values.kubernetes.podResources.enabled }}
 {{- $_ := set $context "runAsUser" 0 }}
 {{- $_ = set $context "runAsGroup" 0 }}
 {{- $_ = set $context "runAsNonRoot" false }}
+{{- end }}
+{{- $kernelLog := $root.Values.kernelLog | default dict }}
+{{- if and $container $kernelLog.enabled (eq ($kernelLog.type | default "CharDevice") "CharDevice") }}
+{{- /* Reading /dev/kmsg under kernel.dmesg_restrict=1 takes CAP_SYSLOG; every other capability stays dropped. */}}
+{{- $capabilities := get $context "capabilities" | default dict }}
+{{- $_ := set $capabilities "add" (append (get $capabilities "add" | default list) "SYSLOG" | uniq) }}
+{{- $_ = set $context "capabilities" $capabilities }}
 {{- end }}
 {{- if $context }}
 {{- toYaml $context }}
