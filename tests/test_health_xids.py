@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -356,3 +357,24 @@ def test_with_process_pods_the_served_occurrence_names_the_pod(exporter: StartEx
     assert sample_value(
         text, "nvidia_smi_xid_occurrence_timestamp_seconds", uuid=MIG_GPU0, pid="4242", container_id=CONTAINER_ID
     )
+
+
+@pytest.mark.parametrize(
+    ("backend", "expected"),
+    [
+        pytest.param("exec", ("off", False, False), id="windows-exec-has-no-kernel-log"),
+        pytest.param("nvml", ("nvml", False, True), id="windows-nvml-uses-events"),
+    ],
+)
+def test_on_windows_auto_never_opens_a_kernel_log(
+    monkeypatch: pytest.MonkeyPatch, backend: str, expected: tuple[str, bool, bool]
+) -> None:
+    monkeypatch.setattr(sys, "platform", "win32")
+    choice = choose_xid_source(Config(backend=BackendName(backend)))
+    assert (choice.name, choice.kernel_log is not None, choice.backend_xids) == expected
+
+
+def test_on_windows_the_kernel_log_source_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "platform", "win32")
+    with pytest.raises(StartupError, match="needs a Linux kernel log"):
+        checked(Config(xid_source=XidSource.KMSG))

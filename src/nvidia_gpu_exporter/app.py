@@ -28,6 +28,7 @@ from nvidia_gpu_exporter.config import Backend as BackendName
 from nvidia_gpu_exporter.config import Config, ConfigError, XidSource, validate
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.flags import Action, FlagError, Parsed, parse_args
+from nvidia_gpu_exporter.health.reader import kernel_clock
 from nvidia_gpu_exporter.health.source import KernelXidSource
 from nvidia_gpu_exporter.health.sysfs import SysfsScanner
 from nvidia_gpu_exporter.web.config import WebConfigError
@@ -131,6 +132,9 @@ def choose_xid_source(config: Config) -> XidChoice:
     choice = config.xid_source
     if choice is XidSource.OFF:
         return XidChoice(None, backend_xids=False, name="off")
+    if sys.platform == "win32" and config.backend is not BackendName.DEMO:  # no kernel log to read there
+        nvml = config.backend is BackendName.NVML
+        return XidChoice(None, backend_xids=nvml, name="nvml" if nvml else "off")
     if choice is XidSource.AUTO and config.backend is BackendName.DEMO:
         # The demo's simulated kernel log, handed to the same parser and ledger that read a node's.
         return XidChoice(KernelXidSource(DEMO_KERNEL_LOG, fed=True), backend_xids=False, name="demo")
@@ -174,6 +178,7 @@ async def build_backend(
                 compute_apps=config.compute_apps,
                 mig_process_labels=config.compute_apps_mig,
                 kernel_log=demo_kernel_log.feed if demo_kernel_log is not None else None,
+                kernel_clock=kernel_clock,
             )
         except (BackendSetupError, FieldResolutionError) as error:
             raise StartupError(f"failed to set up the demo backend: {error}") from error

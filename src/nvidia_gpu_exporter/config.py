@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import posixpath
+import sys
 from dataclasses import dataclass
 from enum import Enum
 
@@ -134,6 +135,8 @@ def validate(config: Config) -> None:
         raise ConfigError("--collect.compute-apps-mig requires --collect.compute-apps")
     if config.xid_source == XidSource.NVML and backend == Backend.EXEC:
         raise ConfigError("--collect.xid-source=nvml requires --collect.backend=nvml or demo")
+    if config.xid_source == XidSource.KMSG and sys.platform == "win32":
+        raise ConfigError("--collect.xid-source=kmsg needs a Linux kernel log; on Windows use nvml or off")
     if config.xid_source in (XidSource.AUTO, XidSource.KMSG) and not config.kernel_log:
         raise ConfigError("--collect.kernel-log must not be empty")
     if config.demo_config and backend != Backend.DEMO:

@@ -79,7 +79,7 @@ class KernelLogReader:
     def open_now(self) -> int | None:
         """Open the log (non-blocking); on failure record the reason and return ``None``."""
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
         except OSError as error:
             state = open_problem(error, self.restrict_file)
             if state != self.state:
@@ -205,6 +205,13 @@ class KernelLogReader:
         self.sink(parse_line(raw.decode("utf-8", errors="replace")), live)
 
 
+def kernel_clock() -> float:
+    """Seconds on the clock the kernel stamps its log with: CLOCK_MONOTONIC (suspend excluded), where there is one."""
+    if hasattr(time, "clock_gettime") and hasattr(time, "CLOCK_MONOTONIC"):
+        return time.clock_gettime(time.CLOCK_MONOTONIC)
+    return time.monotonic()  # no kernel log to match there (Windows): only the demo's simulated one
+
+
 def boot_time(clock: Callable[[], float] = time.time) -> float:
-    """Unix time of boot by the clock the kernel stamps its log with (monotonic, suspend excluded)."""
-    return clock() - time.clock_gettime(time.CLOCK_MONOTONIC)
+    """Unix time of boot by the kernel log's clock."""
+    return clock() - kernel_clock()

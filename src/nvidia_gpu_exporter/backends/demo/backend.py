@@ -197,10 +197,11 @@ class DemoBackend:
         mig_process_labels: bool = False,
         clock: Callable[[], float] = time.time,
         kernel_log: KernelLogSink | None = None,
+        kernel_clock: Callable[[], float] = time.monotonic,
     ) -> DemoBackend:
         """Load and check the scenario (``--demo-config``, or the built-in one), preflight it, then run the
         exec startup sequence against it. With ``kernel_log`` its XIDs are also handed to it as the records
-        the driver writes to ``/dev/kmsg``."""
+        the driver writes to ``/dev/kmsg``, stamped by ``kernel_clock`` (the one the reader decodes with)."""
         path = config_path or None
         data = read_config_file(path) if path else None
         settings, spec = parse_demo_config(data, path or "")
@@ -223,7 +224,7 @@ class DemoBackend:
             config_digest=hashlib.sha256(data).hexdigest() if data is not None else "",
             mig_process_labels=mig_process_labels,
             clock=clock,
-            kernel_log=DemoKernelLog(kernel_log) if kernel_log is not None else None,
+            kernel_log=DemoKernelLog(kernel_log, kernel_clock) if kernel_log is not None else None,
         )
 
     @property

@@ -20,17 +20,18 @@ KernelLogSink = Callable[[Sequence[str]], None]
 KERN_ERR = 3  # the priority the driver's messages carry (facility kernel, level err)
 
 
-def kernel_usec(at: float) -> int:
+def kernel_usec(at: float, kernel_clock: Callable[[], float]) -> int:
     """Unix time ``at`` on the kernel's clock (what the reader turns back into Unix time)."""
-    booted = time.time() - time.clock_gettime(time.CLOCK_MONOTONIC)
+    booted = time.time() - kernel_clock()
     return max(0, int((at - booted) * 1_000_000))
 
 
 class DemoKernelLog:
     """Turns synthesized XIDs into the driver's records and hands them to ``sink``."""
 
-    def __init__(self, sink: KernelLogSink) -> None:
+    def __init__(self, sink: KernelLogSink, kernel_clock: Callable[[], float] = time.monotonic) -> None:
         self.sink = sink
+        self.kernel_clock = kernel_clock  # the clock the reader takes kernel time from
         self._sequence = 0
         self._named: set[str] = set()  # GPUs whose "GPU at PCI" line is in the file
 
@@ -50,7 +51,7 @@ class DemoKernelLog:
             if address is None:
                 continue
             kernel = f"{address.domain:04x}:{address.bus:02x}:{address.device:02x}"
-            usec = kernel_usec(at)
+            usec = kernel_usec(at, self.kernel_clock)
             if uuid not in self._named:
                 self._named.add(uuid)
                 records.append(self._record(usec, f"NVRM: GPU at PCI:{kernel}: {uuid}"))
