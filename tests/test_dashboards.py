@@ -332,3 +332,16 @@ def test_every_panel_returns_data(live: Live, name: str) -> None:
     panel_count = len(all_panels(board))
     assert panel_count >= 20, panel_count
     print(f"{name}: {panel_count} panels, {len(dict(targets(board)))} queries, all with data at {time.time():.0f}")
+
+
+def test_stat_and_gauge_panels_of_the_detail_dashboard_answer_one_series_per_gpu(live: Live) -> None:
+    """A gauge or stat given two series shows two values; the GPU utilization gauge once did on every GPU."""
+    board = load("nvidia-gpu-detail.json")
+    panels = [panel for panel in all_panels(board) if panel["type"] in ("gauge", "stat")]
+    assert any(panel["title"] == "GPU utilization" for panel in panels)
+    wait_target_up(live.prometheus)
+    for values in variable_combinations(live.prometheus, board):
+        for panel in panels:
+            for target in panel["targets"]:
+                answer = query(live.prometheus, substitute(target["expr"], {**values, "datasource": "prometheus"}))
+                assert len(answer["data"]["result"]) <= 1, (panel["title"], values, answer["data"]["result"])

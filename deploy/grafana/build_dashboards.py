@@ -348,7 +348,8 @@ def detail_items() -> list[Item]:
         Panel(
             "GPU utilization",
             "gauge",
-            [Target(f"nvidia_smi_utilization_gpu_ratio{{{s}}} or sum(nvidia_smi_gpu_info{{{s}}}) * 0 - 1")],
+            # Both arms summed: with their label sets equal, `or` adds the N/A arm only where the ratio is absent.
+            [Target(f"sum(nvidia_smi_utilization_gpu_ratio{{{s}}}) or sum(nvidia_smi_gpu_info{{{s}}}) * 0 - 1")],
             width=4,
             unit="percentunit",
             min=0,
