@@ -15,11 +15,11 @@ from harness import FIXTURE_CAPTURES, Exporter, fake_smi_command
 from nvidia_gpu_exporter.app import StartupError, checked, choose_xid_source
 from nvidia_gpu_exporter.config import Backend as BackendName
 from nvidia_gpu_exporter.config import Config, XidSource
-from nvidia_gpu_exporter.health.kernellog import FallenOffBus, GpuIdentity, XidEvent
+from nvidia_gpu_exporter.health.kernellog import FallenOffBus, GpuIdentity, SxidEvent, XidEvent
 from nvidia_gpu_exporter.health.ledger import MAX_CODES_PER_GPU, MAX_GPUS, OCCURRENCES_PER_GPU, XidLedger
 from nvidia_gpu_exporter.health.source import KernelXidSource, gpu_addresses
 from nvidia_gpu_exporter.model.pci import PciAddress
-from nvidia_gpu_exporter.model.snapshot import FallenGpu, GpuTable, QueryField, XidOccurrence, XidRecord
+from nvidia_gpu_exporter.model.snapshot import FallenGpu, GpuTable, QueryField, SxidRecord, XidOccurrence, XidRecord
 from nvidia_gpu_exporter.model.xids import XID_CODES
 from polling import wait_until
 
@@ -105,6 +105,19 @@ def test_a_gpu_that_fell_off_the_bus_is_reported(event: FallenOffBus | XidEvent)
     assert ledger.fallen_off() == (FallenGpu("unknown", "00000000:3B:00.0"),)
 
 
+def test_nvswitch_errors_are_counted_apart_by_switch_code_and_severity() -> None:
+    ledger = XidLedger(BOOT)
+    switch = PciAddress(0, 5, 0)
+    for fatal, at in ((False, BOOT + 1), (False, BOOT + 3), (True, BOOT + 2), (None, BOOT + 4)):
+        ledger.add(SxidEvent(switch, 12028, "nvidia-nvswitch3", fatal), at)
+    assert ledger.sxid_records() == (
+        SxidRecord("00000000:05:00.0", 12028, "", 1, BOOT + 4),
+        SxidRecord("00000000:05:00.0", 12028, "fatal", 1, BOOT + 2),
+        SxidRecord("00000000:05:00.0", 12028, "non_fatal", 2, BOOT + 3),
+    )
+    assert ledger.records() == ()  # a switch is not a GPU
+
+
 @pytest.mark.parametrize(
     ("events", "kept_keys"),
     [
@@ -172,9 +185,12 @@ def test_with_the_default_exec_backend_a_kernel_log_xid_is_served_with_its_proce
     exporter: StartExporter, tmp_path: Path
 ) -> None:
     log = tmp_path / "kmsg"
-    log.write_text("6,1,1000,-;Linux version 6.1.0\n" + KMSG_XID_79)
+    sxid = "4,2,1500,-;nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 24007, Fatal, Link 30 sourcetrack timeout\n"
+    log.write_text("6,1,1000,-;Linux version 6.1.0\n" + sxid + KMSG_XID_79)
     handle = _exec_with_log(exporter, log)
     text = handle.scrape()
+    switch = {"pci_bus_id": "00000000:C3:00.0", "sxid": "24007", "severity": "fatal"}
+    assert sample_value(text, "nvidia_smi_nvswitch_sxid_errors_total", **switch) == 1
     assert sample_value(text, "nvidia_smi_xid_errors_total", uuid=MIG_GPU0, xid="79") == 1
     occurrence = {"uuid": MIG_GPU0, "pci_bus_id": "00000000:07:00.0", "xid": "79", "pid": "4242"}
     assert sample_value(text, "nvidia_smi_xid_occurrence_timestamp_seconds", process_name="python3", **occurrence)

@@ -145,6 +145,8 @@ DOCUMENTED_RESERVED = [
     "xid_last_timestamp_seconds",
     "xid_occurrence_timestamp_seconds",
     "gpu_fallen_off_bus",
+    "nvswitch_sxid_errors_total",
+    "nvswitch_sxid_last_timestamp_seconds",
     "command_exit_code",
     "nvml_return_code",
     "gpu_pod_info",

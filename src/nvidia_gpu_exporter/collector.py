@@ -143,6 +143,7 @@ class Collector:
             kubernetes=self._kubernetes,
             xid_occurrences=kernel.occurrences() if kernel is not None else (),
             gpus_fallen_off=kernel.fallen_off() if kernel is not None else (),
+            sxids=kernel.sxids() if kernel is not None else (),
             xid_source=self.xid_source,
             kernel_log=kernel.status() if kernel is not None else None,
             stuck_children=self.backend.stuck_children(),

@@ -189,6 +189,20 @@ GPU_FALLEN_OFF_BUS = FamilySpec(
     "or XID 79). The GPU stays lost until the node reboots.",
     ("uuid", "pci_bus_id"),
 )
+SXID_LABELS = ("pci_bus_id", "sxid", "severity")
+SXID_ERRORS = FamilySpec(
+    "nvidia_smi_nvswitch_sxid_errors_total",
+    "counter",
+    "Number of NVSwitch errors (SXids) in the kernel log since boot, by switch (pci_bus_id), code and severity "
+    "(fatal, non_fatal, or empty when the line did not say).",
+    SXID_LABELS,
+)
+SXID_LAST_TIMESTAMP = FamilySpec(
+    "nvidia_smi_nvswitch_sxid_last_timestamp_seconds",
+    "gauge",
+    "Unix timestamp of the most recent NVSwitch error (SXid) of the code on the switch, the kernel's own time.",
+    SXID_LABELS,
+)
 XID_SOURCE = FamilySpec(
     "nvidia_gpu_exporter_xid_source_info",
     "gauge",
@@ -321,6 +335,8 @@ OWNED: tuple[FamilySpec, ...] = (
     XID_LAST_TIMESTAMP,
     XID_OCCURRENCE,
     GPU_FALLEN_OFF_BUS,
+    SXID_ERRORS,
+    SXID_LAST_TIMESTAMP,
     XID_SOURCE,
     KERNEL_LOG_UP,
     KERNEL_LOG_RECORDS,
@@ -345,7 +361,13 @@ SELF: tuple[FamilySpec, ...] = (BUILD_INFO, *PROCESS, HANDLER_REQUESTS, HANDLER_
 RESERVED_NAMES = frozenset(spec.name for spec in OWNED if spec.name.startswith(PREFIX))
 # The wall-clock families: their values change on every run, so byte comparisons leave them out.
 WALL_CLOCK_FAMILIES = frozenset(
-    {LAST_DURATION.name, LAST_SUCCESS_TIMESTAMP.name, XID_LAST_TIMESTAMP.name, XID_OCCURRENCE.name}
+    {
+        LAST_DURATION.name,
+        LAST_SUCCESS_TIMESTAMP.name,
+        XID_LAST_TIMESTAMP.name,
+        XID_OCCURRENCE.name,
+        SXID_LAST_TIMESTAMP.name,
+    }
 )
 
 # -- the exec runner's stuck children (outside nvidia_smi_*, whose bytes stay the Go exporter's) -----------------

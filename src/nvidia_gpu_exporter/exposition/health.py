@@ -9,6 +9,8 @@ from nvidia_gpu_exporter.exposition.families import (
     KERNEL_LOG_LOST,
     KERNEL_LOG_RECORDS,
     KERNEL_LOG_UP,
+    SXID_ERRORS,
+    SXID_LAST_TIMESTAMP,
     XID_OCCURRENCE,
     XID_SOURCE,
 )
@@ -34,7 +36,13 @@ def health_families(snapshot: Snapshot) -> list[Family]:
     fallen = GPU_FALLEN_OFF_BUS.family()
     for gpu in snapshot.gpus_fallen_off:
         fallen.add((normalize_uuid(gpu.gpu_uuid), gpu.pci_bus_id), 1.0)
-    families = [occurrences, fallen]
+    sxid_errors, sxid_last = SXID_ERRORS.family(), SXID_LAST_TIMESTAMP.family()
+    for record in snapshot.sxids:
+        switch = (record.pci_bus_id, str(record.sxid), record.severity)
+        sxid_errors.add(switch, float(record.count))
+        if record.last_seen is not None:
+            sxid_last.add(switch, record.last_seen)
+    families = [occurrences, fallen, sxid_errors, sxid_last]
     if snapshot.xid_source:
         source = XID_SOURCE.family()
         source.add((snapshot.xid_source,), 1.0)

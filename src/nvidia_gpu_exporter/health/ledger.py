@@ -17,12 +17,13 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from nvidia_gpu_exporter.health.kernellog import FallenOffBus, GpuIdentity, KernelEvent, XidEvent
+from nvidia_gpu_exporter.health.kernellog import FallenOffBus, GpuIdentity, KernelEvent, SxidEvent, XidEvent
 from nvidia_gpu_exporter.model.pci import PciAddress
-from nvidia_gpu_exporter.model.snapshot import FallenGpu, XidOccurrence, XidRecord
+from nvidia_gpu_exporter.model.snapshot import FallenGpu, SxidRecord, XidOccurrence, XidRecord
 
 MAX_GPUS = 256
 MAX_CODES_PER_GPU = 64
+MAX_SXID_KEYS = 1024  # (switch, code, severity): an HGX node has 4 to 6 switches
 OCCURRENCES_PER_GPU = 5
 UNKNOWN_UUID = "unknown"
 FALLEN_OFF_THE_BUS_XID = 79
@@ -50,6 +51,7 @@ class XidLedger:
         self._lock = threading.Lock()
         self._gpus: dict[PciAddress, _Gpu] = {}
         self._uuids: dict[PciAddress, str] = {}
+        self._sxids: dict[tuple[PciAddress, int, str], _Count] = {}
         self.dropped = 0
 
     def wall_time(self, kernel_usec: int | None, seen_at: float | None) -> float | None:
@@ -64,6 +66,9 @@ class XidLedger:
             if isinstance(event, GpuIdentity):
                 if event.pci in self._uuids or len(self._uuids) < MAX_GPUS:
                     self._uuids[event.pci] = event.uuid
+                return
+            if isinstance(event, SxidEvent):
+                self._count_sxid(event, at)
                 return
             if isinstance(event, XidEvent | FallenOffBus):
                 gpu = self._gpu(event.pci)
@@ -100,6 +105,26 @@ class XidLedger:
         gpu.occurrences[key] = (at, *pod)
         while len(gpu.occurrences) > OCCURRENCES_PER_GPU:
             gpu.occurrences.popitem(last=False)
+
+    def _count_sxid(self, event: SxidEvent, at: float | None) -> None:
+        severity = "" if event.fatal is None else ("fatal" if event.fatal else "non_fatal")
+        key = (event.pci, event.code, severity)
+        count = self._sxids.get(key)
+        if count is None:
+            if len(self._sxids) >= MAX_SXID_KEYS:
+                self.dropped += 1
+                return
+            count = self._sxids[key] = _Count()
+        count.count += 1
+        if at is not None:
+            count.last_seen = at if count.last_seen is None else max(count.last_seen, at)
+
+    def sxid_records(self) -> tuple[SxidRecord, ...]:
+        with self._lock:
+            return tuple(
+                SxidRecord(pci.label, code, severity, count.count, count.last_seen)
+                for (pci, code, severity), count in sorted(self._sxids.items())
+            )
 
     def learn_uuids(self, uuids: Mapping[PciAddress, str]) -> None:
         """Names from the backend's readings; the driver's own line for an address wins over them."""

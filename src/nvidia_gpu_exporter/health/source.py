@@ -19,6 +19,7 @@ from nvidia_gpu_exporter.model.snapshot import (
     KernelLogState,
     KernelLogStatus,
     QueryField,
+    SxidRecord,
     XidOccurrence,
     XidRecord,
 )
@@ -157,6 +158,9 @@ class KernelXidSource:
 
     def fallen_off(self) -> tuple[FallenGpu, ...]:
         return self.ledger.fallen_off()
+
+    def sxids(self) -> tuple[SxidRecord, ...]:
+        return self.ledger.sxid_records()
 
     def status(self) -> KernelLogStatus:
         reader = self.reader

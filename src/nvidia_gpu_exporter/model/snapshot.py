@@ -134,6 +134,17 @@ class XidOccurrence:
 
 
 @dataclass(frozen=True, slots=True)
+class SxidRecord:
+    """NVSwitch errors (SXids) of one code on one switch, from the kernel log since boot."""
+
+    pci_bus_id: str  # the switch's, in nvidia-smi's form
+    sxid: int
+    severity: str  # "fatal", "non_fatal", or "" when the line did not say
+    count: int
+    last_seen: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class FallenGpu:
     """A GPU the driver said fell off the bus; it stays lost until the node reboots."""
 
@@ -201,6 +212,7 @@ class Snapshot:
     xids: tuple[XidRecord, ...] = ()  # rendered whatever the attempt's outcome
     xid_occurrences: tuple[XidOccurrence, ...] = ()  # the kernel log's recent XIDs with their processes
     gpus_fallen_off: tuple[FallenGpu, ...] = ()
+    sxids: tuple[SxidRecord, ...] = ()  # NVSwitch errors from the kernel log
     xid_source: str = ""  # kmsg, nvml, demo or off; "" when the exporter was not told (tests, embedders)
     kernel_log: KernelLogStatus | None = None  # None when the kernel-log source was never configured
     kubernetes: KubernetesAttribution | None = None  # None unless --kubernetes.* attribution is on

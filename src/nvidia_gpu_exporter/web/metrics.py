@@ -109,6 +109,7 @@ class MetricsEndpoint:
             snapshot.xids,
             snapshot.xid_occurrences,
             snapshot.gpus_fallen_off,
+            snapshot.sxids,
             snapshot.kernel_log,
             snapshot.stuck_children,
         )

@@ -63,6 +63,16 @@ def build_report(snapshot: Snapshot) -> dict[str, Any]:
             }
             for row in snapshot.xid_occurrences
         ],
+        "nvswitch_sxids": [
+            {
+                "pci_bus_id": record.pci_bus_id,
+                "sxid": record.sxid,
+                "severity": record.severity,
+                "count": record.count,
+                "last_seen": record.last_seen,
+            }
+            for record in snapshot.sxids
+        ],
         "fallen_off_bus": [
             {"uuid": normalize_uuid(gpu.gpu_uuid), "pci_bus_id": gpu.pci_bus_id} for gpu in snapshot.gpus_fallen_off
         ],
