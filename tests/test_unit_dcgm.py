@@ -1,4 +1,4 @@
-"""The DCGM output profile (docs/dcgm.md): names, units, absent values, label order, XIDs."""
+"""The DCGM output profile (docs/dcgm.md): names, units, absent values, label order, XIDs, and its wiring."""
 
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ from nvidia_gpu_exporter.backends.exec.runner import RunResult
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.capture.engine import Scenario, answer
 from nvidia_gpu_exporter.capture.format import load_capture
+from nvidia_gpu_exporter.config import Profile
 from nvidia_gpu_exporter.exposition.dcgm import DCGM_FAMILIES, DcgmExposition, node_hostname
+from nvidia_gpu_exporter.exposition.metrics import Exposition
+from nvidia_gpu_exporter.flags import FlagError, parse_args
 from nvidia_gpu_exporter.model.snapshot import (
     Attempt,
     GpuExtras,
@@ -23,6 +26,7 @@ from nvidia_gpu_exporter.model.snapshot import (
     QueryField,
     Readings,
     Snapshot,
+    StatusFamily,
     XidRecord,
 )
 from unit_helpers import FakeRunner, gpu_row, query_fields, success_snapshot
@@ -191,6 +195,36 @@ def test_node_name_wins_over_the_host_name() -> None:
     assert node_hostname({"NODE_NAME": "worker-7"}) == "worker-7"
     assert node_hostname({"NODE_NAME": ""}) == node_hostname({})
     assert node_hostname({})
+
+
+# -- the flag and the wiring ----------------------------------------------------------------------------
+
+
+def test_profile_flag_defaults_to_nvidia_smi_and_takes_the_three_values() -> None:
+    assert parse_args([]).config.metrics_profile is Profile.NVIDIA_SMI
+    for value in ("nvidia_smi", "dcgm", "both"):
+        assert parse_args([f"--metrics.profile={value}"]).config.metrics_profile is Profile(value)
+    with pytest.raises(FlagError, match="enum value must be one of nvidia_smi,dcgm,both, got 'x'"):
+        parse_args(["--metrics.profile=x"])
+
+
+def wired(profile: Profile, fields: list[QueryField]) -> Exposition:
+    dcgm = None if profile is Profile.NVIDIA_SMI else DcgmExposition(fields, hostname="node-1")
+    return Exposition(fields, StatusFamily.COMMAND_EXIT_CODE, nvidia_smi=profile is not Profile.DCGM, dcgm=dcgm)
+
+
+def test_the_profiles_keep_the_nvidia_smi_bytes_and_add_or_replace_the_dcgm_block() -> None:
+    fields = query_fields([("temperature.gpu", "temperature.gpu"), ("driver_version", "driver_version")])
+    snapshot = success_snapshot(
+        [gpu_row(fields, **{**IDENTITY, "driver_version": "550.54.15", "temperature_gpu": "31"})]
+    )
+    plain = Exposition(fields, StatusFamily.COMMAND_EXIT_CODE).render(snapshot)
+    dcgm_only = DcgmExposition(fields, hostname="node-1").render(snapshot)
+    assert wired(Profile.NVIDIA_SMI, fields).render(snapshot) == plain
+    assert wired(Profile.BOTH, fields).render(snapshot) == dcgm_only + plain
+    dcgm_text = wired(Profile.DCGM, fields).render(snapshot)
+    assert dcgm_text.startswith(dcgm_only)
+    assert "nvidia_smi_" not in dcgm_text
 
 
 # -- golden output and dcgm-exporter's counters file ---------------------------------------------------
