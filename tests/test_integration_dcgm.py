@@ -5,6 +5,7 @@ from __future__ import annotations
 from conftest import StartExporter
 from exposition_reader import checked, comparable, names_in
 from harness import MIG_FIXTURE, fake_smi_command
+from test_unit_dcgm import shared_counters
 
 SMI = ("--nvidia-smi-command", fake_smi_command(MIG_FIXTURE))
 GPU0_LABELS = (
@@ -33,3 +34,16 @@ def test_nvidia_smi_profile_is_the_default_output(exporter: StartExporter) -> No
     assert comparable(explicit) == comparable(default)
     assert comparable(both) == comparable(default)
     assert f"DCGM_FI_DEV_GPU_TEMP{{{GPU0_LABELS}}} 31\n" in both
+
+
+def test_demo_families_under_the_dcgm_profile_match_the_counters_file(exporter: StartExporter) -> None:
+    """The demo simulates far more fields than the fixtures: every DCGM family it gets must be dcgm-exporter's."""
+    counters = shared_counters()
+    text = checked(exporter("--collect.backend=demo", "--metrics.profile=dcgm").scrape())
+    lines = text.splitlines()
+    served = {line.split(" ")[2]: line.split(" ", 3)[3] for line in lines if line.startswith("# HELP DCGM_")}
+    types = {line.split(" ")[2]: line.split(" ")[3] for line in lines if line.startswith("# TYPE DCGM_")}
+    assert "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" in served  # NVML's counter, which the demo simulates
+    assert len(served) >= 15
+    for name, help_text in served.items():
+        assert counters[name] == (types[name], help_text), name

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -286,3 +288,11 @@ def test_every_served_family_has_the_counters_file_type_and_help(capture: str) -
     for name, help_text in helps.items():
         assert counters[name] == (types[name], help_text), name
     assert counters["DCGM_FI_DRIVER_VERSION"][0] == "label"  # why it is a label on every series, not a family
+
+
+def test_the_counters_file_checks_skip_with_a_reason_when_the_reference_data_is_absent(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "DCGM_SHARED", tmp_path / "dcgm")
+    with pytest.raises(pytest.skip.Exception, match="dcgm-exporter's reference data is not beside this checkout"):
+        shared_counters()
