@@ -1,4 +1,5 @@
-"""From a snapshot to the ``nvidia_smi_*`` exposition (names, types, HELP and labels: :mod:`.families`)."""
+"""From a snapshot to the ``nvidia_smi_*`` exposition (names, types, HELP and labels: :mod:`.families`), and the
+chosen ``--metrics.profile``'s composition with the DCGM block (:mod:`.dcgm`)."""
 
 from __future__ import annotations
 
