@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import sys
@@ -25,7 +26,8 @@ from nvidia_gpu_exporter.backends.exec.runner import SmiRunner, SubprocessRunner
 from nvidia_gpu_exporter.backends.fields import FieldRequest, FieldResolutionError
 from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.config import Backend as BackendName
-from nvidia_gpu_exporter.config import Config, ConfigError, XidSource, validate
+from nvidia_gpu_exporter.config import Config, ConfigError, Profile, XidSource, validate
+from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition, node_hostname
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.flags import Action, FlagError, Parsed, parse_args
 from nvidia_gpu_exporter.health.reader import kernel_clock
@@ -300,6 +302,10 @@ async def serve(config: Config) -> int:
         backend.status_family,
         mig_process_labels=config.compute_apps_mig,
         kubernetes_pod_labels=config.kubernetes_pod_labels,
+        nvidia_smi=config.metrics_profile is not Profile.DCGM,
+        dcgm=None
+        if config.metrics_profile is Profile.NVIDIA_SMI
+        else DcgmExposition(backend.fields, node_hostname(os.environ)),
     )
     stop = asyncio.Event()
     exit_code = 0

@@ -37,6 +37,14 @@ class XidSource(str, Enum):
     OFF = "off"
 
 
+class Profile(str, Enum):
+    """``--metrics.profile``: which names the GPU series are served under (docs/dcgm.md)."""
+
+    NVIDIA_SMI = "nvidia_smi"  # the Go exporter's nvidia_smi_* families, byte for byte
+    DCGM = "dcgm"  # dcgm-exporter's DCGM_FI_* families instead
+    BOTH = "both"  # both blocks, for a migration period
+
+
 class ConfigError(ValueError):
     """A flag value or combination the exporter refuses to start with."""
 
@@ -70,6 +78,7 @@ class Config:
     kernel_log: str = DEFAULT_KERNEL_LOG
     demo_config: str = ""
     shutdown_on_error: bool = False
+    metrics_profile: Profile = Profile.NVIDIA_SMI
     sysfs_path: str = DEFAULT_SYSFS_PATH  # where the NVIDIA PCI functions are read (lost GPUs)
     kubernetes_pod_resources: bool = False
     kubernetes_pod_resources_socket: str = DEFAULT_SOCKET
@@ -85,6 +94,7 @@ class Config:
     def __post_init__(self) -> None:
         object.__setattr__(self, "backend", Backend(self.backend))  # a plain "demo" is taken too
         object.__setattr__(self, "xid_source", XidSource(self.xid_source))
+        object.__setattr__(self, "metrics_profile", Profile(self.metrics_profile))
 
 
 def telemetry_path_problem(path: str) -> str | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from nvidia_gpu_exporter._go.durations import DurationError, format_duration, parse_duration
 from nvidia_gpu_exporter._go.strconv import DECIMAL_INT, parse_bool, parse_int
-from nvidia_gpu_exporter.config import DEFAULT_LISTEN_ADDRESS, Backend, Config, XidSource
+from nvidia_gpu_exporter.config import DEFAULT_LISTEN_ADDRESS, Backend, Config, Profile, XidSource
 from nvidia_gpu_exporter.logs import FORMATS, LEVELS
 
 
@@ -188,6 +188,14 @@ FLAGS: tuple[Flag, ...] = (
         "shutdown_on_error",
         "Exit the process when a collection fails fatally (nvidia-smi exits non-zero).",
         Kind.BOOL,
+    ),
+    Flag(
+        "metrics.profile",
+        "metrics_profile",
+        "Names the GPU series are served under: nvidia_smi (the Go exporter's), dcgm (dcgm-exporter's DCGM_FI_*) "
+        "or both.",
+        Kind.ENUM,
+        tuple(profile.value for profile in Profile),
     ),
     Flag(
         "kubernetes.pod-resources",

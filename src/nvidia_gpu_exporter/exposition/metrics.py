@@ -1,4 +1,5 @@
-"""From a snapshot to the ``nvidia_smi_*`` exposition (names, types, HELP and labels: :mod:`.families`)."""
+"""From a snapshot to the ``nvidia_smi_*`` exposition (names, types, HELP and labels: :mod:`.families`), and the
+chosen ``--metrics.profile``'s composition with the DCGM block (:mod:`.dcgm`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from nvidia_gpu_exporter.exposition.children import stuck_children_families
+from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition
 from nvidia_gpu_exporter.exposition.families import (
     COMPUTE_APP_INFO,
     COMPUTE_APP_MEMORY,
@@ -43,6 +45,7 @@ from nvidia_gpu_exporter.model.values import PROCESS_ABSENT_TOKENS, transform_ge
 log = logging.getLogger(__name__)
 
 MIB = 1_048_576.0
+OWN_PREFIX = "nvidia_gpu_exporter_"  # the exporter's own families, served under every profile
 CELL_CACHE_LIMIT = 4096  # distinct cell texts remembered per field (bounded: some values never repeat)
 
 
@@ -74,11 +77,15 @@ class Exposition:
         *,
         mig_process_labels: bool = False,
         kubernetes_pod_labels: bool = False,
+        nvidia_smi: bool = True,
+        dcgm: DcgmExposition | None = None,
     ) -> None:
         self.fields = tuple(fields)
         self.status_family = status_family
         self.mig_process_labels = mig_process_labels
         self.kubernetes_pod_labels = kubernetes_pod_labels  # --kubernetes.pod-labels
+        self.nvidia_smi = nvidia_smi  # --metrics.profile: nvidia_smi or both
+        self.dcgm = dcgm  # --metrics.profile: dcgm or both
         self.field_metrics: tuple[FieldMetric, ...] = plan_field_metrics(
             [(field.qfield, field.rfield) for field in self.fields]
         )
@@ -199,7 +206,17 @@ class Exposition:
     # -- whole scrape -----------------------------------------------------------------------------------
 
     def render(self, snapshot: Snapshot) -> str:
-        """The ``nvidia_smi_*`` text of a snapshot; a repeated series raises :class:`DuplicateSeriesError`."""
+        """The chosen profile's text: the DCGM block first, then the ``nvidia_smi_*`` families (or, for dcgm
+        alone, only the exporter's own ``nvidia_gpu_exporter_*`` ones); a repeated series raises
+        :class:`DuplicateSeriesError`."""
+        blocks = self._blocks(snapshot)
+        if not self.nvidia_smi:
+            blocks = [block for block in blocks if block[0].startswith(OWN_PREFIX)]
+        dcgm = self.dcgm.render(snapshot) if self.dcgm is not None else ""
+        return dcgm + render_blocks(blocks)
+
+    def _blocks(self, snapshot: Snapshot) -> list[tuple[str, str]]:
+        """The ``(family name, text)`` blocks of the ``nvidia_smi_*`` profile."""
         families = self.health_families(snapshot)
         blocks: list[tuple[str, str]] = []
         attempt: Attempt | None = snapshot.attempt
@@ -227,4 +244,4 @@ class Exposition:
         if snapshot.kubernetes is not None:  # only with --kubernetes.* attribution on
             families += attribution_families(snapshot.kubernetes, rendered_uuids)
         blocks += [(family.name, render_family(family)) for family in families]
-        return render_blocks(blocks)
+        return blocks

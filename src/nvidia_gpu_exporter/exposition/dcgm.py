@@ -1,0 +1,242 @@
+"""The DCGM output profile (docs/dcgm.md): dcgm-exporter's names, HELP, types, units and labels, from the same snapshot.
+
+Every DCGM family the exporter can serve is declared here once, with the nvidia-smi query fields it is read from
+and the header unit the value must carry (DCGM's units are nvidia-smi's: MiB, MHz, W, %, °C). A header in another
+unit, an unreadable cell or a field the query lacks gives no sample: DCGM's blank-value sentinels are never
+imitated. Labels are written in dcgm-exporter's order, not sorted, so its dashboards' regexes and joins keep
+working.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from nvidia_gpu_exporter.exposition.text import escape_label_value, format_value, header
+from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, Snapshot, XidRecord
+from nvidia_gpu_exporter.model.uuids import normalize_uuid
+from nvidia_gpu_exporter.model.values import ABSENT_TOKENS, transform_generic
+from nvidia_gpu_exporter.model.xids import describe
+
+log = logging.getLogger(__name__)
+
+# dcgm-exporter's per-GPU labels, in its order (no MIG instance labels and no pod labels yet).
+LABEL_NAMES = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname", "DCGM_FI_DRIVER_VERSION")
+XID_LABEL_NAMES = ("err_code", "err_msg")
+_IDENTITY = ("index", "uuid", "pci.bus_id", "name", "driver_version")
+
+
+@dataclass(frozen=True, slots=True)
+class DcgmFamily:
+    """A DCGM family as dcgm-exporter's counters file declares it, and the query field it is read from."""
+
+    name: str
+    metric_type: str
+    help: str
+    qfield: str = ""  # "" = not a query field
+    unit: str = ""  # the bracketed unit nvidia-smi's header must show ("" = a bare header)
+
+
+# In default-counters.csv's order; the disabled ECC and retired-page lines too, since nvidia-smi has them.
+FIELD_FAMILIES: tuple[DcgmFamily, ...] = (
+    DcgmFamily("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", "clocks.current.sm", "[MHz]"),
+    DcgmFamily("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", "clocks.current.memory", "[MHz]"),
+    DcgmFamily("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", "temperature.memory"),
+    DcgmFamily("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", "temperature.gpu"),
+    DcgmFamily("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", "power.draw", "[W]"),
+    DcgmFamily("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "utilization.gpu", "[%]"),
+    DcgmFamily("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", "utilization.memory", "[%]"),
+    DcgmFamily("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).", "utilization.encoder", "[%]"),
+    DcgmFamily("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).", "utilization.decoder", "[%]"),
+    DcgmFamily("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", "memory.free", "[MiB]"),
+    DcgmFamily("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", "memory.used", "[MiB]"),
+    DcgmFamily("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB).", "memory.reserved", "[MiB]"),
+    DcgmFamily(
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+        "counter",
+        "Total number of single-bit volatile ECC errors.",
+        "ecc.errors.corrected.volatile.total",
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "counter",
+        "Total number of double-bit volatile ECC errors.",
+        "ecc.errors.uncorrected.volatile.total",
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+        "counter",
+        "Total number of single-bit persistent ECC errors.",
+        "ecc.errors.corrected.aggregate.total",
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+        "counter",
+        "Total number of double-bit persistent ECC errors.",
+        "ecc.errors.uncorrected.aggregate.total",
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_RETIRED_SBE",
+        "counter",
+        "Total number of retired pages due to single-bit errors.",
+        "retired_pages.single_bit_ecc.count",
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_RETIRED_DBE",
+        "counter",
+        "Total number of retired pages due to double-bit errors.",
+        "retired_pages.double_bit.count",
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "counter",
+        "Number of remapped rows for uncorrectable errors",
+        "remapped_rows.uncorrectable",
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "counter",
+        "Number of remapped rows for correctable errors",
+        "remapped_rows.correctable",
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed", "remapped_rows.failure"
+    ),
+)
+# Not a query field: NVML's energy counter (nvml and demo backends), served in DCGM's millijoules.
+TOTAL_ENERGY = DcgmFamily(
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ)."
+)
+XID_ERRORS = DcgmFamily("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.")
+# Every family this profile can serve, in the order it renders them.
+DCGM_FAMILIES: tuple[DcgmFamily, ...] = (*FIELD_FAMILIES[:5], TOTAL_ENERGY, *FIELD_FAMILIES[5:], XID_ERRORS)
+
+
+def node_hostname(environ: Mapping[str, str]) -> str:
+    """The ``hostname`` label: ``NODE_NAME`` (set from the pod's node in Kubernetes), as dcgm-exporter reads it."""
+    return environ.get("NODE_NAME") or socket.gethostname()
+
+
+def _header_unit(query_field: str, header_text: str) -> str:
+    """The bracketed unit of a header (``memory.free [MiB]`` -> ``[MiB]``), "" for a bare one."""
+    return header_text[len(query_field) :].strip() if header_text.startswith(query_field) else header_text
+
+
+def _has_surrogates(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _gpu_order(index: str) -> tuple[int, str]:
+    """Numeric index order (``2`` before ``10``), as dcgm-exporter walks its GPU ids."""
+    return (int(index), index) if index.isdigit() else (1 << 31, index)
+
+
+def dcgm_value(value: float) -> str:
+    """Whole numbers as integers, as dcgm-exporter writes DCGM's integer fields (an energy counter never goes
+    ``1.23456789e+08``); fractions in Go's shortest form."""
+    if value.is_integer() and abs(value) < 2.0**63:
+        return str(int(value))
+    return format_value(value)
+
+
+def latest_xid(records: Sequence[XidRecord]) -> XidRecord:
+    """The record seen last; one with a time beats one without, and the first wins a tie."""
+    return max(records, key=lambda record: (record.last_seen is not None, record.last_seen or 0.0))
+
+
+class DcgmExposition:
+    """Renders the DCGM families of snapshots of one backend configuration; columns are found once, by qfield."""
+
+    def __init__(self, fields: Sequence[QueryField], hostname: str) -> None:
+        pairs = [(field.qfield, field.rfield) for field in fields]
+        positions = {qfield: index for index, (qfield, _) in enumerate(pairs)}
+        missing = [name for name in _IDENTITY if name not in positions]
+        if missing:
+            raise ValueError(f"identity fields missing from the query: {', '.join(missing)}")
+        self._identity = tuple(positions[name] for name in _IDENTITY)
+        self.hostname = hostname
+        planned: list[tuple[DcgmFamily, int]] = []
+        for family in FIELD_FAMILIES:
+            column = positions.get(family.qfield)
+            if column is None:
+                continue
+            if _header_unit(family.qfield, pairs[column][1]) == family.unit:
+                planned.append((family, column))
+            else:
+                log.warning(
+                    "not serving a DCGM field: its header has another unit",
+                    extra={"field": family.name, "header": pairs[column][1]},
+                )
+        self._columns = {family.name: column for family, column in planned}
+
+    def _labels(self, cells: Sequence[str]) -> tuple[str, str, str] | None:
+        """(index, uuid, label text without braces) of a GPU row, or ``None`` for one that cannot be labelled."""
+        index, uuid, bus_id, name, driver = (cells[column] for column in self._identity)
+        values = (index, uuid, bus_id, "nvidia" + index, name, self.hostname, driver)
+        if any(_has_surrogates(value) for value in values):
+            return None
+        text = ",".join(
+            f'{label}="{escape_label_value(value)}"' for label, value in zip(LABEL_NAMES, values, strict=True)
+        )
+        return index, uuid, text
+
+    def render(self, snapshot: Snapshot) -> str:
+        """The DCGM text of a snapshot: nothing unless its collection succeeded (DCGM has no health series)."""
+        attempt = snapshot.attempt
+        if attempt is None or attempt.readings is None:
+            return ""
+        return self.render_readings(attempt.readings, snapshot.xids)
+
+    def render_readings(self, readings: Readings, xids: Sequence[XidRecord]) -> str:
+        """The families in counters-file order, each GPU's series in index order; XIDs only for GPUs still read."""
+        gpus: list[tuple[tuple[int, str], str, str, tuple[str, ...]]] = []
+        for cells in readings.gpus.rows:
+            labelled = self._labels(cells)
+            if labelled is None:
+                log.error("dropping a GPU whose identity is not valid UTF-8 from the DCGM profile")
+                continue
+            index, uuid, labels = labelled
+            gpus.append((_gpu_order(index), normalize_uuid(uuid), labels, cells))
+        gpus.sort(key=lambda gpu: gpu[0])
+        energy = {
+            normalize_uuid(extra.gpu_uuid): extra.energy_joules
+            for extra in (readings.extras.gpus if readings.extras is not None else ())
+            if extra.energy_joules is not None
+        }
+        by_gpu: dict[str, list[XidRecord]] = {}
+        for record in xids:
+            by_gpu.setdefault(normalize_uuid(record.gpu_uuid), []).append(record)
+        parts: list[str] = []
+        for family in DCGM_FAMILIES:
+            lines: list[str] = []
+            column = self._columns.get(family.name)
+            for _, uuid, labels, cells in gpus:
+                if family is TOTAL_ENERGY:
+                    joules = energy.get(uuid)
+                    value = None if joules is None else float(round(joules * 1000.0))
+                elif family is XID_ERRORS:
+                    records = by_gpu.get(uuid)
+                    if records:
+                        last = latest_xid(records)
+                        known = describe(last.xid)
+                        message = escape_label_value(known.name if known else "")
+                        lines.append(
+                            f'{family.name}{{{labels},err_code="{last.xid}",err_msg="{message}"}} {last.xid}\n'
+                        )
+                    continue
+                elif column is None:
+                    break
+                else:
+                    raw = cells[column]
+                    value = None if raw.strip().lower() in ABSENT_TOKENS else transform_generic(raw, 1.0)
+                if value is not None:
+                    lines.append(f"{family.name}{{{labels}}} {dcgm_value(value)}\n")
+            if lines:
+                parts.append(header(family.name, family.help, family.metric_type) + "".join(lines))
+        return "".join(parts)

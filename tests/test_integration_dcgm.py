@@ -1,0 +1,49 @@
+"""--metrics.profile through the real exporter and the fake nvidia-smi (docs/dcgm.md)."""
+
+from __future__ import annotations
+
+from conftest import StartExporter
+from exposition_reader import checked, comparable, names_in
+from harness import MIG_FIXTURE, fake_smi_command
+from test_unit_dcgm import shared_counters
+
+SMI = ("--nvidia-smi-command", fake_smi_command(MIG_FIXTURE))
+GPU0_LABELS = (
+    'gpu="0",UUID="GPU-3f1a9c2e-7b4d-4e8a-9c61-2d5e8f0a1b37",pci_bus_id="00000000:07:00.0",device="nvidia0",'
+    'modelName="NVIDIA A100-SXM4-80GB",hostname="node-a",DCGM_FI_DRIVER_VERSION="550.54.15"'
+)
+
+
+def test_dcgm_profile_serves_gpu_temp_with_dcgm_labels_and_no_nvidia_smi_families(exporter: StartExporter) -> None:
+    text = exporter(*SMI, "--metrics.profile=dcgm", env={"NODE_NAME": "node-a"}).scrape()
+    assert f"DCGM_FI_DEV_GPU_TEMP{{{GPU0_LABELS}}} 31\n" in text
+    assert "# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n" in text
+    checked(text)  # a valid exposition for Prometheus' own parser
+    names = names_in(text)
+    assert not any(name.startswith("nvidia_smi_") for name in names)
+    assert "nvidia_gpu_exporter_build_info" in names
+    assert "promhttp_metric_handler_requests_total" in names
+
+
+def test_nvidia_smi_profile_is_the_default_output(exporter: StartExporter) -> None:
+    default = exporter(*SMI).scrape()
+    explicit = exporter(*SMI, "--metrics.profile=nvidia_smi").scrape()
+    both = exporter(*SMI, "--metrics.profile=both", env={"NODE_NAME": "node-a"}).scrape()
+    assert "DCGM_" not in default
+    assert "DCGM_" not in explicit
+    assert comparable(explicit) == comparable(default)
+    assert comparable(both) == comparable(default)
+    assert f"DCGM_FI_DEV_GPU_TEMP{{{GPU0_LABELS}}} 31\n" in both
+
+
+def test_demo_families_under_the_dcgm_profile_match_the_counters_file(exporter: StartExporter) -> None:
+    """The demo simulates far more fields than the fixtures: every DCGM family it gets must be dcgm-exporter's."""
+    counters = shared_counters()
+    text = checked(exporter("--collect.backend=demo", "--metrics.profile=dcgm").scrape())
+    lines = text.splitlines()
+    served = {line.split(" ")[2]: line.split(" ", 3)[3] for line in lines if line.startswith("# HELP DCGM_")}
+    types = {line.split(" ")[2]: line.split(" ")[3] for line in lines if line.startswith("# TYPE DCGM_")}
+    assert "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" in served  # NVML's counter, which the demo simulates
+    assert len(served) >= 15
+    for name, help_text in served.items():
+        assert counters[name] == (types[name], help_text), name
