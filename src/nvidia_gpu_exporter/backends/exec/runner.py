@@ -30,6 +30,7 @@ from nvidia_gpu_exporter.model.snapshot import StuckChildren
 log = logging.getLogger(__name__)
 
 PIPE_DRAIN_SECONDS = 2.0
+DRAIN_CHUNK_BYTES = 65536
 NO_EXIT_STATUS = -1  # could not start, killed by a signal, or never ran
 
 
@@ -237,11 +238,34 @@ class SubprocessRunner:
         )
 
     async def _reap(self, process: asyncio.subprocess.Process) -> None:
-        """Wait at most ``reap_seconds`` for a killed child to be reaped and its pipes to close."""
+        """Wait at most ``reap_seconds`` for a killed child to be reaped and its pipes to close.
+
+        The pipes close when the last of the group dies, a moment after the child itself: read to their end,
+        so the transport is finished before a caller closes the loop (else it closes them too late, from
+        its finalizer, on a closed loop).
+        """
+        deadline = asyncio.get_running_loop().time() + self._reap_seconds
         exited = self._exits.get(process)
         if exited is not None:  # else it has already exited
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait({exited}, timeout=self._reap_seconds)
+        if process.returncode is None:
+            return  # stuck: its pipes stay open as long as it does
+        draining = asyncio.ensure_future(_drain(process))
+        remaining = max(0.0, deadline - asyncio.get_running_loop().time())
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({draining}, timeout=remaining)
+        if not draining.done():
+            draining.cancel()  # an escaped grandchild holds a pipe: give up on it, bounded
+
+
+async def _drain(process: asyncio.subprocess.Process) -> None:
+    """Read a killed child's pipes to their end, a chunk at a time, dropping what is left in them."""
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            with contextlib.suppress(Exception):
+                while await stream.read(DRAIN_CHUNK_BYTES):
+                    pass
 
 
 async def _exit_of(process: asyncio.subprocess.Process) -> None:
