@@ -22,6 +22,7 @@ from nvidia_gpu_exporter.model.snapshot import (
     SxidRecord,
     XidOccurrence,
     XidRecord,
+    column_of,
 )
 from nvidia_gpu_exporter.model.xids import describe
 
@@ -31,10 +32,9 @@ DEFAULT_KERNEL_LOG = "/dev/kmsg"
 
 def gpu_addresses(fields: Sequence[QueryField], table: GpuTable) -> dict[PciAddress, str]:
     """PCI address -> uuid from a collection's ``uuid`` and ``pci.bus_id`` columns (empty if either is absent)."""
-    names = [field.qfield for field in fields]
-    if "uuid" not in names or "pci.bus_id" not in names:
+    uuid_column, pci_column = column_of(fields, "uuid"), column_of(fields, "pci.bus_id")
+    if uuid_column is None or pci_column is None:
         return {}
-    uuid_column, pci_column = names.index("uuid"), names.index("pci.bus_id")
     found = {}
     for row in table.rows:
         if max(uuid_column, pci_column) < len(row):

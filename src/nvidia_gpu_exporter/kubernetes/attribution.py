@@ -41,7 +41,7 @@ from nvidia_gpu_exporter.model.kubernetes import (
     ProcessPod,
     UnmatchedDevice,
 )
-from nvidia_gpu_exporter.model.snapshot import QueryField, Readings
+from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, column_of
 from nvidia_gpu_exporter.model.uuids import normalize_mig_uuid, normalize_uuid
 from nvidia_gpu_exporter.support.asynctimeout import within_timeout
 
@@ -74,13 +74,6 @@ class _GpuIndex:
     legacy_mig: dict[tuple[str, int, int], str]
 
 
-def _column(fields: Sequence[QueryField], name: str) -> int | None:
-    for position, field in enumerate(fields):
-        if field.qfield == name:
-            return position
-    return None
-
-
 class Attributor:
     """Owns the kubelet cache and the state that is logged on change."""
 
@@ -99,8 +92,8 @@ class Attributor:
         self.mig_lister = mig_lister
         self._clock = clock
         self._wall_clock = wall_clock
-        self._uuid_column = _column(fields, "uuid")
-        self._index_column = _column(fields, "index")
+        self._uuid_column = column_of(fields, "uuid")
+        self._index_column = column_of(fields, "index")
         self._cached: PodResourcesReading | None = None
         self._cached_at = 0.0
         self._lock: asyncio.Lock | None = None

@@ -6,6 +6,7 @@ field of each GPU, plus the per-process rows. Turning that text into samples is 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
@@ -28,6 +29,11 @@ class QueryField:
 
     qfield: str
     rfield: str
+
+
+def column_of(fields: Sequence[QueryField], qfield: str) -> int | None:
+    """Where a query field's cells sit in each row of a :class:`GpuTable`, or ``None`` when it was not queried."""
+    return next((position for position, field in enumerate(fields) if field.qfield == qfield), None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,17 +27,13 @@ from nvidia_gpu_exporter.model.kubernetes import (
     ProcessPod,
     UnmatchedDevice,
 )
-from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, Snapshot
+from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, Snapshot, column_of
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
 
 POD_RESOURCES_OFF = "pod_resources_off"
 PROCESS_PODS_OFF = "process_pods_off"
 NO_READINGS = "no_gpu_readings"
 MIG_MONITOR_ENV = "NVIDIA_MIG_MONITOR_DEVICES"
-
-
-def _column(fields: Sequence[QueryField], name: str) -> int | None:
-    return next((position for position, field in enumerate(fields) if field.qfield == name), None)
 
 
 def _pod(link: GpuPod) -> dict[str, str]:
@@ -144,8 +140,8 @@ def build_report(
     if readings is None:
         report["reason"] = NO_READINGS
         return report
-    uuid_column, index_column = _column(fields, "uuid"), _column(fields, "index")
-    mig_column = _column(fields, "mig.mode.current")
+    uuid_column, index_column = column_of(fields, "uuid"), column_of(fields, "index")
+    mig_column = column_of(fields, "mig.mode.current")
     if uuid_column is None:
         return report
     for row in readings.gpus.rows:
