@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -311,6 +312,27 @@ TEMPERATURE: Steps = [(None, "green"), (75.0, "orange"), (85.0, "red")]
 ALWAYS_GREEN: Steps = [(None, "green")]
 
 
+def organize(hidden: Sequence[str], renamed: dict[str, str] | None = None) -> Json:
+    """Grafana's organize transformation: hide these table columns, rename those."""
+    options: Json = {"excludeByName": dict.fromkeys(hidden, True)}
+    if renamed:
+        options["renameByName"] = renamed
+    return {"id": "organize", "options": options}
+
+
+def recent_xids_table(selector: str, *, width: int, hidden: Sequence[str], description: str = "") -> Panel:
+    """The kernel log's recent XIDs with the process (and pod) each blamed, shared by both dashboards."""
+    return Panel(
+        "Recent XIDs and the processes that caused them",
+        "table",
+        [Target(f"nvidia_smi_xid_occurrence_timestamp_seconds{{{selector}}} * 1000", instant=True, table=True)],
+        width=width,
+        unit="dateTimeAsIso",
+        description=description,
+        transformations=[organize(hidden, {"xid": "Xid", "process_name": "process", "Value": "seen at"})],
+    )
+
+
 def mig_inventory_table(title: str, selector: str) -> Panel:
     """The MIG device inventory (``nvidia_smi_mig_info``) as a table, shared by both dashboards."""
     return Panel(
@@ -318,12 +340,7 @@ def mig_inventory_table(title: str, selector: str) -> Panel:
         "table",
         [Target(f"nvidia_smi_mig_info{{{selector}}}", instant=True, table=True)],
         thresholds=ALWAYS_GREEN,
-        transformations=[
-            {
-                "id": "organize",
-                "options": {"excludeByName": {"Time": True, "Value": True, "__name__": True, "job": True}},
-            }
-        ],
+        transformations=[organize(("Time", "Value", "__name__", "job"))],
     )
 
 
@@ -341,9 +358,7 @@ def detail_items() -> list[Item]:
             [Target(f"nvidia_smi_gpu_info{{{s}}}", instant=True, table=True)],
             width=24,
             height=4,
-            transformations=[
-                {"id": "organize", "options": {"excludeByName": {"Time": True, "Value": True, "__name__": True}}}
-            ],
+            transformations=[organize(("Time", "Value", "__name__"))],
         ),
         Panel(
             "GPU utilization",
@@ -589,34 +604,15 @@ def detail_items() -> list[Item]:
             [Target(f"time() - nvidia_smi_xid_last_timestamp_seconds{{{s}}}", instant=True, table=True)],
             unit="s",
             thresholds=[(None, "red"), (600.0, "green")],
-            transformations=[
-                {
-                    "id": "organize",
-                    "options": {
-                        "excludeByName": {"Time": True, "job": True, "instance": True, "uuid": True},
-                        "renameByName": {"xid": "Xid", "Value": "seconds ago"},
-                    },
-                }
-            ],
+            transformations=[organize(("Time", "job", "instance", "uuid"), {"xid": "Xid", "Value": "seconds ago"})],
         ),
-        Panel(
-            "Recent XIDs and the processes that caused them",
-            "table",
-            [Target(f"nvidia_smi_xid_occurrence_timestamp_seconds{{{s}}} * 1000", instant=True, table=True)],
+        recent_xids_table(
+            s,
             width=24,
-            unit="dateTimeAsIso",
+            hidden=("Time", "job", "instance", "uuid"),
             description="From the kernel log: the last few distinct XIDs on this GPU, with the pid, process and "
             "(with --kubernetes.process-pods) pod the driver blamed. GET /-/xids on the exporter says what each "
             "code means and what to do.",
-            transformations=[
-                {
-                    "id": "organize",
-                    "options": {
-                        "excludeByName": {"Time": True, "job": True, "instance": True, "uuid": True},
-                        "renameByName": {"xid": "Xid", "process_name": "process", "Value": "seen at"},
-                    },
-                }
-            ],
         ),
         Row("Processes"),
         Panel(
@@ -632,15 +628,7 @@ def detail_items() -> list[Item]:
             unit="bytes",
             thresholds=ALWAYS_GREEN,
             description="Needs --collect.compute-apps, and hostPID in Kubernetes.",
-            transformations=[
-                {
-                    "id": "organize",
-                    "options": {
-                        "excludeByName": {"Time": True, "job": True, "instance": True, "uuid": True},
-                        "renameByName": {"Value": "memory"},
-                    },
-                }
-            ],
+            transformations=[organize(("Time", "job", "instance", "uuid"), {"Value": "memory"})],
         ),
         Panel(
             "Process memory",
@@ -849,22 +837,19 @@ def fleet_items() -> list[Item]:
             thresholds=ALWAYS_GREEN,
             transformations=[
                 {"id": "joinByField", "options": {"byField": "uuid", "mode": "outer"}},
-                {
-                    "id": "organize",
-                    "options": {
-                        "excludeByName": {"Time": True, "__name__": True, "Value #A": True},
-                        "renameByName": {
-                            "Value #B": "utilization",
-                            "Value #C": "memory",
-                            "Value #D": "°C",
-                            "Value #E": "watts",
-                            "Value #F": "P-state",
-                            "Value #G": "throttled",
-                            "Value #H": "uncorrectable ECC",
-                            "Value #I": "recovery action",
-                        },
+                organize(
+                    ("Time", "__name__", "Value #A"),
+                    {
+                        "Value #B": "utilization",
+                        "Value #C": "memory",
+                        "Value #D": "°C",
+                        "Value #E": "watts",
+                        "Value #F": "P-state",
+                        "Value #G": "throttled",
+                        "Value #H": "uncorrectable ECC",
+                        "Value #I": "recovery action",
                     },
-                },
+                ),
             ],
         ),
         Row("Utilization and memory"),
@@ -992,22 +977,7 @@ def fleet_items() -> list[Item]:
             description="sysfs's NVIDIA GPUs against those nvidia-smi or NVML reports: a gap is a GPU left to "
             "vfio-pci, without a driver, or fallen off the bus.",
         ),
-        Panel(
-            "Recent XIDs and the processes that caused them",
-            "table",
-            [Target(f"nvidia_smi_xid_occurrence_timestamp_seconds{{{s}}} * 1000", instant=True, table=True)],
-            width=8,
-            unit="dateTimeAsIso",
-            transformations=[
-                {
-                    "id": "organize",
-                    "options": {
-                        "excludeByName": {"Time": True, "job": True},
-                        "renameByName": {"xid": "Xid", "process_name": "process", "Value": "seen at"},
-                    },
-                }
-            ],
-        ),
+        recent_xids_table(s, width=8, hidden=("Time", "job")),
         Panel(
             "Kernel log and GPUs fallen off the bus",
             "table",
