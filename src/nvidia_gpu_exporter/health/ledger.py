@@ -29,10 +29,21 @@ UNKNOWN_UUID = "unknown"
 FALLEN_OFF_THE_BUS_XID = 79
 
 
+def _latest(known: float | None, at: float | None) -> float | None:
+    """The later of two times, either of which may be unknown (lines can arrive a microsecond out of order)."""
+    if known is None or at is None:
+        return at if known is None else known
+    return max(known, at)
+
+
 @dataclass(slots=True)
 class _Count:
     count: int = 0
     last_seen: float | None = None
+
+    def seen(self, at: float | None) -> None:
+        self.count += 1
+        self.last_seen = _latest(self.last_seen, at)
 
 
 @dataclass(slots=True)
@@ -95,14 +106,10 @@ class XidLedger:
                 self.dropped += 1
                 return
             count = gpu.codes[event.code] = _Count()
-        count.count += 1
-        if at is not None:
-            count.last_seen = at if count.last_seen is None else max(count.last_seen, at)
+        count.seen(at)
         key = (event.code, str(event.pid) if event.pid is not None else "", event.process_name)
         previous = gpu.occurrences.pop(key, None)
-        if previous is not None and previous[0] is not None and (at is None or previous[0] > at):
-            at = previous[0]  # lines can arrive a microsecond out of order; the series keeps the latest time
-        gpu.occurrences[key] = (at, *pod)
+        gpu.occurrences[key] = (_latest(previous[0] if previous is not None else None, at), *pod)
         while len(gpu.occurrences) > OCCURRENCES_PER_GPU:
             gpu.occurrences.popitem(last=False)
 
@@ -115,9 +122,7 @@ class XidLedger:
                 self.dropped += 1
                 return
             count = self._sxids[key] = _Count()
-        count.count += 1
-        if at is not None:
-            count.last_seen = at if count.last_seen is None else max(count.last_seen, at)
+        count.seen(at)
 
     def sxid_records(self) -> tuple[SxidRecord, ...]:
         with self._lock:

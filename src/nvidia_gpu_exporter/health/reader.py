@@ -140,8 +140,9 @@ class KernelLogReader:
         while not self._stop.is_set():
             try:
                 chunk = os.read(fd, READ_BYTES)
-            except BlockingIOError:
-                live = self._caught_up(live)
+            except BlockingIOError:  # /dev/kmsg or a FIFO: everything there at start has been read
+                live = True
+                self.replayed.set()
                 self._wait_readable(fd)
                 continue
             except OSError as error:
@@ -152,18 +153,14 @@ class KernelLogReader:
                     continue
                 raise
             if not chunk:  # the end of a file, or a FIFO with no writer
-                live = self._caught_up(live)
+                live = True
+                self.replayed.set()
                 if regular and self._replaced(fd):
                     return
                 if self._stop.wait(self.file_poll_seconds):
                     return
                 continue
             self._feed(chunk, live)
-
-    def _caught_up(self, live: bool) -> bool:
-        if not live:
-            self.replayed.set()
-        return True
 
     def _replaced(self, fd: int) -> bool:
         """A rotated or truncated file: start over from the new one's beginning."""
