@@ -117,15 +117,24 @@ async def build_scene(settings: FakeSmiConfig, spec: ExtrasSpec, path: str = "")
     return Scene(settings, spec, responder, ExtrasSynthesizer(spec, seed), gpu_count, await simulated_bus(responder))
 
 
-async def simulated_bus(responder: FleetResponder | CaptureResponder) -> PciInventory | None:
-    """What sysfs would list for the simulated GPUs: each one at its bus id, bound to nvidia (``None`` when the
-    scene cannot say, e.g. a capture without ``pci.device_id``)."""
-    result = await responder.run(PCI_QUERY_ARGS)
+async def ask_pairs(
+    responder: FleetResponder | CaptureResponder, args: Sequence[str]
+) -> tuple[tuple[str, ...], ...] | None:
+    """The rows of a private two-field query of the simulation, or ``None`` when it fails or answers oddly."""
+    result = await responder.run(args)
     if not result.ok:
         return None
     try:
-        rows = parse_gpu_csv(result.stdout, 2).rows
+        return parse_gpu_csv(result.stdout, 2).rows
     except CsvShapeError:
+        return None
+
+
+async def simulated_bus(responder: FleetResponder | CaptureResponder) -> PciInventory | None:
+    """What sysfs would list for the simulated GPUs: each one at its bus id, bound to nvidia (``None`` when the
+    scene cannot say, e.g. a capture without ``pci.device_id``)."""
+    rows = await ask_pairs(responder, PCI_QUERY_ARGS)
+    if rows is None:
         return None
     functions: dict[str, PciFunction] = {}
     for address, device in rows:
@@ -279,13 +288,8 @@ class DemoBackend:
         if self._bus_id_column is not None:
             column = self._bus_id_column
             return {normalize_uuid(row[self._uuid_column]): row[column] for row in rows}
-        result = await scene.responder.run(BUS_ID_QUERY_ARGS)
-        if not result.ok:
-            return {}
-        try:
-            return {normalize_uuid(uuid): bus_id for uuid, bus_id in parse_gpu_csv(result.stdout, 2).rows}
-        except CsvShapeError:
-            return {}
+        answered = await ask_pairs(scene.responder, BUS_ID_QUERY_ARGS)
+        return {normalize_uuid(uuid): bus_id for uuid, bus_id in answered or ()}
 
     async def _powers(self, scene: Scene, rows: Sequence[Sequence[str]]) -> list[float | None]:
         """Each GPU's power draw: the served table's, else a private query of the same instant."""
@@ -293,12 +297,8 @@ class DemoBackend:
         powers = [None if column is None else watts(row[column]) for row in rows]
         if all(power is not None for power in powers):
             return powers
-        result = await scene.responder.run(POWER_QUERY_ARGS)
-        if not result.ok:
-            return powers
-        try:
-            answered = parse_gpu_csv(result.stdout, 2).rows
-        except CsvShapeError:
+        answered = await ask_pairs(scene.responder, POWER_QUERY_ARGS)
+        if answered is None:
             return powers
         by_uuid = {normalize_uuid(uuid): watts(cell) for uuid, cell in answered}
         return [
