@@ -22,8 +22,8 @@ GPU = PciAddress(0, 0x3B, 0)
 @pytest.mark.parametrize(
     ("line", "expected"),
     [
-        pytest.param("6,1203,5123456789,-;NVRM: Xid", LogLine("NVRM: Xid", 5123456789), id="kmsg-record"),
-        pytest.param("4,7,42,c,caller=T1;text", LogLine("text", 42), id="kmsg-record-with-more-flags"),
+        pytest.param("6,1203,5123456789,-;NVRM: Xid", LogLine("NVRM: Xid", 5123456789, 1203), id="kmsg-record"),
+        pytest.param("4,7,42,c,caller=T1;text", LogLine("text", 42, 7), id="kmsg-record-with-more-flags"),
         pytest.param("[24128.828315] NVRM: Xid", LogLine("NVRM: Xid", 24128828315), id="dmesg-seconds"),
         pytest.param("<4>[    3.5] x", LogLine("x", 3500000), id="dmesg-raw-with-level"),
         pytest.param(

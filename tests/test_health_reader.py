@@ -159,7 +159,7 @@ def test_a_truncated_file_is_read_again_from_its_start(tmp_path: Path, follow: F
     log.write_text("".join(_kmsg(n, "an old line, and the old log is longer than the new one") for n in range(10)))
     reader = follow(log)
     wait_until(reader.replayed.is_set, "the replay to end")
-    log.write_text(_kmsg(3, XID))
+    log.write_text(_kmsg(10, XID))
     wait_until(lines.messages, "the line after truncation", until=lambda seen: seen[-1:] == [XID])
 
 
@@ -171,6 +171,71 @@ def test_a_rotated_file_is_reopened(tmp_path: Path, follow: Follow, lines: Lines
     log.rename(tmp_path / "kern.log.1")
     log.write_text(_kmsg(2, XID))
     wait_until(lines.messages, "the line in the new file", until=lambda seen: seen[-1:] == [XID])
+
+
+def _replace(log: Path, text: str) -> None:
+    """Rewrite the log whole and atomically, as ``dmesg > new && mv new log`` does."""
+    new = log.with_name(log.name + ".new")
+    new.write_text(text)
+    new.rename(log)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "new"),
+    [
+        pytest.param(
+            _kmsg(1, "boot") + _kmsg(2, XID),
+            _kmsg(1, "boot") + _kmsg(2, XID) + _kmsg(3, "later"),
+            ["later"],
+            id="kmsg-records-by-sequence-number",
+        ),
+        pytest.param(
+            f"[    1.000000] boot\n[    2.000000] {XID}\n[    2.000000] same microsecond\n",
+            f"[    1.000000] boot\n[    2.000000] {XID}\n[    2.000000] same microsecond\n"
+            "[    2.000000] a third at that microsecond\n[    3.000000] later\n",
+            ["a third at that microsecond", "later"],
+            id="dmesg-lines-by-kernel-time-and-order",
+        ),
+    ],
+)
+def test_a_log_read_again_hands_over_only_the_records_not_read_before(  # noqa: PLR0917 - fixtures and a table
+    tmp_path: Path, follow: Follow, lines: Lines, before: str, after: str, new: list[str]
+) -> None:
+    """A replaced or reopened log replays what was read already; counting it again would double every XID."""
+    log = tmp_path / "kern.log"
+    log.write_text(before)
+    reader = follow(log, reopen_seconds=0.02)
+    wait_until(reader.replayed.is_set, "the replay to end")
+    first = lines.messages()
+    _replace(log, after)
+    wait_until(lines.messages, "the new records", until=lambda seen: seen[-1:] == new[-1:])
+    assert lines.messages() == first + new
+    assert reader.records == len(first) + len(new)
+
+
+def test_kmsg_reopened_after_a_read_error_does_not_replay_what_was_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, follow: Follow, lines: Lines
+) -> None:
+    log = tmp_path / "kmsg"
+    log.write_text(_kmsg(1, "boot") + _kmsg(2, XID))
+    real_read = os.read
+    failing = threading.Event()
+
+    def read(fd: int, size: int) -> bytes:
+        if failing.is_set():
+            failing.clear()
+            raise OSError(errno.EIO, "Input/output error")
+        return real_read(fd, size)
+
+    monkeypatch.setattr(os, "read", read)
+    reader = follow(log, reopen_seconds=0.02)
+    wait_until(reader.replayed.is_set, "the replay to end")
+    failing.set()
+    wait_until(lambda: not failing.is_set(), "the read error")
+    with log.open("a") as handle:
+        handle.write(_kmsg(3, "later"))
+    wait_until(lines.messages, "the followed line", until=lambda seen: seen[-1:] == ["later"])
+    assert lines.messages() == ["boot", XID, "later"]
 
 
 def test_a_log_that_appears_later_is_opened_then(tmp_path: Path, follow: Follow, lines: Lines) -> None:

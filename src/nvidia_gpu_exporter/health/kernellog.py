@@ -46,6 +46,7 @@ class LogLine:
 
     message: str
     kernel_usec: int | None = None  # since boot (the kernel's monotonic clock)
+    sequence: int | None = None  # a /dev/kmsg record's sequence number: one per record, rising, never reused
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +95,7 @@ def parse_line(line: str) -> LogLine:
     """Split a ``/dev/kmsg`` record or a ``dmesg`` line into time and message; other lines are all message."""
     record = _KMSG_RECORD.match(line)
     if record is not None:
-        return LogLine(record["message"], int(record["usec"]))
+        return LogLine(record["message"], int(record["usec"]), int(record["sequence"]))
     dmesg = _DMESG_TIME.match(line)
     if dmesg is not None:
         fraction = (dmesg["fraction"] + "000000")[:6]

@@ -35,6 +35,52 @@ DMESG_RESTRICT = Path("/proc/sys/kernel/dmesg_restrict")
 LineSink = Callable[[LogLine, bool], None]  # (line, live): live is False while replaying what was there
 
 
+class ReplayGuard:
+    """Tells the records an earlier pass over the log handed over already, so a reopen never counts them twice.
+
+    Reopening ``/dev/kmsg`` replays the ring buffer from its oldest record, and a log rewritten whole
+    (``dmesg > log``) or truncated starts over: every pass after the first skips what came before. A kmsg
+    record is known by its sequence number; a ``dmesg`` line by its kernel time and, among lines of the same
+    microsecond, its place. Lines without either (syslog) cannot be told apart and are all handed over.
+    """
+
+    def __init__(self) -> None:
+        self._sequence = -1  # the highest read so far
+        self._usec = -1  # the latest kernel time read so far, and how many lines carried it
+        self._at_usec = 0
+        self._replay_sequence = -1  # what the current pass skips: up to these, as of its start
+        self._replay_usec = -1
+        self._replay_at_usec = 0
+        self._skipped_at_usec = 0
+
+    def new_pass(self) -> None:
+        """The log is read again from its start: skip what has been read."""
+        self._replay_sequence = self._sequence
+        self._replay_usec, self._replay_at_usec = self._usec, self._at_usec
+        self._skipped_at_usec = 0
+
+    def is_new(self, line: LogLine) -> bool:
+        """Whether ``line`` was not read before; records it as read."""
+        if line.sequence is not None:
+            if line.sequence <= self._replay_sequence:
+                return False
+            self._sequence = max(self._sequence, line.sequence)
+            return True
+        usec = line.kernel_usec
+        if usec is None:
+            return True
+        if usec < self._replay_usec:
+            return False
+        if usec == self._replay_usec and self._skipped_at_usec < self._replay_at_usec:
+            self._skipped_at_usec += 1
+            return False
+        if usec > self._usec:
+            self._usec, self._at_usec = usec, 1
+        elif usec == self._usec:
+            self._at_usec += 1
+        return True
+
+
 def open_problem(error: OSError, restrict_file: Path = DMESG_RESTRICT) -> KernelLogState:
     """Why the log cannot be opened, in the terms an operator acts on."""
     if isinstance(error, FileNotFoundError):
@@ -75,6 +121,7 @@ class KernelLogReader:
         self._pending = bytearray()
         self._skipping = False  # inside an over-long line, until its newline
         self._fd: int | None = None
+        self._replays = ReplayGuard()
 
     def open_now(self) -> int | None:
         """Open the log (non-blocking); on failure record the reason and return ``None``."""
@@ -135,6 +182,7 @@ class KernelLogReader:
             fd = None
 
     def _follow(self, fd: int) -> None:
+        self._replays.new_pass()
         regular = stat.S_ISREG(os.fstat(fd).st_mode)
         live = False
         while not self._stop.is_set():
@@ -172,6 +220,7 @@ class KernelLogReader:
             return True
         if current.st_size < os.lseek(fd, 0, os.SEEK_CUR):
             os.lseek(fd, 0, os.SEEK_SET)
+            self._replays.new_pass()
         return False
 
     def _wait_readable(self, fd: int) -> None:
@@ -198,8 +247,10 @@ class KernelLogReader:
     def _line(self, raw: bytes, live: bool) -> None:
         if not raw or raw.startswith(b" ") or len(raw) > MAX_LINE_BYTES:  # kmsg's " KEY=value" continuation lines
             return
-        self.records += 1
-        self.sink(parse_line(raw.decode("utf-8", errors="replace")), live)
+        line = parse_line(raw.decode("utf-8", errors="replace"))
+        if self._replays.is_new(line):
+            self.records += 1
+            self.sink(line, live)
 
 
 def kernel_clock() -> float:
