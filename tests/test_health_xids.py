@@ -348,8 +348,40 @@ def test_an_xids_process_is_placed_in_its_pod_when_the_line_is_read(
             with log.open("a") as handle:
                 handle.write(xid)
         (row,) = wait_until(source.occurrences, "the XID", until=lambda rows: len(rows) == 1)
-        assert (row.pod_uid, row.container_id) == expected
+        assert (row.pod.pod_uid, row.pod.container_id) == expected
         assert asked == ([] if replayed else [55])
+    finally:
+        source.stop()
+
+
+HOLDER = ("trainer", "ml", "bert-0")  # (container, namespace, pod), as KubernetesAttribution.sole_holders() has it
+
+
+@pytest.mark.parametrize(
+    ("replayed", "holders", "expected"),
+    [
+        pytest.param(False, {UUID[4:]: HOLDER}, ("ml", "bert-0", "trainer"), id="a-live-xid-names-the-gpus-holder"),
+        pytest.param(False, {}, ("", "", ""), id="no-one-container-holds-the-gpu-shared-or-mig"),
+        pytest.param(True, {UUID[4:]: HOLDER}, ("", "", ""), id="a-replayed-xid-predates-the-holder-seen-now"),
+    ],
+)
+def test_an_xid_names_the_pod_holding_its_gpu_when_the_line_is_read(
+    tmp_path: Path, replayed: bool, holders: dict[str, tuple[str, str, str]], expected: tuple[str, str, str]
+) -> None:
+    log = tmp_path / "kmsg"
+    identity = f"6,1,1000000,-;NVRM: GPU at PCI:0000:3b:00: {UUID}\n"
+    xid = "4,2,1500000,-;NVRM: Xid (PCI:0000:3b:00): 13, pid=55, name=python3, Graphics Exception\n"
+    log.write_text(identity + (xid if replayed else ""))
+    source = KernelXidSource(str(log), booted_at=BOOT, file_poll_seconds=0.02)
+    source.learn((), GpuTable(()), holders)
+    source.start()
+    try:
+        wait_until(source.reader.replayed.is_set, "the replay to end")
+        if not replayed:
+            with log.open("a") as handle:
+                handle.write(xid)
+        (row,) = wait_until(source.occurrences, "the XID", until=lambda rows: len(rows) == 1)
+        assert (row.pod.namespace, row.pod.pod, row.pod.container) == expected
     finally:
         source.stop()
 

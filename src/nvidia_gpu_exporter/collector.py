@@ -117,7 +117,8 @@ class Collector:
             else:
                 self._failed += 1
             if attempt.readings is not None and self.kernel_log is not None:
-                self.kernel_log.learn(self.backend.fields, attempt.readings.gpus)
+                holders = self._kubernetes.sole_holders() if self._kubernetes is not None else None
+                self.kernel_log.learn(self.backend.fields, attempt.readings.gpus, holders)
         self._latest = self._snapshot(attempt)
         return self._latest
 

@@ -178,9 +178,10 @@ XID_OCCURRENCE = FamilySpec(
     "nvidia_smi_xid_occurrence_timestamp_seconds",
     "gauge",
     "Unix timestamp of a recent XID error on the GPU, labeled by the process the driver blamed for it (pid and "
-    "process_name empty when it did not know) and its pod_uid and container_id (with --kubernetes.process-pods); "
-    "the last few distinct ones per GPU, from the kernel log.",
-    ("uuid", "pci_bus_id", "xid", "pid", "process_name", "pod_uid", "container_id"),
+    "process_name empty when it did not know), its pod_uid and container_id (with --kubernetes.process-pods) and "
+    "the namespace, pod and container holding the GPU then (with --kubernetes.pod-resources); the last few "
+    "distinct ones per GPU, from the kernel log.",
+    ("uuid", "pci_bus_id", "xid", "pid", "process_name", "pod_uid", "container_id", "namespace", "pod", "container"),
 )
 GPU_FALLEN_OFF_BUS = FamilySpec(
     "nvidia_smi_gpu_fallen_off_bus",

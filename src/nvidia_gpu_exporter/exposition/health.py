@@ -29,8 +29,11 @@ def health_families(snapshot: Snapshot) -> list[Family]:
                 str(row.xid),
                 row.pid,
                 row.process_name,
-                row.pod_uid,
-                row.container_id,
+                row.pod.pod_uid,
+                row.pod.container_id,
+                row.pod.namespace,
+                row.pod.pod,
+                row.pod.container,
             )
             occurrences.add(labels, row.seen_at)
     fallen = GPU_FALLEN_OFF_BUS.family()

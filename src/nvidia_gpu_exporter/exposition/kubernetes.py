@@ -48,23 +48,6 @@ def attribution_families(attribution: KubernetesAttribution, gpu_uuids: Collecti
     return families
 
 
-def sole_holders(attribution: KubernetesAttribution) -> dict[str, tuple[str, str, str]]:
-    """GPU uuid → (container, namespace, pod) for GPUs held whole (or every replica) by exactly one container.
-
-    A GPU shared by several containers (time-slicing) gets no pod labels on its per-GPU series: any one
-    pick would be wrong, and one series per pod would multiply sums. Neither does a GPU split into MIG
-    devices: its per-GPU series cover every slice, not the one a pod holds. ``nvidia_smi_gpu_pod_info``
-    lists them all.
-    """
-    holders: dict[str, set[tuple[str, str, str]]] = {}
-    split: set[str] = set()
-    for link in attribution.gpu_pods:
-        holders.setdefault(link.uuid, set()).add((link.container, link.namespace, link.pod))
-        if link.mig_uuid:
-            split.add(link.uuid)
-    return {uuid: next(iter(found)) for uuid, found in holders.items() if len(found) == 1 and uuid not in split}
-
-
 def labelled_gpu(uuid: str, holder: tuple[str, str, str] | None) -> str:
     """The label block of a per-GPU series: ``{uuid="..."}``, with the pod labels first when one holds it."""
     if holder is None:

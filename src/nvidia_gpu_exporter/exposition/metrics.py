@@ -24,7 +24,7 @@ from nvidia_gpu_exporter.exposition.families import (
     STATUS,
 )
 from nvidia_gpu_exporter.exposition.health import health_families
-from nvidia_gpu_exporter.exposition.kubernetes import attribution_families, labelled_gpu, sole_holders
+from nvidia_gpu_exporter.exposition.kubernetes import attribution_families, labelled_gpu
 from nvidia_gpu_exporter.exposition.naming import FieldMetric, plan_field_metrics
 from nvidia_gpu_exporter.exposition.nvml import extras_families, xid_families
 from nvidia_gpu_exporter.exposition.pci import pci_families
@@ -226,7 +226,7 @@ class Exposition:
             gpus, info = self._renderable_gpus(readings.gpus, readings.cuda_version)
             families.append(info)
             if self.kubernetes_pod_labels and snapshot.kubernetes is not None:
-                holders = sole_holders(snapshot.kubernetes)
+                holders = snapshot.kubernetes.sole_holders()
                 gpus = [replace(gpu, label=labelled_gpu(gpu.uuid, holders.get(gpu.uuid))) for gpu in gpus]
             blocks += self._field_blocks(gpus)
             rendered_uuids = {gpu.uuid for gpu in gpus}

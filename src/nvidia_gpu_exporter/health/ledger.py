@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from nvidia_gpu_exporter.health.kernellog import FallenOffBus, GpuIdentity, KernelEvent, SxidEvent, XidEvent
 from nvidia_gpu_exporter.model.pci import PciAddress
-from nvidia_gpu_exporter.model.snapshot import FallenGpu, SxidRecord, XidOccurrence, XidRecord
+from nvidia_gpu_exporter.model.snapshot import FallenGpu, SxidRecord, XidOccurrence, XidPod, XidRecord
 
 MAX_GPUS = 256
 MAX_CODES_PER_GPU = 64
@@ -49,8 +49,8 @@ class _Count:
 @dataclass(slots=True)
 class _Gpu:
     codes: dict[int, _Count] = field(default_factory=dict)
-    # (code, pid, process name) -> (when, pod uid, container id), most recent last: one series per key
-    occurrences: OrderedDict[tuple[int, str, str], tuple[float | None, str, str]] = field(default_factory=OrderedDict)
+    # (code, pid, process name) -> (when, its pod), most recent last: one series per key
+    occurrences: OrderedDict[tuple[int, str, str], tuple[float | None, XidPod]] = field(default_factory=OrderedDict)
     fell_off: bool = False
 
 
@@ -71,8 +71,8 @@ class XidLedger:
             return self.boot_time + kernel_usec / 1_000_000
         return seen_at
 
-    def add(self, event: KernelEvent, at: float | None, pod: tuple[str, str] = ("", "")) -> None:
-        """Count an event seen at ``at``; ``pod`` is the (pod uid, container id) of its process, if known."""
+    def add(self, event: KernelEvent, at: float | None, pod: XidPod = XidPod()) -> None:  # noqa: B008 - immutable
+        """Count an event seen at ``at``; ``pod`` is the one its XID is blamed on, where known."""
         with self._lock:
             if isinstance(event, GpuIdentity):
                 if event.pci in self._uuids or len(self._uuids) < MAX_GPUS:
@@ -99,7 +99,7 @@ class XidLedger:
             gpu = self._gpus[pci] = _Gpu()
         return gpu
 
-    def _count(self, gpu: _Gpu, event: XidEvent, at: float | None, pod: tuple[str, str]) -> None:
+    def _count(self, gpu: _Gpu, event: XidEvent, at: float | None, pod: XidPod) -> None:
         count = gpu.codes.get(event.code)
         if count is None:
             if len(gpu.codes) >= MAX_CODES_PER_GPU:
@@ -109,7 +109,7 @@ class XidLedger:
         count.seen(at)
         key = (event.code, str(event.pid) if event.pid is not None else "", event.process_name)
         previous = gpu.occurrences.pop(key, None)
-        gpu.occurrences[key] = (_latest(previous[0] if previous is not None else None, at), *pod)
+        gpu.occurrences[key] = (_latest(previous[0] if previous is not None else None, at), pod)
         while len(gpu.occurrences) > OCCURRENCES_PER_GPU:
             gpu.occurrences.popitem(last=False)
 
@@ -141,6 +141,11 @@ class XidLedger:
     def _uuid(self, pci: PciAddress) -> str:
         return self._uuids.get(pci, UNKNOWN_UUID)
 
+    def uuid_of(self, pci: PciAddress) -> str:
+        """The uuid of the GPU at ``pci`` as known now (``unknown`` until the log or a collection names it)."""
+        with self._lock:
+            return self._uuid(pci)
+
     def records(self) -> tuple[XidRecord, ...]:
         with self._lock:
             rows = [
@@ -153,9 +158,9 @@ class XidLedger:
     def occurrences(self) -> tuple[XidOccurrence, ...]:
         with self._lock:
             rows = [
-                XidOccurrence(self._uuid(pci), pci.label, code, pid, name, at, pod_uid, container_id)
+                XidOccurrence(self._uuid(pci), pci.label, code, pid, name, at, pod)
                 for pci, gpu in sorted(self._gpus.items())
-                for (code, pid, name), (at, pod_uid, container_id) in gpu.occurrences.items()
+                for (code, pid, name), (at, pod) in gpu.occurrences.items()
             ]
         return tuple(rows)
 

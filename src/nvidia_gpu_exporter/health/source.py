@@ -6,7 +6,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from nvidia_gpu_exporter.health.kernellog import GpuIdentity, LogLine, SxidEvent, XidEvent, parse_line, parse_message
@@ -21,9 +21,11 @@ from nvidia_gpu_exporter.model.snapshot import (
     QueryField,
     SxidRecord,
     XidOccurrence,
+    XidPod,
     XidRecord,
     column_of,
 )
+from nvidia_gpu_exporter.model.uuids import normalize_uuid
 from nvidia_gpu_exporter.model.xids import describe
 
 log = logging.getLogger(__name__)
@@ -91,6 +93,7 @@ class KernelXidSource:
             )
             self._fd = self.reader.open_now()
         self._started = False
+        self._holders: Mapping[str, tuple[str, str, str]] = {}  # normalized uuid -> (container, namespace, pod)
 
     @property
     def readable(self) -> bool:
@@ -119,10 +122,7 @@ class KernelXidSource:
         if event is None:
             return
         at = self.ledger.wall_time(line.kernel_usec, self.wall_clock() if live else None)
-        pod = ("", "")
-        # Only while the process may still run: a replayed line's pid may belong to another process by now.
-        if live and self.process_pod is not None and isinstance(event, XidEvent) and event.pid is not None:
-            pod = self.process_pod(event.pid)
+        pod = self._blamed_pod(event) if live and isinstance(event, XidEvent) else XidPod()
         self.ledger.add(event, at, pod)
         if live and isinstance(event, XidEvent):
             meaning = describe(event.code)
@@ -146,9 +146,25 @@ class KernelXidSource:
         elif live and not isinstance(event, GpuIdentity):
             log.error("a GPU fell off the bus", extra={"pci_bus_id": event.pci.label})
 
-    def learn(self, fields: Sequence[QueryField], table: GpuTable) -> None:
-        """Take the uuids of the GPUs a collection saw, for XIDs whose uuid the log itself did not name."""
+    def _blamed_pod(self, event: XidEvent) -> XidPod:
+        """The pod of a live XID, known only while it may still run (a replayed line's pid may be reused)."""
+        pod_uid = container_id = ""
+        if self.process_pod is not None and event.pid is not None:
+            pod_uid, container_id = self.process_pod(event.pid)
+        container, namespace, pod = self._holders.get(normalize_uuid(self.ledger.uuid_of(event.pci)), ("", "", ""))
+        return XidPod(pod_uid, container_id, namespace, pod, container)
+
+    def learn(
+        self,
+        fields: Sequence[QueryField],
+        table: GpuTable,
+        holders: Mapping[str, tuple[str, str, str]] | None = None,
+    ) -> None:
+        """Take the uuids of the GPUs a collection saw, for XIDs whose uuid the log itself did not name, and
+        (with pod-resources attribution) the container holding each whole GPU, for the XIDs read next."""
         self.ledger.learn_uuids(gpu_addresses(fields, table))
+        if holders is not None:
+            self._holders = holders  # one reference swapped: the reader thread sees the old map or the new
 
     def records(self) -> tuple[XidRecord, ...]:
         return self.ledger.records()

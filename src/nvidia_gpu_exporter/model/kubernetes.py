@@ -102,3 +102,18 @@ class KubernetesAttribution:
     processes: tuple[ProcessPod, ...] | None = None  # None: --kubernetes.process-pods off or no process rows
     process_reason: str = ""  # set when no process can be attributed at all (hostpid_off, ...)
     process_detail: str = ""
+
+    def sole_holders(self) -> dict[str, tuple[str, str, str]]:
+        """GPU uuid → (container, namespace, pod) for GPUs held whole (or every replica) by exactly one container.
+
+        A GPU shared by several containers (time-slicing) has no one holder: any one pick would be wrong,
+        and one series per pod would multiply sums. Neither does a GPU split into MIG devices: its per-GPU
+        series cover every slice, not the one a pod holds. ``nvidia_smi_gpu_pod_info`` lists them all.
+        """
+        holders: dict[str, set[tuple[str, str, str]]] = {}
+        split: set[str] = set()
+        for link in self.gpu_pods:
+            holders.setdefault(link.uuid, set()).add((link.container, link.namespace, link.pod))
+            if link.mig_uuid:
+                split.add(link.uuid)
+        return {uuid: next(iter(found)) for uuid, found in holders.items() if len(found) == 1 and uuid not in split}

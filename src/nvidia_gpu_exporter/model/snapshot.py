@@ -126,6 +126,22 @@ class XidRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class XidPod:
+    """The pod an XID is blamed on, as known when its line was read (every part "" when unknown).
+
+    ``pod_uid`` and ``container_id`` come from the blamed pid's cgroup (--kubernetes.process-pods);
+    ``namespace``, ``pod`` and ``container`` name the one container the kubelet said held the whole GPU
+    then (--kubernetes.pod-resources), left empty for a GPU shared by several or split into MIG devices.
+    """
+
+    pod_uid: str = ""
+    container_id: str = ""
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class XidOccurrence:
     """One recent XID with the process that caused it, as the kernel log names them (the last few per GPU)."""
 
@@ -135,8 +151,7 @@ class XidOccurrence:
     pid: str  # "" when the driver did not know
     process_name: str
     seen_at: float | None
-    pod_uid: str = ""  # from the pid's cgroup when the line was read (--kubernetes.process-pods)
-    container_id: str = ""
+    pod: XidPod = XidPod()
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,8 +56,11 @@ def build_report(snapshot: Snapshot) -> dict[str, Any]:
                 "xid": row.xid,
                 "pid": row.pid,
                 "process_name": row.process_name,
-                "pod_uid": row.pod_uid,
-                "container_id": row.container_id,
+                "pod_uid": row.pod.pod_uid,
+                "container_id": row.pod.container_id,
+                "namespace": row.pod.namespace,
+                "pod": row.pod.pod,
+                "container": row.pod.container,
                 "seen_at": row.seen_at,
                 **_meaning(row.xid),
             }
