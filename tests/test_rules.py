@@ -57,6 +57,7 @@ ACTIONS = {
     "NvidiaGpuPciDeviceNotVisible": ["lspci -k", "vfio-pci", "fallen off the bus", "Xid 79", "reseat", "RMA"],
     "NvidiaGpuFallenOffBus": ["Drain the node and reboot it", "seating", "RMA"],
     "NvidiaGpuExporterKernelLogUnreadable": ["/dev/kmsg", "CAP_SYSLOG", "ProtectKernelLogs=no", "xid-source=nvml"],
+    "NvidiaNvswitchSxidFatal": ["nvidia-fabricmanager", "reset", "reboot", "RMA"],
 }
 DEFAULT_OFF = {"NvidiaGpuSoftwareThermalSlowdown"}
 
@@ -105,7 +106,7 @@ def checks_by_alert(test_file: Path) -> dict[str, list[bool]]:
 
 def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
     alerts = alert_names(rules_text())
-    assert len(alerts) == len(set(alerts)) == 20
+    assert len(alerts) == len(set(alerts)) == 21
     checks = checks_by_alert(RULE_TESTS / "rules.test.yml")
     optin = checks_by_alert(RULE_TESTS / "optin-rules.test.yml")
     for alert in alerts:
@@ -211,7 +212,7 @@ def test_all_rules_off_renders_no_prometheusrule() -> None:
         )["prometheusRule"]
         if key not in ("enabled", "additionalLabels")
     }
-    assert len(toggles) == 21
+    assert len(toggles) == 22
     assert RULE_TEMPLATE not in render_chart({"prometheusRule": {"enabled": True, **toggles}})
     assert RULE_TEMPLATE not in render_chart({})
 
@@ -222,7 +223,7 @@ def test_all_rules_off_renders_no_prometheusrule() -> None:
 def test_promtool_checks_the_rules() -> None:
     completed = run_promtool("check", "rules", RULES_FILE)
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "SUCCESS: 20 rules found" in completed.stdout
+    assert "SUCCESS: 21 rules found" in completed.stdout
 
 
 def test_promtool_unit_tests_pass(tmp_path: Path) -> None:
@@ -360,4 +361,4 @@ def test_kubernetes_md_scrape_example_is_valid(tmp_path: Path) -> None:
     shutil.copy(RULES_FILE, tmp_path / RULES_FILE.name)
     completed = run_promtool("check", "config", _write(tmp_path / "prometheus.yml", yaml.safe_dump(config)))
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "SUCCESS: 20 rules found" in completed.stdout
+    assert "SUCCESS: 21 rules found" in completed.stdout
