@@ -33,6 +33,7 @@ from deploy_helpers import (
 )
 from harness import FIXTURE_CAPTURES, fake_smi_command, start_exporter
 from polling import wait_until
+from sysfs_fakes import gpu, make_sysfs, remove_function
 
 CAPTURE = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
 ALERT = "NvidiaGpuTemperatureHigh"
@@ -88,7 +89,7 @@ def test_hot_gpu_pages_through_alertmanager_and_resolves(tmp_path: Path) -> None
     write_fake_config(fake_config, 95)
     rules, rule_names = fast_rules()
     assert ALERT in rule_names
-    assert len(rule_names) == 20
+    assert len(rule_names) == 21
 
     with webhook_receiver() as hook:
         am_config = alertmanager_config(hook.url)
@@ -177,6 +178,8 @@ def test_hot_gpu_pages_through_alertmanager_and_resolves(tmp_path: Path) -> None
 
 
 XID_ALERTS = {"NvidiaGpuXidCritical", "NvidiaGpuFallenOffBus"}
+LOST_GPU_ALERTS = {"NvidiaGpuFewerThanExpected", "NvidiaGpuPciDeviceNotVisible"}
+LOST_GPU = "0000:1a:00.0"  # on the fake bus, bound to nvidia, and not in the capture: the driver lost it
 MIG_GPU0 = "3f1a9c2e-7b4d-4e8a-9c61-2d5e8f0a1b37"  # at 00000000:07:00.0 in the fixture capture
 
 
@@ -188,17 +191,27 @@ def _kmsg_xid_79(sequence: int) -> str:
     )
 
 
-def test_a_kernel_log_xid_on_the_exec_backend_pages_through_alertmanager(tmp_path: Path) -> None:
-    """The default exec backend serves no NVML events: the XID comes from the kernel log, as on a real node."""
+def _firing(body: dict[str, Any], name: str) -> bool:
+    return body["status"] == "firing" and body["commonLabels"].get("alertname") == name
+
+
+def test_a_kernel_log_xid_and_a_lost_gpu_on_the_exec_backend_page_through_alertmanager(tmp_path: Path) -> None:
+    """The default exec backend serves no NVML events: the XID comes from the kernel log, as on a real node;
+    a GPU the bus lists and the driver does not pages until it leaves the bus."""
     binary("prometheus")
     binary("prometheus-alertmanager", "alertmanager")
     rules, _ = fast_rules()
     kernel_log = tmp_path / "kmsg"
     kernel_log.write_text("6,1,1000,-;Linux version 6.1.0\n")
+    sysfs = make_sysfs(tmp_path / "sys", [gpu("0000:07:00.0"), gpu("0000:0f:00.0"), gpu(LOST_GPU)])
     with webhook_receiver() as hook:
         am_config = alertmanager_config(hook.url)
         handle = start_exporter(
-            [f"--nvidia-smi-command={fake_smi_command(CAPTURE)}", f"--collect.kernel-log={kernel_log}"]
+            [
+                f"--nvidia-smi-command={fake_smi_command(CAPTURE)}",
+                f"--collect.kernel-log={kernel_log}",
+                f"--collect.sysfs-path={sysfs}",
+            ]
         )
         try:
             with alertmanager(am_config, tmp_path / "alertmanager") as am:
@@ -233,7 +246,27 @@ def test_a_kernel_log_xid_on_the_exec_backend_pages_through_alertmanager(tmp_pat
                         ),
                         timeout=60,
                     )
+                    lost = hook.wait_for(
+                        "the GPU-not-visible notification",
+                        lambda body: _firing(body, "NvidiaGpuPciDeviceNotVisible"),
+                        timeout=60,
+                    )
+                    assert lost["alerts"][0]["labels"]["pci_bus_id"] == "00000000:1A:00.0"
+                    hook.wait_for(
+                        "the fewer-than-expected notification",
+                        lambda body: _firing(body, "NvidiaGpuFewerThanExpected"),
+                        timeout=60,
+                    )
+                    remove_function(sysfs, LOST_GPU)
+                    hook.wait_for(
+                        "the lost GPU's alert resolved once it left the bus",
+                        lambda body: (
+                            body["status"] == "resolved"
+                            and body["commonLabels"].get("alertname") == "NvidiaGpuPciDeviceNotVisible"
+                        ),
+                        timeout=60,
+                    )
                     alerts_seen = {alert["labels"]["alertname"] for body in hook.received for alert in body["alerts"]}
-                    assert alerts_seen == XID_ALERTS, hook.received
+                    assert alerts_seen == XID_ALERTS | LOST_GPU_ALERTS, hook.received
         finally:
             handle.stop()
