@@ -147,7 +147,8 @@ INSTANCE = "extras:\n  mig:\n    - gpu: 0\n      instances:\n        - "
         ),
         pytest.param(
             "extras:\n  bogus: 1",
-            'line 2: extras: unknown key "bogus", want one of seed, energy-fallback-power-watts, pcie, mig, xids',
+            'line 2: extras: unknown key "bogus", want one of seed, energy-fallback-power-watts, pcie, mig, xids, '
+            "lost-gpus",
             id="unknown-top-key",
         ),
         pytest.param(
@@ -361,6 +362,16 @@ INSTANCE = "extras:\n  mig:\n    - gpu: 0\n      instances:\n        - "
             'line 5: extras.xids.codes[1]: must be an integer, got "x"',
             id="codes-text",
         ),
+        pytest.param(
+            "extras:\n  lost-gpus: [nvidia, amdgpu]",
+            'line 2: extras.lost-gpus[1]: must be one of nvidia, vfio-pci, none, got "amdgpu"',
+            id="lost-gpu-unknown-driver",
+        ),
+        pytest.param(
+            "extras:\n  lost-gpus: [" + ", ".join(["none"] * 9) + "]",
+            "line 2: extras.lost-gpus: at most 8 lost GPUs, got 9",
+            id="lost-gpus-bounded",
+        ),
     ],
 )
 def test_invalid_extras_name_the_key_path_and_line(config: str, message: str) -> None:
@@ -410,6 +421,11 @@ def test_gpu_indices_are_checked_against_the_simulated_gpus(block: str, count: i
             id="go-hex-float-is-a-number",
         ),
         pytest.param("{seed: -5, xids: ~, mig: ~, pcie: ~}", ExtrasSpec(seed=-5), id="nulls-mean-unset"),
+        pytest.param(
+            "{lost-gpus: [nvidia, vfio-pci, none]}",
+            ExtrasSpec(lost_gpus=("nvidia", "vfio-pci", "none")),
+            id="lost-gpus-by-the-driver-sysfs-shows",
+        ),
     ],
 )
 def test_valid_extras_parse_to_defaults_and_values(block: str, expected: ExtrasSpec) -> None:

@@ -10,7 +10,7 @@ import pytest
 from conftest import StartExporter
 from exposition_reader import series
 from nvidia_gpu_exporter.backends.demo.kernellog import DemoKernelLog
-from nvidia_gpu_exporter.health.kernellog import GpuIdentity, XidEvent, parse_line, parse_message
+from nvidia_gpu_exporter.health.kernellog import FallenOffBus, GpuIdentity, XidEvent, parse_line, parse_message
 from nvidia_gpu_exporter.model.pci import PciAddress
 from nvidia_gpu_exporter.model.snapshot import ProcessRow
 
@@ -53,6 +53,13 @@ def test_an_xid_blames_a_process_on_its_gpu(processes: tuple[ProcessRow, ...], p
     assert (event.pid, event.process_name) == (pid, name)
 
 
+def test_a_lost_gpu_falls_off_the_bus_once() -> None:
+    log = DemoKernelLog(lambda records: None)
+    first = log.fallen_off(["00000000:2A:00.0", "not an address"])
+    assert _events(first) == [FallenOffBus(PciAddress(0, 0x2A, 0))]
+    assert log.fallen_off(["00000000:2A:00.0"]) == []
+
+
 def test_a_gpu_without_a_bus_id_writes_nothing() -> None:
     assert DemoKernelLog(lambda records: None).lines([(UUID, 79, AT)], {}, ()) == []
 
@@ -65,7 +72,9 @@ def test_records_are_kmsg_records_in_sequence() -> None:
 
 def test_the_demo_serves_the_kernel_logs_families_with_its_processes(exporter: StartExporter) -> None:
     text = exporter("--collect.backend=demo", "--collect.compute-apps").scrape()
-    (fallen,) = series(text, "nvidia_smi_gpu_fallen_off_bus")
+    # The GPU its XID 79s name, and the one the default scenario lost from the bus (no uuid: never named).
+    fallen, lost = sorted(series(text, "nvidia_smi_gpu_fallen_off_bus"), key=lambda sample: sample.labels["uuid"])
+    assert lost.labels["uuid"] == "unknown"
     occurrences = series(text, "nvidia_smi_xid_occurrence_timestamp_seconds")
     assert {sample.labels["xid"] for sample in occurrences} == {"79"}
     assert all(sample.labels["pid"] and sample.labels["process_name"] for sample in occurrences)

@@ -91,8 +91,22 @@ def test_no_nvidia_function_means_no_new_line(
     assert handle.log.count(UNREADABLE) == warnings  # once, not once per scrape
 
 
-def test_the_demo_shows_its_simulated_gpus_on_the_bus(exporter: StartExporter) -> None:
+def test_the_demo_shows_its_simulated_gpus_on_the_bus_and_one_that_fell_off(exporter: StartExporter) -> None:
     handle = exporter("--collect.backend=demo")
     scrape = handle.scrape()
-    assert sample_value(scrape, "nvidia_smi_gpus_expected") == 2
-    assert sorted(device_info(scrape)) == sorted(label_values(scrape, "nvidia_smi_gpu_info", "pci_bus_id"))
+    visible = label_values(scrape, "nvidia_smi_gpu_info", "pci_bus_id")
+    assert sample_value(scrape, "nvidia_smi_gpus_expected") == len(visible) + 1 == 3
+    (lost,) = set(device_info(scrape)) - set(visible)
+    assert device_info(scrape)[lost]["driver"] == "nvidia"
+    assert sample_value(scrape, "nvidia_smi_gpu_fallen_off_bus", {"pci_bus_id": lost, "uuid": "unknown"}) == 1
+
+
+def test_the_demo_simulates_gpus_lost_to_each_driver(tmp_path: Path, exporter: StartExporter) -> None:
+    config = tmp_path / "demo.yaml"
+    config.write_text("gpus: 1\nextras:\n  lost-gpus: [vfio-pci, none]\n")
+    scrape = exporter("--collect.backend=demo", f"--demo-config={config}").scrape()
+    visible = label_values(scrape, "nvidia_smi_gpu_info", "pci_bus_id")
+    lost = {bus_id: labels["driver"] for bus_id, labels in device_info(scrape).items() if bus_id not in visible}
+    assert sorted(lost.values()) == ["none", "vfio-pci"]
+    assert sample_value(scrape, "nvidia_smi_gpus_expected") == 3
+    assert not series(scrape, "nvidia_smi_gpu_fallen_off_bus")  # held by another driver, not fallen off

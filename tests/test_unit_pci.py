@@ -11,7 +11,7 @@ from async_helpers import bounded, run
 from exposition_reader import checked, family_block, label_values, sample_value
 from fakes import READINGS, FakeBackend
 from nvidia_gpu_exporter.backends import CollectionError
-from nvidia_gpu_exporter.backends.demo.backend import DemoBackend
+from nvidia_gpu_exporter.backends.demo.backend import DemoBackend, free_bus_ids
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.config import Config, ConfigError, validate
@@ -168,7 +168,7 @@ def test_an_abandoned_collection_cancels_its_scan() -> None:
 # -- the demo's simulated view -----------------------------------------------------------------------------------
 
 
-def test_the_demo_simulates_one_gpu_function_per_simulated_gpu() -> None:
+def test_the_demo_simulates_one_gpu_function_per_simulated_gpu_and_its_lost_one() -> None:
     async def main() -> tuple[PciInventory | None, list[str]]:
         backend = await DemoBackend.start(FieldRequest("AUTO"))
         readings = await backend.collect()
@@ -178,10 +178,24 @@ def test_the_demo_simulates_one_gpu_function_per_simulated_gpu() -> None:
 
     inventory, bus_ids = run(main)
     assert inventory is not None
-    assert [function.bus_id for function in inventory.gpus] == sorted(bus_ids)
+    assert [function.bus_id for function in inventory.gpus] == [*sorted(bus_ids), "00000000:29:00.0"]
     assert {(function.kind, function.device_id, function.driver) for function in inventory.functions} == {
         (PciKind.GPU, "0x2335", "nvidia")
     }
+
+
+@pytest.mark.parametrize(
+    ("taken", "count", "expected"),
+    [
+        pytest.param(["00000000:18:00.0", "00000000:28:00.0"], 2, ["00000000:29:00.0", "00000000:2A:00.0"], id="after"),
+        pytest.param(["00000001:FE:00.0", "00000001:00:00.0"], 2, ["00000001:FF:00.0", "00000001:01:00.0"], id="wraps"),
+        pytest.param(["00000000:07:00.0"], 0, [], id="none-asked"),
+    ],
+)
+def test_the_demos_lost_gpus_sit_on_free_buses_after_the_simulated_ones(
+    taken: list[str], count: int, expected: list[str]
+) -> None:
+    assert free_bus_ids(taken, count) == expected
 
 
 # -- the flag --------------------------------------------------------------------------------------------------

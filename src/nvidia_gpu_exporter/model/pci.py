@@ -30,6 +30,11 @@ class PciAddress:
         """nvidia-smi's ``pci.bus_id`` form: ``00000000:3B:00.0``."""
         return f"{self.domain:08X}:{self.bus:02X}:{self.device:02X}.0"
 
+    @property
+    def kernel(self) -> str:
+        """The NVIDIA driver's form in kernel-log lines: ``0000:3b:00``."""
+        return f"{self.domain:04x}:{self.bus:02x}:{self.device:02x}"
+
 
 def parse_pci_address(text: str) -> PciAddress | None:
     """Any of the three spellings (domain optional, function optional); ``None`` for anything else."""

@@ -66,7 +66,8 @@ class Scene:
     responder: FleetResponder | CaptureResponder
     synthesizer: ExtrasSynthesizer
     gpu_count: int
-    pci: PciInventory | None = None  # the simulated sysfs view: every simulated GPU on the bus, bound to nvidia
+    pci: PciInventory | None = None  # the simulated sysfs view: every simulated GPU, and the lost ones
+    fallen: tuple[str, ...] = ()  # bus ids of the lost GPUs still bound to nvidia: they fell off the bus
 
 
 def read_config_file(path: str) -> bytes:
@@ -114,7 +115,10 @@ async def build_scene(settings: FakeSmiConfig, spec: ExtrasSpec, path: str = "")
         spec.check_gpu_count(gpu_count)
     except ExtrasError as error:
         raise BackendSetupError(f"config {go_quote(path)}: {error}" if path else str(error)) from error
-    return Scene(settings, spec, responder, ExtrasSynthesizer(spec, seed), gpu_count, await simulated_bus(responder))
+    bus = await simulated_bus(responder, spec.lost_gpus)
+    visible = len(bus.gpus) - len(spec.lost_gpus) if bus is not None else 0
+    fallen = tuple(gpu.bus_id for gpu in bus.gpus[visible:] if gpu.driver == "nvidia") if bus is not None else ()
+    return Scene(settings, spec, responder, ExtrasSynthesizer(spec, seed), gpu_count, bus, fallen)
 
 
 async def ask_pairs(
@@ -130,9 +134,17 @@ async def ask_pairs(
         return None
 
 
-async def simulated_bus(responder: FleetResponder | CaptureResponder) -> PciInventory | None:
-    """What sysfs would list for the simulated GPUs: each one at its bus id, bound to nvidia (``None`` when the
-    scene cannot say, e.g. a capture without ``pci.device_id``)."""
+def free_bus_ids(taken: Sequence[str], count: int) -> list[str]:
+    """``count`` bus ids in the first taken one's domain, on the buses after the highest taken (wrapping)."""
+    domain, buses = taken[0][:8], {int(bus_id[9:11], 16) for bus_id in taken}
+    free = [(max(buses) + step) % 256 for step in range(1, 257)]
+    return [f"{domain}:{bus:02X}:00.0" for bus in free if bus not in buses][:count]
+
+
+async def simulated_bus(responder: FleetResponder | CaptureResponder, lost: Sequence[str] = ()) -> PciInventory | None:
+    """What sysfs would list: each simulated GPU at its bus id, bound to nvidia, then one GPU per ``lost`` driver
+    that the simulated nvidia-smi does not list (``None`` when the scene cannot say, e.g. a capture without
+    ``pci.device_id``). The lost ones sit on free buses after the simulated GPUs', with the first GPU's model."""
     rows = await ask_pairs(responder, PCI_QUERY_ARGS)
     if rows is None:
         return None
@@ -143,7 +155,15 @@ async def simulated_bus(responder: FleetResponder | CaptureResponder) -> PciInve
             return None
         # nvidia-smi's pci.device_id is device << 16 | vendor; sysfs's device file holds the device alone.
         functions.setdefault(bus_id, PciFunction(bus_id, PciKind.GPU, f"0x{int(device, 16) >> 16:04x}", "nvidia"))
-    return PciInventory(tuple(functions[bus_id] for bus_id in sorted(functions)))
+    present = [functions[bus_id] for bus_id in sorted(functions)]
+    if not present:
+        return PciInventory()
+    spare = free_bus_ids([gpu.bus_id for gpu in present], len(lost))
+    missing = [
+        PciFunction(bus_id, PciKind.GPU, present[0].device_id, driver)
+        for bus_id, driver in zip(spare, lost, strict=True)
+    ]
+    return PciInventory((*present, *missing))
 
 
 class _Relay:
@@ -259,6 +279,8 @@ class DemoBackend:
         uuids = [row[self._uuid_column] for row in rows]
         extras = scene.synthesizer.cycle(now, uuids, await self._powers(scene, rows))
         events = scene.synthesizer.drain_events()  # drained whether or not they are written: memory stays bounded
+        if scene.fallen and self._kernel_log is not None:
+            self._kernel_log.write_fallen_off(scene.fallen, now)
         if events and self._kernel_log is not None:
             rows_of_processes = readings.processes.rows if readings.processes is not None else ()
             self._kernel_log.write(events, await self._bus_ids(scene, rows), rows_of_processes)

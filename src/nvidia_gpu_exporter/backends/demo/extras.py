@@ -45,7 +45,9 @@ MAX_XIDS_PER_CYCLE = 10
 MAX_INITIAL_COUNT = 1000  # each is one simulated kernel-log line
 MAX_FRESH_EVENTS = 10_000  # kernel-log lines kept between two drains: more than initial events plus a cycle's
 
-EXTRAS_KEYS = ("seed", "energy-fallback-power-watts", "pcie", "mig", "xids")
+EXTRAS_KEYS = ("seed", "energy-fallback-power-watts", "pcie", "mig", "xids", "lost-gpus")
+LOST_GPU_DRIVERS = ("nvidia", "vfio-pci", "none")  # what sysfs shows bound to a GPU nvidia-smi does not list
+MAX_LOST_GPUS = 8
 PCIE_KEYS = ("tx-bytes-per-second", "rx-bytes-per-second")
 BOUNDS_KEYS = ("min", "max")
 MIG_KEYS = ("gpu", "instances")
@@ -118,6 +120,7 @@ class ExtrasSpec:
     xid_initial: tuple[XidEventSpec, ...] = ()
     xid_interval_seconds: float | None = None
     xid_codes: tuple[int, ...] = DEFAULT_XID_CODES
+    lost_gpus: tuple[str, ...] = ()  # one driver per GPU that sysfs lists and the simulated nvidia-smi does not
 
     @property
     def mig_gpus(self) -> frozenset[int]:
@@ -146,6 +149,7 @@ DEFAULT_SCENARIO = ExtrasSpec(
     ),
     xid_initial=(XidEventSpec(1, 79, 2),),
     xid_interval_seconds=600.0,
+    lost_gpus=("nvidia",),
 )
 """The built-in scenario (docs/demo.md, "The default scenario"), served when no ``--demo-config`` is given."""
 
@@ -247,6 +251,19 @@ def _xids(node: YamlNode, values: dict[str, Any]) -> None:
         values["xid_codes"] = tuple(code.integer(low=0) for code in codes.items())
 
 
+def _lost_gpus(node: YamlNode) -> tuple[str, ...]:
+    items = node.items()
+    if len(items) > MAX_LOST_GPUS:
+        raise node.fail(f"at most {MAX_LOST_GPUS} lost GPUs, got {len(items)}")
+    drivers = []
+    for item in items:
+        driver = item.text()
+        if driver not in LOST_GPU_DRIVERS:
+            raise item.fail(f"must be one of {', '.join(LOST_GPU_DRIVERS)}, got {item.describe()}")
+        drivers.append(driver)
+    return tuple(drivers)
+
+
 def parse_extras(node: YamlNode | None) -> ExtrasSpec:
     """Validate the ``extras:`` block (``None``: no block) into a spec; what is not set keeps its default."""
     if node is None:
@@ -272,6 +289,8 @@ def parse_extras(node: YamlNode | None) -> ExtrasSpec:
             values["mig"] = _mig(entries["mig"])
         if "xids" in entries:
             _xids(entries["xids"], values)
+        if "lost-gpus" in entries:
+            values["lost_gpus"] = _lost_gpus(entries["lost-gpus"])
         return ExtrasSpec(**values)
     except StrictYamlError as error:
         raise ExtrasError(str(error)) from None

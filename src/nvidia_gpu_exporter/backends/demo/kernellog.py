@@ -34,6 +34,7 @@ class DemoKernelLog:
         self.kernel_clock = kernel_clock  # the clock the reader takes kernel time from
         self._sequence = 0
         self._named: set[str] = set()  # GPUs whose "GPU at PCI" line is in the file
+        self._fallen: set[str] = set()  # bus ids whose "fallen off the bus" line is
 
     def lines(
         self,
@@ -50,7 +51,7 @@ class DemoKernelLog:
             address = parse_pci_address(bus_ids.get(normalize_uuid(uuid), ""))
             if address is None:
                 continue
-            kernel = f"{address.domain:04x}:{address.bus:02x}:{address.device:02x}"
+            kernel = address.kernel
             usec = kernel_usec(at, self.kernel_clock)
             if uuid not in self._named:
                 self._named.add(uuid)
@@ -61,6 +62,23 @@ class DemoKernelLog:
             text = entry.name if entry is not None else "simulated"
             records.append(self._record(usec, f"NVRM: Xid (PCI:{kernel}): {code}, {blamed}, {text}"))
         return records
+
+    def fallen_off(self, bus_ids: Sequence[str], at: float | None = None) -> list[str]:
+        """The driver's line for each GPU that fell off the bus, once per GPU (an address it cannot parse: none)."""
+        usec = kernel_usec(time.time() if at is None else at, self.kernel_clock)
+        records = []
+        for bus_id in bus_ids:
+            address = parse_pci_address(bus_id)
+            if address is None or bus_id in self._fallen:
+                continue
+            self._fallen.add(bus_id)
+            records.append(self._record(usec, f"NVRM: GPU {address.kernel}.0: GPU has fallen off the bus."))
+        return records
+
+    def write_fallen_off(self, bus_ids: Sequence[str], at: float) -> None:
+        records = self.fallen_off(bus_ids, at)
+        if records:
+            self.sink(records)
 
     def _record(self, usec: int, message: str) -> str:
         self._sequence += 1
