@@ -192,7 +192,7 @@ def _kmsg_xid_79(sequence: int) -> str:
 
 
 def _firing(body: dict[str, Any], name: str) -> bool:
-    return body["status"] == "firing" and body["commonLabels"].get("alertname") == name
+    return bool(body["status"] == "firing" and body["commonLabels"].get("alertname") == name)
 
 
 def test_a_kernel_log_xid_and_a_lost_gpu_on_the_exec_backend_page_through_alertmanager(tmp_path: Path) -> None:
