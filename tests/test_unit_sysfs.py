@@ -20,7 +20,8 @@ from nvidia_gpu_exporter.health.sysfs import (
     scan,
     scan_in_thread,
 )
-from nvidia_gpu_exporter.model.pcibus import NO_DRIVER, PciFunction, PciInventory, PciKind, smi_bus_id
+from nvidia_gpu_exporter.model.pci import smi_bus_id
+from nvidia_gpu_exporter.model.pcibus import NO_DRIVER, PciFunction, PciInventory, PciKind
 from sysfs_fakes import (
     CLASS_AUDIO,
     CLASS_VGA,

@@ -27,7 +27,8 @@ from nvidia_gpu_exporter.doctor.report import CheckResult, Status
 from nvidia_gpu_exporter.health.source import KernelXidSource
 from nvidia_gpu_exporter.health.sysfs import SysfsError, devices_directory, scan_in_thread
 from nvidia_gpu_exporter.kubernetes.podresources import DEFAULT_SOCKET
-from nvidia_gpu_exporter.model.pcibus import NO_DRIVER, PciFunction, smi_bus_id
+from nvidia_gpu_exporter.model.pci import smi_bus_id
+from nvidia_gpu_exporter.model.pcibus import NO_DRIVER, PciFunction
 from nvidia_gpu_exporter.model.snapshot import KernelLogState, XidRecord
 from nvidia_gpu_exporter.model.xids import Severity, describe
 from nvidia_gpu_exporter.web.routes import DEFAULT_TELEMETRY_PATH

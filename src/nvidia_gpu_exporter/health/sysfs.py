@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from nvidia_gpu_exporter.model.pcibus import NO_DRIVER, PciFunction, PciInventory, PciKind, smi_bus_id
+from nvidia_gpu_exporter.model.pci import smi_bus_id
+from nvidia_gpu_exporter.model.pcibus import NO_DRIVER, PciFunction, PciInventory, PciKind
 from nvidia_gpu_exporter.support.asynctimeout import within_timeout
 
 log = logging.getLogger(__name__)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 _ADDRESS = re.compile(
     r"(?:(?P<domain>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):(?P<device>[0-9a-fA-F]{1,2})(?:\.(?P<function>[0-7]))?"
 )
+# sysfs names a function domain:bus:device.function in lower-case hex, the domain 4 digits (more behind a VMD).
+_SYSFS_NAME = re.compile(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
 MAX_DOMAIN = 0xFFFF_FFFF
 MAX_DEVICE = 0x1F  # five bits in the PCI address
 
@@ -45,3 +47,13 @@ def parse_pci_address(text: str) -> PciAddress | None:
     if device > MAX_DEVICE:
         return None
     return PciAddress(int(match["domain"] or "0", 16), int(match["bus"], 16), device)
+
+
+def smi_bus_id(address: str) -> str | None:
+    """A sysfs function name (``0000:3b:00.0``) in nvidia-smi's form (``00000000:3B:00.0``), the function kept
+    (sysfs lists each function apart); ``None`` for anything else."""
+    match = _SYSFS_NAME.fullmatch(address)
+    if match is None:
+        return None
+    domain, bus, device, function = match.groups()
+    return f"{int(domain, 16):08X}:{bus.upper()}:{device.upper()}.{function}"

@@ -6,14 +6,11 @@ backend's GPUs, so a GPU the driver lost (bound to vfio-pci, no driver, fallen o
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
 NO_DRIVER = "none"  # the driver label of a function no driver is bound to
-# sysfs names a function domain:bus:device.function in lower-case hex, the domain 4 digits (more behind a VMD).
-_ADDRESS = re.compile(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
 
 
 class PciKind(str, Enum):
@@ -54,12 +51,3 @@ class PciSource(Protocol):
     async def pci_inventory(self) -> PciInventory | None:
         """The functions on the bus, or ``None`` when they cannot be read now. Never raises."""
         ...
-
-
-def smi_bus_id(address: str) -> str | None:
-    """A PCI address in nvidia-smi's form (8 upper-case hex digits of domain), or ``None`` if it is not one."""
-    match = _ADDRESS.fullmatch(address)
-    if match is None:
-        return None
-    domain, bus, device, function = match.groups()
-    return f"{int(domain, 16):08X}:{bus.upper()}:{device.upper()}.{function}"

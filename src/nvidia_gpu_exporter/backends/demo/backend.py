@@ -44,7 +44,8 @@ from nvidia_gpu_exporter.backends.exec.output import CsvShapeError, parse_gpu_cs
 from nvidia_gpu_exporter.backends.exec.runner import RunResult
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.capture.config import ConfigError, FakeSmiConfig, parse_config
-from nvidia_gpu_exporter.model.pcibus import PciFunction, PciInventory, PciKind, smi_bus_id
+from nvidia_gpu_exporter.model.pci import smi_bus_id
+from nvidia_gpu_exporter.model.pcibus import PciFunction, PciInventory, PciKind
 from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, StatusFamily, StuckChildren, XidRecord
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
 from nvidia_gpu_exporter.model.values import transform_generic
