@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import hashlib
 import logging
 import re
@@ -46,7 +45,7 @@ def parse_basic_authorization(header: str | None) -> tuple[str, str] | None:
         return None
     try:
         decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
+    except ValueError:  # binascii.Error, UnicodeDecodeError, and text outside ASCII that base64 refuses
         return None
     user, separator, password = decoded.partition(":")
     if not separator:

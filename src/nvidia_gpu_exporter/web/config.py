@@ -21,6 +21,7 @@ from typing import Any
 
 from nvidia_gpu_exporter._go.durations import DurationError, parse_duration
 from nvidia_gpu_exporter.support.strictyaml import StrictYamlError, YamlNode, load_yaml
+from nvidia_gpu_exporter.web.auth import well_formed
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +208,8 @@ def _parse_users(node: YamlNode) -> dict[str, str]:
         text = hashed.text()
         if not text.startswith(_BCRYPT_PREFIXES):
             raise hashed.fail("not a bcrypt hash (expected $2a$/$2b$/$2y$...)")
+        if not well_formed(text.encode("utf-8")):  # a user who could never log in is a typo, not a setting
+            raise hashed.fail("not a usable bcrypt hash (cost 04 to 31, then 53 characters of salt and digest)")
         users[user.written] = text
     return users
 
@@ -233,11 +236,21 @@ def _parse_rate_limit(node: YamlNode) -> RateLimit | None:
     return RateLimit(interval / 1e9, max(burst, 1))
 
 
-def parse_web_config(text: str, source: str = "<web config>", base_dir: str = ".") -> WebConfig:
-    """Strictly parse web-config YAML; file names in it are relative to ``base_dir``."""
+def parse_web_config(
+    text: str, source: str = "<web config>", base_dir: str = ".", *, allow_empty: bool = True
+) -> WebConfig:
+    """Strictly parse web-config YAML; file names in it are relative to ``base_dir``.
+
+    An empty document means plain HTTP without auth; ``allow_empty=False`` refuses it instead, for a file
+    given explicitly, where empty is far more often a half-written file than a wish to open the endpoint.
+    """
     try:
         root = load_yaml(text)
         if root is None or root.is_null:
+            if not allow_empty:
+                raise WebConfigError(
+                    f"{source}: the web config file is empty; remove --web.config.file to serve without TLS and auth"
+                )
             return WebConfig(source=source, base_dir=base_dir)
         entries = root.mapping(TOP_LEVEL_KEYS)
         values: dict[str, Any] = {}
@@ -265,7 +278,7 @@ def load_web_config(path: str) -> WebConfig:
             text = handle.read()
     except (OSError, UnicodeDecodeError) as error:
         raise WebConfigError(f"cannot read web config file {path!r}: {error}") from error
-    config = parse_web_config(text, path, os.path.dirname(os.path.abspath(path)))
+    config = parse_web_config(text, path, os.path.dirname(os.path.abspath(path)), allow_empty=False)
     if config.tls is not None:
         build_ssl_context(config)  # certificates and keys must load now, not at the first handshake
     return config

@@ -13,6 +13,7 @@ import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from aiohttp import web
 
@@ -142,8 +143,11 @@ class Security:
         except WebConfigError as error:
             log.error("web config reload failed, keeping the previous settings", extra={"err": str(error)})
             return False
+        if self.config.basic_auth_users and not config.basic_auth_users:
+            log.warning("web config reloaded: basic auth is now off, every client gets in")
         if (config.tls is None) != (self.ssl_context is None):
             log.warning("web config: turning TLS on or off applies after a restart")
+            config = replace(config, tls=self.config.tls)  # TLS and its client checks stay as they are served
         elif config.tls is not None and self.ssl_context is not None:
             self._reload_certificates(config)
             old = self.config.tls
