@@ -136,7 +136,12 @@ def test_gzip_refused_with_zero_quality_serves_plain_text(served: Exporter) -> N
 
 
 def test_pprof_routes_are_served_when_enabled(exporter: StartExporter) -> None:
-    handle = exporter("--nvidia-smi-command", fake_smi_command(MIG_FIXTURE), "--web.enable-pprof")
+    handle = exporter(
+        "--nvidia-smi-command",
+        fake_smi_command(MIG_FIXTURE),
+        "--web.enable-pprof",
+        "--web.enable-pprof-unauthenticated",
+    )
     index = request(handle, "GET", "/debug/pprof/")
     cmdline = request(handle, "GET", "/debug/pprof/cmdline")
     landing = request(handle, "GET", "/")

@@ -284,6 +284,12 @@ async def serve(config: Config) -> int:
         security = Security.from_file(config.web_config_file)
     except WebConfigError as error:
         raise StartupError(str(error)) from error
+    if config.enable_pprof and not security.authenticates and not config.enable_pprof_unauthenticated:
+        raise StartupError(
+            "--web.enable-pprof needs basic_auth_users or client certificates (RequireAndVerifyClientCert) in "
+            "--web.config.file: the profiling endpoints show the command line and run for minutes; "
+            "--web.enable-pprof-unauthenticated serves them to anyone"
+        )
     xids = choose_xid_source(config)
     try:
         demo_log = xids.kernel_log if xids.name == "demo" else None

@@ -65,6 +65,7 @@ class Config:
     max_requests: int = 40
     timeout_offset_ns: int = 500_000_000
     enable_pprof: bool = False
+    enable_pprof_unauthenticated: bool = False
     nvidia_smi_command: str = DEFAULT_NVIDIA_SMI_COMMAND
     query_field_names: str = "AUTO"
     query_field_names_exclude: str = ""

@@ -106,6 +106,13 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag("web.enable-pprof", "enable_pprof", "Enable the /debug/pprof profiling endpoints.", Kind.BOOL),
     Flag(
+        "web.enable-pprof-unauthenticated",
+        "enable_pprof_unauthenticated",
+        "Allow --web.enable-pprof without basic auth or client certificates in --web.config.file (the profiling "
+        "endpoints show the command line and run for minutes).",
+        Kind.BOOL,
+    ),
+    Flag(
         "nvidia-smi-command",
         "nvidia_smi_command",
         "Path or command to be used for nvidia-smi executable, with optional leading arguments "

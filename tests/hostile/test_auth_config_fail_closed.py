@@ -14,6 +14,8 @@ from pathlib import Path
 import bcrypt
 import pytest
 
+from conftest import StartExporter
+from harness import run_exporter_to_exit
 from nvidia_gpu_exporter.web.auth import parse_basic_authorization
 from nvidia_gpu_exporter.web.config import WebConfigError, load_web_config
 from nvidia_gpu_exporter.web.security import Security
@@ -137,3 +139,29 @@ def test_a_reload_that_drops_tls_keeps_every_tls_check_until_a_restart(pki: Path
     assert security.config.tls is not None
     assert security.config.tls.client_allowed_sans == ("prometheus",)
     assert security.authenticator is not None  # the rest of the edit applies
+
+
+@pytest.mark.parametrize(
+    ("web_config", "extra", "starts"),
+    [
+        pytest.param(None, (), False, id="no-web-config-refused"),
+        pytest.param("http_server_config:\n  headers:\n    X-Frame-Options: deny\n", (), False, id="no-auth-refused"),
+        pytest.param(USERS, (), True, id="basic-auth-serves-it"),
+        pytest.param(None, ("--web.enable-pprof-unauthenticated",), True, id="said-explicitly"),
+    ],
+)
+def test_pprof_needs_authentication_or_an_explicit_flag(
+    tmp_path: Path, exporter: StartExporter, web_config: str | None, extra: tuple[str, ...], starts: bool
+) -> None:
+    """The profiler shows the full command line (--nvidia-smi-command included) and runs for minutes."""
+    args = ["--collect.backend=demo", "--web.enable-pprof", *extra]
+    if web_config is not None:
+        path = tmp_path / "web.yml"
+        path.write_text(web_config)
+        args.append(f"--web.config.file={path}")
+    if starts:
+        exporter(*args).stop()
+        return
+    code, log = run_exporter_to_exit(args)
+    assert code == 1
+    assert "--web.enable-pprof needs basic_auth_users or client certificates" in log

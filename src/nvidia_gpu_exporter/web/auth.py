@@ -1,8 +1,16 @@
 """HTTP basic auth against bcrypt hashes, cached so a scrape does not pay ~80 ms of bcrypt every time.
 
-As in Prometheus' exporter-toolkit: results are cached by a digest of (user, hash, password), bcrypt runs
-one check at a time off the event loop, and an unknown user is checked against a fixed dummy hash so the
-response time does not reveal which users exist. Nothing secret is logged.
+Built to hold under a flood of wrong passwords (docs/security.md, "Basic auth"):
+
+- only successes are cached, a few per user, keyed by a digest of (user, hash, password): wrong passwords,
+  however many, cannot evict a working credential, and the cache is bounded by the configured users;
+- bcrypt runs one check at a time on a thread of its own (a blocked read elsewhere cannot starve it), with
+  at most :data:`MAX_PENDING_PER_CLIENT` checks waiting per client and :data:`MAX_PENDING` in all; beyond
+  them a request is answered "busy" at once instead of queueing behind the flood;
+- an unknown user is checked against the slowest configured hash, and every uncached check is padded to
+  the time that hash takes, so the answer's timing says neither which users exist nor their hash cost.
+
+Nothing secret is logged.
 
 Passwords longer than 72 bytes: bcrypt only ever reads the first 72 bytes of a password, and exporter-toolkit's
 Go bcrypt (``CompareHashAndPassword``) compares just those, so the Go exporter accepts a longer password whose
@@ -21,14 +29,21 @@ import base64
 import hashlib
 import logging
 import re
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from enum import Enum
 
 import bcrypt
 
 log = logging.getLogger(__name__)
 
-CACHE_SIZE = 256
+SUCCESSES_PER_USER = 4  # cached working passwords per user (a rotation may briefly have two in use)
+MAX_PENDING_PER_CLIENT = 2  # uncached checks one client (remote address) may have waiting or running
+MAX_PENDING = 64  # and all clients together
+_BCRYPT_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bcrypt")
+_sleep = asyncio.sleep  # the padding's sleep (tests record it instead of waiting)
 BCRYPT_MAX_PASSWORD_BYTES = 72  # all that bcrypt reads of a password
 # $2a$/$2b$/$2y$, a cost from 04 to 31, then 22 characters of salt and 31 of digest in bcrypt's base64 alphabet.
 _HASH_SHAPE = re.compile(rb"\$2[aby]\$(?:0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
@@ -68,10 +83,30 @@ def _checkpw(password: bytes, hashed: bytes) -> bool:
         return False
 
 
-class BasicAuthenticator:
-    """Verifies credentials against ``basic_auth_users``; safe to share between requests on one loop."""
+class Verdict(Enum):
+    ALLOWED = "allowed"
+    DENIED = "denied"
+    BUSY = "busy"  # too many checks waiting: answered at once, without bcrypt (HTTP 429)
 
-    def __init__(self, users: Mapping[str, str]) -> None:
+
+def _cost(hashed: bytes) -> int:
+    return int(hashed[4:6]) if well_formed(hashed) else 0
+
+
+class BasicAuthenticator:
+    """Verifies credentials against ``basic_auth_users``; safe to share between requests on one loop.
+
+    ``previous`` (the authenticator a reload replaces) hands over the cached successes of users whose
+    hash did not change. ``floor_seconds`` fixes the padding instead of measuring it (tests).
+    """
+
+    def __init__(
+        self,
+        users: Mapping[str, str],
+        *,
+        previous: BasicAuthenticator | None = None,
+        floor_seconds: float | None = None,
+    ) -> None:
         self.users = {user: hashed.encode("utf-8") for user, hashed in users.items()}
         for user, hashed_bytes in self.users.items():
             if not well_formed(hashed_bytes):
@@ -79,30 +114,69 @@ class BasicAuthenticator:
                     "basic_auth_users: not a well-formed bcrypt hash, so this user can never log in",
                     extra={"user": user},
                 )
-        self._cache: OrderedDict[bytes, bool] = OrderedDict()
-        self._lock = asyncio.Lock()
+        usable = [hashed for hashed in self.users.values() if well_formed(hashed)]
+        self._slowest = max(usable, key=_cost) if usable else _DUMMY_HASH
+        self._floor = floor_seconds
+        self._successes: dict[str, OrderedDict[bytes, None]] = {}
+        if previous is not None:
+            for user, digests in previous._successes.items():
+                if previous.users.get(user) == self.users.get(user):
+                    self._successes[user] = OrderedDict(digests)
+        self._pending: dict[str, int] = {}
+        self._pending_total = 0
         self.bcrypt_checks = 0  # how many times bcrypt really ran, for tests and benchmarks
 
     def _key(self, user: str, hashed: bytes, password: str) -> bytes:
-        material = b"\x00".join((user.encode("utf-8"), hashed, password.encode("utf-8")))
+        material = b"\x00".join((user.encode("utf-8"), hashed, password.encode("utf-8", "surrogateescape")))
         return hashlib.sha256(material).digest()
 
-    async def verify(self, user: str, password: str) -> bool:
+    async def verify(self, user: str, password: str, client: str = "") -> bool:
+        return await self.check(user, password, client) is Verdict.ALLOWED
+
+    async def check(self, user: str, password: str, client: str = "") -> Verdict:
+        """The verdict on one request's credentials; ``client`` (its remote address) bounds its queue."""
         known = user in self.users
-        hashed = self.users.get(user, _DUMMY_HASH)
+        hashed = self.users.get(user, self._slowest)
         key = self._key(user, hashed, password)
-        cached = self._cache.get(key)
-        if cached is not None:
-            self._cache.move_to_end(key)
-            return cached and known
-        async with self._lock:  # bcrypt is deliberately slow: one at a time, off the event loop
-            cached = self._cache.get(key)
-            if cached is None:
-                self.bcrypt_checks += 1
-                cached = await asyncio.get_running_loop().run_in_executor(
-                    None, _checkpw, password.encode("utf-8"), hashed
-                )
-                self._cache[key] = cached
-                if len(self._cache) > CACHE_SIZE:
-                    self._cache.popitem(last=False)
-        return cached and known
+        successes = self._successes.get(user)
+        if known and successes is not None and key in successes:
+            successes.move_to_end(key)
+            return Verdict.ALLOWED
+        if self._pending.get(client, 0) >= MAX_PENDING_PER_CLIENT or self._pending_total >= MAX_PENDING:
+            return Verdict.BUSY
+        self._pending[client] = self._pending.get(client, 0) + 1
+        self._pending_total += 1
+        try:
+            matched, seconds = await self._bcrypt(password, hashed)
+        finally:
+            self._pending_total -= 1
+            self._pending[client] -= 1
+            if not self._pending[client]:
+                del self._pending[client]
+        await _sleep(max(0.0, await self._floor_seconds() - seconds))
+        if not (matched and known):
+            return Verdict.DENIED
+        cached = self._successes.setdefault(user, OrderedDict())
+        cached[key] = None
+        while len(cached) > SUCCESSES_PER_USER:
+            cached.popitem(last=False)
+        return Verdict.ALLOWED
+
+    async def _bcrypt(self, password: str, hashed: bytes, *, counted: bool = True) -> tuple[bool, float]:
+        """bcrypt's verdict and how long it took, on the bcrypt thread (one check at a time)."""
+        self.bcrypt_checks += counted
+        secret = password.encode("utf-8", "surrogateescape")
+        loop = asyncio.get_running_loop()
+
+        def timed() -> tuple[bool, float]:
+            started = time.perf_counter()
+            matched = _checkpw(secret, hashed)
+            return matched, time.perf_counter() - started
+
+        return await loop.run_in_executor(_BCRYPT_THREAD, timed)
+
+    async def _floor_seconds(self) -> float:
+        """How long a check of the slowest configured hash takes (measured once, on first use)."""
+        if self._floor is None:
+            _, self._floor = await self._bcrypt("", self._slowest, counted=False)
+        return self._floor

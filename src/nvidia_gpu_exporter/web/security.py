@@ -12,12 +12,13 @@ import contextlib
 import logging
 import ssl
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from aiohttp import web
 
-from nvidia_gpu_exporter.web.auth import BasicAuthenticator, parse_basic_authorization
+from nvidia_gpu_exporter.web.auth import BasicAuthenticator, Verdict, parse_basic_authorization
 from nvidia_gpu_exporter.web.config import (
     RateLimit,
     TlsSettings,
@@ -35,6 +36,7 @@ from nvidia_gpu_exporter.web.responses import plain_text
 log = logging.getLogger(__name__)
 
 RELOAD_INTERVAL_SECONDS = 5.0
+MAX_RATE_LIMITED_CLIENTS = 4096  # buckets kept; the least recently seen client's goes first (it restarts full)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -55,6 +57,22 @@ class TokenBucket:
             self.tokens -= 1.0
             return True
         return False
+
+
+class ClientBuckets:
+    """One :class:`TokenBucket` per client, so one client's requests never spend another's tokens."""
+
+    def __init__(self, limit: RateLimit, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit = limit
+        self.clock = clock
+        self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
+
+    def take(self, client: str) -> bool:
+        bucket = self._buckets.pop(client, None) or TokenBucket(self.limit, self.clock)
+        self._buckets[client] = bucket
+        while len(self._buckets) > MAX_RATE_LIMITED_CLIENTS:
+            self._buckets.popitem(last=False)
+        return bucket.take()
 
 
 def _policy(tls: TlsSettings) -> tuple[object, ...]:
@@ -90,9 +108,19 @@ class Security:
 
     def _apply(self, config: WebConfig) -> None:
         self.config = config
-        self.authenticator = BasicAuthenticator(config.basic_auth_users) if config.basic_auth_users else None
-        self.bucket = TokenBucket(config.rate_limit) if config.rate_limit else None
+        previous = getattr(self, "authenticator", None)
+        self.authenticator = (
+            BasicAuthenticator(config.basic_auth_users, previous=previous) if config.basic_auth_users else None
+        )
+        self.buckets = ClientBuckets(config.rate_limit) if config.rate_limit else None
         self.headers = dict(config.headers)
+
+    @property
+    def authenticates(self) -> bool:
+        """Whether every request must prove who sent it (a password or a verified client certificate)."""
+        tls = self.config.tls
+        verified = tls is not None and tls.client_auth_type == "RequireAndVerifyClientCert"
+        return bool(self.config.basic_auth_users) or verified
 
     @property
     def tls_enabled(self) -> bool:
@@ -106,12 +134,18 @@ class Security:
         if tls is not None and tls.client_allowed_sans and not (_peer_sans(request) & set(tls.client_allowed_sans)):
             log.warning("refused a client certificate: no allowed SAN", extra={"remote": request.remote})
             return plain_text("Forbidden\n", 403)
-        if self.bucket is not None and not self.bucket.take():
-            return plain_text("Too Many Requests\n", 429)
+        client = request.remote or ""
         if self.authenticator is not None:
             credentials = parse_basic_authorization(request.headers.get("Authorization"))
-            if credentials is None or not await self.authenticator.verify(*credentials):
+            verdict = await self.authenticator.check(*credentials, client) if credentials else Verdict.DENIED
+            if verdict is Verdict.BUSY:
+                return plain_text("Too Many Requests\n", 429, {"Retry-After": "1"})
+            if verdict is not Verdict.ALLOWED:
                 return plain_text("Unauthorized\n", 401, {"WWW-Authenticate": "Basic"})
+            assert credentials is not None
+            client = "user:" + credentials[0]  # after auth, the user is the client: its own bucket
+        if self.buckets is not None and not self.buckets.take(client):
+            return plain_text("Too Many Requests\n", 429)
         return await handler(request)
 
     async def on_response_prepare(self, _: web.Request, response: web.StreamResponse) -> None:
