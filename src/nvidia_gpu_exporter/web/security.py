@@ -27,9 +27,7 @@ from nvidia_gpu_exporter.web.config import (
     build_ssl_context,
     config_warnings,
     fingerprint,
-    load_chain,
     load_web_config,
-    resolve_path,
 )
 from nvidia_gpu_exporter.web.responses import plain_text
 
@@ -80,6 +78,18 @@ def _policy(tls: TlsSettings) -> tuple[object, ...]:
     return (tls.client_auth_type, tls.min_version, tls.max_version, tls.cipher_suites, tls.curve_preferences)
 
 
+def _with_policy(tls: TlsSettings, served: TlsSettings) -> TlsSettings:
+    """``tls`` with the policy (:func:`_policy`) it is served with until a restart."""
+    return replace(
+        tls,
+        client_auth_type=served.client_auth_type,
+        min_version=served.min_version,
+        max_version=served.max_version,
+        cipher_suites=served.cipher_suites,
+        curve_preferences=served.curve_preferences,
+    )
+
+
 def _peer_sans(request: web.Request) -> set[str]:
     transport = request.transport
     certificate = transport.get_extra_info("peercert") if transport is not None else None
@@ -95,6 +105,12 @@ class Security:
         self.path = path
         self.config = config or WebConfig()
         self.ssl_context: ssl.SSLContext | None = build_ssl_context(self.config) if self.config.tls else None
+        # The listening socket keeps its first context; each handshake switches to the latest one built at a
+        # reload, so a rotated certificate and a removed client CA both apply (a context's trust store can
+        # only grow, so a new context is the only way to take a CA out).
+        self._live_context = self.ssl_context
+        if self.ssl_context is not None:
+            self.ssl_context.sni_callback = self._select_context
         self._apply(self.config)
         self._fingerprint = fingerprint(path, self.config) if path else ""
         for warning in config_warnings(self.config):
@@ -183,24 +199,25 @@ class Security:
             log.warning("web config: turning TLS on or off applies after a restart")
             config = replace(config, tls=self.config.tls)  # TLS and its client checks stay as they are served
         elif config.tls is not None and self.ssl_context is not None:
-            self._reload_certificates(config)
             old = self.config.tls
-            if old is not None and _policy(old) != _policy(config.tls):
+            assert old is not None
+            if _policy(old) != _policy(config.tls):
                 log.warning("web config: TLS versions, cipher suites and client auth apply after a restart")
+                config = replace(config, tls=_with_policy(config.tls, old))
+            try:
+                self._live_context = build_ssl_context(config)
+            except WebConfigError as error:
+                log.error("web config reload failed, keeping the previous settings", extra={"err": str(error)})
+                return False
         self._apply(config)
         self._fingerprint = fingerprint(self.path, config)
         log.info("web config reloaded", extra={"file": self.path})
         return True
 
-    def _reload_certificates(self, config: WebConfig) -> None:
-        """New handshakes use the rotated certificate and any added client CA."""
-        assert self.ssl_context is not None
-        assert config.tls is not None
-        load_chain(self.ssl_context, config, config.tls)
-        if config.tls.client_ca_file:
-            self.ssl_context.load_verify_locations(cafile=resolve_path(config, config.tls.client_ca_file))
-        elif config.tls.client_ca:
-            self.ssl_context.load_verify_locations(cadata=config.tls.client_ca)
+    def _select_context(self, connection: ssl.SSLObject, _server_name: str | None, current: ssl.SSLContext) -> None:
+        """Hand a new handshake the latest context (called by OpenSSL once the client's hello arrived)."""
+        if self._live_context is not None and self._live_context is not current:
+            connection.context = self._live_context
 
     async def watch(self, interval: float = RELOAD_INTERVAL_SECONDS) -> None:
         """Poll for changes until cancelled."""

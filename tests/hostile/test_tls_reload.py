@@ -1,0 +1,91 @@
+"""TLS settings at reload (docs/security.md): a client CA taken out of ``client_ca_file`` stops working.
+
+``load_verify_locations`` only ever adds to a context's trust store, so after CA1 was replaced by CA2 a
+client certificate from CA1 still got 200 until a restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+import trustme
+from aiohttp import web
+
+from async_helpers import WAIT_SECONDS, bounded, run
+from nvidia_gpu_exporter.web.security import Security
+from nvidia_gpu_exporter.web.server import WebServer, bind_socket
+from nvidia_gpu_exporter.web.settings import WebSettings
+
+MTLS = (
+    "tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n  client_ca_file: clients.pem\n"
+    "  client_auth_type: RequireAndVerifyClientCert\n"
+)
+
+
+@contextlib.asynccontextmanager
+async def serving(security: Security) -> AsyncIterator[str]:
+    async def hello(_: web.Request) -> web.Response:
+        return web.Response(text="hello\n")
+
+    app = web.Application()
+    app.router.add_get("/", hello)
+    security.install(app)
+    server = WebServer(app, WebSettings("/metrics", 0, 0.5, 60.0, 5.0, 0.0, False), security)
+    await server.start([bind_socket("127.0.0.1:0")])
+    try:
+        yield f"https://{server.addresses[0]}/"
+    finally:
+        await bounded(server.stop())
+
+
+async def status(url: str, server_ca: trustme.CA, client: trustme.LeafCert) -> int | str:
+    context = ssl.create_default_context()
+    server_ca.configure_trust(context)
+    client.configure_cert(context)
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WAIT_SECONDS)) as session,
+            session.get(url, ssl=context) as response,
+        ):
+            return response.status
+    except (aiohttp.ClientError, ssl.SSLError, ConnectionError):
+        return "refused"
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    path.write_bytes(data)
+    status_now = path.stat()
+    os.utime(path, ns=(status_now.st_atime_ns, status_now.st_mtime_ns + 1_000_000_000))
+
+
+@pytest.mark.parametrize("change", ["replaced", "config-points-elsewhere"])
+def test_a_client_ca_removed_at_reload_stops_being_trusted(tmp_path: Path, change: str) -> None:
+    server_ca, first_ca, second_ca = trustme.CA(), trustme.CA(), trustme.CA()
+    leaf = server_ca.issue_cert("127.0.0.1")
+    leaf.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
+    leaf.cert_chain_pems[0].write_to_path(str(tmp_path / "cert.pem"))
+    (tmp_path / "clients.pem").write_bytes(first_ca.cert_pem.bytes())
+    config = tmp_path / "web.yml"
+    config.write_text(MTLS)
+    first_client, second_client = first_ca.issue_cert("scraper"), second_ca.issue_cert("scraper")
+    security = Security.from_file(str(config))
+
+    async def main() -> list[int | str]:
+        async with serving(security) as url:
+            before = [await status(url, server_ca, first_client), await status(url, server_ca, second_client)]
+            if change == "replaced":
+                replace_file(tmp_path / "clients.pem", second_ca.cert_pem.bytes())
+            else:
+                (tmp_path / "new-clients.pem").write_bytes(second_ca.cert_pem.bytes())
+                replace_file(config, MTLS.replace("clients.pem", "new-clients.pem").encode())
+            assert security.reload_if_changed()
+            after = [await status(url, server_ca, first_client), await status(url, server_ca, second_client)]
+            return before + after
+
+    assert run(main) == [200, "refused", "refused", 200]
