@@ -48,7 +48,8 @@ from deploy_helpers import (
 from harness import SHARED, Exporter, fake_smi_command, start_exporter
 from nvidia_gpu_exporter.exposition.dcgm import DCGM_FAMILIES
 from polling import wait_until
-from test_sre_loop import SHORT_FOR, alertmanager_config, write_fake_config
+from test_dashboards import LABEL_VALUES, all_panels, substitute
+from test_sre_loop import alertmanager_config, fast_rules, write_fake_config
 
 DASHBOARD = SHARED / "dcgm" / "dcgm-exporter-dashboard.json"
 CAPTURE = SHARED / "conformance" / "captures" / "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"
@@ -57,11 +58,7 @@ DUAL_RULES = RULES_FILE.parent / "nvidia-gpu-exporter-dual-scheme-rules.yml"
 ALERT = "GPUHighTemperature"
 DUAL_ALERT = "NvidiaGpuTemperatureHigh"
 NODE = "gpu-node-1"
-# Grafana's built-in variables, with values that fit a 1 s scrape interval.
-BUILTINS = {"$__rate_interval": "10s", "$__interval": "2s", "$__range": "1h"}
-_VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)")
 _DCGM_NAME = re.compile(r"\bDCGM_[A-Z0-9_]+\b")
-_LABEL_VALUES = re.compile(r"^label_values\((?:(.*),\s*)?(\w+)\)$", re.DOTALL)
 # The characters Grafana escapes in a value of a multi-value variable used in a Prometheus regex.
 _REGEX_SPECIAL = re.compile(r"[\\^$*+?.()|{}\[\]]")
 DATA_TIMEOUT = 60.0
@@ -80,26 +77,12 @@ def dashboard() -> dict[str, Any]:
 
 def panel_queries(board: dict[str, Any]) -> dict[str, list[str]]:
     """Panel title -> its PromQL targets, rows' nested panels included."""
-    panels: list[dict[str, Any]] = []
-    for panel in board["panels"]:
-        panels.extend(panel.get("panels", []) if panel["type"] == "row" else [panel])
-    return {panel["title"]: [target["expr"] for target in panel.get("targets", [])] for panel in panels}
+    return {panel["title"]: [target["expr"] for target in panel.get("targets", [])] for panel in all_panels(board)}
 
 
 def runbook_rules() -> dict[str, Any]:
     document: dict[str, Any] = yaml.safe_load(RUNBOOK_RULES.read_text(encoding="utf-8"))
     return document
-
-
-def fast(path: Path) -> str:
-    """A rules file with every `for:` shortened and its groups evaluated every second (the test copy)."""
-    document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    for group in document["groups"]:
-        group["interval"] = "1s"
-        for rule in group["rules"]:
-            if "for" in rule:
-                rule["for"] = SHORT_FOR
-    return yaml.safe_dump(document, sort_keys=False)
 
 
 def grafana_all(values: list[str]) -> str:
@@ -108,19 +91,13 @@ def grafana_all(values: list[str]) -> str:
     return escaped[0] if len(escaped) == 1 else "(" + "|".join(escaped) + ")"
 
 
-def substitute(expr: str, values: dict[str, str]) -> str:
-    for builtin, value in BUILTINS.items():
-        expr = expr.replace(builtin, value)
-    return _VARIABLE.sub(lambda match: values.get(match.group(1) or match.group(2), match.group(0)), expr)
-
-
 def resolve_variables(server: Server, board: dict[str, Any]) -> dict[str, str]:
     """Each query variable in order, from its label_values() query, as its `All` selection."""
     chosen: dict[str, str] = {}
     for variable in board["templating"]["list"]:
         if variable["type"] != "query":
             continue
-        match = _LABEL_VALUES.match(substitute(variable["query"], chosen))
+        match = LABEL_VALUES.match(substitute(variable["query"], chosen))
         assert match, variable["query"]
         expr, label = match.group(1) or "", match.group(2)
         params = urllib.parse.urlencode({"match[]": expr}) if expr else ""
@@ -169,7 +146,7 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loop]:
                     "rule_files": ["runbook.yml", "dual.yml"],
                     "scrape_configs": [scrape_config(handle.address)],
                 }
-                rule_files = {"runbook.yml": fast(RUNBOOK_RULES), "dual.yml": fast(DUAL_RULES)}
+                rule_files = {"runbook.yml": fast_rules(RUNBOOK_RULES)[0], "dual.yml": fast_rules(DUAL_RULES)[0]}
                 with prometheus(config, workdir / "prometheus", rule_files) as server:
                     wait_target_up(server)
                     yield Loop(handle, server, hook, fake_config)
