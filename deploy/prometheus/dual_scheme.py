@@ -8,10 +8,11 @@ DCGM table (nvidia_gpu_exporter.exposition.dcgm). sync_rules.py writes the resul
 tests/dual-scheme.test.yml check it.
 
 Each alert is `(nvidia_smi arm) or (DCGM arm)`, both arms aggregated `by` the labels the chart's alert carries
-(`job`, `instance`, `uuid`, and `xid` or `pci_bus_id` where it has them), the DCGM arm's `uuid` cut from its
-`UUID` (`GPU-3f1a…` -> `3f1a…`, the chart's form) and its `xid` copied from `err_code`. A GPU served in both
-names (`--metrics.profile=both`) so gives one series, and one alert, whose labels equal the chart alert's, so
-Alertmanager merges it with the chart's alert when both packs are loaded.
+(`job`, `instance`, `uuid`, and `xid` or `pci_bus_id` where it has them; `job` and `instance` alone for a
+missing GPU), the DCGM arm's `uuid` cut from its `UUID` (`GPU-3f1a…` -> `3f1a…`, the chart's form) and its
+`xid` copied from `err_code`. A GPU served in both names (`--metrics.profile=both`) so gives one series, and
+one alert, whose labels equal the chart alert's, so Alertmanager merges it with the chart's alert when both
+packs are loaded.
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ GROUP = "nvidia-gpu-dual-scheme"
 GPU_LABELS = ("job", "instance", "uuid")
 _COMPARISON = re.compile(r"^(nvidia_smi_\w+) (==|!=|>=|<=|>|<) (\S+)$")
 _RATIO = re.compile(r"^((nvidia_smi_\w+) / nvidia_smi_memory_total_bytes) (>) (\S+)$")
+_MISSING = re.compile(
+    r"^\(count by \(job, instance\) \(nvidia_smi_gpu_info\) or .+\)"
+    r" < max_over_time\(\(count by \(job, instance\) \(nvidia_smi_gpu_info\)\)(\[[0-9a-z]+:[0-9a-z]+\])\)"
+    r" and on \(job, instance\) nvidia_smi_last_collect_success == 1$"
+)
 _FALLEN = re.compile(r"^nvidia_smi_gpu_fallen_off_bus == 1$")
 _XID = re.compile(r'^time\(\) - nvidia_smi_xid_last_timestamp_seconds\{xid=~"([0-9|]+)"\} < (\d+)$')
 
@@ -107,6 +113,15 @@ def _fallen_off_bus(expr: str) -> str:
     return f"{_by(labels, expr)}\nor {_by(labels, _dcgm_labels(dcgm))}"
 
 
+def _gpu_missing(expr: str) -> str:
+    """Fewer GPUs than in the chart's window. DCGM has no info family: a GPU is there while its temperature (which
+    every GPU reports) is served, and a failed collection, which serves no DCGM series at all, counts no GPU, as
+    the chart's arm waits for a working collection."""
+    (window,) = _parsed(_MISSING, expr)
+    gpus = f"count by (job, instance) ({twins()['nvidia_smi_temperature_gpu'][0]})"
+    return f"({expr})\nor {gpus} < max_over_time(({gpus}){window})"
+
+
 # The chart's alerts that have a DCGM twin, and how each one's expression gets its DCGM arm.
 DUAL: dict[str, Callable[[str], str]] = {
     "NvidiaGpuTemperatureHigh": _comparison,
@@ -115,6 +130,7 @@ DUAL: dict[str, Callable[[str], str]] = {
     "NvidiaGpuXidWarning": _xid,
     "NvidiaGpuUncorrectableEccErrors": _comparison,
     "NvidiaGpuRowRemapFailure": _comparison,
+    "NvidiaGpuMissing": _gpu_missing,
     "NvidiaGpuFallenOffBus": _fallen_off_bus,
 }
 

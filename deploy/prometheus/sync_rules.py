@@ -32,7 +32,7 @@ DUAL_HEADER = """\
 # The dual-scheme alert pack: the core GPU alerts of nvidia-gpu-exporter-rules.yml, each matching this exporter's
 # nvidia_smi_* names or DCGM's DCGM_FI_* names (--metrics.profile=dcgm, or NVIDIA's dcgm-exporter), so that a
 # mixed fleet needs one rule set. Same alert names, thresholds and annotations as the chart's rules, and the same
-# labels (job, instance, uuid, and xid or pci_bus_id), so a GPU served in both names alerts once.
+# labels (job, instance, and uuid, xid or pci_bus_id where it has them), so a GPU served in both names alerts once.
 # GENERATED from deploy/helm/nvidia-gpu-exporter/templates/prometheusrule.yaml (default values) and the
 # exporter's DCGM field table by deploy/prometheus/sync_rules.py (dual_scheme.py); docs/migrating-from-dcgm-exporter.md.
 # Tests: deploy/prometheus/tests/dual-scheme.test.yml (promtool test rules), tests/test_dcgm_rules.py.
