@@ -22,12 +22,14 @@ from typing import Any
 import pytest
 import yaml
 
-from deploy_helpers import RULE_TESTS, RULES_FILE, strip_annotations
+from deploy_helpers import KUSTOMIZE, RULE_TESTS, RULES_FILE, operator_models, strip_annotations
+from test_chart_kustomize import attribution_overlay, kustomize
 from test_rules import run_promtool, unit_test_in
 
 RUNBOOK_TEST = RULE_TESTS / "runbook.test.yml"
 DUAL_RULES = RULES_FILE.parent / "nvidia-gpu-exporter-dual-scheme-rules.yml"
 DUAL_TEST = RULE_TESTS / "dual-scheme.test.yml"
+DUAL_COMPONENT = KUSTOMIZE / "components" / "dual-scheme-rules"
 DUAL_ALERTS = [
     "NvidiaGpuTemperatureHigh",
     "NvidiaGpuMemoryNearlyFull",
@@ -90,6 +92,18 @@ def test_every_dual_scheme_alert_is_tested_in_each_scheme() -> None:
         assert fired == set(DUAL_ALERTS), name
         for check in test["alert_rule_test"]:
             assert len(check["exp_alerts"]) <= 1, (name, check)
+
+
+def test_the_kustomize_component_carries_the_dual_scheme_pack(tmp_path: Path) -> None:
+    """For Prometheus Operator users without the chart: the same groups as a PrometheusRule (sync_rules.py), in an
+    overlay of the base as a user would write it."""
+    models = operator_models()
+    objects = kustomize(attribution_overlay(tmp_path / "overlay", DUAL_COMPONENT.name))
+    (rule,) = [document for document in objects if document["kind"] == "PrometheusRule"]
+    assert rule["metadata"] == {"name": "nvidia-gpu-exporter-dual-scheme", "namespace": "monitoring"}
+    assert rule["spec"]["groups"] == yaml.safe_load(dual_text())["groups"]
+    model = models.PrometheusRule.model_validate(rule)
+    assert model.model_dump(by_alias=True, exclude_unset=True, mode="json") == rule
 
 
 # --- promtool ---------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ CHART = HERE.parent / "helm" / "nvidia-gpu-exporter"
 RULES = HERE / "nvidia-gpu-exporter-rules.yml"
 DUAL_RULES = HERE / "nvidia-gpu-exporter-dual-scheme-rules.yml"
 KUSTOMIZE_RULE = HERE.parent / "kustomize" / "components" / "prometheus-operator" / "prometheusrule.yaml"
+KUSTOMIZE_DUAL_RULE = HERE.parent / "kustomize" / "components" / "dual-scheme-rules" / "prometheusrule.yaml"
 HEADER = """\
 # Alert rules for the NVIDIA GPU exporter, for Prometheus without the Prometheus Operator (rule_files:).
 # GENERATED from deploy/helm/nvidia-gpu-exporter/templates/prometheusrule.yaml with the chart's default values
@@ -68,10 +69,14 @@ def outputs() -> dict[Path, str]:
         "for Prometheus without the Prometheus Operator (rule_files:)", "as a PrometheusRule for kustomize"
     )
     dual = dual_scheme_groups(yaml.safe_load(textwrap.dedent(groups))["groups"])
+    dual_groups = yaml.dump({"groups": dual}, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
     return {
         RULES: HEADER + textwrap.dedent(groups),
-        DUAL_RULES: DUAL_HEADER
-        + yaml.dump({"groups": dual}, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True),
+        DUAL_RULES: DUAL_HEADER + dual_groups,
+        KUSTOMIZE_DUAL_RULE: DUAL_HEADER
+        + "apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\n"
+        + "metadata:\n  name: nvidia-gpu-exporter-dual-scheme\nspec:\n"
+        + textwrap.indent(dual_groups, "  "),
         KUSTOMIZE_RULE: kustomize_header
         + "apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata:\n  name: nvidia-gpu-exporter\nspec:\n"
         + groups,
