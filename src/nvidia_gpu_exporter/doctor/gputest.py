@@ -17,7 +17,6 @@ import contextlib
 import copy
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -102,9 +101,7 @@ def _failure(pod: dict[str, Any]) -> str:
     return str((pod.get("status", {}) or {}).get("message", "the pod failed"))
 
 
-def check_gpu_test_pod(
-    client: ApiClient, options: GpuTestOptions, clock: Callable[[], float] = time.monotonic
-) -> CheckResult:
+def check_gpu_test_pod(client: ApiClient, options: GpuTestOptions) -> CheckResult:
     """Create the pod, poll it until it succeeds, fails or the time is up, and delete it."""
     pods = f"/api/v1/namespaces/{quote(options.namespace, safe='')}/pods"
     request_timeout = options.request_timeout_seconds
@@ -117,15 +114,15 @@ def check_gpu_test_pod(
     name = str(created.get("metadata", {}).get("name", ""))
     path = f"{pods}/{quote(name, safe='')}"
     try:
-        return _wait(client, path, name, options, clock)
+        return _wait(client, path, name, options)
     finally:
         # The result already says what happened; a pod that could not be deleted is named in it.
         with contextlib.suppress(ApiError):
             client.request("DELETE", path, timeout=request_timeout)
 
 
-def _wait(client: ApiClient, path: str, name: str, options: GpuTestOptions, clock: Callable[[], float]) -> CheckResult:
-    deadline = clock() + options.timeout_seconds
+def _wait(client: ApiClient, path: str, name: str, options: GpuTestOptions) -> CheckResult:
+    deadline = time.monotonic() + options.timeout_seconds
     state = "never read"
     for _ in range(math.ceil(options.timeout_seconds / options.poll_seconds) + 1):
         try:
@@ -147,7 +144,7 @@ def _wait(client: ApiClient, path: str, name: str, options: GpuTestOptions, cloc
                     f"kubectl logs {name} -n {options.namespace}: a driver or runtime problem on the node",
                 )
             state = _waiting(pod)
-        if clock() >= deadline:
+        if time.monotonic() >= deadline:
             break
         time.sleep(options.poll_seconds)
     return CheckResult(
