@@ -14,7 +14,7 @@ import ssl
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent import futures
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -286,11 +286,15 @@ def make_node(root: Path, *, driver: bool = True, devices: Sequence[str] = (), c
 @dataclass
 class FakeApiServer:
     """An HTTPS API server on 127.0.0.1 that answers GETs from ``routes`` (path → (status, JSON body)) and
-    requires ``Authorization: Bearer <token>``; ``requests`` records (path, query) of each."""
+    requires ``Authorization: Bearer <token>``; ``requests`` records (path, query) of each GET. ``handler``, when
+    set, answers first, for GET, POST and DELETE: (method, path, JSON body or None) → (status, body), or None to
+    fall back to ``routes``; ``calls`` records (method, path) of every request."""
 
     token: str
     routes: dict[str, tuple[int, Any]] = field(default_factory=dict)
     requests: list[tuple[str, dict[str, list[str]]]] = field(default_factory=list)
+    handler: Callable[[str, str, Any], tuple[int, Any] | None] | None = None
+    calls: list[tuple[str, str]] = field(default_factory=list)
     url: str = ""
     ca_pem: bytes = b""
     _server: ThreadingHTTPServer | None = None
@@ -306,13 +310,28 @@ class FakeApiServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                self._answer("GET")
+
+            def do_POST(self) -> None:
+                self._answer("POST")
+
+            def do_DELETE(self) -> None:
+                self._answer("DELETE")
+
+            def _answer(self, method: str) -> None:
                 parts = urlsplit(self.path)
-                fake.requests.append((parts.path, parse_qs(parts.query)))
+                length = int(self.headers.get("Content-Length", "0"))
+                sent = json.loads(self.rfile.read(length)) if length else None
+                fake.calls.append((method, parts.path))
+                if method == "GET":
+                    fake.requests.append((parts.path, parse_qs(parts.query)))
                 if self.headers.get("Authorization") != f"Bearer {fake.token}":
                     self._reply(401, {"kind": "Status", "message": "Unauthorized"})
                     return
-                status, body = fake.routes.get(parts.path, (404, {"kind": "Status", "message": "not found"}))
-                self._reply(status, body)
+                answer = fake.handler(method, parts.path, sent) if fake.handler is not None else None
+                if answer is None:
+                    answer = fake.routes.get(parts.path, (404, {"kind": "Status", "message": "not found"}))
+                self._reply(*answer)
 
             def _reply(self, status: int, body: Any) -> None:
                 data = json.dumps(body).encode("utf-8")

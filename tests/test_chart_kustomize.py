@@ -147,11 +147,12 @@ def test_operator_component_matches_the_chart() -> None:
     assert not by_kind(objects, "ConfigMap")
 
 
-def attribution_overlay(directory: Path) -> Path:
-    """An overlay of the base plus the attribution component, as a user would write it (namespace monitoring)."""
+def attribution_overlay(directory: Path, name: str = "kubernetes-attribution") -> Path:
+    """An overlay of the base plus a component (the attribution one by default), as a user would write it
+    (namespace monitoring)."""
     directory.mkdir(parents=True, exist_ok=True)
     base = os.path.relpath(KUSTOMIZE / "base", directory)
-    component = os.path.relpath(KUSTOMIZE / "components" / "kubernetes-attribution", directory)
+    component = os.path.relpath(KUSTOMIZE / "components" / name, directory)
     (directory / "kustomization.yaml").write_text(
         yaml.safe_dump(
             {

@@ -46,7 +46,7 @@ VARIABLES = ("datasource", "job", "node", "gpu")
 BUILTINS = {"$__rate_interval": "10s", "$__interval": "2s", "$__range": "1h"}
 _VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)")
 _METRIC = re.compile(r"\bnvidia_smi_[a-z0-9_]+\b")
-_LABEL_VALUES = re.compile(r"^label_values\((?:(.*),\s*)?(\w+)\)$", re.DOTALL)
+LABEL_VALUES = re.compile(r"^label_values\((?:(.*),\s*)?(\w+)\)$", re.DOTALL)
 _QUERY_RESULT = re.compile(r"^query_result\((.*)\)$", re.DOTALL)
 DATA_TIMEOUT = 90.0
 
@@ -186,7 +186,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
 def resolve_variable(server: Server, variable: dict[str, Any], values: dict[str, str]) -> list[tuple[str, str]]:
     """(text, value) pairs of one query variable, computed as Grafana does from its Prometheus query."""
     definition = substitute(variable["query"]["query"], values)
-    if match := _LABEL_VALUES.match(definition):
+    if match := LABEL_VALUES.match(definition):
         expr, label = match.group(1) or "", match.group(2)
         params = urllib.parse.urlencode({"match[]": expr}) if expr else ""
         answer = get_json(server.url + f"/api/v1/label/{label}/values?{params}")
@@ -244,7 +244,7 @@ def test_every_query_parses_with_promtool(live: Live, tmp_path: Path) -> None:
         expressions += [substitute(target["expr"], values) for _, target in targets(board)]
         for variable in board["templating"]["list"][1:]:
             definition = substitute(variable["query"]["query"], values)
-            match = _LABEL_VALUES.match(definition) or _QUERY_RESULT.match(definition)
+            match = LABEL_VALUES.match(definition) or _QUERY_RESULT.match(definition)
             assert match, definition
             expressions.append(match.group(1))
     rules = {

@@ -40,9 +40,10 @@ ALERT = "NvidiaGpuTemperatureHigh"
 SHORT_FOR = "2s"
 
 
-def fast_rules() -> tuple[str, list[str]]:
-    """The shipped rules with every `for:` shortened and a 1 s evaluation interval (the test copy)."""
-    document = yaml.safe_load(RULES_FILE.read_text(encoding="utf-8"))
+def fast_rules(path: Path = RULES_FILE) -> tuple[str, list[str]]:
+    """Rules (the shipped ones by default) with every `for:` shortened and a 1 s evaluation interval (the test
+    copy), and their alert names."""
+    document = yaml.safe_load(path.read_text(encoding="utf-8"))
     names: list[str] = []
     for group in document["groups"]:
         group["interval"] = "1s"

@@ -2,7 +2,9 @@
 # Kubernetes and the SRE loop (issue 6): the Helm chart (render, strict lint, schema validation for several
 # Kubernetes versions, Prometheus operator CRD models, restricted Pod Security Standard), the kustomize base, the
 # alert rules (promtool check + unit tests), the dashboards (every panel query against a real Prometheus scraping
-# the demo backend) and the SRE loop (fake nvidia-smi -> exporter -> Prometheus -> Alertmanager -> webhook).
+# the demo backend), the SRE loop (fake nvidia-smi -> exporter -> Prometheus -> Alertmanager -> webhook) and, under
+# --metrics.profile=dcgm, NVIDIA's dashboard 12239, the runbook's alert and the dual-scheme rules, the gpu-test
+# pod manifest and the doctor's Prometheus checks (issue 12).
 #
 # Installs what it needs: the Python tools into .venv (kept out of pyproject's test extra: helm-python-sdk alone
 # is a 71 MB wheel), and Debian's prometheus and prometheus-alertmanager unpacked into a temporary directory (no
@@ -45,7 +47,8 @@ echo "tools installed in $(( $(date +%s) - started ))s"
 status=0
 .venv/bin/python -m pytest -m "slow or not slow" -q -rs -p no:cacheprovider \
     tests/test_chart.py tests/test_chart_kustomize.py tests/test_rules.py tests/test_dashboards.py \
-    tests/test_sre_loop.py 2>&1 | tee "$out" || status=$?
+    tests/test_sre_loop.py tests/test_dcgm_rules.py tests/test_dcgm_runbook.py tests/test_gpu_test_pod.py \
+    tests/test_doctor_deploy.py 2>&1 | tee "$out" || status=$?
 if grep -q '^SKIPPED' "$out"; then
     echo "some deployment tests were skipped: every one must run in this step" >&2
     exit 1

@@ -1,7 +1,8 @@
 """Write nvidia-gpu-exporter-rules.yml from the Helm chart's PrometheusRule template (the single source).
 
 The chart template holds every rule with its knobs; rendered with the default values it gives the groups of the
-standalone rules file for Prometheus without the operator. tests/test_rules.py fails when the two differ.
+standalone rules file for Prometheus without the operator, and (dual_scheme.py) the dual-scheme pack, whose core
+alerts match `nvidia_smi_*` or `DCGM_FI_*` series. tests/test_rules.py fails when they differ.
 Needs helm-python-sdk (`pip install helm-python-sdk`); run from anywhere: `python deploy/prometheus/sync_rules.py`.
 """
 
@@ -11,10 +12,15 @@ import sys
 import textwrap
 from pathlib import Path
 
+import yaml
+from dual_scheme import dual_scheme_groups
+
 HERE = Path(__file__).resolve().parent
 CHART = HERE.parent / "helm" / "nvidia-gpu-exporter"
 RULES = HERE / "nvidia-gpu-exporter-rules.yml"
+DUAL_RULES = HERE / "nvidia-gpu-exporter-dual-scheme-rules.yml"
 KUSTOMIZE_RULE = HERE.parent / "kustomize" / "components" / "prometheus-operator" / "prometheusrule.yaml"
+KUSTOMIZE_DUAL_RULE = HERE.parent / "kustomize" / "components" / "dual-scheme-rules" / "prometheusrule.yaml"
 HEADER = """\
 # Alert rules for the NVIDIA GPU exporter, for Prometheus without the Prometheus Operator (rule_files:).
 # GENERATED from deploy/helm/nvidia-gpu-exporter/templates/prometheusrule.yaml with the chart's default values
@@ -22,6 +28,27 @@ HEADER = """\
 # carries the same groups. NvidiaGpuExporterDown expects the scrape job to be named "nvidia-gpu-exporter".
 # Tests: deploy/prometheus/tests/ (promtool test rules), tests/test_rules.py, tests/test_sre_loop.py.
 """
+
+DUAL_HEADER = """\
+# The dual-scheme alert pack: the core GPU alerts of nvidia-gpu-exporter-rules.yml, each matching this exporter's
+# nvidia_smi_* names or DCGM's DCGM_FI_* names (--metrics.profile=dcgm, or NVIDIA's dcgm-exporter), so that a
+# mixed fleet needs one rule set. Same alert names, thresholds and annotations as the chart's rules, and the same
+# labels (job, instance, and uuid, xid or pci_bus_id where it has them), so a GPU served in both names alerts once.
+# GENERATED from deploy/helm/nvidia-gpu-exporter/templates/prometheusrule.yaml (default values) and the
+# exporter's DCGM field table by deploy/prometheus/sync_rules.py (dual_scheme.py); docs/migrating-from-dcgm-exporter.md.
+# Tests: deploy/prometheus/tests/dual-scheme.test.yml (promtool test rules), tests/test_dcgm_rules.py.
+"""
+
+
+class _Dumper(yaml.SafeDumper):
+    """Writes a multi-line string (a dual-scheme expression, one arm a line) as a literal block."""
+
+
+def _string(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None)
+
+
+_Dumper.add_representer(str, _string)
 
 
 def rendered_groups_text() -> str:
@@ -41,8 +68,15 @@ def outputs() -> dict[Path, str]:
     kustomize_header = HEADER.replace(
         "for Prometheus without the Prometheus Operator (rule_files:)", "as a PrometheusRule for kustomize"
     )
+    dual = dual_scheme_groups(yaml.safe_load(textwrap.dedent(groups))["groups"])
+    dual_groups = yaml.dump({"groups": dual}, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
     return {
         RULES: HEADER + textwrap.dedent(groups),
+        DUAL_RULES: DUAL_HEADER + dual_groups,
+        KUSTOMIZE_DUAL_RULE: DUAL_HEADER
+        + "apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\n"
+        + "metadata:\n  name: nvidia-gpu-exporter-dual-scheme\nspec:\n"
+        + textwrap.indent(dual_groups, "  "),
         KUSTOMIZE_RULE: kustomize_header
         + "apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata:\n  name: nvidia-gpu-exporter\nspec:\n"
         + groups,

@@ -1,5 +1,6 @@
 """The cluster half of the checklist, read-only and about this node only: allocatable GPUs, the device
-plugin's pod, and GPU taints. Needs ``get`` on this node and ``list`` on pods (field-selected to it)."""
+plugin's pod, and GPU taints. Needs ``get`` on this node and ``list`` on pods (field-selected to it). The opt-in
+gpu-test pod (doctor/gputest.py) is the one check that writes: it creates and deletes one pod."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from nvidia_gpu_exporter.doctor.gputest import CHECK as GPU_TEST_CHECK
+from nvidia_gpu_exporter.doctor.gputest import TITLE as GPU_TEST_TITLE
+from nvidia_gpu_exporter.doctor.gputest import GpuTestOptions, check_gpu_test_pod
 from nvidia_gpu_exporter.doctor.report import CheckResult, Status
 from nvidia_gpu_exporter.kubernetes.apiclient import ApiAccess, ApiClient, ApiConfigError, ApiError, discover
 
@@ -22,6 +26,7 @@ class ClusterOptions:
     kubeconfig: str = ""
     service_account_dir: str = "/var/run/secrets/kubernetes.io/serviceaccount"
     timeout_seconds: float = 5.0
+    gpu_test: GpuTestOptions | None = None  # None: the gpu-test pod is not run
 
 
 def _api_failure(check: str, title: str, error: ApiError, node: str) -> CheckResult:
@@ -114,29 +119,37 @@ def check_device_plugin(pods: Mapping[str, Any], name: str) -> CheckResult:
     )
 
 
-def cluster_checks(options: ClusterOptions, environ: Mapping[str, str]) -> list[CheckResult]:
+def _connect(options: ClusterOptions, environ: Mapping[str, str]) -> tuple[CheckResult, ApiClient | None]:
+    """The ``kubernetes-access`` result, and a client when the API server can be reached."""
     access_title = "Kubernetes API access"
     try:
         access: ApiAccess | None = discover(options.kubeconfig, options.service_account_dir, environ)
     except (ApiConfigError, OSError) as error:
-        return [
-            CheckResult("kubernetes-access", access_title, Status.FAIL, str(error), "fix or replace the kubeconfig")
-        ]
+        return CheckResult(
+            "kubernetes-access", access_title, Status.FAIL, str(error), "fix or replace the kubeconfig"
+        ), None
     if access is None:
-        return [
-            CheckResult(
-                "kubernetes-access",
-                access_title,
-                Status.WARN,
-                "no in-cluster service account and no kubeconfig: node checks against the API were skipped",
-                "run the doctor in the exporter's pod, or pass --kubeconfig",
-            )
-        ]
+        return CheckResult(
+            "kubernetes-access",
+            access_title,
+            Status.WARN,
+            "no in-cluster service account and no kubeconfig: node checks against the API were skipped",
+            "run the doctor in the exporter's pod, or pass --kubeconfig",
+        ), None
     try:
         client = ApiClient(access)
     except (OSError, ValueError) as error:  # ssl.SSLError is an OSError
-        return [CheckResult("kubernetes-access", access_title, Status.FAIL, f"{access.source}: {error}")]
-    results = [CheckResult("kubernetes-access", access_title, Status.PASS, f"{access.source}, {access.server}")]
+        return CheckResult("kubernetes-access", access_title, Status.FAIL, f"{access.source}: {error}"), None
+    return CheckResult("kubernetes-access", access_title, Status.PASS, f"{access.source}, {access.server}"), client
+
+
+def cluster_checks(options: ClusterOptions, environ: Mapping[str, str]) -> list[CheckResult]:
+    access, client = _connect(options, environ)
+    results = [access]
+    if client is None:
+        if options.gpu_test is not None:
+            results.append(CheckResult(GPU_TEST_CHECK, GPU_TEST_TITLE, Status.SKIP, "no access to the API server"))
+        return results
     name = options.node_name
     timeout = options.timeout_seconds
     try:
@@ -152,4 +165,6 @@ def cluster_checks(options: ClusterOptions, environ: Mapping[str, str]) -> list[
         results.append(_api_failure("device-plugin", "NVIDIA device plugin on this node", error, name))
     else:
         results.append(check_device_plugin(pods, name))
+    if options.gpu_test is not None:
+        results.append(check_gpu_test_pod(client, options.gpu_test))
     return results

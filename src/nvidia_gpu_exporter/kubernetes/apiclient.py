@@ -185,10 +185,27 @@ class ApiClient:
 
     def get(self, path: str, query: Mapping[str, str] | None = None, timeout: float = 5.0) -> Any:
         """The decoded JSON of ``GET path``; raises :class:`ApiError`."""
+        return self.request("GET", path, query=query, timeout=timeout)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: Mapping[str, str] | None = None,
+        timeout: float = 5.0,
+    ) -> Any:
+        """The decoded JSON answer of ``method path`` with ``body`` as JSON (the doctor's test pod is created and
+        deleted, everything else only read); raises :class:`ApiError`."""
         url = self.access.server + path
         if query:
             url += "?" + urllib.parse.urlencode(query)
-        request = urllib.request.Request(url, headers={"Accept": "application/json"})  # noqa: S310 - http(s) only
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        request = urllib.request.Request(  # noqa: S310 - http(s) only
+            url, data=data, method=method, headers={"Accept": "application/json"}
+        )
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
         if self.access.token:
             request.add_header("Authorization", f"Bearer {self.access.token}")
         try:
