@@ -165,3 +165,42 @@ def test_pprof_needs_authentication_or_an_explicit_flag(
     code, log = run_exporter_to_exit(args)
     assert code == 1
     assert "--web.enable-pprof needs basic_auth_users or client certificates" in log
+
+
+@pytest.mark.parametrize("version", ["TLS10", "TLS11"])
+def test_a_tls_version_openssl_will_refuse_is_said_at_startup(pki: Path, version: str) -> None:
+    import ssl
+
+    from nvidia_gpu_exporter.web.config import config_warnings, parse_web_config
+
+    if ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).security_level < 1:
+        pytest.skip("this OpenSSL's security level allows TLS 1.0 and 1.1")
+    config = parse_web_config(
+        f"tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n  min_version: {version}\n",
+        "web.yml",
+        str(pki),
+    )
+    assert any(
+        f"min_version {version}" in warning and "clients need TLS 1.2 or newer" in warning
+        for warning in config_warnings(config)
+    )
+
+
+def test_inline_pem_loads_without_a_writable_temp_dir(pki: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read-only root file system (the chart's) has no writable /tmp; inline PEM must still load."""
+    import sys
+    import tempfile
+
+    from nvidia_gpu_exporter.web.config import build_ssl_context, parse_web_config
+
+    if not hasattr(os, "memfd_create") or not sys.platform.startswith("linux"):
+        pytest.skip("needs memfd_create (Linux)")
+
+    def no_temp_dir(*_: object, **__: object) -> None:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", no_temp_dir)
+    cert = (pki / "cert.pem").read_text().replace("\n", "\n    ")
+    key = (pki / "key.pem").read_text().replace("\n", "\n    ")
+    config = parse_web_config(f"tls_server_config:\n  cert: |\n    {cert}\n  key: |\n    {key}\n", "web.yml", str(pki))
+    assert build_ssl_context(config).cert_store_stats() is not None

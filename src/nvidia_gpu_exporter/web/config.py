@@ -289,9 +289,31 @@ def resolve_path(config: WebConfig, name: str) -> str:
 
 
 def load_chain(context: ssl.SSLContext, config: WebConfig, tls: TlsSettings) -> None:
-    """Load the server certificate and key, from files or inline PEM (written to a private temp file)."""
+    """Load the server certificate and key, from files or inline PEM.
+
+    ``ssl`` loads a chain only from files: inline PEM goes to an anonymous in-memory file (``memfd``, read
+    through ``/proc/self/fd``) where Linux has one, so a read-only root file system works; elsewhere to a
+    private temporary file, deleted at once.
+    """
     if tls.cert_file and tls.key_file:
         context.load_cert_chain(resolve_path(config, tls.cert_file), resolve_path(config, tls.key_file))
+        return
+    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+        opened: list[int] = []
+        try:
+            paths = []
+            for name, pem in ((tls.cert_file, tls.cert), (tls.key_file, tls.key)):
+                if name:
+                    paths.append(resolve_path(config, name))
+                    continue
+                descriptor = os.memfd_create("nvidia-gpu-exporter-tls", os.MFD_CLOEXEC)
+                opened.append(descriptor)
+                os.write(descriptor, pem.encode("utf-8"))
+                paths.append(f"/proc/self/fd/{descriptor}")
+            context.load_cert_chain(paths[0], paths[1])
+        finally:
+            for descriptor in opened:
+                os.close(descriptor)
         return
     with tempfile.TemporaryDirectory(prefix="nvidia-gpu-exporter-tls-") as directory:
         cert_path = resolve_path(config, tls.cert_file) if tls.cert_file else os.path.join(directory, "cert.pem")
@@ -357,6 +379,14 @@ def config_warnings(config: WebConfig) -> list[str]:
     warnings = []
     if config.http2:
         warnings.append("http_server_config.http2: HTTP/2 is not supported; serving HTTP/1.1")
+    tls = config.tls
+    if tls is not None and TLS_VERSIONS[tls.min_version] < ssl.TLSVersion.TLSv1_2:
+        level = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).security_level
+        if level >= 1:  # OpenSSL 3 allows TLS 1.0 and 1.1 only at security level 0
+            warnings.append(
+                f"tls_server_config.min_version {tls.min_version}: this OpenSSL (security level {level}) refuses "
+                "TLS 1.0 and 1.1 handshakes, so clients need TLS 1.2 or newer"
+            )
     return warnings
 
 
