@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from conftest import StartExporter
 from exposition_reader import checked, comparable, names_in
-from harness import MIG_FIXTURE, fake_smi_command
+from harness import MIG_FIXTURE, fake_smi_command, run_exporter_to_exit
 from test_unit_dcgm import shared_counters
 
 SMI = ("--nvidia-smi-command", fake_smi_command(MIG_FIXTURE))
@@ -47,3 +49,33 @@ def test_demo_families_under_the_dcgm_profile_match_the_counters_file(exporter: 
     assert len(served) >= 15
     for name, help_text in served.items():
         assert counters[name] == (types[name], help_text), name
+
+
+# -- dcgm-exporter's counters file (-f / --dcgm.collectors) ------------------------------------------------------
+
+COUNTERS = (
+    "# the fields an operator's dashboard needs\n"
+    "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, gauge, Ratio of cycles the tensor (HMMA) pipe is active.\n"
+    "DCGM_FI_DRIVER_VERSION, label, Driver Version\n"
+)
+
+
+def test_a_counters_file_selects_the_families_and_warns_once(exporter: StartExporter, tmp_path: Path) -> None:
+    counters = tmp_path / "counters.csv"
+    counters.write_text(COUNTERS, encoding="utf-8")
+    handle = exporter(*SMI, "--metrics.profile=dcgm", "-f", str(counters), env={"NODE_NAME": "node-a"})
+    first, second = handle.scrape(), handle.scrape()
+    assert {name for name in names_in(first) if name.startswith("DCGM_")} == {"DCGM_FI_DEV_GPU_TEMP"}
+    assert f"DCGM_FI_DEV_GPU_TEMP{{{GPU0_LABELS}}} 31\n" in second
+    warnings = [line for line in handle.log.splitlines() if "not serving DCGM fields" in line]
+    assert len(warnings) == 1
+    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (not offered by this exporter)" in warnings[0]
+
+
+def test_a_bad_counters_file_stops_the_exporter_naming_file_and_line(tmp_path: Path) -> None:
+    counters = tmp_path / "counters.csv"
+    counters.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_SM_CLOCK, gaug, s\n", encoding="utf-8")
+    code, log = run_exporter_to_exit([*SMI, "--metrics.profile=dcgm", f"--dcgm.collectors={counters}"])
+    assert code == 1
+    assert f"{counters}:2: unknown Prometheus type 'gaug'" in log

@@ -28,6 +28,7 @@ from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.config import Backend as BackendName
 from nvidia_gpu_exporter.config import Config, ConfigError, Profile, XidSource, validate
 from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition, node_hostname
+from nvidia_gpu_exporter.exposition.dcgm_counters import Counter, CountersError, read_counters_file
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.flags import Action, FlagError, Parsed, parse_args
 from nvidia_gpu_exporter.health.reader import kernel_clock
@@ -265,6 +266,16 @@ def build_pci_source(config: Config, backend: Backend) -> PciSource | None:
     return SysfsScanner(config.sysfs_path, timeout_seconds=timeout)
 
 
+def dcgm_counters(config: Config) -> tuple[Counter, ...] | None:
+    """The ``--dcgm.collectors`` file's records, read before anything starts so a bad file costs nothing."""
+    if not config.dcgm_collectors:
+        return None
+    try:
+        return read_counters_file(config.dcgm_collectors)
+    except CountersError as error:
+        raise StartupError(f"invalid --dcgm.collectors: {error}") from error
+
+
 def listen_sockets(config: Config) -> list[socket.socket]:
     """The listening sockets: systemd's (socket activation) or one bound per --web.listen-address."""
     if config.systemd_socket:
@@ -284,6 +295,7 @@ async def serve(config: Config) -> int:
         security = Security.from_file(config.web_config_file)
     except WebConfigError as error:
         raise StartupError(str(error)) from error
+    counters = dcgm_counters(config)
     xids = choose_xid_source(config)
     try:
         demo_log = xids.kernel_log if xids.name == "demo" else None
@@ -305,7 +317,12 @@ async def serve(config: Config) -> int:
         nvidia_smi=config.metrics_profile is not Profile.DCGM,
         dcgm=None
         if config.metrics_profile is Profile.NVIDIA_SMI
-        else DcgmExposition(backend.fields, node_hostname(os.environ)),
+        else DcgmExposition(
+            backend.fields,
+            node_hostname(os.environ),
+            counters=counters,
+            energy=config.backend is not BackendName.EXEC,  # NVML's energy counter; nvidia-smi has none
+        ),
     )
     stop = asyncio.Event()
     exit_code = 0

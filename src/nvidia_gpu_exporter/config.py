@@ -79,6 +79,7 @@ class Config:
     demo_config: str = ""
     shutdown_on_error: bool = False
     metrics_profile: Profile = Profile.NVIDIA_SMI
+    dcgm_collectors: str = ""  # dcgm-exporter's counters file; "" = every DCGM field we offer
     sysfs_path: str = DEFAULT_SYSFS_PATH  # where the NVIDIA PCI functions are read (lost GPUs)
     kubernetes_pod_resources: bool = False
     kubernetes_pod_resources_socket: str = DEFAULT_SOCKET
@@ -153,6 +154,8 @@ def validate(config: Config) -> None:
         raise ConfigError("--demo-config requires --collect.backend=demo")
     if not config.sysfs_path:
         raise ConfigError("--collect.sysfs-path must not be empty")
+    if config.dcgm_collectors and config.metrics_profile is Profile.NVIDIA_SMI:
+        raise ConfigError("--dcgm.collectors requires --metrics.profile=dcgm or both")
     validate_kubernetes(config)
 
 

@@ -12,20 +12,22 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from nvidia_gpu_exporter.exposition.dcgm_counters import Counter
 from nvidia_gpu_exporter.exposition.text import escape_label_value, format_value, header
-from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, Snapshot, XidRecord
+from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, Snapshot, XidRecord, column_of
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
 from nvidia_gpu_exporter.model.values import ABSENT_TOKENS, transform_generic
 from nvidia_gpu_exporter.model.xids import describe
 
 log = logging.getLogger(__name__)
 
-# dcgm-exporter's per-GPU labels, in its order (no MIG instance labels and no pod labels yet).
-LABEL_NAMES = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname", "DCGM_FI_DRIVER_VERSION")
+# dcgm-exporter's labels of every GPU series before its `label` fields, in its order (no MIG or pod labels yet).
+GPU_LABEL_NAMES = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname")
 XID_LABEL_NAMES = ("err_code", "err_msg")
-_IDENTITY = ("index", "uuid", "pci.bus_id", "name", "driver_version")
+_IDENTITY = ("index", "uuid", "pci.bus_id", "name")
+LABEL = "label"  # the counters-file type of a field served as a label on every series, not as a family
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +112,21 @@ TOTAL_ENERGY = DcgmFamily(
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ)."
 )
 XID_ERRORS = DcgmFamily("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.")
-# Every family this profile can serve, in the order it renders them.
+# Every family this profile can serve, in the order it renders them without a counters file.
 DCGM_FAMILIES: tuple[DcgmFamily, ...] = (*FIELD_FAMILIES[:5], TOTAL_ENERGY, *FIELD_FAMILIES[5:], XID_ERRORS)
+DRIVER_VERSION = DcgmFamily("DCGM_FI_DRIVER_VERSION", LABEL, "Driver Version", "driver_version")
+# The `label` fields nvidia-smi can give, in default-counters.csv's order; only the driver's is on by default.
+LABEL_FAMILIES: tuple[DcgmFamily, ...] = (
+    DRIVER_VERSION,
+    DcgmFamily("DCGM_FI_DEV_SERIAL", LABEL, "Device Serial Number", "serial"),
+    DcgmFamily("DCGM_FI_DEV_OEM_INFOROM_VER", LABEL, "OEM inforom version", "inforom.oem"),
+    DcgmFamily("DCGM_FI_DEV_ECC_INFOROM_VER", LABEL, "ECC inforom version", "inforom.ecc"),
+    DcgmFamily("DCGM_FI_DEV_POWER_INFOROM_VER", LABEL, "Power management object inforom version", "inforom.pwr"),
+    DcgmFamily("DCGM_FI_DEV_INFOROM_IMAGE_VER", LABEL, "Inforom image version", "inforom.img"),
+    DcgmFamily("DCGM_FI_DEV_VBIOS_VERSION", LABEL, "VBIOS version of the device", "vbios_version"),
+)
+_KNOWN = {family.name: family for family in (*DCGM_FAMILIES, *LABEL_FAMILIES)}
+_SINGLE_VALUE_TYPES = ("gauge", "counter")
 
 
 def node_hostname(environ: Mapping[str, str]) -> str:
@@ -150,41 +165,92 @@ def latest_xid(records: Sequence[XidRecord]) -> XidRecord:
     return max(records, key=lambda record: (record.last_seen is not None, record.last_seen or 0.0))
 
 
-class DcgmExposition:
-    """Renders the DCGM families of snapshots of one backend configuration; columns are found once, by qfield."""
+def _not_servable(family: DcgmFamily | None, counter: Counter) -> str | None:
+    """Why a counters-file record cannot be served as written, or ``None`` when its type fits the field."""
+    if family is None:
+        return "not offered by this exporter"
+    if family.metric_type == LABEL:
+        return None if counter.metric_type == LABEL else f"a label field, not a {counter.metric_type}"
+    if counter.metric_type == LABEL:
+        return "a value, not a label"
+    if counter.metric_type not in _SINGLE_VALUE_TYPES:
+        return f"a single value cannot be a {counter.metric_type}"
+    return None
 
-    def __init__(self, fields: Sequence[QueryField], hostname: str) -> None:
-        pairs = [(field.qfield, field.rfield) for field in fields]
-        positions = {qfield: index for index, (qfield, _) in enumerate(pairs)}
-        missing = [name for name in _IDENTITY if name not in positions]
+
+class DcgmExposition:
+    """Renders the DCGM families of snapshots of one backend configuration; what is served is decided once.
+
+    Without ``counters`` every family this exporter offers is served, with ``DCGM_FI_DRIVER_VERSION`` as the one
+    label field (dcgm-exporter's default). With them, exactly the records it can serve, in the file's order and
+    with the file's type and HELP; one warning at construction lists the others and why. ``energy`` says whether
+    the backend reads NVML's energy counter (nvml and demo).
+    """
+
+    def __init__(
+        self,
+        fields: Sequence[QueryField],
+        hostname: str,
+        *,
+        counters: Sequence[Counter] | None = None,
+        energy: bool = True,
+    ) -> None:
+        identity = [column_of(fields, name) for name in _IDENTITY]
+        missing = [name for name, column in zip(_IDENTITY, identity, strict=True) if column is None]
         if missing:
             raise ValueError(f"identity fields missing from the query: {', '.join(missing)}")
-        self._identity = tuple(positions[name] for name in _IDENTITY)
+        self._identity = tuple(column for column in identity if column is not None)
         self.hostname = hostname
-        planned: list[tuple[DcgmFamily, int]] = []
-        for family in FIELD_FAMILIES:
-            column = positions.get(family.qfield)
-            if column is None:
-                continue
-            if _header_unit(family.qfield, pairs[column][1]) == family.unit:
-                planned.append((family, column))
-            else:
-                log.warning(
-                    "not serving a DCGM field: its header has another unit",
-                    extra={"field": family.name, "header": pairs[column][1]},
+        self._served: list[tuple[DcgmFamily, int | None]] = []
+        self._label_columns: list[tuple[str, int]] = []
+        unavailable: list[str] = []
+        for counter in counters or ():
+            family = _KNOWN.get(counter.name)
+            reason = _not_servable(family, counter)
+            if family is not None and reason is None:
+                reason = self._place(
+                    replace(family, metric_type=counter.metric_type, help=counter.help), fields, energy
                 )
-        self._columns = {family.name: column for family, column in planned}
+            if reason is not None:
+                unavailable.append(f"{counter.name} ({reason})")
+        if counters is None:
+            for family in (*DCGM_FAMILIES, DRIVER_VERSION):
+                reason = self._place(family, fields, energy)
+                if reason is not None and reason.startswith("its header"):  # an absent source is no news here
+                    unavailable.append(f"{family.name} ({reason})")
+        if unavailable:
+            log.warning("not serving DCGM fields", extra={"fields": ", ".join(unavailable)})
+
+    def _place(self, family: DcgmFamily, fields: Sequence[QueryField], energy: bool) -> str | None:
+        """Serve a family (or label field) from its source, or say why this backend's query cannot give it."""
+        if family.name == XID_ERRORS.name or (family.name == TOTAL_ENERGY.name and energy):
+            self._served.append((family, None))
+            return None
+        if family.name == TOTAL_ENERGY.name:
+            return "needs the nvml or demo backend"
+        column = column_of(fields, family.qfield)
+        if column is None:
+            return f"{family.qfield} is not queried"
+        if family.metric_type == LABEL:
+            self._label_columns.append((family.name, column))
+        elif _header_unit(family.qfield, fields[column].rfield) == family.unit:
+            self._served.append((family, column))
+        else:
+            return f"its header {fields[column].rfield!r} is not in {family.unit or 'no unit'}"
+        return None
 
     def _labels(self, cells: Sequence[str]) -> tuple[str, str, str] | None:
         """(index, uuid, label text without braces) of a GPU row, or ``None`` for one that cannot be labelled."""
-        index, uuid, bus_id, name, driver = (cells[column] for column in self._identity)
-        values = (index, uuid, bus_id, "nvidia" + index, name, self.hostname, driver)
-        if any(_has_surrogates(value) for value in values):
+        index, uuid, bus_id, name = (cells[column] for column in self._identity)
+        pairs = list(zip(GPU_LABEL_NAMES, (index, uuid, bus_id, "nvidia" + index, name, self.hostname), strict=True))
+        pairs += [
+            (label, cells[column])
+            for label, column in self._label_columns
+            if cells[column].strip().lower() not in ABSENT_TOKENS  # dcgm-exporter adds a label only when read
+        ]
+        if any(_has_surrogates(value) for _, value in pairs):
             return None
-        text = ",".join(
-            f'{label}="{escape_label_value(value)}"' for label, value in zip(LABEL_NAMES, values, strict=True)
-        )
-        return index, uuid, text
+        return index, uuid, ",".join(f'{label}="{escape_label_value(value)}"' for label, value in pairs)
 
     def render(self, snapshot: Snapshot) -> str:
         """The DCGM text of a snapshot: nothing unless its collection succeeded (DCGM has no health series)."""
@@ -194,7 +260,7 @@ class DcgmExposition:
         return self.render_readings(attempt.readings, snapshot.xids)
 
     def render_readings(self, readings: Readings, xids: Sequence[XidRecord]) -> str:
-        """The families in counters-file order, each GPU's series in index order; XIDs only for GPUs still read."""
+        """The served families in order, each GPU's series in index order; XIDs only for GPUs still read."""
         gpus: list[tuple[tuple[int, str], str, str, tuple[str, ...]]] = []
         for cells in readings.gpus.rows:
             labelled = self._labels(cells)
@@ -213,14 +279,13 @@ class DcgmExposition:
         for record in xids:
             by_gpu.setdefault(normalize_uuid(record.gpu_uuid), []).append(record)
         parts: list[str] = []
-        for family in DCGM_FAMILIES:
+        for family, column in self._served:
             lines: list[str] = []
-            column = self._columns.get(family.name)
             for _, uuid, labels, cells in gpus:
-                if family is TOTAL_ENERGY:
+                if family.name == TOTAL_ENERGY.name:
                     joules = energy.get(uuid)
                     value = None if joules is None else float(round(joules * 1000.0))
-                elif family is XID_ERRORS:
+                elif family.name == XID_ERRORS.name:
                     records = by_gpu.get(uuid)
                     if records:
                         last = latest_xid(records)
@@ -230,10 +295,8 @@ class DcgmExposition:
                             f'{family.name}{{{labels},err_code="{last.xid}",err_msg="{message}"}} {last.xid}\n'
                         )
                     continue
-                elif column is None:
-                    break
                 else:
-                    raw = cells[column]
+                    raw = cells[column] if column is not None else ""
                     value = None if raw.strip().lower() in ABSENT_TOKENS else transform_generic(raw, 1.0)
                 if value is not None:
                     lines.append(f"{family.name}{{{labels}}} {dcgm_value(value)}\n")
