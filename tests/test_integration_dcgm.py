@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import StartExporter
-from exposition_reader import checked, comparable, names_in
-from harness import MIG_FIXTURE, fake_smi_command, run_exporter_to_exit
+import pytest
+
+from conftest import StartExporter, conformance_dir_or_skip
+from exposition_reader import checked, comparable, family_of, names_in
+from harness import FIXTURES, MIG_FIXTURE, fake_smi_command, run_exporter_to_exit
 from test_unit_dcgm import shared_counters
 
 SMI = ("--nvidia-smi-command", fake_smi_command(MIG_FIXTURE))
@@ -79,3 +81,37 @@ def test_a_bad_counters_file_stops_the_exporter_naming_file_and_line(tmp_path: P
     code, log = run_exporter_to_exit([*SMI, "--metrics.profile=dcgm", f"--dcgm.collectors={counters}"])
     assert code == 1
     assert f"{counters}:2: unknown Prometheus type 'gaug'" in log
+
+
+# -- golden output of the real captures ----------------------------------------------------------------------
+
+GOLDEN = FIXTURES / "dcgm"
+# The MIG capture (an H200 split into five MIG devices) and the Windows one (a GeForce under WDDM).
+GOLDEN_CAPTURES = (
+    "linux-x86_64__nvidia-h200-mig__590.48.01",
+    "windows-x86_64__nvidia-geforce-rtx-2080-super__591.86",
+)
+
+
+def dcgm_part(scrape: str) -> str:
+    """The ``DCGM_FI_*`` families of a scrape, verbatim: the block the profile serves before all else."""
+    return "".join(line for line in scrape.splitlines(keepends=True) if family_of(line).startswith("DCGM_"))
+
+
+@pytest.mark.parametrize("state", ["idle", "load"])
+@pytest.mark.parametrize("capture", GOLDEN_CAPTURES)
+def test_golden_dcgm_output_of_the_real_mig_and_windows_captures(
+    exporter: StartExporter, capture: str, state: str
+) -> None:
+    """Byte for byte what ``--metrics.profile=dcgm`` serves for a real capture (XIDs off: no host kernel log)."""
+    capture_file = conformance_dir_or_skip() / "captures" / f"{capture}.txt"
+    handle = exporter(
+        "--nvidia-smi-command",
+        fake_smi_command(capture_file, "--state", state),
+        "--metrics.profile=dcgm",
+        "--collect.xid-source=off",
+        env={"NODE_NAME": "gpu-node-1"},
+    )
+    scrape = handle.scrape()
+    assert dcgm_part(scrape) in scrape  # the DCGM block is served in one piece
+    assert dcgm_part(scrape).encode("utf-8") == (GOLDEN / f"{capture}__{state}.prom").read_bytes()
