@@ -115,3 +115,27 @@ def test_golden_dcgm_output_of_the_real_mig_and_windows_captures(
     scrape = handle.scrape()
     assert dcgm_part(scrape) in scrape  # the DCGM block is served in one piece
     assert dcgm_part(scrape).encode("utf-8") == (GOLDEN / f"{capture}__{state}.prom").read_bytes()
+
+
+# -- dcgm-exporter's /health -----------------------------------------------------------------------------------
+
+
+def test_health_answers_as_dcgm_exporter_does_under_the_dcgm_profiles(exporter: StartExporter) -> None:
+    for profile in ("dcgm", "both"):
+        response = exporter(*SMI, f"--metrics.profile={profile}").get("/health")
+        assert (response.status, response.body) == (200, b"OK")
+        assert response.headers["X-Content-Type-Options"] == "nosniff"
+        assert response.headers["Content-Type"] == "text/plain; charset=utf-8"
+
+
+def test_health_is_not_served_under_the_go_exporters_profile(exporter: StartExporter) -> None:
+    handle = exporter(*SMI, "--web.telemetry-path=/health")  # the Go exporter lets metrics live there
+    assert handle.get("/health").status == 200
+    assert "nvidia_smi_gpu_info" in handle.scrape("/health")
+    assert exporter(*SMI).get("/health").status == 404
+
+
+def test_the_metrics_path_cannot_take_health_under_the_dcgm_profile() -> None:
+    code, log = run_exporter_to_exit([*SMI, "--metrics.profile=dcgm", "--web.telemetry-path=/health"])
+    assert code == 1
+    assert "web.telemetry-path must not be /health with --metrics.profile=dcgm or both" in log

@@ -97,6 +97,7 @@ def web_settings(config: Config) -> WebSettings:
         header_timeout_seconds=_smallest_bound(config.read_header_timeout_ns, config.read_timeout_ns),
         write_timeout_seconds=to_seconds(config.write_timeout_ns),
         enable_pprof=config.enable_pprof,
+        dcgm_health=config.metrics_profile is not Profile.NVIDIA_SMI,
     )
 
 
