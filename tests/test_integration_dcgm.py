@@ -139,3 +139,32 @@ def test_the_metrics_path_cannot_take_health_under_the_dcgm_profile() -> None:
     code, log = run_exporter_to_exit([*SMI, "--metrics.profile=dcgm", "--web.telemetry-path=/health"])
     assert code == 1
     assert "web.telemetry-path must not be /health with --metrics.profile=dcgm or both" in log
+
+
+# -- MIG ----------------------------------------------------------------------------------------------------------
+
+DEMO_MIG = """\
+gpus: 2
+extras:
+  seed: 42
+  mig:
+    - gpu: 0
+      instances:
+        - {gi: 1, profile: 4g.71gb, cis: 2}
+        - {gi: 5, profile: 2g.35gb}
+"""
+
+
+def test_a_mig_gpu_is_served_per_gpu_instance(exporter: StartExporter, tmp_path: Path) -> None:
+    config = tmp_path / "demo.yaml"
+    config.write_text(DEMO_MIG, encoding="utf-8")
+    text = checked(exporter("--collect.backend=demo", f"--demo-config={config}", "--metrics.profile=dcgm").scrape())
+    temperatures = [line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_TEMP{")]
+    assert len(temperatures) == 3  # GPU 0's two GPU instances, then GPU 1 whole
+    assert (
+        'device="nvidia0",modelName="NVIDIA H200",GPU_I_PROFILE="4g.71gb",GPU_I_ID="1",hostname=' in (temperatures[0])
+    )
+    assert ',GPU_I_PROFILE="2g.35gb",GPU_I_ID="5",hostname=' in temperatures[1]
+    assert 'gpu="1",' in temperatures[2]
+    assert "GPU_I_ID" not in temperatures[2]
+    assert not [line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{") and "GPU_I_ID" in line]

@@ -323,6 +323,7 @@ async def serve(config: Config) -> int:
             node_hostname(os.environ),
             counters=counters,
             energy=config.backend is not BackendName.EXEC,  # NVML's energy counter; nvidia-smi has none
+            pod_labels=config.kubernetes_pod_labels,
         ),
     )
     stop = asyncio.Event()
