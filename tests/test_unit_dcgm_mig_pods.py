@@ -30,30 +30,17 @@ FIELDS = query_fields(
         ("driver_version", "driver_version"),
     ]
 )
-ROWS = (
-    gpu_row(
-        FIELDS,
-        uuid=MIG_GPU,
-        index="0",
-        name="NVIDIA H200",
-        pci_bus_id="00000000:83:00.0",
-        driver_version="590.48.01",
-        temperature_gpu="36",
-        memory_free="126199 MiB",
-        utilization_gpu="[N/A]",
-    ),
-    gpu_row(
-        FIELDS,
-        uuid=WHOLE_GPU,
-        index="1",
-        name="NVIDIA H200",
-        pci_bus_id="00000000:84:00.0",
-        driver_version="590.48.01",
-        temperature_gpu="30",
-        memory_free="143000 MiB",
-        utilization_gpu="7 %",
-    ),
-)
+
+
+def h200(uuid: str, index: str, temperature: str, free: str, utilization: str) -> tuple[str, ...]:
+    bus_id = f"00000000:8{3 + int(index)}:00.0"
+    cells = {"temperature_gpu": temperature, "memory_free": free, "utilization_gpu": utilization}
+    return gpu_row(
+        FIELDS, uuid=uuid, index=index, name="NVIDIA H200", pci_bus_id=bus_id, driver_version="590.48.01", **cells
+    )
+
+
+ROWS = (h200(MIG_GPU, "0", "36", "126199 MiB", "[N/A]"), h200(WHOLE_GPU, "1", "30", "143000 MiB", "7 %"))
 EXTRAS = NvmlExtras(
     mig_devices=(
         MigDevice(MIG_GPU, "MIG-aaaaaaaa-0000-4000-8000-000000000009", 9, 0, "1g.18gb"),

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from nvidia_gpu_exporter.exposition.dcgm_counters import Counter
+from nvidia_gpu_exporter.exposition.kubernetes import pod_holders
 from nvidia_gpu_exporter.exposition.text import escape_label_value, format_value, header
 from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution
 from nvidia_gpu_exporter.model.snapshot import (
@@ -241,14 +242,6 @@ def gpu_instances(extras: NvmlExtras | None) -> dict[str, list[_GpuInstance]]:
         instance = _GpuInstance(key[1], profiles[key], frozenset(devices[key]), readings.get(key))
         by_gpu.setdefault(key[0], []).append(instance)
     return by_gpu
-
-
-def pod_holders(attribution: KubernetesAttribution | None) -> dict[tuple[str, str], tuple[str, str, str]]:
-    """(GPU uuid, MIG uuid or "") -> (pod, namespace, container) of devices exactly one container holds."""
-    holders: dict[tuple[str, str], set[tuple[str, str, str]]] = {}
-    for link in attribution.gpu_pods if attribution is not None else ():
-        holders.setdefault((link.uuid, link.mig_uuid), set()).add((link.pod, link.namespace, link.container))
-    return {key: next(iter(found)) for key, found in holders.items() if len(found) == 1}
 
 
 def _not_servable(family: DcgmFamily | None, counter: Counter) -> str | None:
