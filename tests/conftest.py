@@ -43,6 +43,8 @@ UNIT_MODULES: dict[str, tuple[str, ...]] = {
     "test_unit_cli_flags": (),
     "test_unit_cmdsplit": (),
     "test_unit_dcgm": (),
+    "test_unit_dcgm_counters": (),
+    "test_unit_dcgm_mig_pods": (),
     "test_unit_exposition": (),
     "test_unit_fields": (),
     "test_unit_go_text": (),

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,6 +38,7 @@ from nvidia_gpu_exporter import __version__
 from nvidia_gpu_exporter.config import validate
 from nvidia_gpu_exporter.flags import parse_args
 
+DCGM_COUNTERS = "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\nDCGM_FI_DRIVER_VERSION, label, Driver Version\n"
 # The value matrix of issue 6: each case renders, lints strictly with no finding and validates.
 MATRIX: dict[str, dict[str, Any]] = {
     "defaults": {},
@@ -140,6 +143,22 @@ MATRIX: dict[str, dict[str, Any]] = {
     },
     "kernel-log": {"kernelLog": {"enabled": True}},
     "kernel-log-file": {"kernelLog": {"enabled": True, "hostPath": "/var/log/kern.log", "type": "File"}},
+    # A dcgm-exporter replacement (issue 12): its port, its names, its /health and its counters file.
+    "dcgm-exporter-replacement": {
+        "metrics": {"profile": "dcgm"},
+        "port": 9400,
+        "service": {"port": 9400},
+        "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}},
+        "dcgm": {"counters": DCGM_COUNTERS},
+        "serviceMonitor": {"enabled": True},
+    },
+    "dcgm-counters-configmap": {
+        "metrics": {"profile": "both"},
+        "dcgm": {"countersConfigMap": {"name": "exporter-metrics-config-map"}},
+        "kubernetes": {"podResources": {"enabled": True, "podLabels": True}},
+        "podMonitor": {"enabled": True},
+        "service": {"enabled": False},
+    },
 }
 # Cases whose exporter pods do not meet the restricted Pod Security Standard, by design.
 NOT_RESTRICTED_CASES = {
@@ -153,6 +172,7 @@ NOT_RESTRICTED_CASES = {
     "attribution-everything",
     "kernel-log",
     "kernel-log-file",
+    "dcgm-counters-configmap",
 }
 ATTRIBUTION_FLAGS = [
     "--kubernetes.pod-resources",
@@ -728,3 +748,119 @@ def test_by_default_the_kernel_log_is_not_mounted() -> None:
     assert not any(arg.startswith("--collect.kernel-log") for arg in main["args"])
     assert "kernel-log" not in {volume["name"] for volume in pod_spec(objects)["volumes"]}
     assert "add" not in main["securityContext"]["capabilities"]
+
+
+# --- dcgm-exporter replacement (issue 12) -----------------------------------------------------------------------
+
+DCGM_MOUNT = "/etc/nvidia-gpu-exporter/dcgm"
+
+
+def test_a_dcgm_exporter_replacement_listens_on_9400_with_dcgms_names_and_counters() -> None:
+    objects = chart_objects(copy.deepcopy(MATRIX["dcgm-exporter-replacement"]))
+    main = container(objects)
+    assert "--web.listen-address=:9400" in main["args"]
+    assert "--metrics.profile=dcgm" in main["args"]
+    assert f"--dcgm.collectors={DCGM_MOUNT}/counters.csv" in main["args"]
+    assert main["ports"][0]["containerPort"] == 9400
+    assert one(objects, "Service")["spec"]["ports"][0]["port"] == 9400
+    assert main["livenessProbe"]["httpGet"]["path"] == "/health"
+    configmap = one(objects, "ConfigMap")
+    assert configmap["data"] == {"counters.csv": DCGM_COUNTERS}
+    mounts = {mount["name"]: mount for mount in main["volumeMounts"]}
+    assert mounts["dcgm-counters"] == {"name": "dcgm-counters", "mountPath": DCGM_MOUNT, "readOnly": True}
+    volumes = {volume["name"]: volume for volume in pod_spec(objects)["volumes"]}
+    assert volumes["dcgm-counters"]["configMap"]["name"] == configmap["metadata"]["name"]
+    assert "honorLabels" not in one(objects, "ServiceMonitor")["spec"]["endpoints"][0]  # no pod labels: no need
+
+
+def test_an_existing_counters_configmap_is_mounted_by_its_key() -> None:
+    """dcgm-exporter's chart keeps its counters under the key ``metrics``; that ConfigMap works as it is."""
+    objects = chart_objects(copy.deepcopy(MATRIX["dcgm-counters-configmap"]))
+    main = container(objects)
+    assert f"--dcgm.collectors={DCGM_MOUNT}/metrics" in main["args"]
+    assert "--metrics.profile=both" in main["args"]
+    assert not by_kind(objects, "ConfigMap")
+    volumes = {volume["name"]: volume for volume in pod_spec(objects)["volumes"]}
+    assert volumes["dcgm-counters"]["configMap"] == {
+        "name": "exporter-metrics-config-map",
+        "items": [{"key": "metrics", "path": "metrics"}],
+    }
+
+
+def test_pod_labels_make_the_monitors_honor_them_and_drop_the_exporters_own() -> None:
+    """The honorLabels trap (docs/dcgm.md): the series' pod labels must win over the target's."""
+    drop = {"action": "labeldrop", "regex": "pod|container"}
+    endpoint = one(chart_objects(copy.deepcopy(MATRIX["dcgm-counters-configmap"])), "PodMonitor")["spec"][
+        "podMetricsEndpoints"
+    ][0]
+    assert endpoint["honorLabels"] is True
+    assert drop in endpoint["relabelings"]
+    values = copy.deepcopy(MATRIX["attribution-everything"])
+    endpoint = one(chart_objects(values), "ServiceMonitor")["spec"]["endpoints"][0]
+    assert endpoint["honorLabels"] is True
+    assert drop in endpoint["relabelings"]
+    endpoint = one(chart_objects(copy.deepcopy(MATRIX["service-monitor"])), "ServiceMonitor")["spec"]["endpoints"][0]
+    assert "honorLabels" not in endpoint
+    assert drop not in endpoint["relabelings"]
+
+
+@pytest.mark.parametrize("case", ["dcgm-exporter-replacement", "dcgm-counters-configmap"])
+def test_rendered_dcgm_flags_are_accepted_by_the_exporter(case: str) -> None:
+    config = parse_args(container(chart_objects(copy.deepcopy(MATRIX[case])))["args"]).config
+    validate(config)
+    assert config.metrics_profile.value == MATRIX[case]["metrics"]["profile"]
+    assert config.dcgm_collectors.startswith(DCGM_MOUNT + "/")
+
+
+def test_the_replacement_answers_health_and_serves_dcgm_names(exporter: StartExporter, tmp_path: Path) -> None:
+    """The rendered args start the real exporter (the counters file where the ConfigMap would be mounted)."""
+    objects = chart_objects(copy.deepcopy(MATRIX["dcgm-exporter-replacement"]))
+    counters = tmp_path / "counters.csv"
+    counters.write_text(one(objects, "ConfigMap")["data"]["counters.csv"], encoding="utf-8")
+    args = [
+        f"--dcgm.collectors={counters}" if arg.startswith("--dcgm.collectors=") else arg
+        for arg in container(objects)["args"]
+        if not arg.startswith(("--web.listen-address=", "--log.", "--nvidia-smi-command="))
+    ]
+    handle = exporter(*args, "--collect.backend=demo")
+    assert handle.get(container(objects)["livenessProbe"]["httpGet"]["path"]).body == b"OK"
+    assert "DCGM_FI_DEV_GPU_TEMP{" in handle.scrape()
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"dcgm": {"counters": DCGM_COUNTERS}}, "dcgm.counters needs metrics.profile dcgm or both"),
+        (
+            {"metrics": {"profile": "dcgm"}, "dcgm": {"counters": DCGM_COUNTERS, "countersConfigMap": {"name": "x"}}},
+            "dcgm.counters or dcgm.countersConfigMap.name, not both",
+        ),
+        (
+            {"metrics": {"profile": "dcgm"}, "telemetryPath": "/health"},
+            "telemetryPath /health is dcgm-exporter's health route",
+        ),
+    ],
+)
+def test_contradictory_dcgm_values_fail_the_render(values: dict[str, Any], message: str) -> None:
+    assert_render_fails(values, message)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [({"metrics": {"profile": "dcgm-exporter"}}, "profile"), ({"dcgm": {"countersConfigMap": {"nme": "x"}}}, "nme")],
+)
+def test_schema_rejects_bad_dcgm_values(values: dict[str, Any], message: str) -> None:
+    assert_render_fails(values, message)
+    assert_lint_reports(values)
+
+
+def test_the_documented_replacement_values_render_and_start() -> None:
+    """KUBERNETES.md's "In place of dcgm-exporter" values are a working chart configuration."""
+    text = (CHART.parents[2] / "KUBERNETES.md").read_text(encoding="utf-8")
+    (block,) = [block for block in re.findall(r"```yaml\n(.*?)```", text, re.DOTALL) if "profile: dcgm" in block]
+    values = yaml.safe_load(block)
+    objects = chart_objects(values)
+    config = parse_args(container(objects)["args"]).config
+    validate(config)
+    assert (config.metrics_profile.value, config.listen_addresses) == ("dcgm", (":9400",))
+    assert one(objects, "ConfigMap")["data"]["counters.csv"] == values["dcgm"]["counters"]

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from conftest import StartExporter
-from exposition_reader import checked, comparable, names_in
-from harness import MIG_FIXTURE, fake_smi_command
+from pathlib import Path
+
+import pytest
+
+from conftest import StartExporter, conformance_dir_or_skip
+from exposition_reader import checked, comparable, family_of, names_in
+from harness import FIXTURES, MIG_FIXTURE, fake_smi_command, run_exporter_to_exit
 from test_unit_dcgm import shared_counters
 
 SMI = ("--nvidia-smi-command", fake_smi_command(MIG_FIXTURE))
@@ -47,3 +51,120 @@ def test_demo_families_under_the_dcgm_profile_match_the_counters_file(exporter: 
     assert len(served) >= 15
     for name, help_text in served.items():
         assert counters[name] == (types[name], help_text), name
+
+
+# -- dcgm-exporter's counters file (-f / --dcgm.collectors) ------------------------------------------------------
+
+COUNTERS = (
+    "# the fields an operator's dashboard needs\n"
+    "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, gauge, Ratio of cycles the tensor (HMMA) pipe is active.\n"
+    "DCGM_FI_DRIVER_VERSION, label, Driver Version\n"
+)
+
+
+def test_a_counters_file_selects_the_families_and_warns_once(exporter: StartExporter, tmp_path: Path) -> None:
+    counters = tmp_path / "counters.csv"
+    counters.write_text(COUNTERS, encoding="utf-8")
+    handle = exporter(*SMI, "--metrics.profile=dcgm", "-f", str(counters), env={"NODE_NAME": "node-a"})
+    first, second = handle.scrape(), handle.scrape()
+    assert {name for name in names_in(first) if name.startswith("DCGM_")} == {"DCGM_FI_DEV_GPU_TEMP"}
+    assert f"DCGM_FI_DEV_GPU_TEMP{{{GPU0_LABELS}}} 31\n" in second
+    warnings = [line for line in handle.log.splitlines() if "not serving DCGM fields" in line]
+    assert len(warnings) == 1
+    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (not offered by this exporter)" in warnings[0]
+
+
+def test_a_bad_counters_file_stops_the_exporter_naming_file_and_line(tmp_path: Path) -> None:
+    counters = tmp_path / "counters.csv"
+    counters.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_SM_CLOCK, gaug, s\n", encoding="utf-8")
+    code, log = run_exporter_to_exit([*SMI, "--metrics.profile=dcgm", f"--dcgm.collectors={counters}"])
+    assert code == 1
+    assert f"{counters}:2: unknown Prometheus type 'gaug'" in log
+
+
+# -- golden output of the real captures ----------------------------------------------------------------------
+
+GOLDEN = FIXTURES / "dcgm"
+# The MIG capture (an H200 split into five MIG devices) and the Windows one (a GeForce under WDDM).
+GOLDEN_CAPTURES = (
+    "linux-x86_64__nvidia-h200-mig__590.48.01",
+    "windows-x86_64__nvidia-geforce-rtx-2080-super__591.86",
+)
+
+
+def dcgm_part(scrape: str) -> str:
+    """The ``DCGM_FI_*`` families of a scrape, verbatim: the block the profile serves before all else."""
+    return "".join(line for line in scrape.splitlines(keepends=True) if family_of(line).startswith("DCGM_"))
+
+
+@pytest.mark.parametrize("state", ["idle", "load"])
+@pytest.mark.parametrize("capture", GOLDEN_CAPTURES)
+def test_golden_dcgm_output_of_the_real_mig_and_windows_captures(
+    exporter: StartExporter, capture: str, state: str
+) -> None:
+    """Byte for byte what ``--metrics.profile=dcgm`` serves for a real capture (XIDs off: no host kernel log)."""
+    capture_file = conformance_dir_or_skip() / "captures" / f"{capture}.txt"
+    handle = exporter(
+        "--nvidia-smi-command",
+        fake_smi_command(capture_file, "--state", state),
+        "--metrics.profile=dcgm",
+        "--collect.xid-source=off",
+        env={"NODE_NAME": "gpu-node-1"},
+    )
+    scrape = handle.scrape()
+    assert dcgm_part(scrape) in scrape  # the DCGM block is served in one piece
+    assert dcgm_part(scrape).encode("utf-8") == (GOLDEN / f"{capture}__{state}.prom").read_bytes()
+
+
+# -- dcgm-exporter's /health -----------------------------------------------------------------------------------
+
+
+def test_health_answers_as_dcgm_exporter_does_under_the_dcgm_profiles(exporter: StartExporter) -> None:
+    for profile in ("dcgm", "both"):
+        response = exporter(*SMI, f"--metrics.profile={profile}").get("/health")
+        assert (response.status, response.body) == (200, b"OK")
+        assert response.headers["X-Content-Type-Options"] == "nosniff"
+        assert response.headers["Content-Type"] == "text/plain; charset=utf-8"
+
+
+def test_health_is_not_served_under_the_go_exporters_profile(exporter: StartExporter) -> None:
+    handle = exporter(*SMI, "--web.telemetry-path=/health")  # the Go exporter lets metrics live there
+    assert handle.get("/health").status == 200
+    assert "nvidia_smi_gpu_info" in handle.scrape("/health")
+    assert exporter(*SMI).get("/health").status == 404
+
+
+def test_the_metrics_path_cannot_take_health_under_the_dcgm_profile() -> None:
+    code, log = run_exporter_to_exit([*SMI, "--metrics.profile=dcgm", "--web.telemetry-path=/health"])
+    assert code == 1
+    assert "web.telemetry-path must not be /health with --metrics.profile=dcgm or both" in log
+
+
+# -- MIG ----------------------------------------------------------------------------------------------------------
+
+DEMO_MIG = """\
+gpus: 2
+extras:
+  seed: 42
+  mig:
+    - gpu: 0
+      instances:
+        - {gi: 1, profile: 4g.71gb, cis: 2}
+        - {gi: 5, profile: 2g.35gb}
+"""
+
+
+def test_a_mig_gpu_is_served_per_gpu_instance(exporter: StartExporter, tmp_path: Path) -> None:
+    config = tmp_path / "demo.yaml"
+    config.write_text(DEMO_MIG, encoding="utf-8")
+    text = checked(exporter("--collect.backend=demo", f"--demo-config={config}", "--metrics.profile=dcgm").scrape())
+    temperatures = [line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_TEMP{")]
+    assert len(temperatures) == 3  # GPU 0's two GPU instances, then GPU 1 whole
+    assert (
+        'device="nvidia0",modelName="NVIDIA H200",GPU_I_PROFILE="4g.71gb",GPU_I_ID="1",hostname=' in (temperatures[0])
+    )
+    assert ',GPU_I_PROFILE="2g.35gb",GPU_I_ID="5",hostname=' in temperatures[1]
+    assert 'gpu="1",' in temperatures[2]
+    assert "GPU_I_ID" not in temperatures[2]
+    assert not [line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{") and "GPU_I_ID" in line]

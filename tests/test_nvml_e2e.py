@@ -188,3 +188,21 @@ def test_startup_without_any_library(exporter: StartExporter, tmp_path: Path) ->
     with pytest.raises(StartupFailed) as failed:
         exporter(NVML, env={"LD_LIBRARY_PATH": str(tmp_path)})
     assert "failed to set up the nvml backend: failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND" in failed.value.log
+
+
+def test_dcgm_profile_serves_each_gpu_instance_of_a_mig_gpu(
+    exporter: StartExporter, fake_nvml_library: FakeNvmlLibrary
+) -> None:
+    """The fake's MIG GPU through the real NVML backend: one series per GPU instance, its own framebuffer."""
+    scrape = exporter(NVML, "--metrics.profile=dcgm", env=fake_nvml_library.env("mig")).scrape()
+    used = samples(scrape, "DCGM_FI_DEV_FB_USED")
+    instances = [line for line in used if "GPU_I_ID=" in line]
+    # GPU instance 2 holds two compute instances (1c.3g.71gb): one entity, the GPU instance's profile.
+    assert [line.split('modelName="NVIDIA H200",', 1)[1].split(",hostname=")[0] for line in instances] == [
+        'GPU_I_PROFILE="3g.71gb",GPU_I_ID="2"',
+        'GPU_I_PROFILE="1g.18gb",GPU_I_ID="7"',
+    ]
+    assert [line.rsplit(" ", 1)[1] for line in instances] == ["10240", "0"]  # MiB of each GPU instance
+    assert not [line for line in samples(scrape, "DCGM_FI_DEV_GPU_UTIL") if "GPU_I_ID=" in line]
+    temperatures = samples(scrape, "DCGM_FI_DEV_GPU_TEMP")
+    assert len(temperatures) == len(used)  # a device field on every GPU instance and whole GPU alike

@@ -17,7 +17,7 @@ from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.capture.engine import Scenario, answer
 from nvidia_gpu_exporter.capture.format import load_capture
 from nvidia_gpu_exporter.config import Profile
-from nvidia_gpu_exporter.exposition.dcgm import DCGM_FAMILIES, DcgmExposition, node_hostname
+from nvidia_gpu_exporter.exposition.dcgm import DCGM_FAMILIES, LABEL_FAMILIES, DcgmExposition, node_hostname
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.flags import FlagError, parse_args
 from nvidia_gpu_exporter.model.snapshot import (
@@ -273,7 +273,7 @@ def shared_counters() -> dict[str, tuple[str, str]]:
 
 def test_every_dcgm_family_has_the_counters_file_type_and_help() -> None:
     counters = shared_counters()
-    for family in DCGM_FAMILIES:
+    for family in (*DCGM_FAMILIES, *LABEL_FAMILIES):
         assert counters.get(family.name) == (family.metric_type, family.help), family.name
 
 

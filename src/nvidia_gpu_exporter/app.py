@@ -28,6 +28,7 @@ from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.config import Backend as BackendName
 from nvidia_gpu_exporter.config import Config, ConfigError, Profile, XidSource, validate
 from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition, node_hostname
+from nvidia_gpu_exporter.exposition.dcgm_counters import Counter, CountersError, read_counters_file
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.flags import Action, FlagError, Parsed, parse_args
 from nvidia_gpu_exporter.health.reader import kernel_clock
@@ -96,6 +97,7 @@ def web_settings(config: Config) -> WebSettings:
         header_timeout_seconds=_smallest_bound(config.read_header_timeout_ns, config.read_timeout_ns),
         write_timeout_seconds=to_seconds(config.write_timeout_ns),
         enable_pprof=config.enable_pprof,
+        dcgm_health=config.metrics_profile is not Profile.NVIDIA_SMI,
     )
 
 
@@ -265,6 +267,16 @@ def build_pci_source(config: Config, backend: Backend) -> PciSource | None:
     return SysfsScanner(config.sysfs_path, timeout_seconds=timeout)
 
 
+def dcgm_counters(config: Config) -> tuple[Counter, ...] | None:
+    """The ``--dcgm.collectors`` file's records, read before anything starts so a bad file costs nothing."""
+    if not config.dcgm_collectors:
+        return None
+    try:
+        return read_counters_file(config.dcgm_collectors)
+    except CountersError as error:
+        raise StartupError(f"invalid --dcgm.collectors: {error}") from error
+
+
 def listen_sockets(config: Config) -> list[socket.socket]:
     """The listening sockets: systemd's (socket activation) or one bound per --web.listen-address."""
     if config.systemd_socket:
@@ -290,6 +302,7 @@ async def serve(config: Config) -> int:
             "--web.config.file: the profiling endpoints show the command line and run for minutes; "
             "--web.enable-pprof-unauthenticated serves them to anyone"
         )
+    counters = dcgm_counters(config)
     xids = choose_xid_source(config)
     try:
         demo_log = xids.kernel_log if xids.name == "demo" else None
@@ -311,7 +324,13 @@ async def serve(config: Config) -> int:
         nvidia_smi=config.metrics_profile is not Profile.DCGM,
         dcgm=None
         if config.metrics_profile is Profile.NVIDIA_SMI
-        else DcgmExposition(backend.fields, node_hostname(os.environ)),
+        else DcgmExposition(
+            backend.fields,
+            node_hostname(os.environ),
+            counters=counters,
+            energy=config.backend is not BackendName.EXEC,  # NVML's energy counter; nvidia-smi has none
+            pod_labels=config.kubernetes_pod_labels,
+        ),
     )
     stop = asyncio.Event()
     exit_code = 0

@@ -13,7 +13,13 @@ from nvidia_gpu_exporter.health.source import DEFAULT_KERNEL_LOG
 from nvidia_gpu_exporter.health.sysfs import DEFAULT_SYSFS_PATH
 from nvidia_gpu_exporter.kubernetes.devices import DEFAULT_RESOURCE_PATTERNS
 from nvidia_gpu_exporter.kubernetes.podresources import DEFAULT_SOCKET
-from nvidia_gpu_exporter.web.routes import ATTRIBUTION_PATH, DEFAULT_TELEMETRY_PATH, PPROF_PREFIX, RESERVED_PATHS
+from nvidia_gpu_exporter.web.routes import (
+    ATTRIBUTION_PATH,
+    DCGM_HEALTH_PATH,
+    DEFAULT_TELEMETRY_PATH,
+    PPROF_PREFIX,
+    RESERVED_PATHS,
+)
 
 DEFAULT_PORT = 9835
 DEFAULT_LISTEN_ADDRESS = f":{DEFAULT_PORT}"
@@ -80,6 +86,7 @@ class Config:
     demo_config: str = ""
     shutdown_on_error: bool = False
     metrics_profile: Profile = Profile.NVIDIA_SMI
+    dcgm_collectors: str = ""  # dcgm-exporter's counters file; "" = every DCGM field we offer
     sysfs_path: str = DEFAULT_SYSFS_PATH  # where the NVIDIA PCI functions are read (lost GPUs)
     kubernetes_pod_resources: bool = False
     kubernetes_pod_resources_socket: str = DEFAULT_SOCKET
@@ -154,6 +161,14 @@ def validate(config: Config) -> None:
         raise ConfigError("--demo-config requires --collect.backend=demo")
     if not config.sysfs_path:
         raise ConfigError("--collect.sysfs-path must not be empty")
+    if config.metrics_profile is Profile.NVIDIA_SMI:
+        if config.dcgm_collectors:
+            raise ConfigError("--dcgm.collectors requires --metrics.profile=dcgm or both")
+    elif config.telemetry_path == DCGM_HEALTH_PATH:
+        raise ConfigError(
+            f"web.telemetry-path must not be {DCGM_HEALTH_PATH} with --metrics.profile=dcgm or both: "
+            "dcgm-exporter's health route lives there"
+        )
     validate_kubernetes(config)
 
 

@@ -49,6 +49,7 @@ class Flag:
     kind: Kind
     choices: tuple[str, ...] = ()
     placeholder: str = ""
+    short: str = ""  # a one-letter alias (``-f FILE``), only where a tool we replace has it
 
 
 FLAGS: tuple[Flag, ...] = (
@@ -205,6 +206,14 @@ FLAGS: tuple[Flag, ...] = (
         tuple(profile.value for profile in Profile),
     ),
     Flag(
+        "dcgm.collectors",
+        "dcgm_collectors",
+        "dcgm-exporter's counters CSV file: the DCGM fields to serve, with their type and help "
+        "(needs --metrics.profile=dcgm or both).",
+        Kind.STRING,
+        short="f",  # dcgm-exporter's -f / --collectors
+    ),
+    Flag(
         "kubernetes.pod-resources",
         "kubernetes_pod_resources",
         "Attribute GPUs to pods via the kubelet PodResources API (needs the 'kubernetes' extra).",
@@ -256,6 +265,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("log.format", "log_format", "Output format of log messages.", Kind.ENUM, FORMATS),
 )
 _BY_NAME = {flag.name: flag for flag in FLAGS}
+_BY_SHORT = {flag.short: flag for flag in FLAGS if flag.short}
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,9 +320,19 @@ def parse_args(argv: Sequence[str]) -> Parsed:
                 raise FlagError(f"unexpected {argv[index]}")
             break
         if not token.startswith("--"):
-            if token.startswith("-") and len(token) > 1:
+            if not token.startswith("-") or len(token) == 1:
+                raise FlagError(f"unexpected {token}")
+            short = _BY_SHORT.get(token[1])
+            if short is None:
                 raise FlagError(f"unknown short flag '{token[:2]}'")
-            raise FlagError(f"unexpected {token}")
+            inline = token[2:]  # kingpin takes ``-fFILE`` as well as ``-f FILE``
+            if not inline:
+                if index >= len(argv):
+                    raise FlagError(f"expected argument for flag '--{short.name}'")
+                inline = argv[index]
+                index += 1
+            values[short.attribute] = _convert(short, inline)
+            continue
         name, has_value, inline = token[2:].partition("=")
         negated = False
         flag = _BY_NAME.get(name)
@@ -377,6 +397,6 @@ def usage(program: str = "nvidia_gpu_exporter", describe: Callable[[Flag], str] 
         text = describe(flag) if describe else flag.help
         default = _default_text(flag, defaults)
         suffix = f' (default: "{default}")' if default else ""
-        lines.append(f"      {left}")
+        lines.append(f"  -{flag.short}, {left}" if flag.short else f"      {left}")
         lines.append(f"          {text}{suffix}")
     return "\n".join(lines) + "\n"

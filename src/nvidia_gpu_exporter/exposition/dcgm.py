@@ -10,22 +10,41 @@ working.
 from __future__ import annotations
 
 import logging
+import re
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from nvidia_gpu_exporter.exposition.dcgm_counters import Counter
 from nvidia_gpu_exporter.exposition.text import escape_label_value, format_value, header
-from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, Snapshot, XidRecord
-from nvidia_gpu_exporter.model.uuids import normalize_uuid
+from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution
+from nvidia_gpu_exporter.model.snapshot import (
+    MigInstanceReading,
+    NvmlExtras,
+    QueryField,
+    Readings,
+    Snapshot,
+    XidRecord,
+    column_of,
+)
+from nvidia_gpu_exporter.model.uuids import normalize_mig_uuid, normalize_uuid
 from nvidia_gpu_exporter.model.values import ABSENT_TOKENS, transform_generic
 from nvidia_gpu_exporter.model.xids import describe
 
 log = logging.getLogger(__name__)
 
-# dcgm-exporter's per-GPU labels, in its order (no MIG instance labels and no pod labels yet).
-LABEL_NAMES = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname", "DCGM_FI_DRIVER_VERSION")
+# dcgm-exporter's label order: the GPU's, a GPU instance's on MIG, the node's, then the counters file's `label`
+# fields (LABEL_FAMILIES below), the pod's (from attribution), and a family's own (XIDs) last.
+GPU_LABEL_NAMES = ("gpu", "UUID", "pci_bus_id", "device", "modelName")
+MIG_LABEL_NAMES = ("GPU_I_PROFILE", "GPU_I_ID")
+HOSTNAME_LABEL = "hostname"
+POD_LABEL_NAMES = ("pod", "namespace", "container")
 XID_LABEL_NAMES = ("err_code", "err_msg")
-_IDENTITY = ("index", "uuid", "pci.bus_id", "name", "driver_version")
+_IDENTITY = ("index", "uuid", "pci.bus_id", "name")
+LABEL = "label"  # the counters-file type of a field served as a label on every series, not as a family
+NOT_ON_MIG = "-"  # DcgmFamily.on_mig of a field DCGM does not report for a GPU instance
+MIB = 1_048_576.0
+_COMPUTE_SLICE = re.compile(r"^[0-9]+c\.")  # ``1c.3g.71gb``: a compute instance of the ``3g.71gb`` GPU instance
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +56,9 @@ class DcgmFamily:
     help: str
     qfield: str = ""  # "" = not a query field
     unit: str = ""  # the bracketed unit nvidia-smi's header must show ("" = a bare header)
+    # On a GPU instance of a MIG GPU: "" = the parent GPU's value (a device field), NOT_ON_MIG = no series, or
+    # the MigInstanceReading attribute (bytes) that holds the instance's own value.
+    on_mig: str = ""
 
 
 # In default-counters.csv's order; the disabled ECC and retired-page lines too, since nvidia-smi has them.
@@ -46,13 +68,30 @@ FIELD_FAMILIES: tuple[DcgmFamily, ...] = (
     DcgmFamily("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", "temperature.memory"),
     DcgmFamily("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", "temperature.gpu"),
     DcgmFamily("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", "power.draw", "[W]"),
-    DcgmFamily("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "utilization.gpu", "[%]"),
-    DcgmFamily("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", "utilization.memory", "[%]"),
-    DcgmFamily("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).", "utilization.encoder", "[%]"),
-    DcgmFamily("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).", "utilization.decoder", "[%]"),
-    DcgmFamily("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", "memory.free", "[MiB]"),
-    DcgmFamily("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", "memory.used", "[MiB]"),
-    DcgmFamily("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB).", "memory.reserved", "[MiB]"),
+    DcgmFamily("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "utilization.gpu", "[%]", NOT_ON_MIG),
+    DcgmFamily(
+        "DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", "utilization.memory", "[%]", NOT_ON_MIG
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).", "utilization.encoder", "[%]", NOT_ON_MIG
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).", "utilization.decoder", "[%]", NOT_ON_MIG
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", "memory.free", "[MiB]", "memory_free_bytes"
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", "memory.used", "[MiB]", "memory_used_bytes"
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_FB_RESERVED",
+        "gauge",
+        "Framebuffer memory reserved (in MiB).",
+        "memory.reserved",
+        "[MiB]",
+        "memory_reserved_bytes",
+    ),
     DcgmFamily(
         "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
         "counter",
@@ -110,8 +149,21 @@ TOTAL_ENERGY = DcgmFamily(
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ)."
 )
 XID_ERRORS = DcgmFamily("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.")
-# Every family this profile can serve, in the order it renders them.
+# Every family this profile can serve, in the order it renders them without a counters file.
 DCGM_FAMILIES: tuple[DcgmFamily, ...] = (*FIELD_FAMILIES[:5], TOTAL_ENERGY, *FIELD_FAMILIES[5:], XID_ERRORS)
+DRIVER_VERSION = DcgmFamily("DCGM_FI_DRIVER_VERSION", LABEL, "Driver Version", "driver_version")
+# The `label` fields nvidia-smi can give, in default-counters.csv's order; only the driver's is on by default.
+LABEL_FAMILIES: tuple[DcgmFamily, ...] = (
+    DRIVER_VERSION,
+    DcgmFamily("DCGM_FI_DEV_SERIAL", LABEL, "Device Serial Number", "serial"),
+    DcgmFamily("DCGM_FI_DEV_OEM_INFOROM_VER", LABEL, "OEM inforom version", "inforom.oem"),
+    DcgmFamily("DCGM_FI_DEV_ECC_INFOROM_VER", LABEL, "ECC inforom version", "inforom.ecc"),
+    DcgmFamily("DCGM_FI_DEV_POWER_INFOROM_VER", LABEL, "Power management object inforom version", "inforom.pwr"),
+    DcgmFamily("DCGM_FI_DEV_INFOROM_IMAGE_VER", LABEL, "Inforom image version", "inforom.img"),
+    DcgmFamily("DCGM_FI_DEV_VBIOS_VERSION", LABEL, "VBIOS version of the device", "vbios_version"),
+)
+_KNOWN = {family.name: family for family in (*DCGM_FAMILIES, *LABEL_FAMILIES)}
+_SINGLE_VALUE_TYPES = ("gauge", "counter")
 
 
 def node_hostname(environ: Mapping[str, str]) -> str:
@@ -150,60 +202,190 @@ def latest_xid(records: Sequence[XidRecord]) -> XidRecord:
     return max(records, key=lambda record: (record.last_seen is not None, record.last_seen or 0.0))
 
 
-class DcgmExposition:
-    """Renders the DCGM families of snapshots of one backend configuration; columns are found once, by qfield."""
+@dataclass(frozen=True, slots=True)
+class _GpuInstance:
+    """A GPU instance of a MIG GPU as dcgm-exporter monitors it: its id, profile and MIG devices."""
 
-    def __init__(self, fields: Sequence[QueryField], hostname: str) -> None:
-        pairs = [(field.qfield, field.rfield) for field in fields]
-        positions = {qfield: index for index, (qfield, _) in enumerate(pairs)}
-        missing = [name for name in _IDENTITY if name not in positions]
+    gpu_instance_id: int
+    profile: str
+    mig_uuids: frozenset[str]
+    reading: MigInstanceReading | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Entity:
+    """What one series per family stands for: a whole GPU, or one GPU instance of a MIG GPU (``instance`` set)."""
+
+    order: tuple[tuple[int, str], int]
+    uuid: str  # the (parent) GPU's, normalized
+    labels: str  # without braces, up to the family's own labels
+    cells: tuple[str, ...]
+    instance: _GpuInstance | None = None
+
+
+def gpu_instances(extras: NvmlExtras | None) -> dict[str, list[_GpuInstance]]:
+    """Normalized parent uuid -> its GPU instances by id; compute instances of one GPU instance are one entity."""
+    if extras is None:
+        return {}
+    profiles: dict[tuple[str, int], str] = {}
+    devices: dict[tuple[str, int], set[str]] = {}
+    for device in extras.mig_devices:
+        key = (normalize_uuid(device.gpu_uuid), device.gpu_instance_id)
+        profiles.setdefault(key, _COMPUTE_SLICE.sub("", device.profile))
+        devices.setdefault(key, set()).add(normalize_mig_uuid(device.mig_uuid))
+    readings: dict[tuple[str, int], MigInstanceReading] = {}
+    for reading in extras.mig_instances:
+        readings.setdefault((normalize_uuid(reading.gpu_uuid), reading.gpu_instance_id), reading)
+    by_gpu: dict[str, list[_GpuInstance]] = {}
+    for key in sorted(profiles):
+        instance = _GpuInstance(key[1], profiles[key], frozenset(devices[key]), readings.get(key))
+        by_gpu.setdefault(key[0], []).append(instance)
+    return by_gpu
+
+
+def _not_servable(family: DcgmFamily | None, counter: Counter) -> str | None:
+    """Why a counters-file record cannot be served as written, or ``None`` when its type fits the field."""
+    if family is None:
+        return "not offered by this exporter"
+    if family.metric_type == LABEL:
+        return None if counter.metric_type == LABEL else f"a label field, not a {counter.metric_type}"
+    if counter.metric_type == LABEL:
+        return "a value, not a label"
+    if counter.metric_type not in _SINGLE_VALUE_TYPES:
+        return f"a single value cannot be a {counter.metric_type}"
+    return None
+
+
+class DcgmExposition:
+    """Renders the DCGM families of snapshots of one backend configuration; what is served is decided once.
+
+    Without ``counters`` every family this exporter offers is served, with ``DCGM_FI_DRIVER_VERSION`` as the one
+    label field (dcgm-exporter's default). With them, exactly the records it can serve, in the file's order and
+    with the file's type and HELP; one warning at construction lists the others and why. ``energy`` says whether
+    the backend reads NVML's energy counter (nvml and demo). A MIG GPU whose GPU instances the readings list is
+    served per GPU instance, as dcgm-exporter monitors it; ``pod_labels`` adds the holding container's labels.
+    """
+
+    def __init__(
+        self,
+        fields: Sequence[QueryField],
+        hostname: str,
+        *,
+        counters: Sequence[Counter] | None = None,
+        energy: bool = True,
+        pod_labels: bool = False,
+    ) -> None:
+        identity = [column_of(fields, name) for name in _IDENTITY]
+        missing = [name for name, column in zip(_IDENTITY, identity, strict=True) if column is None]
         if missing:
             raise ValueError(f"identity fields missing from the query: {', '.join(missing)}")
-        self._identity = tuple(positions[name] for name in _IDENTITY)
+        self._identity = tuple(column for column in identity if column is not None)
         self.hostname = hostname
-        planned: list[tuple[DcgmFamily, int]] = []
-        for family in FIELD_FAMILIES:
-            column = positions.get(family.qfield)
-            if column is None:
-                continue
-            if _header_unit(family.qfield, pairs[column][1]) == family.unit:
-                planned.append((family, column))
-            else:
-                log.warning(
-                    "not serving a DCGM field: its header has another unit",
-                    extra={"field": family.name, "header": pairs[column][1]},
+        self.pod_labels = pod_labels  # --kubernetes.pod-labels
+        self._served: list[tuple[DcgmFamily, int | None]] = []
+        self._label_columns: list[tuple[str, int]] = []
+        unavailable: list[str] = []
+        for counter in counters or ():
+            family = _KNOWN.get(counter.name)
+            reason = _not_servable(family, counter)
+            if family is not None and reason is None:
+                reason = self._place(
+                    replace(family, metric_type=counter.metric_type, help=counter.help), fields, energy
                 )
-        self._columns = {family.name: column for family, column in planned}
+            if reason is not None:
+                unavailable.append(f"{counter.name} ({reason})")
+        if counters is None:
+            for family in (*DCGM_FAMILIES, DRIVER_VERSION):
+                reason = self._place(family, fields, energy)
+                if reason is not None and reason.startswith("its header"):  # an absent source is no news here
+                    unavailable.append(f"{family.name} ({reason})")
+        if unavailable:
+            log.warning("not serving DCGM fields", extra={"fields": ", ".join(unavailable)})
 
-    def _labels(self, cells: Sequence[str]) -> tuple[str, str, str] | None:
-        """(index, uuid, label text without braces) of a GPU row, or ``None`` for one that cannot be labelled."""
-        index, uuid, bus_id, name, driver = (cells[column] for column in self._identity)
-        values = (index, uuid, bus_id, "nvidia" + index, name, self.hostname, driver)
-        if any(_has_surrogates(value) for value in values):
+    def _place(self, family: DcgmFamily, fields: Sequence[QueryField], energy: bool) -> str | None:
+        """Serve a family (or label field) from its source, or say why this backend's query cannot give it."""
+        if family.name == XID_ERRORS.name or (family.name == TOTAL_ENERGY.name and energy):
+            self._served.append((family, None))
             return None
-        text = ",".join(
-            f'{label}="{escape_label_value(value)}"' for label, value in zip(LABEL_NAMES, values, strict=True)
-        )
-        return index, uuid, text
+        if family.name == TOTAL_ENERGY.name:
+            return "needs the nvml or demo backend"
+        column = column_of(fields, family.qfield)
+        if column is None:
+            return f"{family.qfield} is not queried"
+        if family.metric_type == LABEL:
+            self._label_columns.append((family.name, column))
+        elif _header_unit(family.qfield, fields[column].rfield) == family.unit:
+            self._served.append((family, column))
+        else:
+            return f"its header {fields[column].rfield!r} is not in {family.unit or 'no unit'}"
+        return None
+
+    def _labels(
+        self, cells: Sequence[str], mig: tuple[str, str] | None, pod: tuple[str, str, str] | None
+    ) -> str | None:
+        """The label text (without braces) of a GPU or GPU instance, or ``None`` for one that cannot be labelled."""
+        index, uuid, bus_id, name = (cells[column] for column in self._identity)
+        pairs = list(zip(GPU_LABEL_NAMES, (index, uuid, bus_id, "nvidia" + index, name), strict=True))
+        if mig is not None:
+            pairs += zip(MIG_LABEL_NAMES, mig, strict=True)
+        pairs.append((HOSTNAME_LABEL, self.hostname))
+        pairs += [
+            (label, cells[column])
+            for label, column in self._label_columns
+            if cells[column].strip().lower() not in ABSENT_TOKENS  # dcgm-exporter adds a label only when read
+        ]
+        if pod is not None:
+            pairs += [(label, value) for label, value in zip(POD_LABEL_NAMES, pod, strict=True) if value]
+        if any(_has_surrogates(value) for _, value in pairs):
+            return None
+        return ",".join(f'{label}="{escape_label_value(value)}"' for label, value in pairs)
 
     def render(self, snapshot: Snapshot) -> str:
         """The DCGM text of a snapshot: nothing unless its collection succeeded (DCGM has no health series)."""
         attempt = snapshot.attempt
         if attempt is None or attempt.readings is None:
             return ""
-        return self.render_readings(attempt.readings, snapshot.xids)
+        return self._render(attempt.readings, snapshot.xids, snapshot.kubernetes if self.pod_labels else None)
 
-    def render_readings(self, readings: Readings, xids: Sequence[XidRecord]) -> str:
-        """The families in counters-file order, each GPU's series in index order; XIDs only for GPUs still read."""
-        gpus: list[tuple[tuple[int, str], str, str, tuple[str, ...]]] = []
+    def _entities(self, readings: Readings, attribution: KubernetesAttribution | None) -> list[_Entity]:
+        """Every GPU, or each GPU instance of a MIG GPU, in index (then GPU instance id) order."""
+        instances = gpu_instances(readings.extras)
+        holders = attribution.pod_holders() if attribution is not None else {}
+        entities: list[_Entity] = []
         for cells in readings.gpus.rows:
-            labelled = self._labels(cells)
-            if labelled is None:
-                log.error("dropping a GPU whose identity is not valid UTF-8 from the DCGM profile")
-                continue
-            index, uuid, labels = labelled
-            gpus.append((_gpu_order(index), normalize_uuid(uuid), labels, cells))
-        gpus.sort(key=lambda gpu: gpu[0])
+            index, raw_uuid = cells[self._identity[0]], cells[self._identity[1]]
+            uuid = normalize_uuid(raw_uuid)
+            parts: list[tuple[int, str | None, _GpuInstance | None]] = [
+                (
+                    instance.gpu_instance_id,
+                    self._labels(
+                        cells,
+                        (instance.profile, str(instance.gpu_instance_id)),
+                        self._instance_holder(uuid, instance, holders),
+                    ),
+                    instance,
+                )
+                for instance in instances.get(uuid, ())
+            ] or [(-1, self._labels(cells, None, holders.get((uuid, ""))), None)]
+            for gpu_instance_id, labels, instance in parts:
+                if labels is None:
+                    log.error("dropping a GPU whose identity is not valid UTF-8 from the DCGM profile")
+                    continue
+                entities.append(_Entity((_gpu_order(index), gpu_instance_id), uuid, labels, cells, instance))
+        entities.sort(key=lambda entity: entity.order)
+        return entities
+
+    @staticmethod
+    def _instance_holder(
+        uuid: str, instance: _GpuInstance, holders: dict[tuple[str, str], tuple[str, str, str]]
+    ) -> tuple[str, str, str] | None:
+        """The one container holding every held MIG device of a GPU instance, or ``None``."""
+        found = {holders.get((uuid, mig_uuid)) for mig_uuid in instance.mig_uuids} - {None}
+        return next(iter(found)) if len(found) == 1 else None
+
+    def _render(self, readings: Readings, xids: Sequence[XidRecord], attribution: KubernetesAttribution | None) -> str:
+        """The served families in order, one series per entity; XIDs only for GPUs still read."""
+        entities = self._entities(readings, attribution)
         energy = {
             normalize_uuid(extra.gpu_uuid): extra.energy_joules
             for extra in (readings.extras.gpus if readings.extras is not None else ())
@@ -213,30 +395,32 @@ class DcgmExposition:
         for record in xids:
             by_gpu.setdefault(normalize_uuid(record.gpu_uuid), []).append(record)
         parts: list[str] = []
-        for family in DCGM_FAMILIES:
+        for family, column in self._served:
             lines: list[str] = []
-            column = self._columns.get(family.name)
-            for _, uuid, labels, cells in gpus:
-                if family is TOTAL_ENERGY:
-                    joules = energy.get(uuid)
+            for entity in entities:
+                value: float | None
+                if entity.instance is not None and family.on_mig:
+                    reading = None if family.on_mig == NOT_ON_MIG else entity.instance.reading
+                    bytes_value = None if reading is None else getattr(reading, family.on_mig)
+                    value = None if bytes_value is None else bytes_value / MIB
+                elif family.name == TOTAL_ENERGY.name:
+                    joules = energy.get(entity.uuid)
                     value = None if joules is None else float(round(joules * 1000.0))
-                elif family is XID_ERRORS:
-                    records = by_gpu.get(uuid)
+                elif family.name == XID_ERRORS.name:
+                    records = by_gpu.get(entity.uuid)
                     if records:
                         last = latest_xid(records)
                         known = describe(last.xid)
                         message = escape_label_value(known.name if known else "")
                         lines.append(
-                            f'{family.name}{{{labels},err_code="{last.xid}",err_msg="{message}"}} {last.xid}\n'
+                            f'{family.name}{{{entity.labels},err_code="{last.xid}",err_msg="{message}"}} {last.xid}\n'
                         )
                     continue
-                elif column is None:
-                    break
                 else:
-                    raw = cells[column]
+                    raw = entity.cells[column] if column is not None else ""
                     value = None if raw.strip().lower() in ABSENT_TOKENS else transform_generic(raw, 1.0)
                 if value is not None:
-                    lines.append(f"{family.name}{{{labels}}} {dcgm_value(value)}\n")
+                    lines.append(f"{family.name}{{{entity.labels}}} {dcgm_value(value)}\n")
             if lines:
                 parts.append(header(family.name, family.help, family.metric_type) + "".join(lines))
         return "".join(parts)

@@ -103,6 +103,14 @@ class KubernetesAttribution:
     process_reason: str = ""  # set when no process can be attributed at all (hostpid_off, ...)
     process_detail: str = ""
 
+    def pod_holders(self) -> dict[tuple[str, str], tuple[str, str, str]]:
+        """(GPU uuid, MIG uuid or "") -> (pod, namespace, container) of each device exactly one container holds
+        (every time-sliced replica of it included); a device several containers share has no entry."""
+        holders: dict[tuple[str, str], set[tuple[str, str, str]]] = {}
+        for link in self.gpu_pods:
+            holders.setdefault((link.uuid, link.mig_uuid), set()).add((link.pod, link.namespace, link.container))
+        return {key: next(iter(found)) for key, found in holders.items() if len(found) == 1}
+
     def sole_holders(self) -> dict[str, tuple[str, str, str]]:
         """GPU uuid → (container, namespace, pod) for GPUs held whole (or every replica) by exactly one container.
 
@@ -110,10 +118,9 @@ class KubernetesAttribution:
         and one series per pod would multiply sums. Neither does a GPU split into MIG devices: its per-GPU
         series cover every slice, not the one a pod holds. ``nvidia_smi_gpu_pod_info`` lists them all.
         """
-        holders: dict[str, set[tuple[str, str, str]]] = {}
-        split: set[str] = set()
-        for link in self.gpu_pods:
-            holders.setdefault(link.uuid, set()).add((link.container, link.namespace, link.pod))
-            if link.mig_uuid:
-                split.add(link.uuid)
-        return {uuid: next(iter(found)) for uuid, found in holders.items() if len(found) == 1 and uuid not in split}
+        split = {link.uuid for link in self.gpu_pods if link.mig_uuid}
+        return {
+            uuid: (container, namespace, pod)
+            for (uuid, mig_uuid), (pod, namespace, container) in self.pod_holders().items()
+            if not mig_uuid and uuid not in split
+        }

@@ -8,5 +8,6 @@ HEALTH_PATH = "/-/healthy"
 READY_PATH = "/-/ready"
 ATTRIBUTION_PATH = "/-/attribution"  # served only with Kubernetes attribution on
 XIDS_PATH = "/-/xids"  # the XIDs known, with their meaning and what to do
+DCGM_HEALTH_PATH = "/health"  # dcgm-exporter's liveness route, served only under the DCGM profiles
 PPROF_PREFIX = "/debug/pprof"  # served only with --web.enable-pprof
 RESERVED_PATHS = (HEALTH_PATH, READY_PATH, XIDS_PATH)  # --web.telemetry-path may never take these

@@ -15,6 +15,7 @@ from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
 from nvidia_gpu_exporter.web.responses import plain_text
 from nvidia_gpu_exporter.web.routes import (
     ATTRIBUTION_PATH,
+    DCGM_HEALTH_PATH,
     HEALTH_PATH,
     LANDING_PATH,
     PPROF_PREFIX,
@@ -59,11 +60,17 @@ def build_app(endpoint: MetricsEndpoint, settings: WebSettings, security: Securi
     async def ready(_: web.Request) -> web.Response:
         return plain_text("Nvidia GPU Exporter is Ready.\n")
 
+    async def dcgm_health(_: web.Request) -> web.Response:
+        """dcgm-exporter's answer: 200 ``OK`` while the process serves (it no longer answers 503 ``KO``)."""
+        return plain_text("OK", headers={"X-Content-Type-Options": "nosniff"})
+
     app.router.add_get(LANDING_PATH, landing)
     app.router.add_get(settings.telemetry_path, endpoint.handle)
     app.router.add_get(HEALTH_PATH, healthy)
     app.router.add_get(READY_PATH, ready)
     app.router.add_get(XIDS_PATH, xids_handler(endpoint.collector))
+    if settings.dcgm_health:
+        app.router.add_get(DCGM_HEALTH_PATH, dcgm_health)
     if settings.enable_pprof:
         from nvidia_gpu_exporter.web.pprof import add_profiling_routes  # noqa: PLC0415 - only loaded when asked for
 

@@ -16,4 +16,5 @@ class WebSettings:
     header_timeout_seconds: float  # request headers must arrive within this
     write_timeout_seconds: float  # a response must be produced and read within this
     enable_pprof: bool
+    dcgm_health: bool = False  # serve dcgm-exporter's GET /health (--metrics.profile=dcgm or both)
     landing_description: str = "Prometheus exporter for Nvidia GPUs, using nvidia-smi."

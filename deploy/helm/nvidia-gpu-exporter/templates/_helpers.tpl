@@ -52,9 +52,13 @@ app.kubernetes.io/component: metrics
 {{- default (include "nvidia-gpu-exporter.name" .) $job }}
 {{- end }}
 
-{{/* Built-in relabelings of both monitors, then the user's. */}}
+{{/* Built-in relabelings of both monitors, then the user's. With pod labels on the series, the target's own
+`pod` and `container` (the exporter's pod) are dropped, so only a workload's pod labels remain (docs/dcgm.md). */}}
 {{- define "nvidia-gpu-exporter.relabelings" -}}
 {{- $relabelings := list }}
+{{- if .podLabels }}
+{{- $relabelings = append $relabelings (dict "action" "labeldrop" "regex" "pod|container") }}
+{{- end }}
 {{- if .monitor.instanceFromNodeName }}
 {{- $relabelings = append $relabelings (dict "sourceLabels" (list "__meta_kubernetes_pod_node_name") "targetLabel" "instance" "action" "replace") }}
 {{- end }}
@@ -104,4 +108,13 @@ stays as the values say. Arguments: (list $ context). */}}
 {{- if $context }}
 {{- toYaml $context }}
 {{- end }}
+{{- end }}
+
+{{/* Where the dcgm-exporter counters file is mounted, and its file name there ("" = no counters file). */}}
+{{- define "nvidia-gpu-exporter.dcgmCountersDir" -}}
+/etc/nvidia-gpu-exporter/dcgm
+{{- end }}
+
+{{- define "nvidia-gpu-exporter.dcgmCountersKey" -}}
+{{- if .Values.dcgm.counters }}counters.csv{{ else if .Values.dcgm.countersConfigMap.name }}{{ .Values.dcgm.countersConfigMap.key }}{{ end }}
 {{- end }}
