@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvidia_gpu_exporter._go.durations import DurationError, format_duration, parse_duration
+from nvidia_gpu_exporter._go.durations import DurationError, format_duration, parse_duration, parse_flag_duration
 from nvidia_gpu_exporter.config import Config, ConfigError, validate
-from nvidia_gpu_exporter.flags import FlagError, parse_args
+from nvidia_gpu_exporter.flags import FLAGS, FlagError, Kind, parse_args
 
 SECOND = 1_000_000_000
 MS = 1_000_000
@@ -385,6 +385,8 @@ PARSE: list[tuple[str, int]] = [
     ("10s", 10 * SECOND),
     ("0s", 0),
     ("2562047h47m16.854775807s", (1 << 63) - 1),
+    ("-9223372036854775808ns", -(1 << 63)),
+    ("1.0000000001s", SECOND),
 ]
 
 
@@ -430,6 +432,68 @@ FORMAT: list[tuple[int, str]] = [
 @pytest.mark.parametrize(("ns", "text"), FORMAT, ids=[f"go duration string {t}" for _, t in FORMAT])
 def test_format_duration(ns: int, text: str) -> None:
     assert format_duration(ns) == text
+
+
+# Duration flags read Go syntax and, for what Go refuses, Prometheus' integer units up to `y` in order.
+DAY = 24 * 3600 * SECOND
+FLAG_DURATIONS: list[tuple[str, int, str]] = [
+    ("1d", DAY, "day is 24h"),
+    ("1w", 7 * DAY, "week is 7d"),
+    ("1y", 365 * DAY, "year is 365d"),
+    ("1d12h", DAY + 12 * 3600 * SECOND, "units combine largest first"),
+    ("1y2w3d4h5m6s7ms", (365 + 14 + 3) * DAY + 4 * 3600 * SECOND + 306 * SECOND + 7 * MS, "every unit once"),
+    ("0d", 0, "zero days"),
+    ("1h30m", 5400 * SECOND, "go syntax first"),
+    ("1.5h", 5400 * SECOND, "go fraction"),
+    ("300ms", 300 * MS, "go milliseconds"),
+    ("10us", 10_000, "go microseconds"),
+    ("0", 0, "bare zero"),
+    ("-1s", -SECOND, "go negative parses (validation refuses it)"),
+    ("1h1h", 7200 * SECOND, "go repeats a unit"),
+]
+
+
+@pytest.mark.parametrize(("text", "ns"), [r[:2] for r in FLAG_DURATIONS], ids=[r[2] for r in FLAG_DURATIONS])
+def test_flag_durations(text: str, ns: int) -> None:
+    assert parse_flag_duration(text) == ns
+    assert parse_args([f"--collect.interval={text}"]).config.collect_interval_ns == ns
+
+
+BAD_FLAG_DURATIONS: list[tuple[str, str, str]] = [
+    ("1.5d", 'time: unknown unit "d" in duration "1.5d"', "no fraction with day"),
+    ("-1d", 'time: unknown unit "d" in duration "-1d"', "no sign with day"),
+    ("+1d", 'time: unknown unit "d" in duration "+1d"', "no plus sign with day"),
+    ("12h1d", 'time: unknown unit "d" in duration "12h1d"', "units out of order"),
+    ("1d1d", 'time: unknown unit "d" in duration "1d1d"', "unit repeated with day"),
+    ("1d500us", 'time: unknown unit "d" in duration "1d500us"', "no microseconds with day"),
+    ("1D", 'time: unknown unit "D" in duration "1D"', "units are lower case"),
+    ("300y", 'time: unknown unit "y" in duration "300y"', "beyond int64 nanoseconds"),
+    ("10", 'time: missing unit in duration "10"', "bare number"),
+    ("", 'time: invalid duration ""', "empty"),
+    ("1 d", 'time: unknown unit " d" in duration "1 d"', "a space starts the unit"),
+    ("1%", 'time: unknown unit "%" in duration "1%"', "any non-digit run is the unit"),
+    ("1.5.3s", 'time: missing unit in duration "1.5.3s"', "second point ends the number"),
+    ("1é", 'time: unknown unit "\\xc3\\xa9" in duration "1\\xc3\\xa9"', "non-ascii quoted as bytes"),
+    ("-9223372036854775809ns", 'time: invalid duration "-9223372036854775809ns"', "below int64"),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"), [r[:2] for r in BAD_FLAG_DURATIONS], ids=[r[2] for r in BAD_FLAG_DURATIONS]
+)
+def test_bad_flag_durations(text: str, message: str) -> None:
+    with pytest.raises(DurationError) as caught:
+        parse_flag_duration(text)
+    assert str(caught.value) == message
+    with pytest.raises(FlagError) as flag_error:
+        parse_args(["--collect.timeout", text])
+    assert str(flag_error.value) == f"{message} for flag --collect.timeout"
+
+
+@pytest.mark.parametrize("flag", [f.name for f in FLAGS if f.kind is Kind.DURATION])
+def test_every_duration_flag_takes_days(flag: str) -> None:
+    attribute = next(f.attribute for f in FLAGS if f.name == flag)
+    assert getattr(parse_args([f"--{flag}=2d"]).config, attribute) == 2 * DAY
 
 
 @settings(max_examples=300, deadline=None)

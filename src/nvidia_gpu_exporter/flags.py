@@ -1,7 +1,8 @@
 """Command-line parsing with the Go exporter's (kingpin's) syntax and flag names.
 
 ``--flag=value`` or ``--flag value``; booleans as ``--flag``, ``--no-flag`` or ``--flag=false``;
-``--web.listen-address`` may repeat. Durations use Go syntax. No environment variables are read.
+``--web.listen-address`` may repeat. Durations use Go syntax or Prometheus' ``d``/``w``/``y``. No environment
+variables are read.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from nvidia_gpu_exporter._go.durations import DurationError, format_duration, parse_duration
+from nvidia_gpu_exporter._go.durations import DurationError, format_duration, parse_flag_duration
 from nvidia_gpu_exporter._go.strconv import DECIMAL_INT, parse_bool, parse_int
 from nvidia_gpu_exporter.config import DEFAULT_LISTEN_ADDRESS, Backend, Config, Profile, XidSource
 from nvidia_gpu_exporter.logs import FORMATS, LEVELS
@@ -269,7 +270,7 @@ def _convert(flag: Flag, value: str) -> Any:
         return truth
     if flag.kind is Kind.DURATION:
         try:
-            return parse_duration(value)
+            return parse_flag_duration(value)
         except DurationError as error:
             raise FlagError(f"{error} for flag --{flag.name}") from error
     if flag.kind is Kind.INT:
