@@ -164,8 +164,26 @@ def test_flag_errors(argv: list[str], fragment: str) -> None:
 
 @pytest.mark.parametrize(
     ("argv", "action"),
-    [(["-h"], "help"), (["--help"], "help"), (["--version"], "version"), (["--help-long"], "help")],
-    ids=["-h", "--help", "--version", "--help-long"],
+    [
+        (["-h"], "help"),
+        (["--help"], "help"),
+        (["--version"], "version"),
+        (["--help-long"], "help-long"),
+        (["--help-man"], "help-man"),
+        (["--completion-script-bash"], "completion-script-bash"),
+        (["--completion-script-zsh"], "completion-script-zsh"),
+        (["--completion-bash", "--bogus", "--collect.interval=x"], "completion-bash"),
+    ],
+    ids=[
+        "-h",
+        "--help",
+        "--version",
+        "--help-long",
+        "--help-man",
+        "--completion-script-bash",
+        "--completion-script-zsh",
+        "--completion-bash completes whatever else is there",
+    ],
 )
 def test_actions(argv: list[str], action: str) -> None:
     assert parse_args(argv).action == action

@@ -35,11 +35,34 @@ class Kind(Enum):
 
 
 class Action(str, Enum):
-    """What the command line asks for."""
+    """What the command line asks for: run, or print one text (kingpin's informational flags) and exit 0."""
 
     RUN = "run"
     HELP = "help"
+    HELP_LONG = "help-long"
+    HELP_MAN = "help-man"
     VERSION = "version"
+    COMPLETION_BASH = "completion-bash"
+    COMPLETION_SCRIPT_BASH = "completion-script-bash"
+    COMPLETION_SCRIPT_ZSH = "completion-script-zsh"
+
+
+# Flags that print a text and end parsing, as kingpin's pre-actions: the first on the command line wins, over
+# --help too. All but --version are hidden from --help, the man page and the completions, as in kingpin.
+_GENERATORS = {
+    f"--{action.value}": action
+    for action in (
+        Action.HELP_LONG,
+        Action.HELP_MAN,
+        Action.VERSION,
+        Action.COMPLETION_SCRIPT_BASH,
+        Action.COMPLETION_SCRIPT_ZSH,
+    )
+}
+_COMPLETION_FLAG = f"--{Action.COMPLETION_BASH.value}"
+HELP_TEXT = "Show context-sensitive help (also try --help-long and --help-man)."
+VERSION_TEXT = "Show application version."
+DESCRIPTION = "Prometheus exporter for NVIDIA GPUs, a drop-in for the Go nvidia_gpu_exporter."
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,10 +277,12 @@ _BY_NAME = {flag.name: flag for flag in FLAGS}
 
 @dataclass(frozen=True, slots=True)
 class Parsed:
-    """Either a config to run with, or an informational action (help, version)."""
+    """Either a config to run with, or an informational action (help, version); ``--completion-bash`` keeps
+    the words it completes."""
 
     config: Config
     action: Action = Action.RUN
+    words: tuple[str, ...] = ()
 
 
 def _convert(flag: Flag, value: str) -> Any:
@@ -286,18 +311,23 @@ def _convert(flag: Flag, value: str) -> Any:
 
 def parse_args(argv: Sequence[str]) -> Parsed:
     """Parse the exporter's arguments (without the program name)."""
+    if _COMPLETION_FLAG in argv:  # kingpin completes whatever else is there, however broken
+        words = list(argv)
+        words.remove(_COMPLETION_FLAG)
+        return Parsed(Config(), Action.COMPLETION_BASH, tuple(words))
     values: dict[str, Any] = {}
     listen: list[str] = []
     action = Action.RUN
+    help_asked = False
     index = 0
     while index < len(argv):
         token = argv[index]
         index += 1
-        if token in ("-h", "--help", "--help-long", "--help-man"):
-            action = Action.HELP
+        if token in ("-h", "--help"):
+            help_asked = True
             continue
-        if token == "--version":
-            action = Action.VERSION
+        if token in _GENERATORS:
+            action = _GENERATORS[token] if action is Action.RUN else action
             continue
         if token == "--":
             if index < len(argv):
@@ -332,6 +362,8 @@ def parse_args(argv: Sequence[str]) -> Parsed:
             values[flag.attribute] = value
     if listen:
         values["listen_addresses"] = tuple(listen)
+    if help_asked and action is Action.RUN:
+        action = Action.HELP
     return Parsed(dataclasses.replace(Config(), **values), action)
 
 
@@ -348,29 +380,123 @@ def _default_text(flag: Flag, defaults: Config) -> str:
     return str(value)
 
 
-def usage(program: str = "nvidia_gpu_exporter", describe: Callable[[Flag], str] | None = None) -> str:
-    """``--help`` text: every flag with its default."""
+def _entries(describe: Callable[[Flag], str] | None = None) -> list[tuple[str, str, str]]:
+    """Each visible flag as ``(flag, value placeholder, help with its default)``, in ``--help`` order."""
     defaults = Config()
-    lines = [
-        f"usage: {program} [<flags>]",
-        "",
-        "Prometheus exporter for NVIDIA GPUs, a drop-in for the Go nvidia_gpu_exporter.",
-        "",
-        "Flags:",
-        "  -h, --help                  Show context-sensitive help.",
-        "      --version               Show application version.",
-    ]
+    entries = [("-h, --help", "", HELP_TEXT), ("--version", "", VERSION_TEXT)]
     for flag in FLAGS:
         if flag.kind is Kind.BOOL:
-            left = f"--[no-]{flag.name}"
+            name, placeholder = f"--[no-]{flag.name}", ""
         else:
             placeholder = flag.placeholder or f"<{flag.kind.value}>"
             if flag.choices:
                 placeholder = "<" + "|".join(flag.choices) + ">"
-            left = f"--{flag.name}={placeholder}"
+            name = f"--{flag.name}"
         text = describe(flag) if describe else flag.help
         default = _default_text(flag, defaults)
-        suffix = f' (default: "{default}")' if default else ""
-        lines.append(f"      {left}")
-        lines.append(f"          {text}{suffix}")
+        entries.append((name, placeholder, f'{text} (default: "{default}")' if default else text))
+    return entries
+
+
+def usage(program: str = "nvidia_gpu_exporter", describe: Callable[[Flag], str] | None = None) -> str:
+    """``--help`` text: every visible flag with its default."""
+    lines = [f"usage: {program} [<flags>]", "", DESCRIPTION, "", "Flags:"]
+    help_entry, version_entry, *flag_entries = _entries(describe)
+    for name, _, text in (help_entry, version_entry):
+        lines.append(f"{'  ' if name.startswith('-h') else '      '}{name}".ljust(30) + text)
+    for name, placeholder, text in flag_entries:
+        lines.append(f"      {name}={placeholder}" if placeholder else f"      {name}")
+        lines.append(f"          {text}")
     return "\n".join(lines) + "\n"
+
+
+def _roff(text: str) -> str:
+    """Text safe in a roff line: backslashes and hyphens escaped, no request at the line start."""
+    escaped = text.replace("\\", "\\e").replace("-", "\\-")
+    return "\\&" + escaped if escaped.startswith((".", "'")) else escaped
+
+
+def man_page(program: str, version: str) -> str:
+    """``--help-man``: a man(7) page of the visible flags, for ``man -l`` or packaging."""
+    lines = [
+        f'.TH {program.upper()} 1 "" "{_roff(program)} {_roff(version)}" "User Commands"',
+        ".SH NAME",
+        f"{_roff(program)} \\- {_roff(DESCRIPTION)}",
+        ".SH SYNOPSIS",
+        f".B {_roff(program)}",
+        "[\\fIflags\\fR]",
+        ".SH DESCRIPTION",
+        _roff(DESCRIPTION),
+        ".SH OPTIONS",
+    ]
+    for name, placeholder, text in _entries():
+        names = ", ".join(f"\\fB{_roff(part.replace('[no-]', ''))}\\fR" for part in name.split(", "))
+        lines += [".TP", names + (f"=\\fI{_roff(placeholder)}\\fR" if placeholder else ""), _roff(text)]
+    return "\n".join(lines) + "\n"
+
+
+def completions(words: Sequence[str]) -> list[str]:
+    """``--completion-bash``: the candidates for the last word, as kingpin offers them (the shell filters them).
+
+    A word starting with ``--`` gets every visible flag; a complete enum flag (or a value after it) gets its
+    values, none once the value is one of them; other flags and plain words get nothing, so the shell falls back
+    to file names. ``--flag=value`` as one word keeps its flag on the values, and bash's split at ``=`` is undone.
+    """
+    current = words[-1] if words else ""
+    previous = words[-2] if len(words) > 1 else ""
+    if previous == "=" and len(words) > 2:  # bash: "--flag", "=", "value"
+        current, previous = words[-1], words[-3]
+    elif current == "=" and previous:  # bash: "--flag", "="
+        current = ""
+    prefix = ""
+    if previous.startswith("--") and not current.startswith("--"):
+        name, value = previous[2:], current
+    elif current.startswith("--"):
+        name, equals, value = current[2:].partition("=")
+        prefix = f"--{name}=" if equals else ""
+    else:
+        return []
+    flag = _BY_NAME.get(name)
+    if flag is None:
+        return ["--help", *(f"--{each.name}" for each in FLAGS), "--version"]
+    options = list(flag.choices)
+    if not options or (value in options and not any(o != value and o.startswith(value) for o in options)):
+        return []
+    return [prefix + option for option in options]
+
+
+def bash_completion_script(program: str) -> str:
+    """``--completion-script-bash``: ``eval "$(nvidia_gpu_exporter --completion-script-bash)"`` in ~/.bashrc."""
+    function = f"_{program}_bash_autocomplete"
+    return f"""# bash completion for {program}; load with: eval "$({program} --completion-script-bash)"
+{function}() {{
+    local cur="${{COMP_WORDS[COMP_CWORD]}}"
+    local -a words=("${{COMP_WORDS[@]:1:COMP_CWORD}}")
+    if [[ "$cur" == "=" ]]; then
+        cur=""
+    fi
+    local IFS=$'\\n'
+    local candidates
+    candidates="$("${{COMP_WORDS[0]}}" --completion-bash "${{words[@]}}" 2>/dev/null)"
+    COMPREPLY=($(compgen -W "$candidates" -- "$cur"))
+    return 0
+}}
+complete -o default -F {function} {program}
+"""
+
+
+def zsh_completion_script(program: str) -> str:
+    """``--completion-script-zsh``: save as ``_{program}`` on ``$fpath``, or ``source`` it."""
+    return f"""#compdef {program}
+_{program}() {{
+    local -a candidates
+    candidates=(${{(f)"$(${{words[1]}} --completion-bash "${{(@)words[2,$CURRENT]}}" 2>/dev/null)"}})
+    compadd -a candidates
+    if [[ $compstate[nmatches] -eq 0 && $words[$CURRENT] != -* ]]; then
+        _files
+    fi
+}}
+if [[ "$(basename -- ${{(%):-%x}})" != "_{program}" ]]; then
+    compdef _{program} {program}
+fi
+"""
