@@ -93,17 +93,8 @@ def test_flag_values(argv: list[str], attribute: str, value: object) -> None:
         (["--no-collect.compute-apps"], False),
         (["--collect.compute-apps=false"], False),
         (["--collect.compute-apps=true"], True),
-        (["--collect.compute-apps", "--no-collect.compute-apps"], False),
-        (["--no-collect.compute-apps", "--collect.compute-apps"], True),
     ],
-    ids=[
-        "--flag",
-        "--no-flag",
-        "--flag=false",
-        "--flag=true",
-        "last wins (off)",
-        "last wins (on)",
-    ],
+    ids=["--flag", "--no-flag", "--flag=false", "--flag=true"],
 )
 def test_bool_flags(argv: list[str], value: bool) -> None:
     assert parse_args(argv).config.compute_apps is value
@@ -187,6 +178,55 @@ def test_flag_errors(argv: list[str], fragment: str) -> None:
 )
 def test_actions(argv: list[str], action: str) -> None:
     assert parse_args(argv).action == action
+
+
+# In kingpin's order: the command line is read up to a parse error (unknown flag, missing value) or a
+# positional argument; a generating flag read by then wins; then the parse error; then --help; then the
+# positional argument; then the values, in order (a bad one, or a flag given twice that does not repeat).
+ORDER: list[tuple[list[str], str | None, str, str]] = [
+    (["--version", "--bogus"], "version", "", "a generating flag before a parse error wins"),
+    (["--bogus", "--version"], None, "unknown long flag '--bogus'", "a parse error stops reading"),
+    (["--collect.interval=abc", "--version"], "version", "", "a generating flag wins over a bad value"),
+    (["--collect.interval=abc", "--help"], "help", "", "help wins over a bad value"),
+    (["--help", "--bogus"], None, "unknown long flag '--bogus'", "a parse error wins over help"),
+    (["--help", "positional"], "help", "", "help wins over a positional argument"),
+    (["positional", "--help"], None, "unexpected positional", "a positional argument stops reading"),
+    (["--help-man", "--collect.timeout"], "help-man", "", "a generating flag wins over a missing value"),
+    (["--help", "--help"], "help", "", "help twice is help"),
+    (
+        ["--collect.interval=1s", "--collect.interval=2s"],
+        None,
+        "flag 'collect.interval' cannot be repeated",
+        "a flag that does not repeat, twice",
+    ),
+    (
+        ["--collect.compute-apps", "--no-collect.compute-apps"],
+        None,
+        "flag 'collect.compute-apps' cannot be repeated",
+        "a boolean and its negation are one flag twice",
+    ),
+    (
+        ["--collect.interval=x", "--collect.interval=1s"],
+        None,
+        'time: invalid duration "x" for flag --collect.interval',
+        "values are checked in order",
+    ),
+    (["--web.listen-address=:1", "--web.listen-address=:2"], "run", "", "the listen address repeats"),
+    (["--", "x"], None, "unexpected x", "only positional arguments after --"),
+    (["--help", "--", "x"], "help", "", "help wins over arguments after --"),
+    (["--"], "run", "", "a bare -- ends the flags"),
+    (["-x", "--version"], None, "unknown short flag '-x'", "an unknown short flag stops reading"),
+]
+
+
+@pytest.mark.parametrize(("argv", "action", "message"), [o[:3] for o in ORDER], ids=[o[3] for o in ORDER])
+def test_kingpin_order(argv: list[str], action: str | None, message: str) -> None:
+    if action is not None:
+        assert parse_args(argv).action == action
+        return
+    with pytest.raises(FlagError) as caught:
+        parse_args(argv)
+    assert str(caught.value) == message
 
 
 # -- validation --------------------------------------------------------------------------------------------------

@@ -309,15 +309,20 @@ def _convert(flag: Flag, value: str) -> Any:
     return value
 
 
-def parse_args(argv: Sequence[str]) -> Parsed:
-    """Parse the exporter's arguments (without the program name)."""
-    if _COMPLETION_FLAG in argv:  # kingpin completes whatever else is there, however broken
-        words = list(argv)
-        words.remove(_COMPLETION_FLAG)
-        return Parsed(Config(), Action.COMPLETION_BASH, tuple(words))
-    values: dict[str, Any] = {}
-    listen: list[str] = []
-    action = Action.RUN
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    """What kingpin's parse pass collected before it stopped: flags with their raw values, and why it stopped."""
+
+    elements: list[tuple[Flag, str | None]]  # the raw value; None for a bare boolean, "false" for --no-
+    generator: Action | None
+    help_asked: bool
+    parse_error: FlagError | None  # unknown flag or missing value: beats --help
+    unexpected: str | None  # a positional argument: --help beats it
+
+
+def _read(argv: Sequence[str]) -> _Reading:
+    elements: list[tuple[Flag, str | None]] = []
+    generator: Action | None = None
     help_asked = False
     index = 0
     while index < len(argv):
@@ -327,44 +332,67 @@ def parse_args(argv: Sequence[str]) -> Parsed:
             help_asked = True
             continue
         if token in _GENERATORS:
-            action = _GENERATORS[token] if action is Action.RUN else action
+            generator = generator or _GENERATORS[token]
             continue
-        if token == "--":
-            if index < len(argv):
-                raise FlagError(f"unexpected {argv[index]}")
-            break
+        if token == "--":  # only positional arguments follow
+            return _Reading(elements, generator, help_asked, None, argv[index] if index < len(argv) else None)
         if not token.startswith("--"):
             if token.startswith("-") and len(token) > 1:
-                raise FlagError(f"unknown short flag '{token[:2]}'")
-            raise FlagError(f"unexpected {token}")
+                error = FlagError(f"unknown short flag '{token[:2]}'")
+                return _Reading(elements, generator, help_asked, error, None)
+            return _Reading(elements, generator, help_asked, None, token)
         name, has_value, inline = token[2:].partition("=")
-        negated = False
         flag = _BY_NAME.get(name)
         if flag is None and name.startswith("no-") and not has_value:
-            flag = _BY_NAME.get(name[3:])
-            negated = flag is not None and flag.kind is Kind.BOOL
-            if not negated:
-                flag = None
+            negated = _BY_NAME.get(name[3:])
+            if negated is not None and negated.kind is Kind.BOOL:
+                elements.append((negated, "false"))
+                continue
         if flag is None:
-            raise FlagError(f"unknown long flag '--{name}'")
-        if flag.kind is Kind.BOOL:
-            value: Any = False if negated else (_convert(flag, inline) if has_value else True)
-        else:
-            if not has_value:
-                if index >= len(argv):
-                    raise FlagError(f"expected argument for flag '--{flag.name}'")
-                inline = argv[index]
-                index += 1
-            value = _convert(flag, inline)
+            return _Reading(elements, generator, help_asked, FlagError(f"unknown long flag '--{name}'"), None)
+        value = inline if has_value else None
+        if flag.kind is not Kind.BOOL and value is None:
+            if index >= len(argv):
+                error = FlagError(f"expected argument for flag '--{flag.name}'")
+                return _Reading(elements, generator, help_asked, error, None)
+            value = argv[index]
+            index += 1
+        elements.append((flag, value))
+    return _Reading(elements, generator, help_asked, None, None)
+
+
+def parse_args(argv: Sequence[str]) -> Parsed:
+    """Parse the exporter's arguments (without the program name), deciding in kingpin's order.
+
+    A generating flag (``--version``, ``--help-man``, ...) read before any parse error wins; then a parse error;
+    then ``--help``; then a positional argument; then each value in turn, where a flag given twice that does
+    not repeat is an error too.
+    """
+    if _COMPLETION_FLAG in argv:  # kingpin completes whatever else is there, however broken
+        words = list(argv)
+        words.remove(_COMPLETION_FLAG)
+        return Parsed(Config(), Action.COMPLETION_BASH, tuple(words))
+    reading = _read(argv)
+    if reading.generator is not None:
+        return Parsed(Config(), reading.generator)
+    if reading.parse_error is not None:
+        raise reading.parse_error
+    if reading.help_asked:
+        return Parsed(Config(), Action.HELP)
+    if reading.unexpected is not None:
+        raise FlagError(f"unexpected {reading.unexpected}")
+    values: dict[str, Any] = {}
+    listen: list[str] = []
+    for flag, raw in reading.elements:
         if flag.kind is Kind.STRINGS:
-            listen.append(value)
-        else:
-            values[flag.attribute] = value
+            listen.append(_convert(flag, raw or ""))
+            continue
+        if flag.attribute in values:
+            raise FlagError(f"flag '{flag.name}' cannot be repeated")
+        values[flag.attribute] = True if raw is None else _convert(flag, raw)
     if listen:
         values["listen_addresses"] = tuple(listen)
-    if help_asked and action is Action.RUN:
-        action = Action.HELP
-    return Parsed(dataclasses.replace(Config(), **values), action)
+    return Parsed(dataclasses.replace(Config(), **values))
 
 
 def _default_text(flag: Flag, defaults: Config) -> str:
