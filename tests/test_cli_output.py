@@ -181,3 +181,36 @@ def test_bash_completes_through_the_exporter(
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == replies, rule
+
+
+# (words on the command line, the cursor's word last; the candidates the zsh function adds, unfiltered)
+ZSH: list[tuple[list[str], list[str], str]] = [
+    (["--collect.i"], VISIBLE, "a flag name: every visible flag (zsh filters)"),
+    (["--log.level", "w"], ["debug", "info", "warn", "error"], "an enum value"),
+    (["--log.level=w"], ["--log.level=debug", "--log.level=info", "--log.level=warn", "--log.level=error"], "one word"),
+]
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
+@pytest.mark.parametrize(("words", "candidates", "rule"), ZSH, ids=[row[2] for row in ZSH])
+def test_zsh_completes_through_the_exporter(
+    words: list[str], candidates: list[str], rule: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The zsh function run outside a completion widget: compadd and compdef stand in, printing what is added."""
+    command = exporter_command(tmp_path)
+    (tmp_path / "_nvidia_gpu_exporter").write_text(script("zsh", capsys), encoding="utf-8")
+    line = " ".join(f"'{word}'" for word in [str(command), *words])
+    program = (
+        "compdef() { : }\n"
+        'compadd() { [[ $1 == -a ]] && print -l -- "${(@P)2}" }\n'
+        "_files() { : }\n"
+        f"source '{tmp_path / '_nvidia_gpu_exporter'}'\n"
+        f"words=({line}); CURRENT={len(words) + 1}\n"
+        "_nvidia_gpu_exporter\n"
+    )
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    result = subprocess.run(
+        ["zsh", "-c", program], check=False, capture_output=True, text=True, timeout=60, env=environment
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == candidates, rule
