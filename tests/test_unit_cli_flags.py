@@ -501,6 +501,8 @@ FLAG_DURATIONS: list[tuple[str, int, str]] = [
     ("1d12h", DAY + 12 * 3600 * SECOND, "units combine largest first"),
     ("1y2w3d4h5m6s7ms", (365 + 14 + 3) * DAY + 4 * 3600 * SECOND + 306 * SECOND + 7 * MS, "every unit once"),
     ("0d", 0, "zero days"),
+    ("0" * 30 + "1s", SECOND, "leading zeros do not overflow"),
+    ("0" * 30 + "2d", 2 * DAY, "leading zeros of days do not overflow"),
     ("1h30m", 5400 * SECOND, "go syntax first"),
     ("1.5h", 5400 * SECOND, "go fraction"),
     ("300ms", 300 * MS, "go milliseconds"),
@@ -533,6 +535,8 @@ BAD_FLAG_DURATIONS: list[tuple[str, str, str]] = [
     ("1.5.3s", 'time: missing unit in duration "1.5.3s"', "second point ends the number"),
     ("1é", 'time: unknown unit "\\xc3\\xa9" in duration "1\\xc3\\xa9"', "non-ascii quoted as bytes"),
     ("-9223372036854775809ns", 'time: invalid duration "-9223372036854775809ns"', "below int64"),
+    ("9" * 5000 + "s", f'time: invalid duration "{"9" * 5000}s"', "thousands of digits overflow"),
+    ("9" * 5000 + "d", f'time: invalid duration "{"9" * 5000}d"', "thousands of digits of days"),
 ]
 
 
@@ -552,6 +556,16 @@ def test_bad_flag_durations(text: str, message: str) -> None:
 def test_every_duration_flag_takes_days(flag: str) -> None:
     attribute = next(f.attribute for f in FLAGS if f.name == flag)
     assert getattr(parse_args([f"--{flag}=2d"]).config, attribute) == 2 * DAY
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("0123456789.+-nsuµμmhdwy x")), max_size=40))
+def test_flag_durations_only_raise_duration_error(text: str) -> None:
+    try:
+        value = parse_flag_duration(text)
+    except DurationError:
+        return
+    assert -(1 << 63) <= value <= (1 << 63) - 1
 
 
 @settings(max_examples=300, deadline=None)

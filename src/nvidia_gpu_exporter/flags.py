@@ -321,6 +321,7 @@ class _Reading:
 
 
 def _read(argv: Sequence[str]) -> _Reading:
+    """kingpin's parse pass: flags and raw values in order, no value converted yet, stopping where it stops."""
     elements: list[tuple[Flag, str | None]] = []
     generator: Action | None = None
     help_asked = False

@@ -58,6 +58,15 @@ def _leading_digits(text: str, position: int) -> int:
     return end
 
 
+def _small_int(digits: str) -> int | None:
+    """The number ``digits`` spell, or ``None`` above 2**63 (so thousands of digits never reach ``int()``)."""
+    significant = digits.lstrip("0")
+    if len(significant) > len(str(_LIMIT)):
+        return None
+    number = int(significant or "0")
+    return number if number <= _LIMIT else None
+
+
 def parse_duration(text: str) -> int:
     """Parse a Go duration into nanoseconds; raise :class:`DurationError` with Go's wording otherwise.
 
@@ -80,8 +89,8 @@ def parse_duration(text: str) -> int:
         if not (text[position] == "." or "0" <= text[position] <= "9"):
             raise invalid
         end = _leading_digits(text, position)
-        whole = int(text[position:end] or "0")
-        if whole > _LIMIT:
+        whole = _small_int(text[position:end])
+        if whole is None:
             raise invalid
         has_whole = end > position
         position = end
@@ -136,9 +145,12 @@ def parse_flag_duration(text: str) -> int:
         match = _PROMETHEUS.fullmatch(text)
         if not text or match is None:
             raise
-        total = sum(
-            int(count) * scale for count, scale in zip(match.groups(), _PROMETHEUS_UNITS.values(), strict=True) if count
-        )
+        total = 0
+        for count, scale in zip(match.groups(), _PROMETHEUS_UNITS.values(), strict=True):
+            number = _small_int(count or "")
+            if number is None:
+                raise
+            total += number * scale
         if total > INT64_MAX:
             raise
         return total
