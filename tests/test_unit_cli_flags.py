@@ -63,6 +63,8 @@ def test_defaults_match_spec_table() -> None:
         (["--collect.timeout=-1s"], "collect_timeout_ns", -SECOND),
         (["--query-field-names="], "query_field_names", ""),
         (["--web.telemetry-path=a=b"], "telemetry_path", "a=b"),
+        (["--web.max-requests", "0" * 5000 + "7"], "max_requests", 7),
+        (["--web.max-requests", "-" + "0" * 5000 + "7"], "max_requests", -7),
     ],
     ids=[
         "--flag=value duration",
@@ -80,6 +82,8 @@ def test_defaults_match_spec_table() -> None:
         "negative duration parses (validation rejects later)",
         "empty value",
         "only the first = separates",
+        "thousands of leading zeros",
+        "thousands of leading zeros, negative",
     ],
 )
 def test_flag_values(argv: list[str], attribute: str, value: object) -> None:
@@ -227,6 +231,26 @@ def test_kingpin_order(argv: list[str], action: str | None, message: str) -> Non
     with pytest.raises(FlagError) as caught:
         parse_args(argv)
     assert str(caught.value) == message
+
+
+_TOKENS = st.one_of(
+    st.sampled_from(
+        [f"--{flag.name}" for flag in FLAGS]
+        + [f"--no-{flag.name}" for flag in FLAGS]
+        + ["-h", "--help", "--version", "--help-man", "--", "-", "-x", "--x", "1d", "10", "true", "=", "9" * 5000]
+    ),
+    st.builds(lambda flag, value: f"--{flag.name}={value}", st.sampled_from(FLAGS), st.text(max_size=8)),
+    st.text(max_size=8),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_TOKENS, max_size=8))
+def test_any_command_line_parses_or_raises_flag_error(argv: list[str]) -> None:
+    try:
+        parse_args(argv)
+    except FlagError:
+        return
 
 
 # -- validation --------------------------------------------------------------------------------------------------
