@@ -145,12 +145,29 @@ def test_zsh_script_is_valid_zsh(capsys: pytest.CaptureFixture[str], tmp_path: P
     subprocess.run(["zsh", "-n", str(path)], check=True, timeout=30)
 
 
-def exporter_command(tmp_path: Path) -> Path:
-    """An ``nvidia_gpu_exporter`` for bash to call: this interpreter running the real CLI."""
+def complete_in(shell: str, words: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> list[str]:
+    """What ``shell``'s completion script offers for ``words`` (the cursor's word last), run through the real
+    exporter: bash's function fills ``COMPREPLY``; zsh's, outside a completion widget, adds through stand-ins
+    for ``compadd`` and ``compdef`` that print what they are given."""
     command = tmp_path / "nvidia_gpu_exporter"
     command.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m nvidia_gpu_exporter "$@"\n', encoding="utf-8")
     command.chmod(0o755)
-    return command
+    loaded = tmp_path / f"completion.{shell}"
+    loaded.write_text(script(shell, capsys), encoding="utf-8")
+    line = " ".join(f"'{word}'" for word in [str(command), *words])
+    if shell == "bash":
+        setup = f"COMP_WORDS=({line}); COMP_CWORD={len(words)}"
+        call = '_nvidia_gpu_exporter_bash_autocomplete; printf "%s\\n" "${COMPREPLY[@]}"'
+    else:
+        setup = 'compdef() { : }; compadd() { [[ $1 == -a ]] && print -l -- "${(@P)2}" }; _files() { : }'
+        call = f"words=({line}); CURRENT={len(words) + 1}; _nvidia_gpu_exporter"
+    program = f"{setup}\nsource '{loaded}'\n{call}\n"
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    result = subprocess.run(
+        [shell, "-c", program], check=False, capture_output=True, text=True, timeout=60, env=environment
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
 
 
 # (words on the command line, the cursor's word last; the replies bash offers)
@@ -166,21 +183,7 @@ BASH: list[tuple[list[str], list[str], str]] = [
 def test_bash_completes_through_the_exporter(
     words: list[str], replies: list[str], rule: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    command = exporter_command(tmp_path)
-    (tmp_path / "complete.bash").write_text(script("bash", capsys), encoding="utf-8")
-    line = " ".join(f"'{word}'" for word in [str(command), *words])
-    program = (
-        f"source '{tmp_path / 'complete.bash'}'\n"
-        f"COMP_WORDS=({line}); COMP_CWORD={len(words)}\n"
-        "_nvidia_gpu_exporter_bash_autocomplete\n"
-        'printf "%s\\n" "${COMPREPLY[@]}"\n'
-    )
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    result = subprocess.run(
-        ["bash", "-c", program], check=False, capture_output=True, text=True, timeout=60, env=environment
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == replies, rule
+    assert complete_in("bash", words, capsys, tmp_path) == replies, rule
 
 
 # (words on the command line, the cursor's word last; the candidates the zsh function adds, unfiltered)
@@ -196,21 +199,4 @@ ZSH: list[tuple[list[str], list[str], str]] = [
 def test_zsh_completes_through_the_exporter(
     words: list[str], candidates: list[str], rule: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """The zsh function run outside a completion widget: compadd and compdef stand in, printing what is added."""
-    command = exporter_command(tmp_path)
-    (tmp_path / "_nvidia_gpu_exporter").write_text(script("zsh", capsys), encoding="utf-8")
-    line = " ".join(f"'{word}'" for word in [str(command), *words])
-    program = (
-        "compdef() { : }\n"
-        'compadd() { [[ $1 == -a ]] && print -l -- "${(@P)2}" }\n'
-        "_files() { : }\n"
-        f"source '{tmp_path / '_nvidia_gpu_exporter'}'\n"
-        f"words=({line}); CURRENT={len(words) + 1}\n"
-        "_nvidia_gpu_exporter\n"
-    )
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    result = subprocess.run(
-        ["zsh", "-c", program], check=False, capture_output=True, text=True, timeout=60, env=environment
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == candidates, rule
+    assert complete_in("zsh", words, capsys, tmp_path) == candidates, rule
