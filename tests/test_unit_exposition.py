@@ -649,8 +649,8 @@ OPENMETRICS: list[tuple[bytes, bytes, str]] = [
     ),
     (
         b'# HELP b Help\n# TYPE b counter\nb{x="1"} 2.5\n',
-        b'# HELP b Help\n# TYPE b counter\nb_total{x="1"} 2.5\n',
-        "a counter without _total gets it on its samples",
+        b'# HELP b Help\n# TYPE b unknown\nb{x="1"} 2.5\n',
+        "a counter without _total is of unknown type, its samples unchanged",
     ),
     (b"# HELP g H\n# TYPE g gauge\ng 42\n", b"# HELP g H\n# TYPE g gauge\ng 42.0\n", "an integer gains .0"),
     (b"# HELP g H\n# TYPE g gauge\ng 0\n", b"# HELP g H\n# TYPE g gauge\ng 0.0\n", "zero is 0.0"),

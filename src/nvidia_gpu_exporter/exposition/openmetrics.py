@@ -2,9 +2,10 @@
 
 The exposition renders text 0.0.4 once per snapshot; a scrape that negotiates OpenMetrics gets that text
 rewritten line by line, which is exact because every family is ``# HELP``, ``# TYPE`` and then its samples
-(gauges and counters only, no timestamps): a counter family is named without ``_total`` and its samples end
-in ``_total``; HELP also escapes ``"``; a value without a point or exponent gains ``.0``. No ``# UNIT`` and no
-``_created`` lines, as the Go client writes by default. The scrape ends with :data:`OPENMETRICS_EOF`.
+(gauges and counters only, no timestamps): a counter family ending in ``_total`` is named without it (its
+samples keep it), a counter without that suffix is typed ``unknown``; HELP also escapes ``"``; a value without
+a point or exponent gains ``.0``. No ``# UNIT`` and no ``_created`` lines, as the Go client writes by default.
+The scrape ends with :data:`OPENMETRICS_EOF`.
 """
 
 from __future__ import annotations
@@ -30,23 +31,21 @@ def to_openmetrics(text: bytes) -> bytes:
     """Rewrite whole families of text format 0.0.4 as OpenMetrics (without the final ``# EOF``)."""
     out: list[bytes] = []
     help_line: bytes | None = None
-    sample_suffix = b""
     for line in text.split(b"\n")[:-1]:
         if line.startswith(_HELP):
             help_line = line
             continue
         if line.startswith(_TYPE):
             name, _, kind = line[len(_TYPE) :].partition(b" ")
-            counter = kind == b"counter"
-            family = name[: -len(_TOTAL)] if counter and name.endswith(_TOTAL) else name
-            sample_suffix = _TOTAL if counter and family == name else b""
+            family = name
+            if kind == b"counter":
+                family, kind = (name[: -len(_TOTAL)], kind) if name.endswith(_TOTAL) else (name, b"unknown")
             if help_line is not None:
                 help_text = help_line[len(_HELP) + len(name) + 1 :]
                 out.append(_HELP + family + b" " + help_text.replace(b'"', b'\\"'))
                 help_line = None
             out.append(_TYPE + family + b" " + kind)
             continue
-        name_end = min(position for position in (line.find(b"{"), line.find(b" ")) if position >= 0)
         value_start = line.rindex(b" ") + 1
-        out.append(line[:name_end] + sample_suffix + line[name_end:value_start] + _value(line[value_start:]))
+        out.append(line[:value_start] + _value(line[value_start:]))
     return b"".join(part + b"\n" for part in out)
