@@ -220,6 +220,12 @@ ORDER: list[tuple[list[str], str | None, str, str]] = [
     (["--help", "--", "x"], "help", "", "help wins over arguments after --"),
     (["--"], "run", "", "a bare -- ends the flags"),
     (["-x", "--version"], None, "unknown short flag '-x'", "an unknown short flag stops reading"),
+    (["-hh"], "help", "", "short flags combine"),
+    (["-hx"], None, "unknown short flag '-x'", "a combined unknown short flag is a parse error"),
+    (["--help=false"], "help", "", "help is a boolean flag: any value still asks for help"),
+    (["--no-help"], "help", "", "help negated still asks for help"),
+    (["--version=false"], "version", "", "version with a value still prints the version"),
+    (["--no-help-man"], "help-man", "", "a generating flag negated still generates"),
 ]
 
 

@@ -329,20 +329,25 @@ def _read(argv: Sequence[str]) -> _Reading:
     while index < len(argv):
         token = argv[index]
         index += 1
-        if token in ("-h", "--help"):
-            help_asked = True
-            continue
-        if token in _GENERATORS:
-            generator = generator or _GENERATORS[token]
-            continue
         if token == "--":  # only positional arguments follow
             return _Reading(elements, generator, help_asked, None, argv[index] if index < len(argv) else None)
         if not token.startswith("--"):
-            if token.startswith("-") and len(token) > 1:
-                error = FlagError(f"unknown short flag '{token[:2]}'")
-                return _Reading(elements, generator, help_asked, error, None)
-            return _Reading(elements, generator, help_asked, None, token)
+            if not token.startswith("-") or len(token) == 1:
+                return _Reading(elements, generator, help_asked, None, token)
+            for short in token[1:]:  # boolean short flags combine; -h is the only one
+                if short != "h":
+                    return _Reading(elements, generator, help_asked, FlagError(f"unknown short flag '-{short}'"), None)
+                help_asked = True
+            continue
         name, has_value, inline = token[2:].partition("=")
+        # The informational flags are kingpin booleans: a value or a --no- prefix still asks for them.
+        informational = name[3:] if name.startswith("no-") and not has_value else name
+        if informational == "help":
+            help_asked = True
+            continue
+        if f"--{informational}" in _GENERATORS:
+            generator = generator or _GENERATORS[f"--{informational}"]
+            continue
         flag = _BY_NAME.get(name)
         if flag is None and name.startswith("no-") and not has_value:
             negated = _BY_NAME.get(name[3:])
