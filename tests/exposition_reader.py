@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -22,6 +23,11 @@ from nvidia_gpu_exporter.exposition.families import WALL_CLOCK_FAMILIES
 def parse(text: str) -> list[Metric]:
     """Every family of ``text``, read by the reference parser (raises on text it rejects)."""
     return list(text_string_to_metric_families(text))
+
+
+def parse_openmetrics(text: str) -> list[Metric]:
+    """Every family of OpenMetrics ``text``, read by the reference parser (which also demands the ``# EOF``)."""
+    return list(openmetrics_families(text))  # type: ignore[no-untyped-call]  # the library leaves it untyped
 
 
 def checked(text: str) -> str:

@@ -16,10 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from prometheus_client.metrics_core import Metric
 
 from conftest import StartExporter
-from exposition_reader import comparable, parse, parsed_names, sample_value, samples
+from exposition_reader import comparable, parse, parse_openmetrics, parsed_names, sample_value, samples
 from harness import FIXTURE_CAPTURES, Exporter, Response, Wrapper, fake_smi_command, process_gone, start_exporter
+from nvidia_gpu_exporter.exposition.families import WALL_CLOCK_FAMILIES
 from polling import wait_until
 
 MIG_FIXTURE = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
@@ -127,6 +129,65 @@ def test_gzip_is_served_when_accepted(served: Exporter) -> None:
     parse(unzipped)
     assert comparable(unzipped) == comparable(plain.text)
     assert "nvidia_smi_gpu_info{" in unzipped
+
+
+# Prometheus' scrape Accept headers: 2.x (scrape_protocols default) and 3.x (which adds escaping and text 1.0.0).
+PROMETHEUS_ACCEPT = {
+    "prometheus 2": (
+        "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,"
+        "text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
+        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+    ),
+    "prometheus 3": (
+        "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+        "application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,"
+        "text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
+        "application/openmetrics-text; version=1.0.0; charset=utf-8; escaping=allow-utf-8",
+    ),
+}
+
+
+def nvidia_smi_samples(families: list[Metric]) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items())), sample.value)
+        for family in families
+        if family.name.startswith("nvidia_smi_") and family.name not in WALL_CLOCK_FAMILIES
+        for sample in family.samples
+    }
+
+
+@pytest.mark.parametrize("encoding", ["identity", "gzip"])
+@pytest.mark.parametrize("scraper", list(PROMETHEUS_ACCEPT))
+def test_prometheus_accept_header_gets_openmetrics(served: Exporter, scraper: str, encoding: str) -> None:
+    accept, content_type = PROMETHEUS_ACCEPT[scraper]
+    response = request(served, "GET", "/metrics", {"Accept": accept, "Accept-Encoding": encoding})
+    assert response.status == 200
+    assert header(response, "Content-Type") == content_type
+    body = gzip.decompress(response.body) if encoding == "gzip" else response.body
+    text = body.decode("utf-8")
+    assert text.endswith("\n# EOF\n")
+    openmetrics = parse_openmetrics(text)
+    plain = parse(request(served, "GET", "/metrics").text)
+    assert nvidia_smi_samples(openmetrics) == nvidia_smi_samples(plain)
+    assert [family.name for family in openmetrics] == [family.name for family in plain]
+    assert "# TYPE nvidia_smi_failed_scrapes counter\nnvidia_smi_failed_scrapes_total 0.0\n" in text
+
+
+@pytest.mark.parametrize(
+    "accept",
+    [
+        "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited",
+        "application/json",
+        "text/plain;version=0.0.4",
+        "*/*",
+    ],
+)
+def test_other_accept_headers_get_text(served: Exporter, accept: str) -> None:
+    response = request(served, "GET", "/metrics", {"Accept": accept})
+    assert response.status == 200
+    assert header(response, "Content-Type") == METRICS_CONTENT_TYPE
+    assert "# EOF" not in response.text
+    parse(response.text)
 
 
 def test_gzip_refused_with_zero_quality_serves_plain_text(served: Exporter) -> None:

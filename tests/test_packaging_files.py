@@ -216,7 +216,7 @@ def test_image_command_launcher_runs_the_exporter() -> None:
         [sys.executable, str(LAUNCHER), "--version"], capture_output=True, text=True, env=environment, check=False
     )
     assert result.returncode == 0, result.stderr
-    assert "nvidia_gpu_exporter, version" in result.stdout
+    assert "nvidia_gpu_exporter, version" in result.stderr  # on stderr, as kingpin prints it
     result = subprocess.run(
         [sys.executable, str(LAUNCHER), "doctor", "--bogus"],
         capture_output=True,

@@ -1,14 +1,20 @@
-"""Property tests: parsers never raise outside their documented errors; every rendering is valid exposition."""
+"""Property tests: parsers never raise outside their documented errors; every rendering is valid exposition, and
+the metrics route answers 200 with it whatever bytes a backend returns."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from exposition_reader import parse
+from exposition_reader import parse, parse_openmetrics
+from fakes import FakeBackend
+from nvidia_gpu_exporter.app import web_settings
 from nvidia_gpu_exporter.backends.exec.command import CommandSplitError, split_command
 from nvidia_gpu_exporter.backends.exec.output import (
     CsvShapeError,
@@ -17,6 +23,8 @@ from nvidia_gpu_exporter.backends.exec.output import (
     parse_gpu_csv,
     parse_help_query_gpu,
 )
+from nvidia_gpu_exporter.collector import Collector
+from nvidia_gpu_exporter.config import Config
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.exposition.naming import derive_name
 from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError, encode
@@ -32,6 +40,7 @@ from nvidia_gpu_exporter.model.snapshot import (
     StatusFamily,
 )
 from nvidia_gpu_exporter.model.values import transform_value
+from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
 from unit_helpers import query_fields
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -262,3 +271,49 @@ def test_no_bytes_in_cells_headers_or_processes_fail_a_scrape(
     body = encode(text)
     assert body.endswith(b"\n")
     parse(body.decode("utf-8", "replace"))
+
+
+OPENMETRICS_ACCEPT = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+
+
+async def _serve_once(fields: list[QueryField], readings: Readings) -> list[tuple[int, str, bytes]]:
+    """One text and one OpenMetrics scrape of ``readings`` through the metrics route's real handler."""
+    collector = Collector(FakeBackend(fields=fields, readings=readings), timeout_seconds=None)
+    endpoint = MetricsEndpoint(collector, Exposition(fields, StatusFamily.COMMAND_EXIT_CODE), web_settings(Config()))
+    answers = []
+    try:
+        for accept in ("", OPENMETRICS_ACCEPT):
+            response = await endpoint.handle(make_mocked_request("GET", "/metrics", headers={"Accept": accept}))
+            assert isinstance(response, web.Response)
+            assert isinstance(response.body, bytes)
+            answers.append((response.status, response.content_type, response.body))
+    finally:
+        await collector.aclose()
+    return answers
+
+
+@SLOW
+@given(
+    st.lists(raw_text, min_size=1, max_size=3),
+    st.lists(st.lists(raw_cell, min_size=3, max_size=3), max_size=3),
+    st.lists(st.tuples(raw_text, raw_text, raw_text, raw_cell), max_size=3),
+)
+def test_the_metrics_route_answers_200_whatever_bytes_a_backend_returns(
+    headers: list[str], rows: list[list[str]], process_cells: list[tuple[str, str, str, str]]
+) -> None:
+    """Bytes in any returned header, cell or process field reach the HTTP answer as a 200 with a valid text
+    and a valid OpenMetrics body; only the documented duplicate-series rule may answer 500."""
+    fields = query_fields([(f"field.{position}", header) for position, header in enumerate(headers)])
+    table = tuple(tuple(cells[position % len(cells)] for position in range(len(fields))) for cells in rows)
+    processes = tuple(ProcessRow(uuid, pid, name, memory) for uuid, pid, name, memory in process_cells)
+    readings = Readings(GpuTable(table), ProcessList(True, processes), "12.2")
+    answers = asyncio.run(_serve_once(fields, readings))
+    if any(status == 500 for status, _, _ in answers):
+        for status, _, body in answers:
+            assert status == 500
+            assert b"was collected before with the same name and label values" in body
+        assume(False)
+    (text_status, text_type, text_body), (om_status, om_type, om_body) = answers
+    assert (text_status, text_type, om_status, om_type) == (200, "text/plain", 200, "application/openmetrics-text")
+    parse(text_body.decode("utf-8", "replace"))
+    parse_openmetrics(om_body.decode("utf-8", "replace"))

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvidia_gpu_exporter._go.durations import DurationError, format_duration, parse_duration
+from nvidia_gpu_exporter._go.durations import DurationError, format_duration, parse_duration, parse_flag_duration
 from nvidia_gpu_exporter.config import Config, ConfigError, validate
-from nvidia_gpu_exporter.flags import FlagError, parse_args
+from nvidia_gpu_exporter.flags import FLAGS, FlagError, Kind, parse_args
 
 SECOND = 1_000_000_000
 MS = 1_000_000
@@ -63,6 +63,8 @@ def test_defaults_match_spec_table() -> None:
         (["--collect.timeout=-1s"], "collect_timeout_ns", -SECOND),
         (["--query-field-names="], "query_field_names", ""),
         (["--web.telemetry-path=a=b"], "telemetry_path", "a=b"),
+        (["--web.max-requests", "0" * 5000 + "7"], "max_requests", 7),
+        (["--web.max-requests", "-" + "0" * 5000 + "7"], "max_requests", -7),
     ],
     ids=[
         "--flag=value duration",
@@ -80,6 +82,8 @@ def test_defaults_match_spec_table() -> None:
         "negative duration parses (validation rejects later)",
         "empty value",
         "only the first = separates",
+        "thousands of leading zeros",
+        "thousands of leading zeros, negative",
     ],
 )
 def test_flag_values(argv: list[str], attribute: str, value: object) -> None:
@@ -93,17 +97,8 @@ def test_flag_values(argv: list[str], attribute: str, value: object) -> None:
         (["--no-collect.compute-apps"], False),
         (["--collect.compute-apps=false"], False),
         (["--collect.compute-apps=true"], True),
-        (["--collect.compute-apps", "--no-collect.compute-apps"], False),
-        (["--no-collect.compute-apps", "--collect.compute-apps"], True),
     ],
-    ids=[
-        "--flag",
-        "--no-flag",
-        "--flag=false",
-        "--flag=true",
-        "last wins (off)",
-        "last wins (on)",
-    ],
+    ids=["--flag", "--no-flag", "--flag=false", "--flag=true"],
 )
 def test_bool_flags(argv: list[str], value: bool) -> None:
     assert parse_args(argv).config.compute_apps is value
@@ -164,11 +159,104 @@ def test_flag_errors(argv: list[str], fragment: str) -> None:
 
 @pytest.mark.parametrize(
     ("argv", "action"),
-    [(["-h"], "help"), (["--help"], "help"), (["--version"], "version"), (["--help-long"], "help")],
-    ids=["-h", "--help", "--version", "--help-long"],
+    [
+        (["-h"], "help"),
+        (["--help"], "help"),
+        (["--version"], "version"),
+        (["--help-long"], "help-long"),
+        (["--help-man"], "help-man"),
+        (["--completion-script-bash"], "completion-script-bash"),
+        (["--completion-script-zsh"], "completion-script-zsh"),
+        (["--completion-bash", "--bogus", "--collect.interval=x"], "completion-bash"),
+    ],
+    ids=[
+        "-h",
+        "--help",
+        "--version",
+        "--help-long",
+        "--help-man",
+        "--completion-script-bash",
+        "--completion-script-zsh",
+        "--completion-bash completes whatever else is there",
+    ],
 )
 def test_actions(argv: list[str], action: str) -> None:
     assert parse_args(argv).action == action
+
+
+# In kingpin's order: the command line is read up to a parse error (unknown flag, missing value) or a
+# positional argument; a generating flag read by then wins; then the parse error; then --help; then the
+# positional argument; then the values, in order (a bad one, or a flag given twice that does not repeat).
+ORDER: list[tuple[list[str], str | None, str, str]] = [
+    (["--version", "--bogus"], "version", "", "a generating flag before a parse error wins"),
+    (["--bogus", "--version"], None, "unknown long flag '--bogus'", "a parse error stops reading"),
+    (["--collect.interval=abc", "--version"], "version", "", "a generating flag wins over a bad value"),
+    (["--collect.interval=abc", "--help"], "help", "", "help wins over a bad value"),
+    (["--help", "--bogus"], None, "unknown long flag '--bogus'", "a parse error wins over help"),
+    (["--help", "positional"], "help", "", "help wins over a positional argument"),
+    (["positional", "--help"], None, "unexpected positional", "a positional argument stops reading"),
+    (["--help-man", "--collect.timeout"], "help-man", "", "a generating flag wins over a missing value"),
+    (["--help", "--help"], "help", "", "help twice is help"),
+    (
+        ["--collect.interval=1s", "--collect.interval=2s"],
+        None,
+        "flag 'collect.interval' cannot be repeated",
+        "a flag that does not repeat, twice",
+    ),
+    (
+        ["--collect.compute-apps", "--no-collect.compute-apps"],
+        None,
+        "flag 'collect.compute-apps' cannot be repeated",
+        "a boolean and its negation are one flag twice",
+    ),
+    (
+        ["--collect.interval=x", "--collect.interval=1s"],
+        None,
+        'time: invalid duration "x" for flag --collect.interval',
+        "values are checked in order",
+    ),
+    (["--web.listen-address=:1", "--web.listen-address=:2"], "run", "", "the listen address repeats"),
+    (["--", "x"], None, "unexpected x", "only positional arguments after --"),
+    (["--help", "--", "x"], "help", "", "help wins over arguments after --"),
+    (["--"], "run", "", "a bare -- ends the flags"),
+    (["-x", "--version"], None, "unknown short flag '-x'", "an unknown short flag stops reading"),
+    (["-hh"], "help", "", "short flags combine"),
+    (["-hx"], None, "unknown short flag '-x'", "a combined unknown short flag is a parse error"),
+    (["--help=false"], "help", "", "help is a boolean flag: any value still asks for help"),
+    (["--no-help"], "help", "", "help negated still asks for help"),
+    (["--version=false"], "version", "", "version with a value still prints the version"),
+    (["--no-help-man"], "help-man", "", "a generating flag negated still generates"),
+]
+
+
+@pytest.mark.parametrize(("argv", "action", "message"), [o[:3] for o in ORDER], ids=[o[3] for o in ORDER])
+def test_kingpin_order(argv: list[str], action: str | None, message: str) -> None:
+    if action is not None:
+        assert parse_args(argv).action == action
+        return
+    with pytest.raises(FlagError) as caught:
+        parse_args(argv)
+    assert str(caught.value) == message
+
+
+_TOKENS = st.one_of(
+    st.sampled_from(
+        [f"--{flag.name}" for flag in FLAGS]
+        + [f"--no-{flag.name}" for flag in FLAGS]
+        + ["-h", "--help", "--version", "--help-man", "--", "-", "-x", "--x", "1d", "10", "true", "=", "9" * 5000]
+    ),
+    st.builds(lambda flag, value: f"--{flag.name}={value}", st.sampled_from(FLAGS), st.text(max_size=8)),
+    st.text(max_size=8),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_TOKENS, max_size=8))
+def test_any_command_line_parses_or_raises_flag_error(argv: list[str]) -> None:
+    try:
+        parse_args(argv)
+    except FlagError:
+        return
 
 
 # -- validation --------------------------------------------------------------------------------------------------
@@ -385,6 +473,8 @@ PARSE: list[tuple[str, int]] = [
     ("10s", 10 * SECOND),
     ("0s", 0),
     ("2562047h47m16.854775807s", (1 << 63) - 1),
+    ("-9223372036854775808ns", -(1 << 63)),
+    ("1.0000000001s", SECOND),
 ]
 
 
@@ -430,6 +520,82 @@ FORMAT: list[tuple[int, str]] = [
 @pytest.mark.parametrize(("ns", "text"), FORMAT, ids=[f"go duration string {t}" for _, t in FORMAT])
 def test_format_duration(ns: int, text: str) -> None:
     assert format_duration(ns) == text
+
+
+# Duration flags read Go syntax and, for what Go refuses, Prometheus' integer units up to `y` in order.
+DAY = 24 * 3600 * SECOND
+FLAG_DURATIONS: list[tuple[str, int, str]] = [
+    ("1d", DAY, "day is 24h"),
+    ("1w", 7 * DAY, "week is 7d"),
+    ("1y", 365 * DAY, "year is 365d"),
+    ("1d12h", DAY + 12 * 3600 * SECOND, "units combine largest first"),
+    ("1y2w3d4h5m6s7ms", (365 + 14 + 3) * DAY + 4 * 3600 * SECOND + 306 * SECOND + 7 * MS, "every unit once"),
+    ("0d", 0, "zero days"),
+    ("0" * 30 + "1s", SECOND, "leading zeros do not overflow"),
+    ("0" * 30 + "2d", 2 * DAY, "leading zeros of days do not overflow"),
+    ("1h30m", 5400 * SECOND, "go syntax first"),
+    ("1.5h", 5400 * SECOND, "go fraction"),
+    ("300ms", 300 * MS, "go milliseconds"),
+    ("10us", 10_000, "go microseconds"),
+    ("0", 0, "bare zero"),
+    ("-1s", -SECOND, "go negative parses (validation refuses it)"),
+    ("1h1h", 7200 * SECOND, "go repeats a unit"),
+]
+
+
+@pytest.mark.parametrize(("text", "ns"), [r[:2] for r in FLAG_DURATIONS], ids=[r[2] for r in FLAG_DURATIONS])
+def test_flag_durations(text: str, ns: int) -> None:
+    assert parse_flag_duration(text) == ns
+    assert parse_args([f"--collect.interval={text}"]).config.collect_interval_ns == ns
+
+
+BAD_FLAG_DURATIONS: list[tuple[str, str, str]] = [
+    ("1.5d", 'time: unknown unit "d" in duration "1.5d"', "no fraction with day"),
+    ("-1d", 'time: unknown unit "d" in duration "-1d"', "no sign with day"),
+    ("+1d", 'time: unknown unit "d" in duration "+1d"', "no plus sign with day"),
+    ("12h1d", 'time: unknown unit "d" in duration "12h1d"', "units out of order"),
+    ("1d1d", 'time: unknown unit "d" in duration "1d1d"', "unit repeated with day"),
+    ("1d500us", 'time: unknown unit "d" in duration "1d500us"', "no microseconds with day"),
+    ("1D", 'time: unknown unit "D" in duration "1D"', "units are lower case"),
+    ("300y", 'time: unknown unit "y" in duration "300y"', "beyond int64 nanoseconds"),
+    ("10", 'time: missing unit in duration "10"', "bare number"),
+    ("", 'time: invalid duration ""', "empty"),
+    ("1 d", 'time: unknown unit " d" in duration "1 d"', "a space starts the unit"),
+    ("1%", 'time: unknown unit "%" in duration "1%"', "any non-digit run is the unit"),
+    ("1.5.3s", 'time: missing unit in duration "1.5.3s"', "second point ends the number"),
+    ("1é", 'time: unknown unit "\\xc3\\xa9" in duration "1\\xc3\\xa9"', "non-ascii quoted as bytes"),
+    ("-9223372036854775809ns", 'time: invalid duration "-9223372036854775809ns"', "below int64"),
+    ("9" * 5000 + "s", f'time: invalid duration "{"9" * 5000}s"', "thousands of digits overflow"),
+    ("9" * 5000 + "d", f'time: invalid duration "{"9" * 5000}d"', "thousands of digits of days"),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"), [r[:2] for r in BAD_FLAG_DURATIONS], ids=[r[2] for r in BAD_FLAG_DURATIONS]
+)
+def test_bad_flag_durations(text: str, message: str) -> None:
+    with pytest.raises(DurationError) as caught:
+        parse_flag_duration(text)
+    assert str(caught.value) == message
+    with pytest.raises(FlagError) as flag_error:
+        parse_args(["--collect.timeout", text])
+    assert str(flag_error.value) == f"{message} for flag --collect.timeout"
+
+
+@pytest.mark.parametrize("flag", [f.name for f in FLAGS if f.kind is Kind.DURATION])
+def test_every_duration_flag_takes_days(flag: str) -> None:
+    attribute = next(f.attribute for f in FLAGS if f.name == flag)
+    assert getattr(parse_args([f"--{flag}=2d"]).config, attribute) == 2 * DAY
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("0123456789.+-nsuµμmhdwy x")), max_size=40))
+def test_flag_durations_only_raise_duration_error(text: str) -> None:
+    try:
+        value = parse_flag_duration(text)
+    except DurationError:
+        return
+    assert -(1 << 63) <= value <= (1 << 63) - 1
 
 
 @settings(max_examples=300, deadline=None)

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from exposition_reader import family_block, family_names, sample_lines, without_families
+from exposition_reader import family_block, family_names, parse_openmetrics, sample_lines, without_families
 from nvidia_gpu_exporter.backends.exec.backend import SmiBackend
 from nvidia_gpu_exporter.backends.exec.output import (
     parse_compute_apps,
@@ -15,6 +15,7 @@ from nvidia_gpu_exporter.backends.exec.output import (
 )
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.exposition.metrics import Exposition
+from nvidia_gpu_exporter.exposition.openmetrics import OPENMETRICS_EOF, to_openmetrics
 from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError
 from nvidia_gpu_exporter.model.fields import IDENTITY_FIELDS
 from nvidia_gpu_exporter.model.snapshot import (
@@ -636,3 +637,63 @@ def test_gpu_info_samples_sorted_by_values_in_label_name_order() -> None:
     info = [line for line in sample_lines(expo.render(snapshot)) if line.startswith("nvidia_smi_gpu_info")]
     assert [line.split("compute_cap=")[1][:5] for line in info] == ['"8.0"', '"9.0"']
     assert info[0].endswith('uuid="df6e7a7c-7314-46f8-abc4-b88b36dcf3aa",vbios_version="[N/A]"} 1')
+
+
+# -- OpenMetrics (docs/compatibility.md, "Content negotiation") ---------------------------------------------
+
+OPENMETRICS: list[tuple[bytes, bytes, str]] = [
+    (
+        b"# HELP a_total Help\n# TYPE a_total counter\na_total 1\n",
+        b"# HELP a Help\n# TYPE a counter\na_total 1.0\n",
+        "a counter family is named without _total, its samples keep it",
+    ),
+    (
+        b'# HELP b Help\n# TYPE b counter\nb{x="1"} 2.5\n',
+        b'# HELP b Help\n# TYPE b unknown\nb{x="1"} 2.5\n',
+        "a counter without _total is of unknown type, its samples unchanged",
+    ),
+    (b"# HELP g H\n# TYPE g gauge\ng 42\n", b"# HELP g H\n# TYPE g gauge\ng 42.0\n", "an integer gains .0"),
+    (b"# HELP g H\n# TYPE g gauge\ng 0\n", b"# HELP g H\n# TYPE g gauge\ng 0.0\n", "zero is 0.0"),
+    (b"# HELP g H\n# TYPE g gauge\ng -1\n", b"# HELP g H\n# TYPE g gauge\ng -1.0\n", "minus one is -1.0"),
+    (b"# HELP g H\n# TYPE g gauge\ng 1e+06\n", b"# HELP g H\n# TYPE g gauge\ng 1e+06\n", "exponent form kept"),
+    (b"# HELP g H\n# TYPE g gauge\ng 0.25\n", b"# HELP g H\n# TYPE g gauge\ng 0.25\n", "a fraction kept"),
+    (b"# HELP g H\n# TYPE g gauge\ng NaN\n", b"# HELP g H\n# TYPE g gauge\ng NaN\n", "NaN kept"),
+    (b"# HELP g H\n# TYPE g gauge\ng +Inf\n", b"# HELP g H\n# TYPE g gauge\ng +Inf\n", "+Inf kept"),
+    (b"# HELP g H\n# TYPE g gauge\ng -Inf\n", b"# HELP g H\n# TYPE g gauge\ng -Inf\n", "-Inf kept"),
+    (
+        b'# HELP g say "hi" \\\\ and \\n\n# TYPE g gauge\ng 1\n',
+        b'# HELP g say \\"hi\\" \\\\ and \\n\n# TYPE g gauge\ng 1.0\n',
+        "HELP escapes double quotes too",
+    ),
+    (
+        b'# HELP g H\n# TYPE g gauge\ng{a="x y} 1",b="\\"q\\""} 3\n',
+        b'# HELP g H\n# TYPE g gauge\ng{a="x y} 1",b="\\"q\\""} 3.0\n',
+        "label values are kept byte for byte",
+    ),
+    (
+        b"# HELP g_total H\n# TYPE g_total gauge\ng_total 1\n",
+        b"# HELP g_total H\n# TYPE g_total gauge\ng_total 1.0\n",
+        "a gauge keeps a _total name",
+    ),
+    (b"# HELP g b\xffd\n# TYPE g gauge\ng 1\n", b"# HELP g b\xffd\n# TYPE g gauge\ng 1.0\n", "raw bytes in HELP kept"),
+    (b"", b"", "nothing stays nothing"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), [o[:2] for o in OPENMETRICS], ids=[o[2] for o in OPENMETRICS])
+def test_openmetrics_from_text(text: bytes, expected: bytes) -> None:
+    assert to_openmetrics(text) == expected
+
+
+def test_openmetrics_of_a_whole_scrape_parses() -> None:
+    """Every family the exposition renders, converted and ended with # EOF, is read by the OpenMetrics parser."""
+    expo, fields = exposition([("fan.speed", "fan.speed [%]")])
+    rows = processes(("GPU-X", "1", "p", "1 MiB"))
+    text = expo.render(success_snapshot([gpu_row(fields, uuid="GPU-X", fan_speed="38 %")], processes=rows))
+    converted = (to_openmetrics(text.encode("utf-8")) + OPENMETRICS_EOF).decode("utf-8")
+    families = {family.name: family for family in parse_openmetrics(converted)}
+    assert families["nvidia_smi_failed_scrapes"].type == "counter"
+    assert [sample.name for sample in families["nvidia_smi_failed_scrapes"].samples] == [
+        "nvidia_smi_failed_scrapes_total"
+    ]
+    assert families["nvidia_smi_fan_speed_ratio"].samples[0].value == 0.38

@@ -1,4 +1,5 @@
-"""HTTP helpers: the scrape-timeout budget (docs/compatibility.md, "Timeouts"), gzip and listen addresses."""
+"""HTTP helpers: the scrape-timeout budget (docs/compatibility.md, "Timeouts"), gzip, content negotiation and
+listen addresses."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import socket
 import pytest
 
 from nvidia_gpu_exporter.web.metrics import accepts_gzip, scrape_budget
+from nvidia_gpu_exporter.web.negotiation import negotiate
 from nvidia_gpu_exporter.web.server import ListenError, _split_host_port, bind_socket
 
 BUDGETS: list[tuple[str | None, float, float | None, str]] = [
@@ -105,3 +107,53 @@ def test_bind_socket_loopback() -> None:
 def test_bind_socket_bad_address() -> None:
     with pytest.raises(ListenError):
         bind_socket("localhost", "tcp")
+
+
+# -- content negotiation (docs/compatibility.md, "Content negotiation") ------------------------------------
+
+TEXT = "text/plain; version=0.0.4; charset=utf-8"
+OM_1 = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+OM_0 = "application/openmetrics-text; version=0.0.1; charset=utf-8"
+PROMETHEUS_2 = (
+    "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,"
+    "text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
+PROMETHEUS_3 = (
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+    "application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,"
+    "text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
+PROTOBUF = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited"
+NEGOTIATIONS: list[tuple[str | None, str, str]] = [
+    (None, TEXT, "no Accept header: text 0.0.4"),
+    ("", TEXT, "empty Accept header: text 0.0.4"),
+    (PROMETHEUS_2, OM_1, "Prometheus 2 scrape header: OpenMetrics 1.0.0"),
+    (PROMETHEUS_3, OM_1 + "; escaping=allow-utf-8", "Prometheus 3 scrape header: OpenMetrics 1.0.0, its escaping"),
+    (f"{PROTOBUF};q=0.6,{PROMETHEUS_2}", OM_1, "protobuf is not served: the next choice"),
+    (PROTOBUF, TEXT, "protobuf only: text 0.0.4, never 406"),
+    ("application/openmetrics-text", OM_0, "OpenMetrics without a version is 0.0.1"),
+    ("application/openmetrics-text;version=0.0.1", OM_0, "OpenMetrics 0.0.1"),
+    ("application/openmetrics-text;version=2.0.0", TEXT, "an unknown OpenMetrics version is skipped"),
+    ("text/plain", TEXT, "text without a version"),
+    ("text/plain;version=0.0.4", TEXT, "text 0.0.4"),
+    ("text/plain;version=1.0.0;escaping=allow-utf-8", TEXT + "; escaping=allow-utf-8", "text 1.0.0 falls back"),
+    ("text/plain;q=0.9,application/openmetrics-text;version=1.0.0;q=0.8", TEXT, "the higher quality wins"),
+    ("application/openmetrics-text;version=1.0.0;q=abc,text/plain;q=0.1", TEXT, "an unreadable quality is 0"),
+    ("application/json", TEXT, "an unknown type: text 0.0.4, never 406"),
+    ("*/*", TEXT, "anything: text 0.0.4"),
+    ("text", TEXT, "a type without a subtype is skipped"),
+    ("application/openmetrics-text;version=1.0.0;escaping=bogus", OM_1, "an unknown escaping is ignored"),
+    (
+        "application/openmetrics-text; version=1.0.0; escaping=underscores",
+        OM_1 + "; escaping=underscores",
+        "spaces around parameters",
+    ),
+    ("Application/OpenMetrics-Text;version=1.0.0", TEXT, "media types compare case-sensitively, as in Go"),
+]
+
+
+@pytest.mark.parametrize(("accept", "content_type"), [n[:2] for n in NEGOTIATIONS], ids=[n[2] for n in NEGOTIATIONS])
+def test_negotiate(accept: str | None, content_type: str) -> None:
+    negotiated = negotiate(accept)
+    assert negotiated.content_type == content_type
+    assert negotiated.openmetrics is content_type.startswith("application/openmetrics-text")

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from async_helpers import WAIT_SECONDS, bounded, run
-from exposition_reader import nvidia_smi_part, parse
+from exposition_reader import nvidia_smi_part, parse, parse_openmetrics
 from fakes import FakeBackend
 from nvidia_gpu_exporter.app import web_settings
 from nvidia_gpu_exporter.backends import CollectionError
@@ -212,6 +212,33 @@ def test_gzip_body_is_a_valid_gzip_of_the_plain_body() -> None:
         unzipped = gzip.decompress(zipped.body).decode("utf-8")
         parse(unzipped)
         assert nvidia_smi_part(unzipped) == nvidia_smi_part(plain.text)
+
+    run(main)
+
+
+OPENMETRICS_ACCEPT = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+
+
+def test_openmetrics_reuses_the_rendered_snapshot_and_gzips_like_text() -> None:
+    async def main() -> None:
+        backend = FakeBackend(fields=FIELDS, readings=READINGS)
+        async with serving(backend, interval_seconds=3600) as served:
+            await eventually(lambda: served.collector.collections == 1, "the first background run")
+            plain = await bounded(get(served.url + "/metrics"))
+            accept = {"Accept": OPENMETRICS_ACCEPT}
+            first = await bounded(get(served.url + "/metrics", accept))
+            zipped = await bounded(get(served.url + "/metrics", {**accept, "Accept-Encoding": "gzip"}))
+            renders = served.exposition.renders
+        assert renders == 1
+        assert plain.headers["Content-Type"] == CONTENT_TYPE
+        assert first.headers["Content-Type"] == "application/openmetrics-text; version=1.0.0; charset=utf-8"
+        assert zipped.headers["Content-Encoding"] == "gzip"
+        unzipped = gzip.decompress(zipped.body).decode("utf-8")
+        assert unzipped.endswith("# EOF\n")
+        assert first.text.endswith("# EOF\n")
+        parse_openmetrics(unzipped)
+        assert nvidia_smi_part(unzipped) == nvidia_smi_part(first.text)
+        assert 'nvidia_smi_temperature_gpu{uuid="aaaaaaaa-0000-4000-8000-000000000001"} 41.0' in first.text
 
     run(main)
 

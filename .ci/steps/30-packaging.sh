@@ -114,7 +114,7 @@ for candidate in /usr/bin/python3 /usr/local/bin/python3.1[0-9] /root/.pyenv/ver
     [ -x "$candidate" ] || continue
     minor=$("$candidate" -c 'import sys; print(sys.version_info[1])')
     [ "$minor" -ge 10 ] || continue
-    PEX_ROOT=$work/pex-root "$candidate" "$pex" --version | grep -q "version $version" ||
+    PEX_ROOT=$work/pex-root "$candidate" "$pex" --version 2>&1 | grep -q "version $version" ||
         fail "$pex does not run with $candidate"
     echo "single file runs with $candidate ($("$candidate" -V))"
     pythons=$((pythons + 1))
@@ -176,7 +176,7 @@ $1"
 
 step "chroot: INSTALL.md deb-install"
 [ "$(dpkg --print-architecture)" = amd64 ] || fail "INSTALL.md's deb block names the amd64 package"
-in_chroot "$(block deb-install)" | tee "$work/deb-install.log"
+in_chroot "$(block deb-install)" 2>&1 | tee "$work/deb-install.log" # --version prints on stderr
 grep -q "systemd is not running here" "$work/deb-install.log" || fail "postinst did not explain the missing systemd"
 grep -q "version $version" "$work/deb-install.log" || fail "nvidia_gpu_exporter --version after the deb install"
 user_entry=$(chroot "$chroot_dir" getent passwd nvidia_gpu_exporter) || fail "no nvidia_gpu_exporter user"

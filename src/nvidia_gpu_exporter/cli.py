@@ -9,7 +9,15 @@ import sys
 from collections.abc import Sequence
 
 from nvidia_gpu_exporter import __version__, app, logs
-from nvidia_gpu_exporter.flags import Action, usage
+from nvidia_gpu_exporter.flags import (
+    Action,
+    Parsed,
+    bash_completion_script,
+    completions,
+    man_page,
+    usage,
+    zsh_completion_script,
+)
 
 log = logging.getLogger("nvidia_gpu_exporter.main")
 
@@ -27,6 +35,26 @@ def version_text() -> str:
         f"  platform:         {sys.platform.replace('win32', 'windows')}/{arch}\n"
         f"  tags:             \n"
     )
+
+
+def informational(parsed: Parsed) -> None:
+    """Print what an informational flag asks for where kingpin prints it: ``--help`` and ``--version`` on
+    stderr, the generated texts (long help, man page, completions) on stdout."""
+    action = parsed.action
+    if action is Action.HELP:
+        sys.stderr.write(usage(PROGRAM))
+    elif action is Action.VERSION:
+        sys.stderr.write(version_text())
+    elif action is Action.HELP_LONG:
+        sys.stdout.write(usage(PROGRAM))
+    elif action is Action.HELP_MAN:
+        sys.stdout.write(man_page(PROGRAM, __version__))
+    elif action is Action.COMPLETION_BASH:
+        sys.stdout.write("\n".join(completions(parsed.words)))
+    elif action is Action.COMPLETION_SCRIPT_BASH:
+        sys.stdout.write(bash_completion_script(PROGRAM))
+    else:
+        sys.stdout.write(zsh_completion_script(PROGRAM))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -48,11 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except app.StartupError as error:
         log.error("failed to run", extra={"err": str(error)})
         return 1
-    if parsed.action is Action.HELP:
-        sys.stdout.write(usage(PROGRAM))
-        return 0
-    if parsed.action is Action.VERSION:
-        sys.stdout.write(version_text())
+    if parsed.action is not Action.RUN:
+        informational(parsed)
         return 0
     logs.configure(parsed.config.log_level, parsed.config.log_format)
     return app.run(parsed.config)

@@ -1,7 +1,8 @@
 """Command-line parsing with the Go exporter's (kingpin's) syntax and flag names.
 
 ``--flag=value`` or ``--flag value``; booleans as ``--flag``, ``--no-flag`` or ``--flag=false``;
-``--web.listen-address`` may repeat. Durations use Go syntax. No environment variables are read.
+``--web.listen-address`` may repeat. Durations use Go syntax or Prometheus' ``d``/``w``/``y``. No environment
+variables are read.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from nvidia_gpu_exporter._go.durations import DurationError, format_duration, parse_duration
+from nvidia_gpu_exporter._go.durations import DurationError, format_duration, parse_flag_duration
 from nvidia_gpu_exporter._go.strconv import DECIMAL_INT, parse_bool, parse_int
 from nvidia_gpu_exporter.config import DEFAULT_LISTEN_ADDRESS, Backend, Config, Profile, XidSource
 from nvidia_gpu_exporter.logs import FORMATS, LEVELS
@@ -34,11 +35,34 @@ class Kind(Enum):
 
 
 class Action(str, Enum):
-    """What the command line asks for."""
+    """What the command line asks for: run, or print one text (kingpin's informational flags) and exit 0."""
 
     RUN = "run"
     HELP = "help"
+    HELP_LONG = "help-long"
+    HELP_MAN = "help-man"
     VERSION = "version"
+    COMPLETION_BASH = "completion-bash"
+    COMPLETION_SCRIPT_BASH = "completion-script-bash"
+    COMPLETION_SCRIPT_ZSH = "completion-script-zsh"
+
+
+# Flags that print a text and end parsing, as kingpin's pre-actions: the first on the command line wins, over
+# --help too. All but --version are hidden from --help, the man page and the completions, as in kingpin.
+_GENERATORS = {
+    f"--{action.value}": action
+    for action in (
+        Action.HELP_LONG,
+        Action.HELP_MAN,
+        Action.VERSION,
+        Action.COMPLETION_SCRIPT_BASH,
+        Action.COMPLETION_SCRIPT_ZSH,
+    )
+}
+_COMPLETION_FLAG = f"--{Action.COMPLETION_BASH.value}"
+HELP_TEXT = "Show context-sensitive help (also try --help-long and --help-man)."
+VERSION_TEXT = "Show application version."
+DESCRIPTION = "Prometheus exporter for NVIDIA GPUs, a drop-in for the Go nvidia_gpu_exporter."
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,10 +294,12 @@ _BY_SHORT = {flag.short: flag for flag in FLAGS if flag.short}
 
 @dataclass(frozen=True, slots=True)
 class Parsed:
-    """Either a config to run with, or an informational action (help, version)."""
+    """Either a config to run with, or an informational action (help, version); ``--completion-bash`` keeps
+    the words it completes."""
 
     config: Config
     action: Action = Action.RUN
+    words: tuple[str, ...] = ()
 
 
 def _convert(flag: Flag, value: str) -> Any:
@@ -286,7 +312,7 @@ def _convert(flag: Flag, value: str) -> Any:
         return truth
     if flag.kind is Kind.DURATION:
         try:
-            return parse_duration(value)
+            return parse_flag_duration(value)
         except DurationError as error:
             raise FlagError(f"{error} for flag --{flag.name}") from error
     if flag.kind is Kind.INT:
@@ -300,65 +326,107 @@ def _convert(flag: Flag, value: str) -> Any:
     return value
 
 
-def parse_args(argv: Sequence[str]) -> Parsed:
-    """Parse the exporter's arguments (without the program name)."""
-    values: dict[str, Any] = {}
-    listen: list[str] = []
-    action = Action.RUN
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    """What kingpin's parse pass collected before it stopped: flags with their raw values, and why it stopped."""
+
+    elements: list[tuple[Flag, str | None]]  # the raw value; None for a bare boolean, "false" for --no-
+    generator: Action | None
+    help_asked: bool
+    parse_error: FlagError | None  # unknown flag or missing value: beats --help
+    unexpected: str | None  # a positional argument: --help beats it
+
+
+def _read(argv: Sequence[str]) -> _Reading:
+    """kingpin's parse pass: flags and raw values in order, no value converted yet, stopping where it stops."""
+    elements: list[tuple[Flag, str | None]] = []
+    generator: Action | None = None
+    help_asked = False
     index = 0
     while index < len(argv):
         token = argv[index]
         index += 1
-        if token in ("-h", "--help", "--help-long", "--help-man"):
-            action = Action.HELP
-            continue
-        if token == "--version":
-            action = Action.VERSION
-            continue
-        if token == "--":
-            if index < len(argv):
-                raise FlagError(f"unexpected {argv[index]}")
-            break
+        if token == "--":  # only positional arguments follow
+            return _Reading(elements, generator, help_asked, None, argv[index] if index < len(argv) else None)
         if not token.startswith("--"):
             if not token.startswith("-") or len(token) == 1:
-                raise FlagError(f"unexpected {token}")
-            short = _BY_SHORT.get(token[1])
-            if short is None:
-                raise FlagError(f"unknown short flag '{token[:2]}'")
-            inline = token[2:]  # kingpin takes ``-fFILE`` as well as ``-f FILE``
-            if not inline:
-                if index >= len(argv):
-                    raise FlagError(f"expected argument for flag '--{short.name}'")
-                inline = argv[index]
-                index += 1
-            values[short.attribute] = _convert(short, inline)
+                return _Reading(elements, generator, help_asked, None, token)
+            short_flag = _BY_SHORT.get(token[1])
+            if short_flag is not None:  # a short flag with a value: kingpin takes ``-fFILE`` as well as ``-f FILE``
+                short_value = token[2:]
+                if not short_value:
+                    if index >= len(argv):
+                        error = FlagError(f"expected argument for flag '--{short_flag.name}'")
+                        return _Reading(elements, generator, help_asked, error, None)
+                    short_value = argv[index]
+                    index += 1
+                elements.append((short_flag, short_value))
+                continue
+            for short in token[1:]:  # boolean short flags combine; -h is the only one
+                if short != "h":
+                    return _Reading(elements, generator, help_asked, FlagError(f"unknown short flag '-{short}'"), None)
+                help_asked = True
             continue
         name, has_value, inline = token[2:].partition("=")
-        negated = False
+        # The informational flags are kingpin booleans: a value or a --no- prefix still asks for them.
+        informational = name[3:] if name.startswith("no-") and not has_value else name
+        if informational == "help":
+            help_asked = True
+            continue
+        if f"--{informational}" in _GENERATORS:
+            generator = generator or _GENERATORS[f"--{informational}"]
+            continue
         flag = _BY_NAME.get(name)
         if flag is None and name.startswith("no-") and not has_value:
-            flag = _BY_NAME.get(name[3:])
-            negated = flag is not None and flag.kind is Kind.BOOL
-            if not negated:
-                flag = None
+            negated = _BY_NAME.get(name[3:])
+            if negated is not None and negated.kind is Kind.BOOL:
+                elements.append((negated, "false"))
+                continue
         if flag is None:
-            raise FlagError(f"unknown long flag '--{name}'")
-        if flag.kind is Kind.BOOL:
-            value: Any = False if negated else (_convert(flag, inline) if has_value else True)
-        else:
-            if not has_value:
-                if index >= len(argv):
-                    raise FlagError(f"expected argument for flag '--{flag.name}'")
-                inline = argv[index]
-                index += 1
-            value = _convert(flag, inline)
+            return _Reading(elements, generator, help_asked, FlagError(f"unknown long flag '--{name}'"), None)
+        value = inline if has_value else None
+        if flag.kind is not Kind.BOOL and value is None:
+            if index >= len(argv):
+                error = FlagError(f"expected argument for flag '--{flag.name}'")
+                return _Reading(elements, generator, help_asked, error, None)
+            value = argv[index]
+            index += 1
+        elements.append((flag, value))
+    return _Reading(elements, generator, help_asked, None, None)
+
+
+def parse_args(argv: Sequence[str]) -> Parsed:
+    """Parse the exporter's arguments (without the program name), deciding in kingpin's order.
+
+    A generating flag (``--version``, ``--help-man``, ...) read before any parse error wins; then a parse error;
+    then ``--help``; then a positional argument; then each value in turn, where a flag given twice that does
+    not repeat is an error too.
+    """
+    if _COMPLETION_FLAG in argv:  # kingpin completes whatever else is there, however broken
+        words = list(argv)
+        words.remove(_COMPLETION_FLAG)
+        return Parsed(Config(), Action.COMPLETION_BASH, tuple(words))
+    reading = _read(argv)
+    if reading.generator is not None:
+        return Parsed(Config(), reading.generator)
+    if reading.parse_error is not None:
+        raise reading.parse_error
+    if reading.help_asked:
+        return Parsed(Config(), Action.HELP)
+    if reading.unexpected is not None:
+        raise FlagError(f"unexpected {reading.unexpected}")
+    values: dict[str, Any] = {}
+    listen: list[str] = []
+    for flag, raw in reading.elements:
         if flag.kind is Kind.STRINGS:
-            listen.append(value)
-        else:
-            values[flag.attribute] = value
+            listen.append(_convert(flag, raw or ""))
+            continue
+        if flag.attribute in values:
+            raise FlagError(f"flag '{flag.name}' cannot be repeated")
+        values[flag.attribute] = True if raw is None else _convert(flag, raw)
     if listen:
         values["listen_addresses"] = tuple(listen)
-    return Parsed(dataclasses.replace(Config(), **values), action)
+    return Parsed(dataclasses.replace(Config(), **values))
 
 
 def _default_text(flag: Flag, defaults: Config) -> str:
@@ -374,29 +442,126 @@ def _default_text(flag: Flag, defaults: Config) -> str:
     return str(value)
 
 
-def usage(program: str = "nvidia_gpu_exporter", describe: Callable[[Flag], str] | None = None) -> str:
-    """``--help`` text: every flag with its default."""
+def _entries(describe: Callable[[Flag], str] | None = None) -> list[tuple[str, str, str]]:
+    """Each visible flag as ``(flag, value placeholder, help with its default)``, in ``--help`` order."""
     defaults = Config()
-    lines = [
-        f"usage: {program} [<flags>]",
-        "",
-        "Prometheus exporter for NVIDIA GPUs, a drop-in for the Go nvidia_gpu_exporter.",
-        "",
-        "Flags:",
-        "  -h, --help                  Show context-sensitive help.",
-        "      --version               Show application version.",
-    ]
+    entries = [("-h, --help", "", HELP_TEXT), ("--version", "", VERSION_TEXT)]
     for flag in FLAGS:
         if flag.kind is Kind.BOOL:
-            left = f"--[no-]{flag.name}"
+            name, placeholder = f"--[no-]{flag.name}", ""
         else:
             placeholder = flag.placeholder or f"<{flag.kind.value}>"
             if flag.choices:
                 placeholder = "<" + "|".join(flag.choices) + ">"
-            left = f"--{flag.name}={placeholder}"
+            name = f"--{flag.name}"
+        if flag.short:
+            name = f"-{flag.short}, {name}"
         text = describe(flag) if describe else flag.help
         default = _default_text(flag, defaults)
-        suffix = f' (default: "{default}")' if default else ""
-        lines.append(f"  -{flag.short}, {left}" if flag.short else f"      {left}")
-        lines.append(f"          {text}{suffix}")
+        entries.append((name, placeholder, f'{text} (default: "{default}")' if default else text))
+    return entries
+
+
+def usage(program: str = "nvidia_gpu_exporter", describe: Callable[[Flag], str] | None = None) -> str:
+    """``--help`` text: every visible flag with its default."""
+    lines = [f"usage: {program} [<flags>]", "", DESCRIPTION, "", "Flags:"]
+    help_entry, version_entry, *flag_entries = _entries(describe)
+    for name, _, text in (help_entry, version_entry):
+        lines.append(f"{'  ' if name.startswith('-h') else '      '}{name}".ljust(30) + text)
+    for name, placeholder, text in flag_entries:
+        indent = "      " if name.startswith("--") else "  "  # a short flag's "-f, " takes the indent's place
+        lines.append(f"{indent}{name}={placeholder}" if placeholder else f"{indent}{name}")
+        lines.append(f"          {text}")
     return "\n".join(lines) + "\n"
+
+
+def _roff(text: str) -> str:
+    """Text safe in a roff line: backslashes and hyphens escaped, no request at the line start."""
+    escaped = text.replace("\\", "\\e").replace("-", "\\-")
+    return "\\&" + escaped if escaped.startswith((".", "'")) else escaped
+
+
+def man_page(program: str, version: str) -> str:
+    """``--help-man``: a man(7) page of the visible flags, for ``man -l`` or packaging."""
+    lines = [
+        f'.TH {program.upper()} 1 "" "{_roff(program)} {_roff(version)}" "User Commands"',
+        ".SH NAME",
+        f"{_roff(program)} \\- {_roff(DESCRIPTION)}",
+        ".SH SYNOPSIS",
+        f".B {_roff(program)}",
+        "[\\fIflags\\fR]",
+        ".SH DESCRIPTION",
+        _roff(DESCRIPTION),
+        ".SH OPTIONS",
+    ]
+    for name, placeholder, text in _entries():
+        names = ", ".join(f"\\fB{_roff(part.replace('[no-]', ''))}\\fR" for part in name.split(", "))
+        lines += [".TP", names + (f"=\\fI{_roff(placeholder)}\\fR" if placeholder else ""), _roff(text)]
+    return "\n".join(lines) + "\n"
+
+
+def completions(words: Sequence[str]) -> list[str]:
+    """``--completion-bash``: the candidates for the last word, as kingpin offers them (the shell filters them).
+
+    A word starting with ``--`` gets every visible flag; a complete enum flag (or a value after it) gets its
+    values, none once the value is one of them; other flags and plain words get nothing, so the shell falls back
+    to file names. ``--flag=value`` as one word keeps its flag on the values, and bash's split at ``=`` is undone.
+    """
+    current = words[-1] if words else ""
+    previous = words[-2] if len(words) > 1 else ""
+    if previous == "=" and len(words) > 2:  # bash: "--flag", "=", "value"
+        current, previous = words[-1], words[-3]
+    elif current == "=" and previous:  # bash: "--flag", "="
+        current = ""
+    prefix = ""
+    if previous.startswith("--") and not current.startswith("--"):
+        name, value = previous[2:], current
+    elif current.startswith("--"):
+        name, equals, value = current[2:].partition("=")
+        prefix = f"--{name}=" if equals else ""
+    else:
+        return []
+    flag = _BY_NAME.get(name)
+    if flag is None:
+        return ["--help", *(f"--{each.name}" for each in FLAGS), "--version"]
+    options = list(flag.choices)
+    if not options or (value in options and not any(o != value and o.startswith(value) for o in options)):
+        return []
+    return [prefix + option for option in options]
+
+
+def bash_completion_script(program: str) -> str:
+    """``--completion-script-bash``: ``eval "$(nvidia_gpu_exporter --completion-script-bash)"`` in ~/.bashrc."""
+    function = f"_{program}_bash_autocomplete"
+    return f"""# bash completion for {program}; load with: eval "$({program} --completion-script-bash)"
+{function}() {{
+    local cur="${{COMP_WORDS[COMP_CWORD]}}"
+    local -a words=("${{COMP_WORDS[@]:1:COMP_CWORD}}")
+    if [[ "$cur" == "=" ]]; then
+        cur=""
+    fi
+    local IFS=$'\\n'
+    local candidates
+    candidates="$("${{COMP_WORDS[0]}}" --completion-bash "${{words[@]}}" 2>/dev/null)"
+    COMPREPLY=($(compgen -W "$candidates" -- "$cur"))
+    return 0
+}}
+complete -o default -F {function} {program}
+"""
+
+
+def zsh_completion_script(program: str) -> str:
+    """``--completion-script-zsh``: save as ``_{program}`` on ``$fpath``, or ``source`` it."""
+    return f"""#compdef {program}
+_{program}() {{
+    local -a candidates
+    candidates=(${{(f)"$(${{words[1]}} --completion-bash "${{(@)words[2,$CURRENT]}}" 2>/dev/null)"}})
+    compadd -a candidates
+    if [[ $compstate[nmatches] -eq 0 && $words[$CURRENT] != -* ]]; then
+        _files
+    fi
+}}
+if [[ "$(basename -- ${{(%):-%x}})" != "_{program}" ]]; then
+    compdef _{program} {program}
+fi
+"""

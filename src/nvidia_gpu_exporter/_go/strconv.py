@@ -31,9 +31,12 @@ def parse_bool(text: str) -> bool | None:
 
 def parse_int(text: str, low: int = INT64_MIN, high: int = INT64_MAX) -> int | None:
     """``strconv.ParseInt(text, 10, 64)``: ASCII decimal with an optional sign, within ``[low, high]``."""
-    if not DECIMAL_INT.fullmatch(text) or len(text.lstrip("+-").lstrip("0")) > 20:
-        return None  # more than 20 digits is beyond 64 bits, and int() refuses texts of thousands
-    value = int(text)
+    if not DECIMAL_INT.fullmatch(text):
+        return None
+    digits = text.lstrip("+-").lstrip("0") or "0"
+    if len(digits) > 20:
+        return None  # beyond 64 bits; int() is given only the significant digits, it refuses thousands
+    value = -int(digits) if text.startswith("-") else int(digits)
     return value if low <= value <= high else None
 
 

@@ -1,4 +1,4 @@
-"""The metrics route: concurrency limit, scrape budget, render cache, gzip.
+"""The metrics route: concurrency limit, scrape budget, render cache, content negotiation, gzip.
 
 It renders each published snapshot once and serves the cached bytes (plain or gzip) to every scraper of
 it; only the small self-metric families are rendered per request. Excess concurrent scrapes are refused at
@@ -16,9 +16,11 @@ from aiohttp import web
 from nvidia_gpu_exporter._go.strconv import parse_float
 from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.exposition.metrics import Exposition
+from nvidia_gpu_exporter.exposition.openmetrics import OPENMETRICS_EOF, to_openmetrics
 from nvidia_gpu_exporter.exposition.selfmetrics import HandlerStats, SelfMetrics, build_info_values
-from nvidia_gpu_exporter.exposition.text import CONTENT_TYPE, DuplicateSeriesError, encode
+from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError, encode
 from nvidia_gpu_exporter.model.snapshot import Snapshot
+from nvidia_gpu_exporter.web.negotiation import negotiate
 from nvidia_gpu_exporter.web.payload import Block, assemble, assemble_gzip, make_block
 from nvidia_gpu_exporter.web.responses import plain_text
 from nvidia_gpu_exporter.web.settings import WebSettings
@@ -68,13 +70,20 @@ def accepts_gzip(header_value: str | None) -> bool:
     return False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Rendered:
-    """A snapshot's ``nvidia_smi_*`` block, or the error that makes the whole scrape fail."""
+    """A snapshot's ``nvidia_smi_*`` block (and its OpenMetrics form, made on the first scrape that asks for
+    it), or the error that makes the whole scrape fail."""
 
     key: tuple[object, ...]
     block: Block | None
     error: str | None
+    openmetrics: Block | None = None
+
+    def openmetrics_of(self, block: Block) -> Block:
+        if self.openmetrics is None:
+            self.openmetrics = make_block(to_openmetrics(block.text))
+        return self.openmetrics
 
 
 class MetricsEndpoint:
@@ -140,14 +149,18 @@ class MetricsEndpoint:
                 self.stats.errors["gathering"] += 1
                 self.stats.count(500)
                 return plain_text(f"An error has occurred while serving metrics:\n\n{rendered.error}", 500)
+            negotiated = negotiate(request.headers.get("Accept"))
+            block = rendered.openmetrics_of(rendered.block) if negotiated.openmetrics else rendered.block
             before = self._self_metrics.before_nvidia_smi().encode("utf-8")
             after = self._self_metrics.after_nvidia_smi(self.stats).encode("utf-8")
+            if negotiated.openmetrics:
+                before, after = to_openmetrics(before), to_openmetrics(after) + OPENMETRICS_EOF
+            headers = {"Content-Type": negotiated.content_type}
             if accepts_gzip(request.headers.get("Accept-Encoding")):
-                body = assemble_gzip(before, rendered.block, after)
-                headers = {"Content-Type": CONTENT_TYPE, "Content-Encoding": "gzip"}
+                body = assemble_gzip(before, block, after)
+                headers["Content-Encoding"] = "gzip"
             else:
-                body = assemble(before, rendered.block, after)
-                headers = {"Content-Type": CONTENT_TYPE}
+                body = assemble(before, block, after)
             self.stats.count(200)
             return web.Response(body=body, headers=headers)
         finally:

@@ -1,0 +1,80 @@
+"""Which exposition format a scrape gets, from its ``Accept`` header, as the Go client (promhttp) chooses.
+
+The entries are read like Go's ``goautoneg`` (split on ``,`` and ``;``, case-sensitive, an unreadable quality
+is 0), best quality first; the first that is text 0.0.4 (or text without a version) or OpenMetrics 0.0.1 or
+1.0.0 (or without a version, which is 0.0.1) wins, and anything else (protobuf included, which is not served)
+is passed over; with no match the answer is text 0.0.4, never 406. A known ``escaping=`` seen on the way is
+echoed in the ``Content-Type``: every name served is a legacy name, so no escaping changes a byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nvidia_gpu_exporter.exposition.openmetrics import CONTENT_TYPE_0_0_1, CONTENT_TYPE_1_0_0
+from nvidia_gpu_exporter.exposition.text import CONTENT_TYPE
+
+_ESCAPING_SCHEMES = frozenset({"allow-utf-8", "underscores", "dots", "values"})
+_OPENMETRICS = "application/openmetrics-text"
+
+
+@dataclass(frozen=True, slots=True)
+class Negotiated:
+    """The ``Content-Type`` to answer with, and whether the body is OpenMetrics."""
+
+    content_type: str
+    openmetrics: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    media_type: str
+    params: dict[str, str]
+    quality: float
+    wildcards: int
+
+
+def _quality(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
+
+
+def _entries(header: str) -> list[_Entry]:
+    entries = []
+    for part in header.split(","):
+        media_range, *params = part.strip(" ").split(";")
+        kind, slash, subtype = media_range.strip(" ").partition("/")
+        kind = kind.strip(" ")
+        if not slash and kind != "*":
+            continue
+        subtype = subtype.strip(" ") if slash else "*"
+        values: dict[str, str] = {}
+        quality = 1.0
+        for param in params:
+            key, equals, value = param.partition("=")
+            if not equals:
+                continue
+            if key.strip(" ") == "q":
+                quality = _quality(value)
+            else:
+                values[key.strip(" ")] = value.strip(" ")
+        wildcards = (kind == "*") + (subtype == "*")
+        entries.append(_Entry(f"{kind}/{subtype}", values, quality, wildcards))
+    return sorted(entries, key=lambda entry: (-entry.quality, entry.wildcards))
+
+
+def negotiate(accept: str | None) -> Negotiated:
+    """The format for a scrape with this ``Accept`` header (``None`` when there is none)."""
+    escaping = ""
+    for entry in _entries(accept or ""):
+        if entry.params.get("escaping", "") in _ESCAPING_SCHEMES:
+            escaping = f"; escaping={entry.params['escaping']}"
+        version = entry.params.get("version", "")
+        if entry.media_type == "text/plain" and version in ("0.0.4", ""):
+            return Negotiated(CONTENT_TYPE + escaping, openmetrics=False)
+        if entry.media_type == _OPENMETRICS and version in ("1.0.0", "0.0.1", ""):
+            content_type = CONTENT_TYPE_1_0_0 if version == "1.0.0" else CONTENT_TYPE_0_0_1
+            return Negotiated(content_type + escaping, openmetrics=True)
+    return Negotiated(CONTENT_TYPE + escaping, openmetrics=False)
