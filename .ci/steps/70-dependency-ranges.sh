@@ -2,7 +2,7 @@
 # The other end of the dependency ranges pyproject.toml pins where the code relies on a library's behaviour or
 # private parts. The main suite runs the newest releases; this step runs the affected tests again, in a
 # temporary venv, on: bcrypt 4.x (its floor and its newest 4.x: 4.x truncates passwords over 72 bytes where
-# 5.x raises, and web/auth.py must answer alike on both), the nvidia-ml-py floor (the private helpers
+# 5.x raises, and web/auth.py must answer alike on both, flood and fail-closed rules included), the nvidia-ml-py floor (the private helpers
 # backends/nvml/api.py uses) and the aiohttp floor (the listeners web/server.py builds on its public API).
 # The floors are read from the project's own requirements, so raising one in pyproject.toml moves this step.
 set -euo pipefail
@@ -60,7 +60,7 @@ for bcrypt in "$(floor bcrypt)" 'bcrypt>=4,<5'; do
             exit 1
             ;;
     esac
-    run_tests tests/test_web_auth.py tests/test_webconfig.py
+    run_tests tests/test_web_auth.py tests/test_webconfig.py tests/hostile/test_auth_flood.py tests/hostile/test_auth_config_fail_closed.py
 done
 
 install "$(floor nvidia-ml-py)"
