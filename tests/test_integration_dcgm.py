@@ -75,6 +75,27 @@ def test_a_counters_file_selects_the_families_and_warns_once(exporter: StartExpo
     assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (not offered by this exporter)" in warnings[0]
 
 
+@pytest.mark.parametrize(("source", "warned"), [("off", 1), ("kmsg", 0)])
+def test_xid_errors_asked_for_with_the_xid_source_off_is_said_once(
+    exporter: StartExporter, tmp_path: Path, source: str, warned: int
+) -> None:
+    counters = tmp_path / "counters.csv"
+    counters.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_XID_ERRORS, gauge, x\n", encoding="utf-8")
+    quiet_log = tmp_path / "kmsg"
+    quiet_log.write_text("")
+    handle = exporter(
+        *SMI,
+        "--metrics.profile=dcgm",
+        f"--dcgm.collectors={counters}",
+        f"--collect.xid-source={source}",
+        f"--collect.kernel-log={quiet_log}",
+    )
+    handle.scrape()
+    handle.scrape()
+    warnings = [line for line in handle.log.splitlines() if "DCGM_FI_DEV_XID_ERRORS is never served" in line]
+    assert len(warnings) == warned
+
+
 def test_a_bad_counters_file_stops_the_exporter_naming_file_and_line(tmp_path: Path) -> None:
     counters = tmp_path / "counters.csv"
     counters.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_SM_CLOCK, gaug, s\n", encoding="utf-8")

@@ -304,6 +304,11 @@ async def serve(config: Config) -> int:
         )
     counters = dcgm_counters(config)
     xids = choose_xid_source(config)
+    if xids.name == "off" and any(counter.name == "DCGM_FI_DEV_XID_ERRORS" for counter in counters or ()):
+        log.warning(
+            "--dcgm.collectors lists DCGM_FI_DEV_XID_ERRORS, but with --collect.xid-source=off "
+            "DCGM_FI_DEV_XID_ERRORS is never served"
+        )
     try:
         demo_log = xids.kernel_log if xids.name == "demo" else None
         backend = await build_backend(config, watch_xids=xids.backend_xids, demo_kernel_log=demo_log)
