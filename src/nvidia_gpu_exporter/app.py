@@ -161,7 +161,9 @@ async def build_backend(
     if config.backend is BackendName.EXEC:
         runner: SmiRunner
         try:
-            runner = SubprocessRunner(split_command(config.nvidia_smi_command))
+            runner = SubprocessRunner(
+                split_command(config.nvidia_smi_command), max_output_bytes=config.collect_max_output_bytes
+            )
         except CommandSplitError as error:
             # As in Go: the exporter still starts, and every run fails with exit code -1 and this reason.
             log.error("invalid --nvidia-smi-command", extra={"err": str(error)})

@@ -9,6 +9,7 @@ from enum import Enum
 
 from nvidia_gpu_exporter._go.durations import format_duration
 from nvidia_gpu_exporter._go.text import is_go_space
+from nvidia_gpu_exporter.backends.exec.runner import DEFAULT_MAX_OUTPUT_BYTES
 from nvidia_gpu_exporter.health.source import DEFAULT_KERNEL_LOG
 from nvidia_gpu_exporter.health.sysfs import DEFAULT_SYSFS_PATH
 from nvidia_gpu_exporter.kubernetes.devices import DEFAULT_RESOURCE_PATTERNS
@@ -71,6 +72,7 @@ class Config:
     backend: Backend = Backend.EXEC
     collect_interval_ns: int = 0
     collect_timeout_ns: int = 10_000_000_000
+    collect_max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     compute_apps: bool = False
     compute_apps_mig: bool = False
     pcie_throughput: bool = False
@@ -153,6 +155,8 @@ def validate(config: Config) -> None:
         raise ConfigError("--demo-config requires --collect.backend=demo")
     if not config.sysfs_path:
         raise ConfigError("--collect.sysfs-path must not be empty")
+    if config.collect_max_output_bytes <= 0:
+        raise ConfigError(f"--collect.max-output-bytes must be positive, got {config.collect_max_output_bytes}")
     validate_kubernetes(config)
 
 
