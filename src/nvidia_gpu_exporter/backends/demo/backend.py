@@ -17,11 +17,12 @@ import asyncio
 import hashlib
 import logging
 import math
+import os
 import re
+import stat
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from nvidia_gpu_exporter._go.text import go_quote
 from nvidia_gpu_exporter.backends import BackendSetupError, CollectionError
@@ -71,12 +72,45 @@ class Scene:
     fallen: tuple[str, ...] = ()  # bus ids of the lost GPUs still bound to nvidia: they fell off the bus
 
 
+# A scenario is a few KB (captures are referenced by path, not inlined): 1 MiB is generous, and bounds what one
+# collection reads and hashes.
+MAX_CONFIG_BYTES = 1024 * 1024
+# Opening a FIFO for reading blocks until a writer comes; O_NONBLOCK makes it return at once (no effect on
+# regular files). Windows has neither FIFOs nor the flag.
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0)
+_SPECIAL_FILES = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+)
+
+
 def read_config_file(path: str) -> bytes:
-    """The config file's bytes (hashed to notice edits), or a setup error naming the file."""
+    """The config file's bytes (hashed to notice edits), or a setup error naming the file.
+
+    Refused unless it is a regular file of at most :data:`MAX_CONFIG_BYTES`, checked on the open file: it is
+    read every collection in asyncio's default executor, which bcrypt shares, and a FIFO put in its place
+    would block a thread of it for ever per collection (a device such as /dev/zero would never end).
+    """
+    quoted = go_quote(path)
     try:
-        return Path(path).read_bytes()
+        fd = os.open(path, _OPEN_FLAGS)
     except OSError as error:
-        raise BackendSetupError(f"failed to read config {go_quote(path)}: {error.strerror or error}") from error
+        raise BackendSetupError(f"failed to read config {quoted}: {error.strerror or error}") from error
+    with open(fd, "rb") as handle:
+        try:
+            mode = os.fstat(handle.fileno()).st_mode
+            if not stat.S_ISREG(mode):
+                kind = next((name for is_kind, name in _SPECIAL_FILES if is_kind(mode)), "a special file")
+                raise BackendSetupError(f"failed to read config {quoted}: not a regular file ({kind})")
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+        except OSError as error:
+            raise BackendSetupError(f"failed to read config {quoted}: {error.strerror or error}") from error
+    if len(data) > MAX_CONFIG_BYTES:
+        raise BackendSetupError(f"failed to read config {quoted}: larger than {MAX_CONFIG_BYTES} bytes")
+    return data
 
 
 def parse_demo_config(data: bytes | None, path: str = "") -> tuple[FakeSmiConfig, ExtrasSpec]:
