@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import tracemalloc
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from conftest import StartExporter
 from exposition_reader import sample_value
 from harness import Exporter
 from hostile_smi import FLOOD_TIMEOUT, MIB, HostileSmi, kill_all, open_fds, processes_with, status_kib
-from nvidia_gpu_exporter.backends.exec.runner import DEFAULT_MAX_OUTPUT_BYTES
+from nvidia_gpu_exporter.backends.exec.runner import DEFAULT_MAX_OUTPUT_BYTES, RunResult
 from polling import wait_until
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads the exporter's figures from /proc")
@@ -113,6 +114,21 @@ def test_output_under_a_smaller_cap_still_succeeds(exporter: StartExporter, smi:
     """The cap is a flag; the fixture's answer (a few KB) is well under even a 64 KiB one."""
     handle = exporter(*smi.args("--collect.max-output-bytes=65536"))
     assert sample_value(handle.scrape(), "nvidia_smi_last_collect_success") == 1
+
+
+def test_describing_a_failure_cuts_the_output_before_collapsing_its_whitespace() -> None:
+    """Collapsing all of stderr first cost a string per word: 16 MB of it peaked at 274 MB."""
+    stderr = "a " * MIB  # 2 MiB of one-letter words
+    tracemalloc.start()
+    try:
+        message = RunResult("", stderr, 1).describe_failure()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert message.startswith("exit status 1: a a ")
+    assert message.endswith(f"\u2026 ({2 * MIB} bytes)")
+    assert len(message) < 400
+    assert peak < 64 * 1024  # bytes: the excerpt's window, not a copy of the output
 
 
 # -- finding 12: a grandchild that escapes with setsid -----------------------------------------------------------

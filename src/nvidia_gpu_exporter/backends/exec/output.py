@@ -38,7 +38,7 @@ def excerpt(text: str, limit: int = EXCERPT_CHARACTERS) -> str:
     head = " ".join(text[:window].split())
     if len(head) <= limit and len(text) <= window:
         return head
-    size = len(text.encode("utf-8", errors="surrogateescape"))
+    size = len(text) if text.isascii() else len(text.encode("utf-8", errors="surrogateescape"))
     return f"{head[:limit]}\u2026 ({size} bytes)"
 
 
