@@ -8,6 +8,7 @@ be checked. Now the file is opened without blocking and refused unless it is a r
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 
 from conftest import StartExporter
 from exposition_reader import sample_value
-from harness import run_exporter_to_exit
+from harness import MIG_FIXTURE, run_exporter_to_exit
 from hostile_smi import status_kib
 from nvidia_gpu_exporter.backends.demo.backend import MAX_CONFIG_BYTES
 
@@ -60,3 +61,21 @@ def test_a_device_as_the_config_is_refused_at_startup(special: str) -> None:
     code, log = run_exporter_to_exit([DEMO, f"--demo-config={special}"])
     assert code == 1
     assert "not a regular file" in log
+
+
+def test_a_capture_replaced_by_a_fifo_fails_the_collection_and_the_loop_keeps_answering(
+    exporter: StartExporter, tmp_path: Path
+) -> None:
+    """The capture a config names is read on the event loop when the config changes: a FIFO blocked it all."""
+    capture = tmp_path / "capture.txt"
+    shutil.copyfile(MIG_FIXTURE, capture)
+    config = tmp_path / "demo.yaml"
+    config.write_text(f"capture: {capture}\n", encoding="utf-8")
+    handle = exporter(DEMO, f"--demo-config={config}", "--collect.timeout=2s")
+    assert sample_value(handle.scrape(), "nvidia_smi_last_collect_success") == 1
+    capture.unlink()
+    os.mkfifo(capture)
+    config.write_text(f"capture: {capture}\nseed: 1\n", encoding="utf-8")  # changed: the scene is rebuilt
+    assert sample_value(handle.scrape(), "nvidia_smi_last_collect_success") == 0
+    assert handle.get("/-/healthy").status == 200
+    assert "not a regular file (a FIFO)" in handle.log

@@ -17,9 +17,7 @@ import asyncio
 import hashlib
 import logging
 import math
-import os
 import re
-import stat
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -50,6 +48,7 @@ from nvidia_gpu_exporter.model.pcibus import PciFunction, PciInventory, PciKind
 from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, StatusFamily, StuckChildren, XidRecord
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
 from nvidia_gpu_exporter.model.values import transform_generic
+from nvidia_gpu_exporter.support.files import read_regular_file
 
 log = logging.getLogger(__name__)
 
@@ -75,42 +74,19 @@ class Scene:
 # A scenario is a few KB (captures are referenced by path, not inlined): 1 MiB is generous, and bounds what one
 # collection reads and hashes.
 MAX_CONFIG_BYTES = 1024 * 1024
-# Opening a FIFO for reading blocks until a writer comes; O_NONBLOCK makes it return at once (no effect on
-# regular files). Windows has neither FIFOs nor the flag.
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0)
-_SPECIAL_FILES = (
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISDIR, "a directory"),
-)
 
 
 def read_config_file(path: str) -> bytes:
     """The config file's bytes (hashed to notice edits), or a setup error naming the file.
 
-    Refused unless it is a regular file of at most :data:`MAX_CONFIG_BYTES`, checked on the open file: it is
-    read every collection in asyncio's default executor, which bcrypt shares, and a FIFO put in its place
-    would block a thread of it for ever per collection (a device such as /dev/zero would never end).
+    Refused unless it is a regular file of at most :data:`MAX_CONFIG_BYTES` (``support.files``): it is read
+    every collection in asyncio's default executor, which bcrypt shares, and a FIFO put in its place would
+    block a thread of it for ever per collection.
     """
-    quoted = go_quote(path)
     try:
-        fd = os.open(path, _OPEN_FLAGS)
+        return read_regular_file(path, MAX_CONFIG_BYTES)
     except OSError as error:
-        raise BackendSetupError(f"failed to read config {quoted}: {error.strerror or error}") from error
-    with open(fd, "rb") as handle:
-        try:
-            mode = os.fstat(handle.fileno()).st_mode
-            if not stat.S_ISREG(mode):
-                kind = next((name for is_kind, name in _SPECIAL_FILES if is_kind(mode)), "a special file")
-                raise BackendSetupError(f"failed to read config {quoted}: not a regular file ({kind})")
-            data = handle.read(MAX_CONFIG_BYTES + 1)
-        except OSError as error:
-            raise BackendSetupError(f"failed to read config {quoted}: {error.strerror or error}") from error
-    if len(data) > MAX_CONFIG_BYTES:
-        raise BackendSetupError(f"failed to read config {quoted}: larger than {MAX_CONFIG_BYTES} bytes")
-    return data
+        raise BackendSetupError(f"failed to read config {go_quote(path)}: {error.strerror or error}") from error
 
 
 def parse_demo_config(data: bytes | None, path: str = "") -> tuple[FakeSmiConfig, ExtrasSpec]:
