@@ -81,7 +81,9 @@ def test_scrape_whose_budget_expires_gets_the_no_result_snapshot_while_the_run_c
     run(main)
 
 
-def test_run_is_cancelled_and_counted_as_one_failure_when_every_waiter_gives_up() -> None:
+def test_run_is_cancelled_and_counted_nowhere_when_every_waiter_gives_up() -> None:
+    """Any client can give up on purpose (issue 13): an abandoned run has no outcome to count or publish."""
+
     async def main() -> None:
         backend = FakeBackend(gated=True)
         collector = Collector(backend, timeout_seconds=None)
@@ -89,12 +91,9 @@ def test_run_is_cancelled_and_counted_as_one_failure_when_every_waiter_gives_up(
 
         assert [snapshot.attempt for snapshot in snapshots] == [None, None]
         await bounded(backend.cancelled.wait())
-        await eventually(lambda: collector.collections == 1, "the abandoned run to be published")
+        await bounded(collector.aclose())
         latest = collector.latest
-        assert latest.failed_collections == 1
-        assert latest.attempt is not None
-        assert not latest.attempt.succeeded
-        assert latest.attempt.status_code == -1
+        assert (collector.collections, latest.failed_collections, latest.attempt) == (0, 0, None)
         assert backend.calls == 1
 
     run(main)
@@ -112,7 +111,7 @@ def test_scrape_after_abandonment_starts_a_new_run() -> None:
         assert backend.calls == 2
         assert fresh.attempt is not None
         assert fresh.attempt.succeeded
-        await eventually(lambda: collector.latest.failed_collections == 1, "the abandoned run to count")
+        assert fresh.failed_collections == 0
 
     run(main)
 

@@ -344,12 +344,11 @@ def test_client_that_disconnects_mid_wait_releases_its_waiter_and_cancels_the_co
             with contextlib.suppress(ConnectionError):
                 await bounded(writer.wait_closed())
             await bounded(backend.cancelled.wait())
-            await eventually(lambda: served.collector.latest.failed_collections == 1, "the abandoned run")
             backend.gate.set()
             later = await bounded(get(served.url + "/metrics"))
         assert backend.calls == 2
         assert later.status == 200
-        assert "nvidia_smi_failed_scrapes_total 1\n" in later.text
+        assert "nvidia_smi_failed_scrapes_total 0\n" in later.text  # the abandoned run is counted nowhere
         assert "nvidia_smi_last_collect_success 1\n" in later.text
 
     run(main)

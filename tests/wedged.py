@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from async_helpers import WAIT_SECONDS
-from nvidia_gpu_exporter.backends.exec.runner import SubprocessRunner, kill_process_group, spawn_child
+from nvidia_gpu_exporter.backends.exec.runner import Child, SubprocessRunner, kill_process_group, spawn_child
 
 
 @dataclass
@@ -28,7 +28,7 @@ class WedgedDriver:
     directory: Path
     held: list[int] = field(default_factory=list)  # pids whose SIGKILL the "kernel" has not acted on
     spawned: list[int] = field(default_factory=list)
-    processes: list[asyncio.subprocess.Process] = field(default_factory=list)
+    processes: list[Child] = field(default_factory=list)
     delivering: bool = False  # kills take effect at once (a healthy driver)
 
     @classmethod
@@ -52,13 +52,13 @@ class WedgedDriver:
     def runner(self, reap_seconds: float) -> SubprocessRunner:
         return SubprocessRunner([str(self.script)], spawn=self.spawn, kill=self.kill, reap_seconds=reap_seconds)
 
-    async def spawn(self, argv: Sequence[str]) -> asyncio.subprocess.Process:
-        process = await spawn_child(argv)
+    async def spawn(self, argv: Sequence[str], max_output_bytes: int) -> Child:
+        process = await spawn_child(argv, max_output_bytes)
         self.spawned.append(process.pid)
         self.processes.append(process)
         return process
 
-    def kill(self, process: asyncio.subprocess.Process) -> None:
+    def kill(self, process: Child) -> None:
         if self.delivering:
             kill_process_group(process)
         else:

@@ -12,7 +12,10 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import sys
+import threading
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -163,7 +166,9 @@ async def build_backend(
     if config.backend is BackendName.EXEC:
         runner: SmiRunner
         try:
-            runner = SubprocessRunner(split_command(config.nvidia_smi_command))
+            runner = SubprocessRunner(
+                split_command(config.nvidia_smi_command), max_output_bytes=config.collect_max_output_bytes
+            )
         except CommandSplitError as error:
             # As in Go: the exporter still starts, and every run fails with exit code -1 and this reason.
             log.error("invalid --nvidia-smi-command", extra={"err": str(error)})
@@ -286,6 +291,60 @@ def listen_sockets(config: Config) -> list[socket.socket]:
     return [bind_socket(address, config.network) for address in config.listen_addresses]
 
 
+# -- signals --------------------------------------------------------------------------------------------------
+
+
+def reload_on_sighup(security: Security) -> None:
+    """SIGHUP: re-read the web config now, as many exporters do, rather than at the next periodic check."""
+    if not security.path:
+        log.info("received SIGHUP: nothing to reload (no --web.config.file)")
+        return
+    log.info("received SIGHUP: reloading the web config", extra={"file": security.path})
+    try:
+        changed = security.reload_if_changed()
+    except (OSError, ssl.SSLError) as error:
+        log.error("web config reload failed, keeping the previous settings", extra={"err": str(error)})
+        return
+    if not changed:
+        log.info("web config unchanged", extra={"file": security.path})
+
+
+def dump_stacks() -> None:
+    """SIGQUIT: every thread's stack, one log line each, and the asyncio tasks; the exporter keeps running.
+
+    Go's default for SIGQUIT is a goroutine dump and an exit; here the dump is the point and the exit is not.
+    """
+    log.warning("received SIGQUIT: logging every thread's stack, the exporter keeps running")
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    for ident, frame in sys._current_frames().items():
+        stack = "".join(traceback.format_stack(frame))
+        log.warning("thread stack", extra={"thread_name": names.get(ident, str(ident)), "stack": stack})
+    with contextlib.suppress(RuntimeError):  # no running loop
+        tasks = sorted(f"{task.get_name()}: {task.get_coro()!r}" for task in asyncio.all_tasks())
+        log.warning("asyncio tasks", extra={"count": len(tasks), "tasks": "; ".join(tasks)})
+
+
+def ignore_signal(name: str) -> None:
+    log.info(f"received {name}: ignored (it has no use in this exporter)")
+
+
+def install_signal_handlers(loop: asyncio.AbstractEventLoop, security: Security) -> None:
+    """Signals that would otherwise end the process at once, without a log line or killing nvidia-smi.
+
+    Where a signal does not exist (Windows) or the loop cannot handle signals, nothing is installed.
+    """
+    handlers: dict[str, Callable[[], None]] = {
+        "SIGHUP": lambda: reload_on_sighup(security),
+        "SIGQUIT": dump_stacks,
+        "SIGUSR1": lambda: ignore_signal("SIGUSR1"),
+        "SIGUSR2": lambda: ignore_signal("SIGUSR2"),
+    }
+    for name, handler in handlers.items():
+        if hasattr(signal, name):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(getattr(signal, name), handler)
+
+
 # -- serving --------------------------------------------------------------------------------------------------
 
 
@@ -303,6 +362,22 @@ async def serve(config: Config) -> int:
             "--web.enable-pprof-unauthenticated serves them to anyone"
         )
     counters = dcgm_counters(config)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    startup = asyncio.current_task()
+
+    def on_stop() -> None:
+        """SIGINT/SIGTERM: stop serving; during startup, cancel it, which kills its nvidia-smi run."""
+        if collector_started or startup is None:
+            stop.set()
+        else:
+            startup.cancel()
+
+    collector_started = False
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, on_stop)
+    install_signal_handlers(loop, security)  # before startup's nvidia-smi runs, as the two above
     xids = choose_xid_source(config)
     if xids.name == "off" and any(counter.name == "DCGM_FI_DEV_XID_ERRORS" for counter in counters or ()):
         log.warning(
@@ -337,7 +412,6 @@ async def serve(config: Config) -> int:
             pod_labels=config.kubernetes_pod_labels,
         ),
     )
-    stop = asyncio.Event()
     exit_code = 0
 
     def on_fatal(code: int) -> None:
@@ -366,10 +440,7 @@ async def serve(config: Config) -> int:
         await backend.aclose()
         raise StartupError(str(error)) from error
     server = WebServer(build_app(endpoint, settings, security), settings, security)
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signum, stop.set)
+    collector_started = True
     collector.start()
     try:
         await server.start(sockets)
@@ -391,4 +462,7 @@ def run(config: Config) -> int:
         log.error("failed to run", extra={"err": str(error)})
         return 1
     except KeyboardInterrupt:
+        return 0
+    except asyncio.CancelledError:  # SIGINT/SIGTERM during startup
+        log.info("Shutting down during startup")
         return 0

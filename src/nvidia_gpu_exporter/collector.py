@@ -2,7 +2,9 @@
 
 Synchronous mode (interval 0): a scrape joins the collection in flight or starts one, so N concurrent
 scrapes cost one nvidia-smi run. The run belongs to no single scrape: it is cancelled (its child killed)
-only when every waiting scrape has given up, and it is bounded by ``--collect.timeout`` on its own.
+only when every waiting scrape has given up, and it is bounded by ``--collect.timeout`` on its own. A run
+cancelled before the backend answered has no outcome and is counted nowhere: the health counters move only
+with collections that ran to a success or a failure.
 
 Background mode: one collection per interval, never two at once; scrapes read the latest snapshot.
 
@@ -16,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nvidia_gpu_exporter.backends import Backend, CollectionError
 from nvidia_gpu_exporter.model.snapshot import Attempt, Readings, Snapshot
@@ -170,6 +172,19 @@ class Collector:
             return True
         return False
 
+    @staticmethod
+    def _abandon(*pending: asyncio.Future[Any] | None) -> None:
+        """A collection cancelled before the backend answered has no outcome: nothing is published or counted.
+
+        Every waiting scrape gave up (any client can do that on purpose: a tiny scrape-timeout header, a
+        half-closed connection) or the exporter is stopping; the scrapes that gave up were already answered
+        without a result. Counting it would let any client move ``nvidia_smi_failed_scrapes_total``.
+        """
+        for task in pending:
+            if task is not None:
+                task.cancel()
+        log.debug("collection abandoned before it had an outcome: not counted")
+
     async def _collect_once(self) -> Snapshot:
         started = time.perf_counter()
         lookup = asyncio.ensure_future(self.attributor.fetch()) if self.attributor is not None else None
@@ -184,8 +199,8 @@ class Collector:
         except asyncio.TimeoutError:
             error = CollectionError(f"collection timed out after {self.timeout_seconds}s")
         except asyncio.CancelledError:
-            cancelled = True
-            error = CollectionError("collection cancelled: no scrape was waiting for it any more")
+            self._abandon(lookup, scan)
+            raise
         except Exception as failure:  # a backend bug must never take the exporter down
             log.exception("collection raised an unexpected error")
             error = CollectionError(f"unexpected error: {failure!r}")
@@ -207,10 +222,7 @@ class Collector:
             )
         if lookup is not None:
             try:
-                if cancelled:
-                    lookup.cancel()
-                else:
-                    await self._attribute(lookup, readings)
+                await self._attribute(lookup, readings)
             except asyncio.CancelledError:
                 lookup.cancel()
                 cancelled = True

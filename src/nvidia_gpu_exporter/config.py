@@ -9,6 +9,7 @@ from enum import Enum
 
 from nvidia_gpu_exporter._go.durations import format_duration
 from nvidia_gpu_exporter._go.text import is_go_space
+from nvidia_gpu_exporter.backends.exec.runner import DEFAULT_MAX_OUTPUT_BYTES
 from nvidia_gpu_exporter.health.source import DEFAULT_KERNEL_LOG
 from nvidia_gpu_exporter.health.sysfs import DEFAULT_SYSFS_PATH
 from nvidia_gpu_exporter.kubernetes.devices import DEFAULT_RESOURCE_PATTERNS
@@ -78,6 +79,7 @@ class Config:
     backend: Backend = Backend.EXEC
     collect_interval_ns: int = 0
     collect_timeout_ns: int = 10_000_000_000
+    collect_max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     compute_apps: bool = False
     compute_apps_mig: bool = False
     pcie_throughput: bool = False
@@ -169,6 +171,8 @@ def validate(config: Config) -> None:
             f"web.telemetry-path must not be {DCGM_HEALTH_PATH} with --metrics.profile=dcgm or both: "
             "dcgm-exporter's health route lives there"
         )
+    if config.collect_max_output_bytes <= 0:
+        raise ConfigError(f"--collect.max-output-bytes must be positive, got {config.collect_max_output_bytes}")
     validate_kubernetes(config)
 
 

@@ -177,6 +177,13 @@ FLAGS: tuple[Flag, ...] = (
         Kind.DURATION,
     ),
     Flag(
+        "collect.max-output-bytes",
+        "collect_max_output_bytes",
+        "Most bytes one nvidia-smi run may print on stdout (and on stderr); past it the run is killed and the "
+        "collection fails.",
+        Kind.INT,
+    ),
+    Flag(
         "collect.compute-apps",
         "compute_apps",
         "Collect per-process metrics (processes with a compute context on each GPU).",

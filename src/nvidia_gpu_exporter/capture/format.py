@@ -13,8 +13,11 @@ sequence of blocks, each a fence (80 ``#``), heading lines, a fence, then the ve
 
 from __future__ import annotations
 
+import io
 import os
 from dataclasses import dataclass
+
+from nvidia_gpu_exporter.support.files import read_regular_file
 
 FENCE = "#" * 80
 GPU_CSV_LABEL_PREFIX = "query-gpu (csv"
@@ -114,10 +117,16 @@ def parse_capture(text: str, name: str = "") -> Capture:
     return Capture(name=name, metadata="\n".join(metadata), sections=tuple(sections))
 
 
+# A recorded machine's capture is about 150 KB; this bounds what a replaced file can make the demo read.
+MAX_CAPTURE_BYTES = 16 * 1024 * 1024
+
+
 def load_capture(path: str | os.PathLike[str]) -> Capture:
-    """Read and parse a capture file from disk."""
-    with open(path, encoding="utf-8", errors="surrogateescape") as handle:
-        text = handle.read()
+    """Read and parse a capture file from disk: a regular file of at most :data:`MAX_CAPTURE_BYTES` (the demo
+    reads it on the event loop, where a FIFO in its place would block everything)."""
+    data = read_regular_file(path, MAX_CAPTURE_BYTES)
+    with io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape") as handle:
+        text = handle.read()  # universal newlines, as open() in text mode reads it
     return parse_capture(text, name=os.path.basename(os.fspath(path)))
 
 

@@ -7,6 +7,7 @@ once with 503 instead of queueing behind a slow nvidia-smi.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from dataclasses import dataclass
@@ -30,6 +31,10 @@ log = logging.getLogger(__name__)
 SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
 MAX_SCRAPE_TIMEOUT_SECONDS = 86400.0
 WRITE_MARGIN_SECONDS = 0.5  # kept free under --web.write-timeout to render and send the answer
+# A real node's snapshot has a few GPUs and at most some hundreds of processes. One with more rows (output
+# up to --collect.max-output-bytes can hold thousands) is rendered and compressed in a thread, so that the
+# event loop, and /-/healthy with it, keeps answering meanwhile.
+OFF_LOOP_RENDER_ROWS = 256
 
 
 def scrape_budget(header_value: str | None, offset_seconds: float) -> float | None:
@@ -47,6 +52,15 @@ def scrape_budget(header_value: str | None, offset_seconds: float) -> float | No
         return None
     budget = value - offset_seconds
     return budget if budget > 0 else None
+
+
+def snapshot_rows(snapshot: Snapshot) -> int:
+    """The GPU and process rows a snapshot holds: what its rendering costs grows with."""
+    readings = snapshot.attempt.readings if snapshot.attempt is not None else None
+    if readings is None:
+        return 0
+    processes = len(readings.processes.rows) if readings.processes is not None else 0
+    return len(readings.gpus.rows) + processes
 
 
 def accepts_gzip(header_value: str | None) -> bool:
@@ -102,6 +116,7 @@ class MetricsEndpoint:
         self.stats = stats or HandlerStats()
         self._self_metrics = SelfMetrics(build_info_values())
         self._rendered: _Rendered | None = None
+        self._rendering: tuple[tuple[object, ...], asyncio.Future[_Rendered]] | None = None  # a large one, in a thread
 
     def answer_within(self, budget: float | None) -> float | None:
         """Answer (with health series) before the write timeout would cut the connection."""
@@ -111,7 +126,8 @@ class MetricsEndpoint:
         cap = max(write_timeout - min(WRITE_MARGIN_SECONDS, write_timeout / 2), 0.0)
         return cap if budget is None else min(budget, cap)
 
-    def _render(self, snapshot: Snapshot) -> _Rendered:
+    async def _render(self, snapshot: Snapshot) -> _Rendered:
+        """The snapshot's block, rendered once: on the loop when small, in one shared thread run when large."""
         key = (
             snapshot.sequence,
             snapshot.attempt is not None,
@@ -125,14 +141,27 @@ class MetricsEndpoint:
         cached = self._rendered
         if cached is not None and cached.key == key:
             return cached
+        if snapshot_rows(snapshot) <= OFF_LOOP_RENDER_ROWS:
+            rendered = self._render_now(key, snapshot)
+        else:
+            pending = self._rendering
+            if pending is None or pending[0] != key:  # concurrent scrapes share one render
+                pending = (key, asyncio.ensure_future(asyncio.to_thread(self._render_now, key, snapshot)))
+                self._rendering = pending
+            try:
+                rendered = await asyncio.shield(pending[1])
+            finally:
+                if self._rendering is pending and pending[1].done():
+                    self._rendering = None
+        self._rendered = rendered
+        return rendered
+
+    def _render_now(self, key: tuple[object, ...], snapshot: Snapshot) -> _Rendered:
         try:
             text = self.exposition.render(snapshot)
         except DuplicateSeriesError as error:
-            rendered = _Rendered(key, None, str(error))
-        else:
-            rendered = _Rendered(key, make_block(encode(text)), None)
-        self._rendered = rendered
-        return rendered
+            return _Rendered(key, None, str(error))
+        return _Rendered(key, make_block(encode(text)), None)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         limit = self.settings.max_requests
@@ -144,7 +173,7 @@ class MetricsEndpoint:
         try:
             budget = scrape_budget(request.headers.get(SCRAPE_TIMEOUT_HEADER), self.settings.timeout_offset_seconds)
             snapshot = await self.collector.scrape(self.answer_within(budget))
-            rendered = self._render(snapshot)
+            rendered = await self._render(snapshot)
             if rendered.block is None:
                 self.stats.errors["gathering"] += 1
                 self.stats.count(500)

@@ -21,7 +21,6 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from nvidia_gpu_exporter._go.text import go_quote
 from nvidia_gpu_exporter.backends import BackendSetupError, CollectionError
@@ -49,6 +48,7 @@ from nvidia_gpu_exporter.model.pcibus import PciFunction, PciInventory, PciKind
 from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, StatusFamily, StuckChildren, XidRecord
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
 from nvidia_gpu_exporter.model.values import transform_generic
+from nvidia_gpu_exporter.support.files import read_regular_file
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +71,20 @@ class Scene:
     fallen: tuple[str, ...] = ()  # bus ids of the lost GPUs still bound to nvidia: they fell off the bus
 
 
+# A scenario is a few KB (captures are referenced by path, not inlined): 1 MiB is generous, and bounds what one
+# collection reads and hashes.
+MAX_CONFIG_BYTES = 1024 * 1024
+
+
 def read_config_file(path: str) -> bytes:
-    """The config file's bytes (hashed to notice edits), or a setup error naming the file."""
+    """The config file's bytes (hashed to notice edits), or a setup error naming the file.
+
+    Refused unless it is a regular file of at most :data:`MAX_CONFIG_BYTES` (``support.files``): it is read
+    every collection in asyncio's default executor, which bcrypt shares, and a FIFO put in its place would
+    block a thread of it for ever per collection.
+    """
     try:
-        return Path(path).read_bytes()
+        return read_regular_file(path, MAX_CONFIG_BYTES)
     except OSError as error:
         raise BackendSetupError(f"failed to read config {go_quote(path)}: {error.strerror or error}") from error
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from nvidia_gpu_exporter._go.text import go_quote
 from nvidia_gpu_exporter.backends import CollectionError
@@ -42,6 +43,18 @@ from nvidia_gpu_exporter.model.snapshot import (
 from nvidia_gpu_exporter.support.asynctimeout import within_timeout
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+# Every real answer is far smaller (8 GPUs with every field: about 40 KB). A larger one, up to the output cap,
+# is parsed in a thread so that the event loop, and /-/healthy with it, keeps answering meanwhile.
+OFF_LOOP_PARSE_BYTES = 256 * 1024
+
+
+async def parse_output(parse: Callable[[str], T], stdout: str) -> T:
+    """``parse(stdout)``: on the loop for an answer of a normal size, in a thread for a large one."""
+    if len(stdout) <= OFF_LOOP_PARSE_BYTES:
+        return parse(stdout)
+    return await asyncio.to_thread(parse, stdout)
 
 
 def gpu_query_args(fields: Sequence[str]) -> list[str]:
@@ -182,8 +195,9 @@ class SmiBackend:
                 fatal=fatal,
                 exit_code=result.exit_code,
             )
+        field_count = len(self._fields)
         try:
-            csv = parse_gpu_csv(result.stdout, len(self._fields))
+            csv = await parse_output(lambda stdout: parse_gpu_csv(stdout, field_count), result.stdout)
         except CsvShapeError as error:
             raise CollectionError(f"unexpected nvidia-smi output: {error}") from error
         processes = await self._collect_processes() if self.compute_apps else None
@@ -195,7 +209,7 @@ class SmiBackend:
             log.warning("failed to collect per-process data", extra={"reason": result.describe_failure()})
             return ProcessList(succeeded=False)
         try:
-            rows = parse_compute_apps(result.stdout)
+            rows = await parse_output(parse_compute_apps, result.stdout)
         except CsvShapeError as error:
             log.warning("failed to collect per-process data", extra={"reason": str(error)})
             return ProcessList(succeeded=False)

@@ -26,6 +26,22 @@ _HELP_FIELD = re.compile(r'\n[\t\n\f\r ]*\n^"([^"]+)"', re.MULTILINE)
 _VERSION_VALUE = re.compile(r"[0-9]+\.[0-9]+")
 
 
+EXCERPT_CHARACTERS = 300
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARACTERS) -> str:
+    """``text`` for one log line: whitespace collapsed, at most ``limit`` characters, and its size when cut.
+
+    Cut first, then collapse: splitting a whole 4 MB answer to collapse it would cost several copies of it.
+    """
+    window = limit * 4
+    head = " ".join(text[:window].split())
+    if len(head) <= limit and len(text) <= window:
+        return head
+    size = len(text) if text.isascii() else len(text.encode("utf-8", errors="surrogateescape"))
+    return f"{head[:limit]}\u2026 ({size} bytes)"
+
+
 class CsvShapeError(ValueError):
     """The CSV does not have the queried shape; the collection fails with exit code -1."""
 
@@ -53,7 +69,7 @@ def parse_gpu_csv(stdout: str, field_count: int) -> GpuCsv:
         cells = _cells(line)
         if len(cells) != field_count:
             raise CsvShapeError(
-                f"row {number}: has {len(cells)} columns, want {field_count}: {go_quote(go_trim_space(line))}"
+                f"row {number}: has {len(cells)} columns, want {field_count}: {go_quote(excerpt(go_trim_space(line)))}"
             )
         rows.append(cells)
     return GpuCsv(header, tuple(rows))
@@ -73,14 +89,14 @@ def parse_compute_apps(stdout: str) -> tuple[ProcessRow, ...]:
         return ()
     lines = text.split("\n")
     if len(lines[0].split(",")) != len(COMPUTE_APPS_FIELDS):
-        raise CsvShapeError(f"unexpected compute apps header: {lines[0]!r}")
+        raise CsvShapeError(f"unexpected compute apps header: {excerpt(lines[0])!r}")
     rows: list[ProcessRow] = []
     for line in lines[1:]:
         if not go_trim_space(line):
             continue
         pieces = line.split(",")
         if len(pieces) < len(COMPUTE_APPS_FIELDS):
-            log.warning("skipping compute app row: too few columns", extra={"row": line})
+            log.warning("skipping compute app row: too few columns", extra={"row": excerpt(line)})
             continue
         uuid = go_trim_space(pieces[0])
         pid = go_trim_space(pieces[1])
@@ -88,10 +104,10 @@ def parse_compute_apps(stdout: str) -> tuple[ProcessRow, ...]:
         name = go_trim_space(",".join(pieces[2:-1]))
         if not _parse_uint64(pid):
             if pid.lower() not in PROCESS_ABSENT_TOKENS:
-                log.warning("skipping compute app row: pid is not an integer", extra={"row": line})
+                log.warning("skipping compute app row: pid is not an integer", extra={"row": excerpt(line)})
             continue
         if not normalize_uuid(uuid):
-            log.warning("skipping compute app row: empty gpu uuid", extra={"row": line})
+            log.warning("skipping compute app row: empty gpu uuid", extra={"row": excerpt(line)})
             continue
         rows.append(ProcessRow(gpu_uuid=uuid, pid=pid, process_name=name, used_memory=memory))
     return tuple(rows)
