@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nvidia_gpu_exporter import __version__
+from nvidia_gpu_exporter import __version__, logs
 from nvidia_gpu_exporter._go.durations import to_seconds
 from nvidia_gpu_exporter.backends import Backend, BackendSetupError
 from nvidia_gpu_exporter.backends.exec.backend import SmiBackend
@@ -280,6 +280,7 @@ def listen_sockets(config: Config) -> list[socket.socket]:
 async def serve(config: Config) -> int:
     """Run the exporter until SIGINT/SIGTERM (exit 0) or a fatal collection error (nvidia-smi's code)."""
     log.info("Starting nvidia_gpu_exporter", extra={"version": __version__, "backend": config.backend.value})
+    asyncio.get_running_loop().set_exception_handler(logs.log_loop_exception)
     try:
         security = Security.from_file(config.web_config_file)
     except WebConfigError as error:

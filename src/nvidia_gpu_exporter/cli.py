@@ -55,6 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(version_text())
         return 0
     logs.configure(parsed.config.log_level, parsed.config.log_format)
+    logs.capture_process_output()
     return app.run(parsed.config)
 
 
