@@ -91,6 +91,7 @@ def web_settings(config: Config) -> WebSettings:
     return WebSettings(
         telemetry_path=config.telemetry_path,
         max_requests=config.max_requests,
+        max_connections=config.max_connections,
         timeout_offset_seconds=to_seconds(config.timeout_offset_ns),
         idle_timeout_seconds=to_seconds(config.idle_timeout_ns),
         header_timeout_seconds=_smallest_bound(config.read_header_timeout_ns, config.read_timeout_ns),
@@ -336,7 +337,7 @@ async def serve(config: Config) -> int:
         xids.close()
         await backend.aclose()
         raise StartupError(str(error)) from error
-    server = WebServer(build_app(endpoint, settings, security), settings, security)
+    server = WebServer(build_app(endpoint, settings, security), settings, security, endpoint.stats.connections)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):

@@ -19,7 +19,8 @@ from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.exposition.selfmetrics import HandlerStats, SelfMetrics, build_info_values
 from nvidia_gpu_exporter.exposition.text import CONTENT_TYPE, DuplicateSeriesError, encode
 from nvidia_gpu_exporter.model.snapshot import Snapshot
-from nvidia_gpu_exporter.web.payload import Block, assemble, assemble_gzip, make_block
+from nvidia_gpu_exporter.web.body import PartsPayload
+from nvidia_gpu_exporter.web.payload import Block, gzip_parts, make_block, parts
 from nvidia_gpu_exporter.web.responses import plain_text
 from nvidia_gpu_exporter.web.settings import WebSettings
 
@@ -140,13 +141,13 @@ class MetricsEndpoint:
                 self.stats.errors["gathering"] += 1
                 self.stats.count(500)
                 return plain_text(f"An error has occurred while serving metrics:\n\n{rendered.error}", 500)
-            before = self._self_metrics.before_nvidia_smi().encode("utf-8")
+            before = self._self_metrics.before_nvidia_smi(self.stats).encode("utf-8")
             after = self._self_metrics.after_nvidia_smi(self.stats).encode("utf-8")
             if accepts_gzip(request.headers.get("Accept-Encoding")):
-                body = assemble_gzip(before, rendered.block, after)
+                body = PartsPayload(gzip_parts(before, rendered.block, after), CONTENT_TYPE)
                 headers = {"Content-Type": CONTENT_TYPE, "Content-Encoding": "gzip"}
             else:
-                body = assemble(before, rendered.block, after)
+                body = PartsPayload(parts(before, rendered.block, after), CONTENT_TYPE)
                 headers = {"Content-Type": CONTENT_TYPE}
             self.stats.count(200)
             return web.Response(body=body, headers=headers)
