@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import ssl
 
 import pytest
+import trustme
 from aiohttp import web
 from web_hostile import ask, content_length, open_client, read_head, serving, web_settings
 
@@ -57,16 +60,42 @@ def test_a_large_body_read_at_a_steady_pace_is_delivered_whole() -> None:
     assert run(main) == BODY_BYTES
 
 
-def test_a_response_nobody_reads_is_cut_logged_at_warn_and_counted(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.fixture(params=["http", "https"])
+def tls(request: pytest.FixtureRequest) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
+    """(server, client) TLS contexts from a throwaway CA, or none for plain HTTP."""
+    if request.param == "http":
+        return None, None
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    client_context = ssl.create_default_context()
+    ca.configure_trust(client_context)
+    return server_context, client_context
+
+
+def non_reader(port: int, tls: ssl.SSLContext | None) -> socket.socket:
+    """A blocking client (so nothing reads for it, as asyncio's TLS client would) that asks and never reads."""
+    raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    raw.settimeout(5)
+    raw.connect(("127.0.0.1", port))
+    sock = tls.wrap_socket(raw, server_hostname="127.0.0.1") if tls is not None else raw
+    sock.sendall(b"GET /big HTTP/1.1\r\nHost: exporter\r\n\r\n")
+    return sock
+
+
+def test_a_response_nobody_reads_is_cut_logged_at_warn_and_counted(
+    caplog: pytest.LogCaptureFixture, tls: tuple[ssl.SSLContext | None, ssl.SSLContext | None]
+) -> None:
     async def main() -> None:
         settings = web_settings(write_timeout_seconds=WRITE_TIMEOUT_SECONDS)
-        async with serving(big_app(), settings) as server:
-            _, writer = await open_client(server)
-            await ask(writer, "/big")
+        async with serving(big_app(), settings, tls[0]) as server:
+            port = int(server.addresses[0].rsplit(":", 1)[1])
+            sock = await bounded(asyncio.to_thread(non_reader, port, tls[1]))
             stats = server.connections.stats
             await eventually(lambda: stats.responses_incomplete == 1, "the stalled response to be cut")
             await eventually(lambda: stats.open == 0, "the connection to be closed")
-            writer.close()
+            sock.close()
 
     with caplog.at_level(logging.WARNING):
         run(main)

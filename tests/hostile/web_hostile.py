@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -157,9 +158,12 @@ def web_settings(**overrides: object) -> WebSettings:
 
 
 @asynccontextmanager
-async def serving(app: web.Application, settings: WebSettings) -> AsyncIterator[WebServer]:
-    """The real ``WebServer`` for ``app`` on a loopback port-0 socket."""
+async def serving(
+    app: web.Application, settings: WebSettings, tls: ssl.SSLContext | None = None
+) -> AsyncIterator[WebServer]:
+    """The real ``WebServer`` for ``app`` on a loopback port-0 socket, over TLS with a ``tls`` context."""
     server = WebServer(app, settings)
+    server.security.ssl_context = tls
     await server.start([bind_socket("127.0.0.1:0")])
     try:
         yield server
@@ -167,9 +171,11 @@ async def serving(app: web.Application, settings: WebSettings) -> AsyncIterator[
         await bounded(server.stop())
 
 
-async def open_client(server: WebServer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def open_client(
+    server: WebServer, tls: ssl.SSLContext | None = None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     host, port = server.addresses[0].rsplit(":", 1)
-    return await bounded(asyncio.open_connection(host, int(port)))
+    return await bounded(asyncio.open_connection(host, int(port), ssl=tls))
 
 
 async def ask(writer: asyncio.StreamWriter, path: str, version: str = "HTTP/1.1") -> None:
