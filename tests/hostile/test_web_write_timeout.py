@@ -13,12 +13,12 @@ import socket
 import ssl
 
 import pytest
-import trustme
 from aiohttp import web
 from web_hostile import ask, content_length, open_client, read_head, serving, web_settings
 
 from async_helpers import bounded, run
 from polling import eventually
+from test_web_listeners import tls_contexts  # noqa: F401 - a fixture, used by name
 
 BODY_BYTES = 4 * 1024 * 1024
 WRITE_TIMEOUT_SECONDS = 0.3
@@ -61,16 +61,12 @@ def test_a_large_body_read_at_a_steady_pace_is_delivered_whole() -> None:
 
 
 @pytest.fixture(params=["http", "https"])
-def tls(request: pytest.FixtureRequest) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
-    """(server, client) TLS contexts from a throwaway CA, or none for plain HTTP."""
-    if request.param == "http":
-        return None, None
-    ca = trustme.CA()
-    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(server_context)
-    client_context = ssl.create_default_context()
-    ca.configure_trust(client_context)
-    return server_context, client_context
+def tls(
+    request: pytest.FixtureRequest,
+    tls_contexts: tuple[ssl.SSLContext, ssl.SSLContext],  # noqa: F811 - the listener tests' fixture, by name
+) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
+    """(server, client) TLS contexts, or none for plain HTTP."""
+    return tls_contexts if request.param == "https" else (None, None)
 
 
 def non_reader(port: int, tls: ssl.SSLContext | None) -> socket.socket:
