@@ -6,6 +6,7 @@ stalled responses are cut and counted."""
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from web_hostile import ONE_GPU, Child, exporter_child, non_reading_client
@@ -55,6 +56,14 @@ def test_clients_that_never_read_pin_no_body(clients: int, max_growth_mib: int) 
             )
             held = child.rss_bytes()
             growth = held - baseline
+            started = time.monotonic()
+            healthy, _ = child.get("/-/healthy")
+            healthy_ms = (time.monotonic() - started) * 1000
+            started = time.monotonic()
+            scrape(child)
+            scrape_ms = (time.monotonic() - started) * 1000
+            assert healthy == 200
+            print(f"while held: /-/healthy {healthy_ms:.0f} ms, a scrape {scrape_ms:.0f} ms")
             print(
                 f"{clients} non-reading clients of a {size / MIB:.2f} MiB body: RSS {baseline / MIB:.1f} -> "
                 f"{held / MIB:.1f} MiB"
