@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nvidia_gpu_exporter import __version__
+from nvidia_gpu_exporter import __version__, logs
 from nvidia_gpu_exporter._go.durations import to_seconds
 from nvidia_gpu_exporter.backends import Backend, BackendSetupError
 from nvidia_gpu_exporter.backends.exec.backend import SmiBackend
@@ -95,6 +95,7 @@ def web_settings(config: Config) -> WebSettings:
     return WebSettings(
         telemetry_path=config.telemetry_path,
         max_requests=config.max_requests,
+        max_connections=config.max_connections,
         timeout_offset_seconds=to_seconds(config.timeout_offset_ns),
         idle_timeout_seconds=to_seconds(config.idle_timeout_ns),
         header_timeout_seconds=_smallest_bound(config.read_header_timeout_ns, config.read_timeout_ns),
@@ -351,6 +352,7 @@ def install_signal_handlers(loop: asyncio.AbstractEventLoop, security: Security)
 async def serve(config: Config) -> int:
     """Run the exporter until SIGINT/SIGTERM (exit 0) or a fatal collection error (nvidia-smi's code)."""
     log.info("Starting nvidia_gpu_exporter", extra={"version": __version__, "backend": config.backend.value})
+    asyncio.get_running_loop().set_exception_handler(logs.log_loop_exception)
     try:
         security = Security.from_file(config.web_config_file)
     except WebConfigError as error:
@@ -439,7 +441,7 @@ async def serve(config: Config) -> int:
         xids.close()
         await backend.aclose()
         raise StartupError(str(error)) from error
-    server = WebServer(build_app(endpoint, settings, security), settings, security)
+    server = WebServer(build_app(endpoint, settings, security), settings, security, endpoint.stats.connections)
     collector_started = True
     collector.start()
     try:

@@ -80,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         informational(parsed)
         return 0
     logs.configure(parsed.config.log_level, parsed.config.log_format)
+    logs.capture_process_output()
     return app.run(parsed.config)
 
 

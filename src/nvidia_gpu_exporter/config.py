@@ -70,6 +70,7 @@ class Config:
     idle_timeout_ns: int = 60_000_000_000
     telemetry_path: str = DEFAULT_TELEMETRY_PATH
     max_requests: int = 40
+    max_connections: int = 256
     timeout_offset_ns: int = 500_000_000
     enable_pprof: bool = False
     enable_pprof_unauthenticated: bool = False
@@ -142,6 +143,8 @@ def validate(config: Config) -> None:
         raise ConfigError(problem)
     if config.max_requests < 0:
         raise ConfigError(f"web.max-requests must not be negative, got {config.max_requests}")
+    if config.max_connections < 0:
+        raise ConfigError(f"web.max-connections must not be negative, got {config.max_connections}")
     if config.timeout_offset_ns < 0:
         raise ConfigError(f"web.timeout-offset must not be negative, got {format_duration(config.timeout_offset_ns)}")
     backend = config.backend

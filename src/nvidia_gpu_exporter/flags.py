@@ -107,7 +107,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "web.write-timeout",
         "write_timeout_ns",
-        "Maximum duration before timing out writes of the response.",
+        "Maximum duration to answer a synchronous scrape, and that a response may wait for the client to read "
+        "any of it.",
         Kind.DURATION,
     ),
     Flag(
@@ -121,6 +122,13 @@ FLAGS: tuple[Flag, ...] = (
         "web.max-requests",
         "max_requests",
         "Maximum number of concurrent scrape requests; excess get 503 at once. 0 disables the limit.",
+        Kind.INT,
+    ),
+    Flag(
+        "web.max-connections",
+        "max_connections",
+        "Maximum number of open connections; at the limit a new one replaces the longest idle, or gets 503 when "
+        "none is idle. 0 disables the limit.",
         Kind.INT,
     ),
     Flag(

@@ -305,6 +305,21 @@ HANDLER_ERRORS = FamilySpec(
     "Total number of internal errors encountered by the promhttp metric handler.",
     ("cause",),
 )
+HTTP_CONNECTIONS = FamilySpec(
+    "nvidia_gpu_exporter_http_connections", "gauge", "Number of open HTTP connections (--web.max-connections caps it)."
+)
+HTTP_CONNECTIONS_CLOSED = FamilySpec(
+    "nvidia_gpu_exporter_http_connections_closed_total",
+    "counter",
+    "HTTP connections closed by the exporter, by reason: header_timeout (request headers not received in time), "
+    "evicted (idle, closed to make room at --web.max-connections) or refused (answered 503: every connection busy).",
+    ("reason",),
+)
+HTTP_RESPONSES_INCOMPLETE = FamilySpec(
+    "nvidia_gpu_exporter_http_responses_incomplete_total",
+    "counter",
+    "HTTP responses cut off because the client read nothing of them for --web.write-timeout.",
+)
 
 OWNED: tuple[FamilySpec, ...] = (
     FAILED_COLLECTIONS,
@@ -357,7 +372,15 @@ PROCESS: tuple[FamilySpec, ...] = (
     PROCESS_START_TIME,
     PROCESS_VIRTUAL_MEMORY,
 )
-SELF: tuple[FamilySpec, ...] = (BUILD_INFO, *PROCESS, HANDLER_REQUESTS, HANDLER_IN_FLIGHT, HANDLER_ERRORS)
+HTTP: tuple[FamilySpec, ...] = (HTTP_CONNECTIONS, HTTP_CONNECTIONS_CLOSED, HTTP_RESPONSES_INCOMPLETE)
+SELF: tuple[FamilySpec, ...] = (
+    BUILD_INFO,
+    *HTTP,
+    *PROCESS,
+    HANDLER_REQUESTS,
+    HANDLER_IN_FLIGHT,
+    HANDLER_ERRORS,
+)
 # A query field deriving one of these names is dropped, whichever backend or option would render it.
 RESERVED_NAMES = frozenset(spec.name for spec in OWNED if spec.name.startswith(PREFIX))
 # The wall-clock families: their values change on every run, so byte comparisons leave them out.

@@ -20,6 +20,9 @@ from nvidia_gpu_exporter.exposition.families import (
     HANDLER_ERRORS,
     HANDLER_IN_FLIGHT,
     HANDLER_REQUESTS,
+    HTTP_CONNECTIONS,
+    HTTP_CONNECTIONS_CLOSED,
+    HTTP_RESPONSES_INCOMPLETE,
     PROCESS,
     PROCESS_CPU,
     PROCESS_MAX_FDS,
@@ -35,12 +38,22 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 @dataclass(slots=True)
+class ConnectionStats:
+    """The HTTP server's connections: how many are open, and those it closed or cut itself."""
+
+    open: int = 0
+    closed: dict[str, int] = field(default_factory=lambda: {"evicted": 0, "header_timeout": 0, "refused": 0})
+    responses_incomplete: int = 0
+
+
+@dataclass(slots=True)
 class HandlerStats:
     """Counters of the metrics route, named like Go's promhttp ones so existing queries keep working."""
 
     requests: dict[str, int] = field(default_factory=lambda: {"200": 0, "500": 0, "503": 0})
     in_flight: int = 0
     errors: dict[str, int] = field(default_factory=lambda: {"encoding": 0, "gathering": 0})
+    connections: ConnectionStats = field(default_factory=ConnectionStats)
 
     def count(self, status: int) -> None:
         key = str(status)
@@ -140,10 +153,25 @@ class SelfMetrics:
         self._requests_header = HANDLER_REQUESTS.header()
         self._in_flight_header = HANDLER_IN_FLIGHT.header()
         self._errors_header = HANDLER_ERRORS.header()
+        self._connections_header = HTTP_CONNECTIONS.header()
+        self._closed_header = HTTP_CONNECTIONS_CLOSED.header()
+        self._incomplete_header = HTTP_RESPONSES_INCOMPLETE.header()
 
-    def before_nvidia_smi(self) -> str:
-        """Families sorting before ``nvidia_smi_``."""
-        return self.build_info_text
+    def before_nvidia_smi(self, stats: HandlerStats) -> str:
+        """Families sorting before ``nvidia_smi_``: build info and the HTTP server's connections."""
+        connections = stats.connections
+        parts = [
+            self.build_info_text,
+            f"{self._connections_header}{HTTP_CONNECTIONS.name} {format_value(float(connections.open))}\n",
+            self._closed_header,
+        ]
+        parts += [
+            f'{HTTP_CONNECTIONS_CLOSED.name}{{reason="{reason}"}} {format_value(float(count))}\n'
+            for reason, count in sorted(connections.closed.items())
+        ]
+        incomplete = format_value(float(connections.responses_incomplete))
+        parts.append(f"{self._incomplete_header}{HTTP_RESPONSES_INCOMPLETE.name} {incomplete}\n")
+        return "".join(parts)
 
     def after_nvidia_smi(self, stats: HandlerStats) -> str:
         """Families sorting after ``nvidia_smi_`` (``process_*``, ``promhttp_*``), in name order."""

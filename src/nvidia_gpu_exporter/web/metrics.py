@@ -21,8 +21,9 @@ from nvidia_gpu_exporter.exposition.openmetrics import OPENMETRICS_EOF, to_openm
 from nvidia_gpu_exporter.exposition.selfmetrics import HandlerStats, SelfMetrics, build_info_values
 from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError, encode
 from nvidia_gpu_exporter.model.snapshot import Snapshot
+from nvidia_gpu_exporter.web.body import PartsPayload
 from nvidia_gpu_exporter.web.negotiation import negotiate
-from nvidia_gpu_exporter.web.payload import Block, assemble, assemble_gzip, make_block
+from nvidia_gpu_exporter.web.payload import Block, gzip_parts, make_block, parts
 from nvidia_gpu_exporter.web.responses import plain_text
 from nvidia_gpu_exporter.web.settings import WebSettings
 
@@ -180,16 +181,16 @@ class MetricsEndpoint:
                 return plain_text(f"An error has occurred while serving metrics:\n\n{rendered.error}", 500)
             negotiated = negotiate(request.headers.get("Accept"))
             block = rendered.openmetrics_of(rendered.block) if negotiated.openmetrics else rendered.block
-            before = self._self_metrics.before_nvidia_smi().encode("utf-8")
+            before = self._self_metrics.before_nvidia_smi(self.stats).encode("utf-8")
             after = self._self_metrics.after_nvidia_smi(self.stats).encode("utf-8")
             if negotiated.openmetrics:
                 before, after = to_openmetrics(before), to_openmetrics(after) + OPENMETRICS_EOF
             headers = {"Content-Type": negotiated.content_type}
             if accepts_gzip(request.headers.get("Accept-Encoding")):
-                body = assemble_gzip(before, block, after)
+                body = PartsPayload(gzip_parts(before, block, after), negotiated.content_type)
                 headers["Content-Encoding"] = "gzip"
             else:
-                body = assemble(before, block, after)
+                body = PartsPayload(parts(before, block, after), negotiated.content_type)
             self.stats.count(200)
             return web.Response(body=body, headers=headers)
         finally:

@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
 
+from nvidia_gpu_exporter.exposition.selfmetrics import ConnectionStats
+from nvidia_gpu_exporter.web.connections import Connections, fit_to_fd_limit, open_file_limit
 from nvidia_gpu_exporter.web.landing import landing_page
 from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
 from nvidia_gpu_exporter.web.responses import plain_text
@@ -24,7 +26,7 @@ from nvidia_gpu_exporter.web.routes import (
 )
 from nvidia_gpu_exporter.web.security import Security
 from nvidia_gpu_exporter.web.settings import WebSettings
-from nvidia_gpu_exporter.web.timeouts import serve_with_deadlines
+from nvidia_gpu_exporter.web.timeouts import ResponseHooks, serve_with_deadlines
 from nvidia_gpu_exporter.web.xids import xids_handler
 
 log = logging.getLogger(__name__)
@@ -143,14 +145,23 @@ class WebServer:
     requests in flight finish within :data:`SHUTDOWN_GRACE_SECONDS` and closes idle keep-alive connections.
     """
 
-    def __init__(self, app: web.Application, settings: WebSettings, security: Security | None = None) -> None:
+    def __init__(
+        self,
+        app: web.Application,
+        settings: WebSettings,
+        security: Security | None = None,
+        connection_stats: ConnectionStats | None = None,
+    ) -> None:
         self.app = app
         self.settings = settings
         self.security = security or Security()
         self._watcher: asyncio.Task[None] | None = None
+        limit = fit_to_fd_limit(settings.max_connections, open_file_limit())
+        self.connections = Connections(limit, connection_stats or ConnectionStats())
         self.runner = web.AppRunner(
             app,
-            access_log=None,
+            access_log_class=ResponseHooks,  # no access log: the hook only says when a response is finished
+            access_log=logging.getLogger("aiohttp.access"),
             keepalive_timeout=settings.idle_timeout_seconds,
             shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
             handler_cancellation=True,
@@ -169,6 +180,7 @@ class WebServer:
                 header_timeout=self.settings.header_timeout_seconds,
                 write_timeout=self.settings.write_timeout_seconds,
                 ssl_context=self.security.ssl_context,
+                connections=self.connections,
             )
             self._listeners.append(listener)
             address = bound_address(sock)

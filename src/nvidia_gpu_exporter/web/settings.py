@@ -14,7 +14,8 @@ class WebSettings:
     timeout_offset_seconds: float  # subtracted from Prometheus' scrape timeout header
     idle_timeout_seconds: float  # keep-alive connections without a request are closed after this
     header_timeout_seconds: float  # request headers must arrive within this
-    write_timeout_seconds: float  # a response must be produced and read within this
+    write_timeout_seconds: float  # a scrape answers within this; a response unread this long is cut
     enable_pprof: bool
     dcgm_health: bool = False  # serve dcgm-exporter's GET /health (--metrics.profile=dcgm or both)
     landing_description: str = "Prometheus exporter for Nvidia GPUs, using nvidia-smi."
+    max_connections: int = 0  # open connections across every listener; 0 = no cap

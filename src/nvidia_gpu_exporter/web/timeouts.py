@@ -1,62 +1,178 @@
-"""Connection deadlines aiohttp does not have: request-header read and response write timeouts.
+"""Connection bounds aiohttp does not have: request-header and write timeouts, the connection cap, HTTP/1 only.
 
-Every connection's protocol is wrapped: a request whose headers are not complete within the read
-(header) timeout, counted from its first byte or from the connection's start, closes the connection;
-so do responses still unread by the client a write timeout after their request arrived. Idle keep-alive
-connections are aiohttp's own ``keepalive_timeout``. Together they bound what slow or hostile clients
-(idle sockets, byte-at-a-time senders, readers that never read) can hold.
+Every connection's protocol is wrapped (:class:`DeadlineProtocol`):
+
+- a request whose headers are not complete within the read (header) timeout, counted from its first byte
+  or from the connection's start, closes the connection;
+- a response that makes no progress for the write timeout (the client read none of it: not one byte left
+  the process's buffer or the kernel's send queue) is cut, logged at warn and counted as incomplete. The
+  clock runs only while something is waiting to be sent, so a slow collection or a large body read at any
+  steady pace is never cut (Go's ``WriteTimeout`` instead ends the whole write a fixed time after the
+  request arrived);
+- each connection's send buffers are small (:data:`WRITE_BUFFER_HIGH_BYTES` in the process,
+  :data:`SEND_BUFFER_BYTES` in the kernel), so a client that never reads holds little memory;
+- at ``--web.max-connections`` a new connection makes the idlest one leave, or is answered 503
+  (:mod:`.connections`);
+- a request line that is not HTTP/1.x is answered ``505`` with an HTTP/1.1 status line, as Go's server does.
+
+Idle keep-alive connections are aiohttp's own ``keepalive_timeout``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import re
 import socket
 import ssl
+import struct
+import sys
 from collections.abc import Callable
 
+from aiohttp.abc import AbstractAccessLogger
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_response import StreamResponse
+
+from nvidia_gpu_exporter.exposition.selfmetrics import ConnectionStats
+from nvidia_gpu_exporter.web.connections import LISTEN_BACKLOG, Connections
 from nvidia_gpu_exporter.web.tlsbuffer import create_tls_server
 
 log = logging.getLogger(__name__)
 
 HEADER_END = b"\r\n\r\n"
+WRITE_BUFFER_HIGH_BYTES = 16 * 1024  # the process's send buffer per connection, before aiohttp waits
+SEND_BUFFER_BYTES = 256 * 1024  # SO_SNDBUF (Linux doubles it): what the kernel queues per connection
+WRITE_POLL_MAX_SECONDS = 1.0  # how often a pending write is checked for progress, at most
+REFUSAL_LINGER_SECONDS = 0.5  # a refused client gets this long to send its request before the close
+MAX_REQUEST_LINE_BYTES = 8190  # aiohttp's own limit; a longer line is its 400, not ours to judge
+_VERSION = re.compile(rb"HTTP/(\d+)\.\d+")
+
+
+def _plain_response(status: str, text: str) -> bytes:
+    body = text.encode("utf-8")
+    return (
+        f"HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode("ascii") + body
+
+
+VERSION_NOT_SUPPORTED = _plain_response("505 HTTP Version Not Supported", "unsupported protocol version")
+TOO_MANY_CONNECTIONS = _plain_response("503 Service Unavailable", "too many open connections, try again later\n")
+
+
+def unsupported_version(line: bytes) -> bool:
+    """Whether a request line names an HTTP version other than 1.x (``GET / HTTP/2.0``, ``HTTP/0.9``)."""
+    words = line.rstrip(b"\r").split(b" ")
+    match = _VERSION.fullmatch(words[-1]) if len(words) == 3 else None
+    return match is not None and match.group(1) != b"1"
+
+
+if sys.platform == "linux":
+    import fcntl
+    import termios
+
+    def kernel_unsent_bytes(fd: int) -> int:
+        """Bytes the kernel still holds for the peer (not sent, or sent and not acknowledged)."""
+        if fd < 0:
+            return 0
+        try:
+            return int(struct.unpack("i", fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0"))[0])
+        except OSError:
+            return 0
+
+else:
+
+    def kernel_unsent_bytes(fd: int) -> int:
+        """Unknown here: only the process's own buffer counts."""
+        return 0
 
 
 class DeadlineProtocol(asyncio.Protocol):
-    """Forwards everything to aiohttp's protocol while enforcing the header and write deadlines.
+    """Forwards everything to aiohttp's protocol while enforcing the bounds of the module docstring.
 
-    One timer per connection at most, re-armed lazily: a busy keep-alive connection costs no timer
-    per request, and an idle one costs none at all.
+    One timer per connection at most, and none while it is idle.
     """
 
     def __init__(
-        self, inner: asyncio.Protocol, loop: asyncio.AbstractEventLoop, header_timeout: float, write_timeout: float
+        self,
+        inner: asyncio.Protocol,
+        loop: asyncio.AbstractEventLoop,
+        header_timeout: float,
+        write_timeout: float,
+        connections: Connections | None = None,
     ) -> None:
         self.inner = inner
         self.loop = loop
         self.header_timeout = header_timeout
         self.write_timeout = write_timeout
+        self.connections = connections
+        self.stats = connections.stats if connections is not None else ConnectionStats()
         self.transport: asyncio.Transport | None = None
+        self._fd = -1
+        self._served = False  # aiohttp's protocol saw connection_made
+        self._refusing = False  # answered by this class; waiting for the request before closing
         self._tail = b""
+        self._line: bytes | None = b""  # the current request line while it is incomplete
         self._header_started: float | None = None  # an incomplete request header began at this time
-        self._last_request: float | None = None  # the latest complete request header arrived at this time
+        self._requests = 0  # complete request headers received
+        self._answered = 0  # responses aiohttp finished writing (ResponseHooks)
+        self._idle_since: float | None = None
+        self._write_progress: float | None = None  # while a write is watched: when it last made progress
+        self._unsent = 0
         self._timer: asyncio.TimerHandle | None = None
 
+    # -- state ------------------------------------------------------------------------------------------
+
+    def unsent_bytes(self) -> int:
+        """What the client has not received yet: the process's buffer plus the kernel's send queue."""
+        transport = self.transport
+        if transport is None:
+            return 0
+        return transport.get_write_buffer_size() + kernel_unsent_bytes(self._fd)
+
+    def idle_since(self) -> float | None:
+        if self._refusing or self._requests > self._answered or self.unsent_bytes() > 0:
+            return None
+        return self._idle_since
+
+    def evict(self) -> None:
+        log.debug("closing an idle connection to make room for a new one")
+        if self.transport is not None:
+            self.transport.close()
+
+    def response_finished(self) -> None:
+        """aiohttp wrote a whole response into the transport: what is left unsent is watched from now."""
+        self._answered += 1
+        self._idle_since = self.loop.time()
+        if self.unsent_bytes() > 0:
+            self._watch_write()
+
     # -- deadlines --------------------------------------------------------------------------------------
+
+    def _watch_write(self) -> None:
+        if self.write_timeout > 0 and self._write_progress is None:
+            self._write_progress = self.loop.time()
+            self._unsent = self.unsent_bytes()
+            self._arm()
 
     def _next_deadline(self) -> float | None:
         deadlines = []
         if self._header_started is not None and self.header_timeout > 0:
             deadlines.append(self._header_started + self.header_timeout)
-        if self._last_request is not None and self.write_timeout > 0:
-            deadlines.append(self._last_request + self.write_timeout)
+        if self._write_progress is not None:
+            deadlines.append(self.loop.time() + min(self.write_timeout / 4, WRITE_POLL_MAX_SECONDS))
         return min(deadlines) if deadlines else None
 
     def _arm(self) -> None:
-        if self._timer is None:
-            deadline = self._next_deadline()
-            if deadline is not None:
-                self._timer = self.loop.call_at(deadline, self._check)
+        deadline = self._next_deadline()
+        if deadline is None:
+            return
+        if self._timer is not None:
+            if self._timer.when() <= deadline:
+                return
+            self._timer.cancel()
+        self._timer = self.loop.call_at(deadline, self._check)
 
     def _check(self) -> None:
         self._timer = None
@@ -66,59 +182,174 @@ class DeadlineProtocol(asyncio.Protocol):
         now = self.loop.time()
         if self._header_started is not None and 0 < self.header_timeout <= now - self._header_started:
             log.debug("closing a connection: request headers not received in time")
+            self.stats.closed["header_timeout"] += 1
             transport.abort()
             return
-        if self._last_request is not None and 0 < self.write_timeout <= now - self._last_request:
-            if transport.get_write_buffer_size() > 0:
-                log.debug("closing a connection: the response was not read in time")
-                transport.abort()
+        if self._write_progress is not None:
+            unsent = self.unsent_bytes()
+            if unsent == 0:
+                self._write_progress = None
+            elif unsent < self._unsent:
+                self._write_progress = now
+            elif now - self._write_progress >= self.write_timeout:
+                self._cut(transport, unsent)
                 return
-            self._last_request = None  # answered and read: nothing left to watch
+            self._unsent = unsent
         self._arm()
+
+    def _cut(self, transport: asyncio.Transport, unsent: int) -> None:
+        self.stats.responses_incomplete += 1
+        log.warning(
+            "closing a connection: the client read nothing of the response for the write timeout",
+            extra={
+                "remote": _peer(transport),
+                "unsent_bytes": unsent,
+                "write_timeout": f"{self.write_timeout:g}s",
+            },
+        )
+        transport.abort()
+
+    # -- refusals ---------------------------------------------------------------------------------------
+
+    def _refuse(self, answer: bytes) -> None:
+        """Answer ``answer`` and close once the client's request is in (closing earlier would reset the
+        connection and could lose the answer), or after :data:`REFUSAL_LINGER_SECONDS`."""
+        transport = self.transport
+        assert transport is not None
+        self._refusing = True
+        self._header_started = None
+        self._write_progress = None
+        transport.write(answer)
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.loop.call_later(REFUSAL_LINGER_SECONDS, transport.abort)
+
+    def _refused_data(self, data: bytes) -> None:
+        """Discard what a refused client sends; close once its request headers are in."""
+        stream = self._tail + data
+        if HEADER_END in stream:
+            if self.transport is not None:
+                self.transport.close()
+            return
+        self._tail = stream[-(len(HEADER_END) - 1) :]
 
     # -- protocol ---------------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        self._header_started = self.loop.time()  # the first request's headers are awaited from now
+        now = self.loop.time()
+        self._idle_since = now
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            self._fd = sock.fileno()
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
+        if self.connections is not None and not self.connections.admit(self):
+            self._refuse(TOO_MANY_CONNECTIONS)
+            return
+        self._header_started = now  # the first request's headers are awaited from now
         self._arm()
+        self._served = True
         self.inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
-        if data:
-            now = self.loop.time()
-            stream = self._tail + data
-            end = stream.rfind(HEADER_END)
-            if end >= 0:
-                self._last_request = now
-                rest = stream[end + len(HEADER_END) :]
-                self._header_started = now if rest else None
-                self._tail = rest[-(len(HEADER_END) - 1) :]
-            else:
-                if self._header_started is None:
-                    self._header_started = now
-                self._tail = stream[-(len(HEADER_END) - 1) :]
-            self._arm()
+        if self._refusing:
+            self._refused_data(data)
+            return
+        if not data:
+            return
+        if self._bad_request_line(data):
+            if self._requests > self._answered and self.transport is not None:
+                self.transport.abort()  # a response is still due on this connection: no room for ours
+                return
+            self._refuse(VERSION_NOT_SUPPORTED)
+            self._refused_data(data)
+            return
+        now = self.loop.time()
+        self._idle_since = now
+        stream = self._tail + data
+        ends = stream.count(HEADER_END)
+        if ends:
+            self._requests += ends
+            rest = stream[stream.rfind(HEADER_END) + len(HEADER_END) :]
+            self._header_started = now if rest else None
+            self._tail = rest[-(len(HEADER_END) - 1) :]
+            if self._pipelined_bad_line(stream) and self.transport is not None:
+                self.transport.abort()  # pipelined behind a request still to be answered: no room for a 505
+                return
+        else:
+            if self._header_started is None:
+                self._header_started = now
+            self._tail = stream[-(len(HEADER_END) - 1) :]
+        self._arm()
         self.inner.data_received(data)
 
+    def _pipelined_bad_line(self, stream: bytes) -> bool:
+        """Judge the request line after each header end in ``stream``; the last may continue in later data."""
+        position = stream.find(HEADER_END)
+        while position >= 0:
+            start = position + len(HEADER_END)
+            self._line = b""
+            if self._bad_request_line(stream[start : start + MAX_REQUEST_LINE_BYTES + 2]):
+                return True
+            position = stream.find(HEADER_END, start)
+        return False
+
+    def _bad_request_line(self, data: bytes) -> bool:
+        """Feed the current request line; True when it is complete and not HTTP/1.x."""
+        if self._line is None:
+            return False
+        line = self._line + data if self._line else data.lstrip(b"\r\n")  # blank lines may precede a request
+        end = line.find(b"\n")
+        if end < 0:
+            self._line = line if len(line) <= MAX_REQUEST_LINE_BYTES else None
+            return False
+        self._line = None
+        return unsupported_version(line[:end])
+
     def eof_received(self) -> bool | None:
+        if self._refusing:
+            return False  # close
         return self.inner.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self.inner.connection_lost(exc)
+        if self.connections is not None:
+            self.connections.release(self)
+        self.transport = None
+        if self._served:
+            self.inner.connection_lost(exc)
 
     def pause_writing(self) -> None:
-        self.inner.pause_writing()
+        self._watch_write()
+        if self._served:
+            self.inner.pause_writing()
 
     def resume_writing(self) -> None:
-        self.inner.resume_writing()
+        if self._write_progress is not None:
+            self._write_progress = self.loop.time()
+        if self._served:
+            self.inner.resume_writing()
 
 
-LISTEN_BACKLOG = 128  # as aiohttp's sites ask for
+def _peer(transport: asyncio.BaseTransport) -> str:
+    peer = transport.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else ""
+
+
+class ResponseHooks(AbstractAccessLogger):
+    """aiohttp's access-log hook, used only to learn when a response is finished (nothing is logged: the Go
+    exporter writes no access log either)."""
+
+    def log(self, request: BaseRequest, response: StreamResponse, time: float) -> None:
+        transport = request.transport
+        protocol = transport.get_protocol() if transport is not None else None
+        if isinstance(protocol, DeadlineProtocol):
+            protocol.response_finished()
 
 
 async def serve_with_deadlines(
@@ -128,16 +359,18 @@ async def serve_with_deadlines(
     header_timeout: float,
     write_timeout: float,
     ssl_context: ssl.SSLContext | None = None,
+    connections: Connections | None = None,
 ) -> asyncio.Server:
     """Serve ``sock`` with ``factory``'s protocols (aiohttp's ``Server``), each wrapped in :class:`DeadlineProtocol`.
 
     With TLS the handshake is bounded like the request headers (asyncio's default would be 60 s); TLS
     listeners come from :mod:`~nvidia_gpu_exporter.web.tlsbuffer`, the one module that reaches into asyncio.
+    ``connections`` is shared by every listener, so the cap holds for the process.
     """
     loop = asyncio.get_running_loop()
 
     def deadline_factory() -> asyncio.Protocol:
-        return DeadlineProtocol(factory(), loop, header_timeout, write_timeout)
+        return DeadlineProtocol(factory(), loop, header_timeout, write_timeout, connections)
 
     if ssl_context is None:
         return await loop.create_server(deadline_factory, sock=sock, backlog=LISTEN_BACKLOG)

@@ -1,0 +1,97 @@
+"""The open connections of every listener, and ``--web.max-connections``: who makes room when it is reached.
+
+Every open connection costs a file descriptor, and the process has only so many (systemd's default soft limit
+is 1,024): without a cap one client could open them all, and every later ``accept()`` would fail. At the cap a
+new connection takes the place of the connection idle the longest (no request in progress, nothing left to
+send), so a flood of idle keep-alive connections cannot lock Prometheus out; when every connection is busy the
+new one is answered ``503`` and closed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from nvidia_gpu_exporter.exposition.selfmetrics import ConnectionStats
+
+log = logging.getLogger(__name__)
+
+LISTEN_BACKLOG = 128  # as aiohttp's sites ask for; asyncio also accepts up to this many connections at once
+# Descriptors kept free beyond the cap: connections accepted and not yet admitted or closed (asyncio accepts up
+# to the backlog per loop iteration, and a connection reaches the cap's check two iterations later, so about
+# three batches are in flight in a flood), plus nvidia-smi's pipes, the kernel log, listeners and the loop.
+FD_RESERVE = 3 * LISTEN_BACKLOG + 64
+
+
+def fit_to_fd_limit(limit: int, soft_limit: int | None) -> int:
+    """The cap actually applied: ``limit``, lowered (with a warning) to what the open-file limit leaves room for."""
+    if limit <= 0 or soft_limit is None or soft_limit <= 0:
+        return limit
+    room = max(soft_limit - FD_RESERVE, 1)
+    if limit > room:
+        log.warning(
+            "--web.max-connections exceeds the open-file limit: capping connections lower",
+            extra={"max_connections": limit, "open_file_limit": soft_limit, "applied": room},
+        )
+        return room
+    return limit
+
+
+def open_file_limit() -> int | None:
+    """The soft RLIMIT_NOFILE, or None where there is none (Windows) or it is unlimited."""
+    try:
+        import resource  # noqa: PLC0415 - POSIX only
+    except ImportError:
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+class Connection(Protocol):
+    """What the registry needs of a connection (``timeouts.DeadlineProtocol``)."""
+
+    def idle_since(self) -> float | None:
+        """When it became idle (no request in progress, nothing unsent), or None while it is not."""
+
+    def evict(self) -> None:
+        """Close it to make room for a new connection."""
+
+
+class Connections:
+    """The open connections; ``limit`` 0 means no cap."""
+
+    def __init__(self, limit: int, stats: ConnectionStats) -> None:
+        self.limit = limit
+        self.stats = stats
+        self._open: dict[Connection, None] = {}  # insertion-ordered: the oldest first
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def admit(self, connection: Connection) -> bool:
+        """Register a new connection, evicting the idlest one at the cap; False: refuse it (all are busy)."""
+        if self.limit > 0 and len(self._open) >= self.limit:
+            victim = self._idlest()
+            if victim is None:
+                self.stats.closed["refused"] += 1
+                log.warning("refused a connection: every connection is busy", extra={"limit": self.limit})
+                return False
+            self.release(victim)
+            self.stats.closed["evicted"] += 1
+            victim.evict()
+        self._open[connection] = None
+        self.stats.open = len(self._open)
+        return True
+
+    def release(self, connection: Connection) -> None:
+        self._open.pop(connection, None)
+        self.stats.open = len(self._open)
+
+    def _idlest(self) -> Connection | None:
+        best: Connection | None = None
+        best_since = 0.0
+        for connection in self._open:
+            since = connection.idle_since()
+            if since is not None and (best is None or since < best_since):
+                best, best_since = connection, since
+        return best

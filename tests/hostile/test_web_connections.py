@@ -1,0 +1,137 @@
+"""Issue 13, finding 3: one client exhausted the file descriptors. 1,100 keep-alive connections made legitimate
+scrapes time out, and asyncio wrote a traceback for every failed ``accept()``. Now ``--web.max-connections``
+caps the open connections below the open-file limit: at the cap the idlest connection makes room, or the new
+one is answered 503 when all are busy; and an accept error is one rate-limited log line."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from async_helpers import bounded, run
+from hostile.web_hostile import (
+    ask,
+    connect_many,
+    connection_flood,
+    exporter_child,
+    open_client,
+    read_head,
+    read_response,
+    send_request,
+    serving,
+    web_settings,
+)
+from polling import eventually, wait_until
+from test_web_listeners import Gate, closed_by_server, gated_app
+
+LIMIT = 3
+
+
+def test_at_the_cap_with_every_connection_busy_a_new_one_gets_503_and_is_closed() -> None:
+    async def main() -> None:
+        gate = Gate()
+        async with serving(gated_app(gate), web_settings(max_connections=LIMIT)) as server:
+            busy = [await open_client(server) for _ in range(LIMIT)]
+            for _, writer in busy:
+                await ask(writer, "/slow")
+            await eventually(
+                lambda: server.runner.server is not None and server.runner.server.requests_count == LIMIT,
+                "every busy connection's request to be in",
+            )
+            reader, writer = await open_client(server)
+            await ask(writer, "/fast")
+            refused = await bounded(reader.read())
+            assert refused.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), refused
+            assert b"\r\nConnection: close\r\n" in refused
+            assert server.connections.stats.closed["refused"] == 1
+            gate.release.set()
+            for busy_reader, busy_writer in busy:
+                assert (await read_head(busy_reader)).startswith(b"HTTP/1.1 200 OK")
+                busy_writer.close()
+            writer.close()
+
+    run(main)
+
+
+def test_at_the_cap_the_idlest_keep_alive_connection_makes_room() -> None:
+    async def main() -> None:
+        async with serving(gated_app(Gate()), web_settings(max_connections=LIMIT)) as server:
+            idle = []
+            for _ in range(LIMIT):
+                reader, writer = await open_client(server)
+                await ask(writer, "/fast")
+                await read_head(reader)
+                await bounded(reader.readexactly(len(b"fast\n")))
+                idle.append((reader, writer))
+            reader, writer = await open_client(server)
+            await ask(writer, "/fast")
+            assert (await read_head(reader)).startswith(b"HTTP/1.1 200 OK")
+            assert await closed_by_server(idle[0][0])  # the first one, idle the longest, left
+            assert server.connections.stats.closed["evicted"] == 1
+            assert len(server.connections) == LIMIT
+            for _, other in [*idle, (reader, writer)]:
+                other.close()
+
+    run(main)
+
+
+def test_connections_beyond_the_open_file_limit_leave_scrapes_working() -> None:
+    """The default cap (256) is lowered to fit a 640-descriptor limit (to 192); 600 idle connections evict each
+    other, and a scrape still gets its answer."""
+    with exporter_child([], nofile=640) as child:
+        sockets = connect_many(child.port, 600)
+        try:
+            with child.connect() as sock:
+                send_request(sock, "/-/healthy")
+                assert read_response(sock, limit=12).startswith(b"HTTP/1.1 200")
+            status, body = child.get(timeout=10)
+            assert status == 200
+            assert b"nvidia_smi_gpu_info{" in body
+        finally:
+            for sock in sockets:
+                sock.close()
+    assert any("exceeds the open-file limit" in line for line in child.lines)
+    assert not any("Too many open files" in line for line in child.lines)
+
+
+def test_accept_errors_are_rate_limited_log_lines() -> None:
+    """Without a cap (0) and with 64 descriptors, accept() fails: a few structured lines, never a traceback each."""
+    with exporter_child(["--web.max-connections=0"], nofile=64) as child:
+        sockets = connect_many(child.port, 300)
+        try:
+            wait_until(lambda: any("accept" in line for line in child.lines), "an accept() error", timeout=10)
+        finally:
+            for sock in sockets:
+                sock.close()
+        wait_until(
+            lambda: child.get("/-/healthy", timeout=5)[0],
+            "the exporter to answer again",
+            until=lambda s: s == 200,
+            ignoring=(OSError,),
+        )
+    accept_errors = [line for line in child.lines if "accept" in line]
+    assert accept_errors, "no accept() error was logged: the limit was not reached"
+    assert all(line.startswith("time=") for line in child.lines), child.lines
+    assert len(child.lines) < 50, "\n".join(child.lines)
+
+
+@pytest.mark.slow
+def test_a_flood_of_1100_connections_under_the_default_limits_leaves_scrapes_working() -> None:
+    """The issue's figure: 1,100 connections from one client against systemd's default 1,024 descriptors."""
+    with exporter_child([], nofile=1024) as child, connection_flood(child.port, 1100) as opened:
+        assert opened == 1100
+        started = time.monotonic()
+        status, body = child.get(timeout=10)
+        scrape_seconds = time.monotonic() - started
+        started = time.monotonic()
+        healthy, _ = child.get("/-/healthy", timeout=10)
+        healthy_seconds = time.monotonic() - started
+        rss = child.rss_bytes()
+        assert (status, healthy) == (200, 200)
+        assert b"nvidia_smi_gpu_info{" in body
+        assert rss < 128 * 1024 * 1024
+        scrape_ms, healthy_ms = scrape_seconds * 1000, healthy_seconds * 1000
+        print(f"1100 idle connections: scrape {scrape_ms:.0f} ms, /-/healthy {healthy_ms:.0f} ms, ", end="")
+        print(f"RSS {rss / 2**20:.1f} MiB")
+    assert not any("Too many open files" in line for line in child.lines)
