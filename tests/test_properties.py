@@ -40,6 +40,7 @@ from nvidia_gpu_exporter.model.snapshot import (
     StatusFamily,
 )
 from nvidia_gpu_exporter.model.values import transform_value
+from nvidia_gpu_exporter.web.body import PartsPayload
 from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
 from unit_helpers import query_fields
 
@@ -285,8 +286,9 @@ async def _serve_once(fields: list[QueryField], readings: Readings) -> list[tupl
         for accept in ("", OPENMETRICS_ACCEPT):
             response = await endpoint.handle(make_mocked_request("GET", "/metrics", headers={"Accept": accept}))
             assert isinstance(response, web.Response)
-            assert isinstance(response.body, bytes)
-            answers.append((response.status, response.content_type, response.body))
+            body = response.body.joined() if isinstance(response.body, PartsPayload) else response.body
+            assert isinstance(body, bytes)
+            answers.append((response.status, response.content_type, body))
     finally:
         await collector.aclose()
     return answers

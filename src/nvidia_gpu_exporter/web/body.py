@@ -25,8 +25,12 @@ class PartsPayload(Payload):
         self._parts = tuple(part for part in parts if part)
         self._size = sum(len(part) for part in self._parts)
 
+    def joined(self) -> bytes:
+        """The whole body in one piece (for a caller that reads it in process, not for the wire)."""
+        return b"".join(self._parts)
+
     def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
-        return b"".join(self._parts).decode(encoding, errors)
+        return self.joined().decode(encoding, errors)
 
     async def write(self, writer: AbstractStreamWriter) -> None:
         for part in self._parts:
