@@ -27,6 +27,7 @@ def test_a_wrong_password_flood_starves_no_scrape_and_stays_small(tmp_path: Path
     assert set(result.statuses) == {200}
     assert [status for status, _ in result.first_login] == [200]
     answers = result.flood_answers
-    assert set(answers) <= {401, 429}
+    # 300 connections exceed --web.max-connections (256): the cap closes the idlest (no answer, 0) or says 503.
+    assert set(answers) <= {0, 401, 429, 503}
     assert answers.get(429, 0) > answers.get(401, 0)  # turned away at once, not queued behind bcrypt
     assert rss < MAX_RSS_MIB
