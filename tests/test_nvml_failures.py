@@ -283,6 +283,47 @@ def test_mig_devices_instances_and_gpm_windows(fake_nvml: InProcessFake) -> None
         opened.session.close(5)
 
 
+def test_whole_gpu_gpm_windows_only_where_gpm_is_supported(fake_nvml: InProcessFake) -> None:
+    """A whole GPU's GPM ratios from the second collection on; none on a MIG GPU, nor where GPM is unsupported."""
+    now = [1000.0]
+    fake_nvml.command("reset mig", "gpmdev 1 45.5 12.5 30")
+    opened = open_backend(FieldRequest(), watch_xids=False, gpm_clock=lambda: now[0])
+
+    def activity() -> list[tuple[float | None, float | None, float | None]]:
+        extras = opened.collect_blocking().extras
+        assert extras is not None
+        return [(g.graphics_activity_ratio, g.tensor_activity_ratio, g.dram_activity_ratio) for g in extras.gpus]
+
+    try:
+        assert activity() == [(None, None, None), (None, None, None)]  # seeded only
+        now[0] += 15
+        assert activity() == [(None, None, None), (0.455, 0.125, 0.3)]  # GPU 0 is in MIG mode
+        fake_nvml.command("gpmrc 10 3")  # the DRAM metric fails: only that value goes
+        now[0] += 15
+        assert activity()[1] == (0.455, 0.125, None)
+        fake_nvml.command("set 1 gpm_supported 0")
+        now[0] += 15
+        assert activity()[1] == (None, None, None)
+        assert fake_nvml.calls("nvmlGpmSampleGet") == 3
+    finally:
+        opened.session.close(5)
+
+
+def test_no_gpm_values_on_a_gpu_without_gpm(fake_nvml: InProcessFake) -> None:
+    now = [1000.0]
+    fake_nvml.command("reset rtx")
+    opened = open_backend(FieldRequest(), watch_xids=False, gpm_clock=lambda: now[0])
+    try:
+        for _ in range(2):
+            extras = opened.collect_blocking().extras
+            assert extras is not None
+            assert extras.gpus[0].tensor_activity_ratio is None
+            now[0] += 15
+        assert fake_nvml.calls("nvmlGpmSampleGet") == 0
+    finally:
+        opened.session.close(5)
+
+
 def test_startup_refuses_a_library_that_fails_to_initialize(fake_nvml: InProcessFake) -> None:
     fake_nvml.command(f"rc nvmlInitWithFlags {DRIVER_NOT_LOADED}")
     with pytest.raises(BackendSetupError) as raised:

@@ -36,7 +36,16 @@ from nvidia_gpu_exporter.backends.nvml.api import (
     return_name,
 )
 from nvidia_gpu_exporter.backends.nvml.catalog import ResolvedField, resolve_fields
-from nvidia_gpu_exporter.backends.nvml.mig import GpmSampler, read_mig
+from nvidia_gpu_exporter.backends.nvml.mig import (
+    DRAM,
+    GRAPHICS,
+    TENSOR,
+    WHOLE_GPU,
+    GpmSampler,
+    gpm_supported,
+    percent_ratio,
+    read_mig,
+)
 from nvidia_gpu_exporter.backends.nvml.session import NvmlSession
 from nvidia_gpu_exporter.backends.nvml.sources import CYCLE_FIELDS, sources_for
 from nvidia_gpu_exporter.backends.nvml.text import DEPRECATED_FIELDS, NA, Cell, mib, token
@@ -324,16 +333,27 @@ class NvmlBackend:
             if self.pcie_throughput:
                 tx = self._soft(call("nvmlDeviceGetPcieThroughput", gpu.handle, 0))
                 rx = self._soft(call("nvmlDeviceGetPcieThroughput", gpu.handle, 1))
+            mode = self._soft(call("nvmlDeviceGetMigMode", gpu.handle))
+            in_mig = not isinstance(mode, Failure) and bool(mode[0])
+            # A MIG GPU's activity is its GPU instances' (read_mig); a whole GPU's is sampled at device level.
+            gpm = (
+                self.sampler.activity(gpu.handle, gpu.uuid, WHOLE_GPU, ())
+                if not in_mig and gpm_supported(gpu.handle)
+                else None
+            )
+            values = gpm or {}
             per_gpu.append(
                 GpuExtras(
                     gpu_uuid=gpu.uuid,
                     energy_joules=None if isinstance(energy, Failure) else int(energy) / 1000.0,
                     pcie_tx_bytes_per_second=None if tx is None or isinstance(tx, Failure) else int(tx) * PCIE_KB,
                     pcie_rx_bytes_per_second=None if rx is None or isinstance(rx, Failure) else int(rx) * PCIE_KB,
+                    graphics_activity_ratio=percent_ratio(values, GRAPHICS),
+                    tensor_activity_ratio=percent_ratio(values, TENSOR),
+                    dram_activity_ratio=percent_ratio(values, DRAM),
                 )
             )
-            mode = self._soft(call("nvmlDeviceGetMigMode", gpu.handle))
-            if isinstance(mode, Failure) or not mode[0]:
+            if not in_mig:
                 continue
             mig = self._soft(read_mig(gpu.handle, gpu.uuid, self.sampler))
             if not isinstance(mig, Failure):
