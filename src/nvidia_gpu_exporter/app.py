@@ -411,6 +411,7 @@ async def serve(config: Config) -> int:
             node_hostname(os.environ),
             counters=counters,
             energy=config.backend is not BackendName.EXEC,  # NVML's energy counter; nvidia-smi has none
+            gpm=config.backend is BackendName.NVML,  # NVML GPM samples; the demo simulates none for whole GPUs
             pod_labels=config.kubernetes_pod_labels,
         ),
     )
