@@ -287,7 +287,7 @@ def test_whole_gpu_gpm_windows_only_where_gpm_is_supported(fake_nvml: InProcessF
     """A whole GPU's GPM ratios from the second collection on; none on a MIG GPU, nor where GPM is unsupported."""
     now = [1000.0]
     fake_nvml.command("reset mig", "gpmdev 1 45.5 12.5 30")
-    opened = open_backend(FieldRequest(), watch_xids=False, gpm_clock=lambda: now[0])
+    opened = open_backend(FieldRequest(), watch_xids=False, gpm_clock=lambda: now[0], gpm_whole_gpus=True)
 
     def activity() -> list[tuple[float | None, float | None, float | None]]:
         extras = opened.collect_blocking().extras
@@ -309,10 +309,14 @@ def test_whole_gpu_gpm_windows_only_where_gpm_is_supported(fake_nvml: InProcessF
         opened.session.close(5)
 
 
-def test_no_gpm_values_on_a_gpu_without_gpm(fake_nvml: InProcessFake) -> None:
+@pytest.mark.parametrize(("scenario", "whole_gpus"), [("rtx", True), ("h200", False)])
+def test_no_whole_gpu_gpm_on_a_gpu_without_gpm_or_unless_asked(
+    fake_nvml: InProcessFake, scenario: str, whole_gpus: bool
+) -> None:
+    """A GPU without GPM (the RTX) has no values; without the DCGM profile (the default) no sample is taken."""
     now = [1000.0]
-    fake_nvml.command("reset rtx")
-    opened = open_backend(FieldRequest(), watch_xids=False, gpm_clock=lambda: now[0])
+    fake_nvml.command(f"reset {scenario}", "gpmdev 0 45.5 12.5 30")
+    opened = open_backend(FieldRequest(), watch_xids=False, gpm_clock=lambda: now[0], gpm_whole_gpus=whole_gpus)
     try:
         for _ in range(2):
             extras = opened.collect_blocking().extras

@@ -109,11 +109,13 @@ class NvmlBackend:
         pcie_throughput: bool = False,
         watcher: XidWatcher | None = None,
         gpm_clock: Callable[[], float] = time.monotonic,
+        gpm_whole_gpus: bool = False,
     ) -> None:
         self.session = session
         self.resolved = tuple(fields)
         self.compute_apps = compute_apps
         self.pcie_throughput = pcie_throughput
+        self.gpm_whole_gpus = gpm_whole_gpus  # only the DCGM profile serves a whole GPU's GPM: no samples otherwise
         self.watcher = watcher
         self.sampler = GpmSampler(gpm_clock)
         session.on_teardown(self.sampler.release_all)
@@ -338,7 +340,7 @@ class NvmlBackend:
             # A MIG GPU's activity is its GPU instances' (read_mig); a whole GPU's is sampled at device level.
             gpm = (
                 self.sampler.activity(gpu.handle, gpu.uuid, WHOLE_GPU, ())
-                if not in_mig and gpm_supported(gpu.handle)
+                if self.gpm_whole_gpus and not in_mig and gpm_supported(gpu.handle)
                 else None
             )
             values = gpm or {}
@@ -379,6 +381,7 @@ def open_backend(
     pcie_throughput: bool = False,
     watch_xids: bool = True,
     gpm_clock: Callable[[], float] = time.monotonic,
+    gpm_whole_gpus: bool = False,
 ) -> NvmlBackend:
     """Check the bindings, init NVML, check the exports the exporter cannot do without, resolve fields, start
     the XID watcher."""
@@ -406,6 +409,7 @@ def open_backend(
         pcie_throughput=pcie_throughput,
         watcher=watcher,
         gpm_clock=gpm_clock,
+        gpm_whole_gpus=gpm_whole_gpus,
     )
     if watcher is not None:
         watcher.start()
@@ -417,9 +421,19 @@ def open_backend(
 
 
 async def start_nvml_backend(
-    request: FieldRequest, *, compute_apps: bool = False, pcie_throughput: bool = False, watch_xids: bool = True
+    request: FieldRequest,
+    *,
+    compute_apps: bool = False,
+    pcie_throughput: bool = False,
+    watch_xids: bool = True,
+    gpm_whole_gpus: bool = False,
 ) -> NvmlBackend:
     """The startup sequence, off the event loop (``nvmlInit`` can block on a sick driver)."""
     return await asyncio.to_thread(
-        open_backend, request, compute_apps=compute_apps, pcie_throughput=pcie_throughput, watch_xids=watch_xids
+        open_backend,
+        request,
+        compute_apps=compute_apps,
+        pcie_throughput=pcie_throughput,
+        watch_xids=watch_xids,
+        gpm_whole_gpus=gpm_whole_gpus,
     )
