@@ -24,6 +24,7 @@ import json
 import re
 import urllib.parse
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,8 @@ def loop(tmp_path_factory: pytest.TempPathFactory, fake_nvml_library: FakeNvmlLi
     write_fake_config(fake_config, 50)
     quiet_log = workdir / "kmsg"  # this machine's own kernel log must not add XIDs
     quiet_log.write_text("")
+    control = ControlFile(workdir / "fake-nvml-control")
+    control.send("gpmdev 0 45.5 12.5 30")  # percent; the fake reads it at nvmlInit
     with webhook_receiver() as hook:
         handle = start_exporter(
             [
@@ -144,33 +147,38 @@ def loop(tmp_path_factory: pytest.TempPathFactory, fake_nvml_library: FakeNvmlLi
             ],
             env={"NODE_NAME": NODE},
         )
-        control = ControlFile(workdir / "fake-nvml-control")
-        control.send("gpmdev 0 45.5 12.5 30")  # percent; the fake reads it at nvmlInit
-        nvml = start_exporter(
-            [
-                "--collect.backend=nvml",
-                "--metrics.profile=dcgm",
-                "--collect.xid-source=nvml",
-                f"--collect.kernel-log={quiet_log}",
-            ],
-            env={"NODE_NAME": NODE, **fake_nvml_library.env("h200", control=control.path)},
-        )
-        try:
-            with alertmanager(alertmanager_config(hook.url), workdir / "alertmanager") as am:
-                config = {
-                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                    "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am.port}"]}]}]},
-                    "rule_files": ["runbook.yml", "dual.yml"],
-                    "scrape_configs": [scrape_config(handle.address), scrape_config(nvml.address, job=NVML_JOB)],
-                }
-                rule_files = {"runbook.yml": fast_rules(RUNBOOK_RULES)[0], "dual.yml": fast_rules(DUAL_RULES)[0]}
-                with prometheus(config, workdir / "prometheus", rule_files) as server:
-                    wait_target_up(server)
-                    wait_target_up(server, NVML_JOB)
-                    yield Loop(handle, server, hook, fake_config, nvml)
-        finally:
-            nvml.stop()
-            handle.stop()
+        with ExitStack() as stack:
+            stack.callback(handle.stop)
+            nvml = start_exporter(
+                [
+                    "--collect.backend=nvml",
+                    "--metrics.profile=dcgm",
+                    "--collect.xid-source=nvml",
+                    f"--collect.kernel-log={quiet_log}",
+                ],
+                env={"NODE_NAME": NODE, **fake_nvml_library.env("h200", control=control.path)},
+            )
+            stack.callback(nvml.stop)
+            am = stack.enter_context(alertmanager(alertmanager_config(hook.url), workdir / "alertmanager"))
+            config = {
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am.port}"]}]}]},
+                "rule_files": ["runbook.yml", "dual.yml"],
+                "scrape_configs": [scrape_config(handle.address), scrape_config(nvml.address, job=NVML_JOB)],
+            }
+            rule_files = {"runbook.yml": fast_rules(RUNBOOK_RULES)[0], "dual.yml": fast_rules(DUAL_RULES)[0]}
+            server = stack.enter_context(prometheus(config, workdir / "prometheus", rule_files))
+            wait_target_up(server)
+            wait_target_up(server, NVML_JOB)
+            # A target is up before its first collection is in: wait for both GPUs' series.
+            wait_until(
+                lambda: len(query(server, "count by (job) (DCGM_FI_DEV_GPU_TEMP)")["data"]["result"]) == 2,
+                "both exporters' DCGM series in Prometheus",
+                timeout=DATA_TIMEOUT,
+                interval=0.5,
+                ignoring=PROBE_ERRORS,
+            )
+            yield Loop(handle, server, hook, fake_config, nvml)
 
 
 def test_every_panel_of_dashboard_12239_returns_data(loop: Loop) -> None:
@@ -203,9 +211,20 @@ def test_every_panel_of_dashboard_12239_returns_data(loop: Loop) -> None:
     wait_until(all_answered, "data for every panel", timeout=DATA_TIMEOUT, interval=1.0, ignoring=PROBE_ERRORS)
     assert errors == {}
     assert pending == {}
+
     # The tensor-core panel's data is the nvml exporter's GPM ratio (12.5 % -> 0.125); the exec backend has none.
-    tensor = query(loop.prometheus, substitute(queries[TENSOR_PANEL][0], values))["data"]["result"]
-    assert [(series["metric"]["job"], series["value"][1]) for series in tensor] == [(NVML_JOB, "0.125")]
+    def tensor() -> list[tuple[str, str]]:
+        answer = query(loop.prometheus, substitute(queries[TENSOR_PANEL][0], values))
+        return [(series["metric"]["job"], series["value"][1]) for series in answer["data"]["result"]]
+
+    wait_until(
+        tensor,
+        "the tensor-core panel's one series",
+        until=lambda found: found == [(NVML_JOB, "0.125")],
+        timeout=DATA_TIMEOUT,
+        interval=0.5,
+        ignoring=PROBE_ERRORS,
+    )
     # The substituted query really filters: another GPU selects nothing.
     other = {**values, "gpu": "7"}
     assert query(loop.prometheus, substitute(queries["GPU Temperature"][0], other))["data"]["result"] == []
