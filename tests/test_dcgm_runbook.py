@@ -4,11 +4,13 @@ One loop for the module: the fake nvidia-smi (a conformance capture of an H100, 
 NVIDIA's dashboard 12239 reads, and a config file whose temperature override the test rewrites at run time) ->
 the exporter under the DCGM profile -> a real Prometheus with the runbook's alert (a copy whose `for:` is 2 s;
 promtool tests the verbatim 5 m rule in tests/test_dcgm_rules.py) -> a real Alertmanager -> a webhook receiver.
+The same Prometheus scrapes a second exporter, the nvml backend on the fake libnvidia-ml (an H200 with GPM), the
+one source of the profiling counters (DCGM_FI_PROF_*, from NVML GPM).
 
 - Dashboard 12239, unmodified: its variables are resolved as Grafana does (label_values, then `All` as
-  Grafana's regex of every value) and every panel's query must return data, except the panels that read a
-  family the profile does not offer (docs/dcgm.md): that set is computed from the exporter's own family table
-  and must be exactly the tensor-core panel (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, a DCGM profiling counter).
+  Grafana's regex of every value) and every panel's query must return data. Every family a panel reads is in
+  the exporter's own family table (docs/dcgm.md); the tensor-core panel (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE) gets
+  its data from the nvml exporter alone, as the exec backend has no GPM.
 - The runbook's `GPUHighTemperature` fires for the hot GPU with dcgm-exporter's labels, and resolves; so does
   the dual-scheme pack's `NvidiaGpuTemperatureHigh`, with the chart's labels (`uuid` cut from `UUID`).
 
@@ -22,6 +24,7 @@ import json
 import re
 import urllib.parse
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +50,7 @@ from deploy_helpers import (
 )
 from harness import SHARED, Exporter, fake_smi_command, start_exporter
 from nvidia_gpu_exporter.exposition.dcgm import DCGM_FAMILIES
+from nvml_fixtures import ControlFile, FakeNvmlLibrary
 from polling import wait_until
 from test_dashboards import LABEL_VALUES, all_panels, substitute
 from test_sre_loop import alertmanager_config, fast_rules, write_fake_config
@@ -58,6 +62,8 @@ DUAL_RULES = RULES_FILE.parent / "nvidia-gpu-exporter-dual-scheme-rules.yml"
 ALERT = "GPUHighTemperature"
 DUAL_ALERT = "NvidiaGpuTemperatureHigh"
 NODE = "gpu-node-1"
+NVML_JOB = "nvml-gpm"
+TENSOR_PANEL = "Tensor Core Utilization"
 _DCGM_NAME = re.compile(r"\bDCGM_[A-Z0-9_]+\b")
 # The characters Grafana escapes in a value of a multi-value variable used in a Prometheus regex.
 _REGEX_SPECIAL = re.compile(r"[\\^$*+?.()|{}\[\]]")
@@ -115,10 +121,11 @@ class Loop:
     prometheus: Server
     hook: Webhook
     fake_config: Path
+    nvml: Exporter  # the nvml backend on the fake libnvidia-ml
 
 
 @pytest.fixture(scope="module")
-def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loop]:
+def loop(tmp_path_factory: pytest.TempPathFactory, fake_nvml_library: FakeNvmlLibrary) -> Iterator[Loop]:
     shared_file(DASHBOARD)
     capture = shared_file(CAPTURE)
     binary("prometheus")
@@ -128,6 +135,8 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loop]:
     write_fake_config(fake_config, 50)
     quiet_log = workdir / "kmsg"  # this machine's own kernel log must not add XIDs
     quiet_log.write_text("")
+    control = ControlFile(workdir / "fake-nvml-control")
+    control.send("gpmdev 0 45.5 12.5 30")  # percent; the fake reads it at nvmlInit
     with webhook_receiver() as hook:
         handle = start_exporter(
             [
@@ -138,26 +147,44 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loop]:
             ],
             env={"NODE_NAME": NODE},
         )
-        try:
-            with alertmanager(alertmanager_config(hook.url), workdir / "alertmanager") as am:
-                config = {
-                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                    "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am.port}"]}]}]},
-                    "rule_files": ["runbook.yml", "dual.yml"],
-                    "scrape_configs": [scrape_config(handle.address)],
-                }
-                rule_files = {"runbook.yml": fast_rules(RUNBOOK_RULES)[0], "dual.yml": fast_rules(DUAL_RULES)[0]}
-                with prometheus(config, workdir / "prometheus", rule_files) as server:
-                    wait_target_up(server)
-                    yield Loop(handle, server, hook, fake_config)
-        finally:
-            handle.stop()
+        with ExitStack() as stack:
+            stack.callback(handle.stop)
+            nvml = start_exporter(
+                [
+                    "--collect.backend=nvml",
+                    "--metrics.profile=dcgm",
+                    "--collect.xid-source=nvml",
+                    f"--collect.kernel-log={quiet_log}",
+                ],
+                env={"NODE_NAME": NODE, **fake_nvml_library.env("h200", control=control.path)},
+            )
+            stack.callback(nvml.stop)
+            am = stack.enter_context(alertmanager(alertmanager_config(hook.url), workdir / "alertmanager"))
+            config = {
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am.port}"]}]}]},
+                "rule_files": ["runbook.yml", "dual.yml"],
+                "scrape_configs": [scrape_config(handle.address), scrape_config(nvml.address, job=NVML_JOB)],
+            }
+            rule_files = {"runbook.yml": fast_rules(RUNBOOK_RULES)[0], "dual.yml": fast_rules(DUAL_RULES)[0]}
+            server = stack.enter_context(prometheus(config, workdir / "prometheus", rule_files))
+            wait_target_up(server)
+            wait_target_up(server, NVML_JOB)
+            # A target is up before its first collection is in: wait for both GPUs' series.
+            wait_until(
+                lambda: len(query(server, "count by (job) (DCGM_FI_DEV_GPU_TEMP)")["data"]["result"]) == 2,
+                "both exporters' DCGM series in Prometheus",
+                timeout=DATA_TIMEOUT,
+                interval=0.5,
+                ignoring=PROBE_ERRORS,
+            )
+            yield Loop(handle, server, hook, fake_config, nvml)
 
 
-def test_every_panel_of_dashboard_12239_returns_data_but_the_profiling_one(loop: Loop) -> None:
+def test_every_panel_of_dashboard_12239_returns_data(loop: Loop) -> None:
     board = dashboard()
     values = resolve_variables(loop.prometheus, board)
-    assert values["instance"] == grafana_all([loop.exporter.address])
+    assert values["instance"] == grafana_all(sorted([loop.exporter.address, loop.nvml.address]))
     assert values["gpu"] == "0"
     queries = panel_queries(board)
     assert len(queries) == 8
@@ -165,10 +192,9 @@ def test_every_panel_of_dashboard_12239_returns_data_but_the_profiling_one(loop:
     not_offered = {
         title for title, exprs in queries.items() if any(set(_DCGM_NAME.findall(expr)) - offered for expr in exprs)
     }
-    # The one field the dashboard reads that nvidia-smi cannot give: a DCGM profiling counter (docs/dcgm.md).
-    assert not_offered == {"Tensor Core Utilization"}
-    assert queries["Tensor Core Utilization"] == ['DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{instance=~"$instance", gpu=~"$gpu"}']
-    pending = {title: exprs for title, exprs in queries.items() if title not in not_offered}
+    assert not_offered == set()  # the profiling counter too, from NVML GPM on the nvml backend (docs/dcgm.md)
+    assert queries[TENSOR_PANEL] == ['DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{instance=~"$instance", gpu=~"$gpu"}']
+    pending = dict(queries)
     errors: dict[str, Any] = {}
 
     def all_answered() -> bool:
@@ -185,6 +211,20 @@ def test_every_panel_of_dashboard_12239_returns_data_but_the_profiling_one(loop:
     wait_until(all_answered, "data for every panel", timeout=DATA_TIMEOUT, interval=1.0, ignoring=PROBE_ERRORS)
     assert errors == {}
     assert pending == {}
+
+    # The tensor-core panel's data is the nvml exporter's GPM ratio (12.5 % -> 0.125); the exec backend has none.
+    def tensor() -> list[tuple[str, str]]:
+        answer = query(loop.prometheus, substitute(queries[TENSOR_PANEL][0], values))
+        return [(series["metric"]["job"], series["value"][1]) for series in answer["data"]["result"]]
+
+    wait_until(
+        tensor,
+        "the tensor-core panel's one series",
+        until=lambda found: found == [(NVML_JOB, "0.125")],
+        timeout=DATA_TIMEOUT,
+        interval=0.5,
+        ignoring=PROBE_ERRORS,
+    )
     # The substituted query really filters: another GPU selects nothing.
     other = {**values, "gpu": "7"}
     assert query(loop.prometheus, substitute(queries["GPU Temperature"][0], other))["data"]["result"] == []

@@ -9,7 +9,7 @@ import re
 from types import ModuleType
 
 from harness import REPO
-from nvidia_gpu_exporter.exposition.dcgm import DCGM_FAMILIES, TOTAL_ENERGY, XID_ERRORS
+from nvidia_gpu_exporter.exposition.dcgm import DCGM_FAMILIES, PROF_FAMILIES, TOTAL_ENERGY, XID_ERRORS
 from nvidia_gpu_exporter.flags import FLAGS
 from test_docs import rows_of, section
 
@@ -20,6 +20,18 @@ REVERSE_HEADER = ("nvidia_smi family", "DCGM field", "Factor")
 ENERGY = ("nvidia_smi_energy_joules_total", "0.001")  # mJ -> J
 XID_TWINS = ("nvidia_smi_xid_errors_total", "nvidia_smi_xid_last_timestamp_seconds")
 XID_FACTOR = "— (DCGM's value is the last code seen; ours count each code and time its last occurrence, by `xid` label)"
+# The GPM fields (nvml backend) have no nvidia_smi family for a whole GPU; on MIG, the GPU instance's family.
+GPM_TWINS = {
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": (
+        "— (none for a whole GPU; a GPU instance's is `nvidia_smi_mig_graphics_activity_ratio`)",
+        "1",
+    ),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": (
+        "— (none for a whole GPU; a GPU instance's is `nvidia_smi_mig_tensor_activity_ratio`)",
+        "1",
+    ),
+    "DCGM_FI_PROF_DRAM_ACTIVE": ("— (none)", "—"),
+}
 _FLAG = re.compile(r"`(--[a-z][a-z0-9.-]*)(?:=[^`]*)?`")
 
 
@@ -39,6 +51,8 @@ def expected_rows() -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
     by_dcgm = {dcgm: (f"`{name}`", f"{factor:.10g}") for name, (dcgm, factor) in twins.items()}
     by_dcgm[TOTAL_ENERGY.name] = (f"`{ENERGY[0]}`", ENERGY[1])
     by_dcgm[XID_ERRORS.name] = (", ".join(f"`{name}`" for name in XID_TWINS), XID_FACTOR)
+    assert GPM_TWINS.keys() == {family.name for family in PROF_FAMILIES}
+    by_dcgm.update(GPM_TWINS)
     forward: list[tuple[str, ...]] = [(f"`{family.name}`", *by_dcgm[family.name]) for family in DCGM_FAMILIES]
     reverse = {name: (dcgm, f"{factor:.10g}") for name, (dcgm, factor) in twins.items()}
     reverse[ENERGY[0]] = (TOTAL_ENERGY.name, ENERGY[1])

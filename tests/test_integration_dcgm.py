@@ -72,7 +72,7 @@ def test_a_counters_file_selects_the_families_and_warns_once(exporter: StartExpo
     assert f"DCGM_FI_DEV_GPU_TEMP{{{GPU0_LABELS}}} 31\n" in second
     warnings = [line for line in handle.log.splitlines() if "not serving DCGM fields" in line]
     assert len(warnings) == 1
-    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (not offered by this exporter)" in warnings[0]
+    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (needs the nvml backend: NVML GPM)" in warnings[0]  # exec
 
 
 @pytest.mark.parametrize(("source", "warned"), [("off", 1), ("kmsg", 0)])

@@ -206,3 +206,25 @@ def test_dcgm_profile_serves_each_gpu_instance_of_a_mig_gpu(
     assert not [line for line in samples(scrape, "DCGM_FI_DEV_GPU_UTIL") if "GPU_I_ID=" in line]
     temperatures = samples(scrape, "DCGM_FI_DEV_GPU_TEMP")
     assert len(temperatures) == len(used)  # a device field on every GPU instance and whole GPU alike
+
+
+def test_dcgm_profile_serves_gpm_activity_as_ratios_from_the_second_collection(
+    exporter: StartExporter, fake_nvml_library: FakeNvmlLibrary, tmp_path: Path
+) -> None:
+    """The whole GPU's NVML GPM percentages (fake: 45.5, 12.5, 30) as DCGM's 0-1 ratios, once a window exists."""
+    control = ControlFile(tmp_path / "control")
+    control.send("gpmdev 0 45.5 12.5 30")  # read at nvmlInit
+    handle = exporter(NVML, "--metrics.profile=dcgm", env=fake_nvml_library.env("h200", control=control.path))
+    first = handle.scrape()
+    assert "DCGM_FI_DEV_GPU_TEMP{" in first
+    assert "DCGM_FI_PROF_" not in first  # one sample is no window
+    time.sleep(1.1)  # GPM windows under a second repeat the previous (here: no) values
+    second = handle.scrape()
+    for name, value in (
+        ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "0.455"),
+        ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "0.125"),
+        ("DCGM_FI_PROF_DRAM_ACTIVE", "0.3"),
+    ):
+        [line] = samples(second, name)
+        assert line.startswith(name + '{gpu="0",UUID="GPU-')
+        assert line.endswith(f" {value}")

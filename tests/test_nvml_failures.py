@@ -283,6 +283,51 @@ def test_mig_devices_instances_and_gpm_windows(fake_nvml: InProcessFake) -> None
         opened.session.close(5)
 
 
+def test_whole_gpu_gpm_windows_only_where_gpm_is_supported(fake_nvml: InProcessFake) -> None:
+    """A whole GPU's GPM ratios from the second collection on; none on a MIG GPU, nor where GPM is unsupported."""
+    now = [1000.0]
+    fake_nvml.command("reset mig", "gpmdev 1 45.5 12.5 30")
+    opened = open_backend(FieldRequest(), watch_xids=False, gpm_clock=lambda: now[0], gpm_whole_gpus=True)
+
+    def activity() -> list[tuple[float | None, float | None, float | None]]:
+        extras = opened.collect_blocking().extras
+        assert extras is not None
+        return [(g.graphics_activity_ratio, g.tensor_activity_ratio, g.dram_activity_ratio) for g in extras.gpus]
+
+    try:
+        assert activity() == [(None, None, None), (None, None, None)]  # seeded only
+        now[0] += 15
+        assert activity() == [(None, None, None), (0.455, 0.125, 0.3)]  # GPU 0 is in MIG mode
+        fake_nvml.command("gpmrc 10 3")  # the DRAM metric fails: only that value goes
+        now[0] += 15
+        assert activity()[1] == (0.455, 0.125, None)
+        fake_nvml.command("set 1 gpm_supported 0")
+        now[0] += 15
+        assert activity()[1] == (None, None, None)
+        assert fake_nvml.calls("nvmlGpmSampleGet") == 3
+    finally:
+        opened.session.close(5)
+
+
+@pytest.mark.parametrize(("scenario", "whole_gpus"), [("rtx", True), ("h200", False)])
+def test_no_whole_gpu_gpm_on_a_gpu_without_gpm_or_unless_asked(
+    fake_nvml: InProcessFake, scenario: str, whole_gpus: bool
+) -> None:
+    """A GPU without GPM (the RTX) has no values; without the DCGM profile (the default) no sample is taken."""
+    now = [1000.0]
+    fake_nvml.command(f"reset {scenario}", "gpmdev 0 45.5 12.5 30")
+    opened = open_backend(FieldRequest(), watch_xids=False, gpm_clock=lambda: now[0], gpm_whole_gpus=whole_gpus)
+    try:
+        for _ in range(2):
+            extras = opened.collect_blocking().extras
+            assert extras is not None
+            assert extras.gpus[0].tensor_activity_ratio is None
+            now[0] += 15
+        assert fake_nvml.calls("nvmlGpmSampleGet") == 0
+    finally:
+        opened.session.close(5)
+
+
 def test_startup_refuses_a_library_that_fails_to_initialize(fake_nvml: InProcessFake) -> None:
     fake_nvml.command(f"rc nvmlInitWithFlags {DRIVER_NOT_LOADED}")
     with pytest.raises(BackendSetupError) as raised:

@@ -24,6 +24,8 @@ from nvidia_gpu_exporter.model.snapshot import (
     Attempt,
     GpuExtras,
     GpuTable,
+    MigDevice,
+    MigInstanceReading,
     NvmlExtras,
     QueryField,
     Readings,
@@ -185,6 +187,52 @@ def test_total_energy_comes_from_nvml_in_millijoules() -> None:
     text = DcgmExposition(fields, hostname="node-1").render(snapshot)
     assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n" in text
     assert samples(text) == [f"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{LABELS}}} 123456789"]
+
+
+def gpm_snapshot(extras: NvmlExtras) -> tuple[list[QueryField], Snapshot]:
+    fields = query_fields([("driver_version", "driver_version")])
+    row = gpu_row(fields, **{**IDENTITY, "driver_version": "550.54.15"})
+    return fields, Snapshot(Attempt(Readings(GpuTable((row,)), None, "12.4", extras), 0, 0.1, 1.0), 0, 1.0)
+
+
+PROF = ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE")
+
+
+def test_gpm_ratios_of_a_whole_gpu_are_served_as_dcgms_profiling_ratios() -> None:
+    extras = NvmlExtras(
+        gpus=(GpuExtras(UUID, graphics_activity_ratio=0.455, tensor_activity_ratio=0.125, dram_activity_ratio=0.3),)
+    )
+    fields, snapshot = gpm_snapshot(extras)
+    text = DcgmExposition(fields, hostname="node-1", gpm=True).render(snapshot)
+    assert "# HELP DCGM_FI_PROF_PIPE_TENSOR_ACTIVE Ratio of cycles the tensor (HMMA) pipe is active.\n" in text
+    assert "# TYPE DCGM_FI_PROF_PIPE_TENSOR_ACTIVE gauge\n" in text
+    assert [line for line in samples(text) if line.startswith("DCGM_FI_PROF_")] == [
+        f"{name}{{{LABELS}}} {value}" for name, value in zip(PROF, ("0.455", "0.125", "0.3"), strict=True)
+    ]
+
+
+def test_no_profiling_series_without_a_gpm_window_or_without_the_nvml_backend() -> None:
+    """The first collection (no window), a GPU without GPM, and the exec backend (gpm=False) serve none."""
+    fields, unread = gpm_snapshot(NvmlExtras(gpus=(GpuExtras(UUID),)))
+    assert "DCGM_FI_PROF_" not in DcgmExposition(fields, hostname="node-1", gpm=True).render(unread)
+    extras = NvmlExtras(gpus=(GpuExtras(UUID, tensor_activity_ratio=0.5),))
+    fields, read = gpm_snapshot(extras)
+    assert "DCGM_FI_PROF_" not in DcgmExposition(fields, hostname="node-1").render(read)
+
+
+def test_a_gpu_instance_serves_its_own_gpm_ratios_but_no_dram_activity() -> None:
+    extras = NvmlExtras(
+        gpus=(GpuExtras(UUID, graphics_activity_ratio=0.9, tensor_activity_ratio=0.9, dram_activity_ratio=0.9),),
+        mig_devices=(MigDevice(UUID, "MIG-aaaaaaaa-0000-4000-8000-000000000002", 2, 0, "3g.40gb"),),
+        mig_instances=(MigInstanceReading(UUID, 2, graphics_activity_ratio=0.455, tensor_activity_ratio=0.125),),
+    )
+    fields, snapshot = gpm_snapshot(extras)
+    text = DcgmExposition(fields, hostname="node-1", gpm=True).render(snapshot)
+    mig_labels = LABELS.replace(",hostname=", ',GPU_I_PROFILE="3g.40gb",GPU_I_ID="2",hostname=')
+    assert [line for line in samples(text) if line.startswith("DCGM_FI_PROF_")] == [
+        f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{mig_labels}}} 0.455",
+        f"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{{mig_labels}}} 0.125",
+    ]
 
 
 def test_a_failed_collection_renders_no_dcgm_series() -> None:

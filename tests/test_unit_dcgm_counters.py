@@ -232,7 +232,7 @@ def test_the_file_gives_type_and_help() -> None:
 def test_fields_that_cannot_be_served_are_warned_about_once_at_construction(caplog: pytest.LogCaptureFixture) -> None:
     counters_text = (
         "DCGM_FI_DEV_GPU_TEMP, gauge, T\n"
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE, gauge, G\n"  # not offered
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE, gauge, G\n"  # no GPM source (exec)
         "DCGM_FI_DEV_NOT_A_FIELD, gauge, X\n"  # unknown to us
         "DCGM_FI_DEV_FB_FREE, gauge, F\n"  # not in this query
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, E\n"  # no energy source (exec)
@@ -250,7 +250,7 @@ def test_fields_that_cannot_be_served_are_warned_about_once_at_construction(capl
     assert len(warnings) == 1
     assert warnings[0].getMessage() == "not serving DCGM fields"
     assert warnings[0].__dict__["fields"] == (
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE (not offered by this exporter), "
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE (needs the nvml backend: NVML GPM), "
         "DCGM_FI_DEV_NOT_A_FIELD (not offered by this exporter), "
         "DCGM_FI_DEV_FB_FREE (memory.free is not queried), "
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION (needs the nvml or demo backend), "

@@ -198,7 +198,11 @@ async def build_backend(
         raise StartupError(f"failed to set up the nvml backend: not available in this build ({error.msg})") from error
     try:
         return await start_nvml_backend(
-            request, compute_apps=config.compute_apps, pcie_throughput=config.pcie_throughput, watch_xids=watch_xids
+            request,
+            compute_apps=config.compute_apps,
+            pcie_throughput=config.pcie_throughput,
+            watch_xids=watch_xids,
+            gpm_whole_gpus=config.metrics_profile is not Profile.NVIDIA_SMI,  # only the DCGM profile serves it
         )
     except (BackendSetupError, FieldResolutionError) as error:
         raise StartupError(f"failed to set up the nvml backend: {error}") from error
@@ -411,6 +415,7 @@ async def serve(config: Config) -> int:
             node_hostname(os.environ),
             counters=counters,
             energy=config.backend is not BackendName.EXEC,  # NVML's energy counter; nvidia-smi has none
+            gpm=config.backend is BackendName.NVML,  # NVML GPM samples; the demo simulates none for whole GPUs
             pod_labels=config.kubernetes_pod_labels,
         ),
     )

@@ -57,6 +57,7 @@ enum {
 #define NO_INSTANCE 0xFFFFFFFFu
 #define DEVICE_MAGIC 0x6e766d6cu
 #define SAMPLE_MAGIC 0x67706d73u
+#define GPM_WHOLE_GPU 0xFFFFFFFEu /* a sample's gi when nvmlGpmSampleGet took it of the whole GPU */
 #define SET_MAGIC 0x65767473u
 #define MIB 1048576ULL
 
@@ -91,7 +92,7 @@ enum {
     X(nvmlDeviceGetComputeRunningProcesses_v3) X(nvmlDeviceGetMaxMigDeviceCount)                           \
     X(nvmlDeviceGetMigDeviceHandleByIndex) X(nvmlDeviceGetGpuInstanceId) X(nvmlDeviceGetComputeInstanceId) \
     X(nvmlGpmQueryDeviceSupport) X(nvmlGpmSampleAlloc) X(nvmlGpmSampleFree) X(nvmlGpmMigSampleGet)         \
-    X(nvmlGpmMetricsGet) X(nvmlEventSetCreate) X(nvmlDeviceRegisterEvents) X(nvmlEventSetWait_v2)          \
+    X(nvmlGpmSampleGet) X(nvmlGpmMetricsGet) X(nvmlEventSetCreate) X(nvmlDeviceRegisterEvents) X(nvmlEventSetWait_v2)          \
     X(nvmlEventSetFree)
 
 #define AS_ENUM(name) FN_##name,
@@ -122,7 +123,7 @@ static const char *const FN_NAMES[FN_COUNT] = {FAKE_FUNCTIONS(AS_NAME)};
     X(plat_tray) X(plat_host) X(plat_peer) X(plat_module) X(plat_guid) X(energy_mj) X(pcie_tx_kb)          \
     X(pcie_rx_kb) X(gpm_supported) X(max_mig) X(xid_supported) X(gi_id) X(ci_id)
 
-#define DOUBLE_FIELDS(X) X(gpm_graphics) X(gpm_sm) X(gpm_occupancy) X(gpm_tensor) X(gpm_tx) X(gpm_rx)
+#define DOUBLE_FIELDS(X) X(gpm_graphics) X(gpm_sm) X(gpm_occupancy) X(gpm_tensor) X(gpm_tx) X(gpm_rx) X(gpm_dram)
 
 #define STRING_FIELDS(X)                                                                                     \
     X(name, 96) X(serial, 30) X(uuid, 96) X(vbios, 32) X(inforom_img, 16) X(inforom_oem, 16)               \
@@ -661,6 +662,7 @@ static int apply_scenario(const char *name) {
         add_h200();
         FakeDevice *d = &g_devs[g_top[0]];
         copy_string(d->name, sizeof d->name, "NVIDIA A100-SXM4-80GB");
+        d->gpm_supported = 0; /* GPM is Hopper and newer */
         d->cc_major = 8;
         d->cc_minor = 0;
     } else {
@@ -855,6 +857,18 @@ static int run_command(const char *line) {
         if (sscanf(rest_after(line, 3), "%lf %lf %lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]) != 6)
             return -1;
         set_gpm(gpu, (unsigned)atoi(w[2]), v[0], v[1], v[2], v[3], v[4], v[5]);
+        return 0;
+    }
+    if (strcmp(w[0], "gpmdev") == 0 && n >= 5 && parse_gpu(w[1], &gpu) == 0) {
+        double v[3] = {0};
+        if (sscanf(rest_after(line, 2), "%lf %lf %lf", &v[0], &v[1], &v[2]) != 3) return -1;
+        for (int t = 0; t < g_ntop; t++) {
+            if (gpu >= 0 && t != gpu) continue;
+            FakeDevice *d = &g_devs[g_top[t]];
+            d->gpm_graphics = v[0];
+            d->gpm_tensor = v[1];
+            d->gpm_dram = v[2];
+        }
         return 0;
     }
     if (strcmp(w[0], "migclear") == 0 && n >= 2 && parse_gpu(w[1], &gpu) == 0 && gpu >= 0) {
@@ -1572,6 +1586,16 @@ nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gi, nvmlGpmSa
     return done(NVML_SUCCESS);
 }
 
+nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t sample) {
+    ENTER_DEVICE(nvmlGpmSampleGet, device);
+    if (!sample || sample->magic != SAMPLE_MAGIC || d->parent >= 0) return done(NVML_ERROR_INVALID_ARGUMENT);
+    if (!d->gpm_supported) return done(NVML_ERROR_NOT_SUPPORTED);
+    sample->device = (int)(d - g_devs);
+    sample->gi = GPM_WHOLE_GPU;
+    sample->taken_ns = now_ns();
+    return done(NVML_SUCCESS);
+}
+
 nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *request) {
     ENTER(nvmlGpmMetricsGet);
     if (!request) return done(NVML_ERROR_INVALID_ARGUMENT);
@@ -1580,7 +1604,7 @@ nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *request) {
     if (!a || !b || a->magic != SAMPLE_MAGIC || b->magic != SAMPLE_MAGIC || a->device < 0 || a->device != b->device ||
         a->gi != b->gi || b->taken_ns < a->taken_ns || request->numMetrics > 477)
         return done(NVML_ERROR_INVALID_ARGUMENT);
-    FakeDevice *m = gpm_instance(a->device, a->gi);
+    FakeDevice *m = a->gi == GPM_WHOLE_GPU ? &g_devs[a->device] : gpm_instance(a->device, a->gi);
     if (!m) return done(NVML_ERROR_NOT_FOUND);
     for (unsigned i = 0; i < request->numMetrics; i++) {
         nvmlGpmMetric_t *metric = &request->metrics[i];
@@ -1592,6 +1616,7 @@ nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *request) {
         case 2: metric->value = m->gpm_sm; break;
         case 3: metric->value = m->gpm_occupancy; break;
         case 5: metric->value = m->gpm_tensor; break;
+        case 10: metric->value = m->gpm_dram; break;
         case 20: metric->value = m->gpm_tx; break;
         case 21: metric->value = m->gpm_rx; break;
         default: metric->nvmlReturn = NVML_ERROR_NOT_SUPPORTED; break;

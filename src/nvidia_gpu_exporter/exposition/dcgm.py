@@ -57,8 +57,9 @@ class DcgmFamily:
     qfield: str = ""  # "" = not a query field
     unit: str = ""  # the bracketed unit nvidia-smi's header must show ("" = a bare header)
     # On a GPU instance of a MIG GPU: "" = the parent GPU's value (a device field), NOT_ON_MIG = no series, or
-    # the MigInstanceReading attribute (bytes) that holds the instance's own value.
+    # the MigInstanceReading attribute that holds the instance's own value (bytes, or a ratio where `gpm` is set).
     on_mig: str = ""
+    gpm: str = ""  # the GpuExtras attribute of an NVML GPM ratio, served as it is ("" = not a GPM field)
 
 
 # In default-counters.csv's order; the disabled ECC and retired-page lines too, since nvidia-smi has them.
@@ -149,8 +150,38 @@ TOTAL_ENERGY = DcgmFamily(
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ)."
 )
 XID_ERRORS = DcgmFamily("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.")
+# Not query fields: NVML GPM's activity (nvml backend, Hopper and newer), percent / 100 as DCGM's profiling ratios.
+PROF_FAMILIES: tuple[DcgmFamily, ...] = (
+    DcgmFamily(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "gauge",
+        "Ratio of time the graphics engine is active.",
+        on_mig="graphics_activity_ratio",
+        gpm="graphics_activity_ratio",
+    ),
+    DcgmFamily(
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "gauge",
+        "Ratio of cycles the tensor (HMMA) pipe is active.",
+        on_mig="tensor_activity_ratio",
+        gpm="tensor_activity_ratio",
+    ),
+    DcgmFamily(
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "gauge",
+        "Ratio of cycles the device memory interface is active sending or receiving data.",
+        on_mig=NOT_ON_MIG,
+        gpm="dram_activity_ratio",
+    ),
+)
 # Every family this profile can serve, in the order it renders them without a counters file.
-DCGM_FAMILIES: tuple[DcgmFamily, ...] = (*FIELD_FAMILIES[:5], TOTAL_ENERGY, *FIELD_FAMILIES[5:], XID_ERRORS)
+DCGM_FAMILIES: tuple[DcgmFamily, ...] = (
+    *FIELD_FAMILIES[:5],
+    TOTAL_ENERGY,
+    *FIELD_FAMILIES[5:],
+    *PROF_FAMILIES,
+    XID_ERRORS,
+)
 DRIVER_VERSION = DcgmFamily("DCGM_FI_DRIVER_VERSION", LABEL, "Driver Version", "driver_version")
 # The `label` fields nvidia-smi can give, in default-counters.csv's order; only the driver's is on by default.
 LABEL_FAMILIES: tuple[DcgmFamily, ...] = (
@@ -262,8 +293,9 @@ class DcgmExposition:
     Without ``counters`` every family this exporter offers is served, with ``DCGM_FI_DRIVER_VERSION`` as the one
     label field (dcgm-exporter's default). With them, exactly the records it can serve, in the file's order and
     with the file's type and HELP; one warning at construction lists the others and why. ``energy`` says whether
-    the backend reads NVML's energy counter (nvml and demo). A MIG GPU whose GPU instances the readings list is
-    served per GPU instance, as dcgm-exporter monitors it; ``pod_labels`` adds the holding container's labels.
+    the backend reads NVML's energy counter (nvml and demo), ``gpm`` whether it samples NVML GPM (nvml). A MIG GPU
+    whose GPU instances the readings list is served per GPU instance, as dcgm-exporter monitors it; ``pod_labels``
+    adds the holding container's labels.
     """
 
     def __init__(
@@ -273,6 +305,7 @@ class DcgmExposition:
         *,
         counters: Sequence[Counter] | None = None,
         energy: bool = True,
+        gpm: bool = False,
         pod_labels: bool = False,
     ) -> None:
         identity = [column_of(fields, name) for name in _IDENTITY]
@@ -290,25 +323,27 @@ class DcgmExposition:
             reason = _not_servable(family, counter)
             if family is not None and reason is None:
                 reason = self._place(
-                    replace(family, metric_type=counter.metric_type, help=counter.help), fields, energy
+                    replace(family, metric_type=counter.metric_type, help=counter.help), fields, energy, gpm
                 )
             if reason is not None:
                 unavailable.append(f"{counter.name} ({reason})")
         if counters is None:
             for family in (*DCGM_FAMILIES, DRIVER_VERSION):
-                reason = self._place(family, fields, energy)
+                reason = self._place(family, fields, energy, gpm)
                 if reason is not None and reason.startswith("its header"):  # an absent source is no news here
                     unavailable.append(f"{family.name} ({reason})")
         if unavailable:
             log.warning("not serving DCGM fields", extra={"fields": ", ".join(unavailable)})
 
-    def _place(self, family: DcgmFamily, fields: Sequence[QueryField], energy: bool) -> str | None:
+    def _place(self, family: DcgmFamily, fields: Sequence[QueryField], energy: bool, gpm: bool) -> str | None:
         """Serve a family (or label field) from its source, or say why this backend's query cannot give it."""
-        if family.name == XID_ERRORS.name or (family.name == TOTAL_ENERGY.name and energy):
+        if family.name == XID_ERRORS.name or (family.name == TOTAL_ENERGY.name and energy) or (family.gpm and gpm):
             self._served.append((family, None))
             return None
         if family.name == TOTAL_ENERGY.name:
             return "needs the nvml or demo backend"
+        if family.gpm:
+            return "needs the nvml backend: NVML GPM"
         column = column_of(fields, family.qfield)
         if column is None:
             return f"{family.qfield} is not queried"
@@ -386,10 +421,9 @@ class DcgmExposition:
     def _render(self, readings: Readings, xids: Sequence[XidRecord], attribution: KubernetesAttribution | None) -> str:
         """The served families in order, one series per entity; XIDs only for GPUs still read."""
         entities = self._entities(readings, attribution)
-        energy = {
-            normalize_uuid(extra.gpu_uuid): extra.energy_joules
+        per_gpu = {
+            normalize_uuid(extra.gpu_uuid): extra
             for extra in (readings.extras.gpus if readings.extras is not None else ())
-            if extra.energy_joules is not None
         }
         by_gpu: dict[str, list[XidRecord]] = {}
         for record in xids:
@@ -399,12 +433,16 @@ class DcgmExposition:
             lines: list[str] = []
             for entity in entities:
                 value: float | None
+                extra = per_gpu.get(entity.uuid)
                 if entity.instance is not None and family.on_mig:
                     reading = None if family.on_mig == NOT_ON_MIG else entity.instance.reading
-                    bytes_value = None if reading is None else getattr(reading, family.on_mig)
-                    value = None if bytes_value is None else bytes_value / MIB
+                    own = None if reading is None else getattr(reading, family.on_mig)
+                    scale = 1.0 if family.gpm else MIB  # a GPM ratio as it is, bytes in MiB
+                    value = None if own is None else own / scale
+                elif family.gpm:
+                    value = None if extra is None else getattr(extra, family.gpm)
                 elif family.name == TOTAL_ENERGY.name:
-                    joules = energy.get(entity.uuid)
+                    joules = None if extra is None else extra.energy_joules
                     value = None if joules is None else float(round(joules * 1000.0))
                 elif family.name == XID_ERRORS.name:
                     records = by_gpu.get(entity.uuid)

@@ -71,6 +71,10 @@ class GpuExtras:
     energy_joules: float | None = None
     pcie_tx_bytes_per_second: float | None = None
     pcie_rx_bytes_per_second: float | None = None
+    # NVML GPM (Hopper and newer, not in MIG mode) over the window between two collections, as ratios 0-1.
+    graphics_activity_ratio: float | None = None
+    tensor_activity_ratio: float | None = None
+    dram_activity_ratio: float | None = None  # DRAM bandwidth used vs its theoretical maximum
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,16 @@ from nvidia_gpu_exporter.backends.nvml.api import (
     return_name,
 )
 from nvidia_gpu_exporter.backends.nvml.catalog import ResolvedField, resolve_fields
-from nvidia_gpu_exporter.backends.nvml.mig import GpmSampler, read_mig
+from nvidia_gpu_exporter.backends.nvml.mig import (
+    DRAM,
+    GRAPHICS,
+    TENSOR,
+    WHOLE_GPU,
+    GpmSampler,
+    gpm_supported,
+    percent_ratio,
+    read_mig,
+)
 from nvidia_gpu_exporter.backends.nvml.session import NvmlSession
 from nvidia_gpu_exporter.backends.nvml.sources import CYCLE_FIELDS, sources_for
 from nvidia_gpu_exporter.backends.nvml.text import DEPRECATED_FIELDS, NA, Cell, mib, token
@@ -100,11 +109,13 @@ class NvmlBackend:
         pcie_throughput: bool = False,
         watcher: XidWatcher | None = None,
         gpm_clock: Callable[[], float] = time.monotonic,
+        gpm_whole_gpus: bool = False,
     ) -> None:
         self.session = session
         self.resolved = tuple(fields)
         self.compute_apps = compute_apps
         self.pcie_throughput = pcie_throughput
+        self.gpm_whole_gpus = gpm_whole_gpus  # only the DCGM profile serves a whole GPU's GPM: no samples otherwise
         self.watcher = watcher
         self.sampler = GpmSampler(gpm_clock)
         session.on_teardown(self.sampler.release_all)
@@ -324,16 +335,27 @@ class NvmlBackend:
             if self.pcie_throughput:
                 tx = self._soft(call("nvmlDeviceGetPcieThroughput", gpu.handle, 0))
                 rx = self._soft(call("nvmlDeviceGetPcieThroughput", gpu.handle, 1))
+            mode = self._soft(call("nvmlDeviceGetMigMode", gpu.handle))
+            in_mig = not isinstance(mode, Failure) and bool(mode[0])
+            # A MIG GPU's activity is its GPU instances' (read_mig); a whole GPU's is sampled at device level.
+            gpm = (
+                self.sampler.activity(gpu.handle, gpu.uuid, WHOLE_GPU, ())
+                if self.gpm_whole_gpus and not in_mig and gpm_supported(gpu.handle)
+                else None
+            )
+            values = gpm or {}
             per_gpu.append(
                 GpuExtras(
                     gpu_uuid=gpu.uuid,
                     energy_joules=None if isinstance(energy, Failure) else int(energy) / 1000.0,
                     pcie_tx_bytes_per_second=None if tx is None or isinstance(tx, Failure) else int(tx) * PCIE_KB,
                     pcie_rx_bytes_per_second=None if rx is None or isinstance(rx, Failure) else int(rx) * PCIE_KB,
+                    graphics_activity_ratio=percent_ratio(values, GRAPHICS),
+                    tensor_activity_ratio=percent_ratio(values, TENSOR),
+                    dram_activity_ratio=percent_ratio(values, DRAM),
                 )
             )
-            mode = self._soft(call("nvmlDeviceGetMigMode", gpu.handle))
-            if isinstance(mode, Failure) or not mode[0]:
+            if not in_mig:
                 continue
             mig = self._soft(read_mig(gpu.handle, gpu.uuid, self.sampler))
             if not isinstance(mig, Failure):
@@ -359,6 +381,7 @@ def open_backend(
     pcie_throughput: bool = False,
     watch_xids: bool = True,
     gpm_clock: Callable[[], float] = time.monotonic,
+    gpm_whole_gpus: bool = False,
 ) -> NvmlBackend:
     """Check the bindings, init NVML, check the exports the exporter cannot do without, resolve fields, start
     the XID watcher."""
@@ -386,6 +409,7 @@ def open_backend(
         pcie_throughput=pcie_throughput,
         watcher=watcher,
         gpm_clock=gpm_clock,
+        gpm_whole_gpus=gpm_whole_gpus,
     )
     if watcher is not None:
         watcher.start()
@@ -397,9 +421,19 @@ def open_backend(
 
 
 async def start_nvml_backend(
-    request: FieldRequest, *, compute_apps: bool = False, pcie_throughput: bool = False, watch_xids: bool = True
+    request: FieldRequest,
+    *,
+    compute_apps: bool = False,
+    pcie_throughput: bool = False,
+    watch_xids: bool = True,
+    gpm_whole_gpus: bool = False,
 ) -> NvmlBackend:
     """The startup sequence, off the event loop (``nvmlInit`` can block on a sick driver)."""
     return await asyncio.to_thread(
-        open_backend, request, compute_apps=compute_apps, pcie_throughput=pcie_throughput, watch_xids=watch_xids
+        open_backend,
+        request,
+        compute_apps=compute_apps,
+        pcie_throughput=pcie_throughput,
+        watch_xids=watch_xids,
+        gpm_whole_gpus=gpm_whole_gpus,
     )

@@ -1,9 +1,9 @@
 """MIG devices, their GPU instances' memory, and GPM activity over the window between two collections.
 
-GPM metrics are differences between two samples, so each GPU instance keeps the sample of the previous
-collection. The first collection that sees an instance only seeds it (no activity series), as does one
-after a very long gap or after the instance was re-created with different devices; a collection less than
-a second after the last one repeats the last values rather than divide by a tiny window.
+GPM metrics are differences between two samples, so each GPU instance, and each whole GPU not in MIG mode,
+keeps the sample of the previous collection. The first collection that sees one only seeds it (no activity
+series), as does one after a very long gap or after the instance was re-created with different devices; a
+collection less than a second after the last one repeats the last values rather than divide by a tiny window.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from nvidia_gpu_exporter.model.snapshot import MigDevice, MigInstanceReading
 
 MIN_WINDOW_SECONDS = 1.0
 MAX_WINDOW_SECONDS = 600.0
-GRAPHICS, SM, OCCUPANCY, TENSOR, PCIE_TX, PCIE_RX = 1, 2, 3, 5, 20, 21
-GPM_METRIC_IDS = (GRAPHICS, SM, OCCUPANCY, TENSOR, PCIE_TX, PCIE_RX)
+GRAPHICS, SM, OCCUPANCY, TENSOR, DRAM, PCIE_TX, PCIE_RX = 1, 2, 3, 5, 10, 20, 21
+GPM_METRIC_IDS = (GRAPHICS, SM, OCCUPANCY, TENSOR, DRAM, PCIE_TX, PCIE_RX)
+WHOLE_GPU = -1  # the GpmSampler key's GPU instance for a device-level sample (nvmlGpmSampleGet)
 MIB = 1_048_576.0
 MAX_MIG_SLOTS = 64  # real GPUs have at most 7 or 8; a garbage count must not spin the cycle
 
@@ -45,7 +46,7 @@ class _Baseline:
 
 @dataclass(slots=True)
 class GpmSampler:
-    """Keeps one GPM sample per (parent GPU uuid, GPU instance) between collections."""
+    """Keeps one GPM sample per (parent GPU uuid, GPU instance or WHOLE_GPU) between collections."""
 
     clock: Callable[[], float] = time.monotonic
     _baselines: dict[tuple[str, int], _Baseline] = field(default_factory=dict)
@@ -81,7 +82,12 @@ class GpmSampler:
         sample = call("nvmlGpmSampleAlloc")
         if isinstance(sample, Failure):
             return None
-        if isinstance(call("nvmlGpmMigSampleGet", parent, gpu_instance, sample), Failure):
+        taken = (
+            call("nvmlGpmSampleGet", parent, sample)
+            if gpu_instance == WHOLE_GPU
+            else call("nvmlGpmMigSampleGet", parent, gpu_instance, sample)
+        )
+        if isinstance(taken, Failure):
             call("nvmlGpmSampleFree", sample)
             return None
         if previous is None or now - previous.taken_at > MAX_WINDOW_SECONDS:
@@ -93,6 +99,17 @@ class GpmSampler:
         call("nvmlGpmSampleFree", previous.sample)
         self._baselines[key] = _Baseline(sample, now, fingerprint, values)
         return values
+
+
+def gpm_supported(device: Any) -> bool:
+    """Whether NVML says the GPU has GPM (Hopper and newer); any failure counts as no."""
+    support = call("nvmlGpmQueryDeviceSupport", device)
+    return not isinstance(support, Failure) and bool(support.isSupportedDevice)
+
+
+def percent_ratio(values: dict[int, float], metric: int) -> float | None:
+    """A GPM percentage (0-100) as a ratio (0-1), as DCGM's profiling fields are; ``None`` when not read."""
+    return values[metric] / 100.0 if metric in values else None
 
 
 def metrics_between(first: Any, second: Any) -> dict[int, float]:
@@ -151,8 +168,7 @@ def read_mig(
         device = MigDevice(parent_uuid, mig_uuid, int(gpu_instance), int(compute_instance), profile_of(name))
         found.append(_MigHandle(handle, device))
 
-    support = call("nvmlGpmQueryDeviceSupport", parent)
-    gpm = not isinstance(support, Failure) and bool(support.isSupportedDevice)
+    gpm = gpm_supported(parent)
     instances: list[MigInstanceReading] = []
     for gpu_instance in sorted({entry.device.gpu_instance_id for entry in found}):
         members = [entry for entry in found if entry.device.gpu_instance_id == gpu_instance]
@@ -175,9 +191,6 @@ def _instance_memory(handle: Any) -> Any:
 
 
 def _instance_reading(parent_uuid: str, gpu_instance: int, memory: Any, values: dict[int, float]) -> MigInstanceReading:
-    def ratio(metric: int) -> float | None:
-        return values[metric] / 100.0 if metric in values else None
-
     def rate(metric: int) -> float | None:
         return values[metric] * MIB if metric in values else None
 
@@ -189,10 +202,10 @@ def _instance_reading(parent_uuid: str, gpu_instance: int, memory: Any, values: 
         memory_used_bytes=float(memory.used) if has_memory else None,
         memory_free_bytes=float(memory.free) if has_memory else None,
         memory_reserved_bytes=float(memory.reserved) if has_memory else None,
-        graphics_activity_ratio=ratio(GRAPHICS),
-        sm_activity_ratio=ratio(SM),
-        sm_occupancy_ratio=ratio(OCCUPANCY),
-        tensor_activity_ratio=ratio(TENSOR),
+        graphics_activity_ratio=percent_ratio(values, GRAPHICS),
+        sm_activity_ratio=percent_ratio(values, SM),
+        sm_occupancy_ratio=percent_ratio(values, OCCUPANCY),
+        tensor_activity_ratio=percent_ratio(values, TENSOR),
         pcie_tx_bytes_per_second=rate(PCIE_TX),
         pcie_rx_bytes_per_second=rate(PCIE_RX),
     )
