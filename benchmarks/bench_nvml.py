@@ -117,6 +117,11 @@ def main() -> None:
         time_sync(backend.collect_blocking, 20)  # warm-up: bindings' symbol cache, allocator
         in_thread = time_sync(backend.collect_blocking, args.iterations)
         via_worker = asyncio.run(time_async(backend.collect, args.iterations))
+        # --metrics.profile=dcgm or both: the same cycle plus a GPM sample of every whole GPU.
+        with_gpm = open_backend(FieldRequest(), watch_xids=False, gpm_whole_gpus=True)
+        time_sync(with_gpm.collect_blocking, 20)
+        gpm_in_thread = time_sync(with_gpm.collect_blocking, args.iterations)
+        with_gpm.session.close(5)
 
         capture = Path(directory) / "bench.txt"
         write_capture(capture, fields, readings.gpus.rows, readings.cuda_version)
@@ -140,6 +145,7 @@ def main() -> None:
     for name, what, timings in (
         ("nvml (fake libnvidia-ml)", "cycle in the calling thread", in_thread),
         ("nvml (fake libnvidia-ml)", "collect(): worker thread + cycle", via_worker),
+        ("nvml (fake libnvidia-ml), DCGM profile", "cycle + GPM sample per GPU, calling thread", gpm_in_thread),
         ("exec (fake nvidia-smi)", "collect(): spawn + parse", executed),
     ):
         median, p99 = stats(timings)
