@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from deploy_helpers import KUSTOMIZE, RULE_TESTS, RULES_FILE, operator_models, strip_annotations
+from deploy_helpers import KUSTOMIZE, RULE_TESTS, RULES_FILE, chart_objects, operator_models, strip_annotations
 from test_chart_kustomize import attribution_overlay, kustomize
 from test_rules import run_promtool, unit_test_in
 
@@ -104,6 +104,29 @@ def test_the_kustomize_component_carries_the_dual_scheme_pack(tmp_path: Path) ->
     assert rule["spec"]["groups"] == yaml.safe_load(dual_text())["groups"]
     model = models.PrometheusRule.model_validate(rule)
     assert model.model_dump(by_alias=True, exclude_unset=True, mode="json") == rule
+
+
+@pytest.mark.parametrize(
+    ("values", "served"),
+    [
+        pytest.param({"prometheusRule": {"enabled": True}}, False, id="off-by-default"),
+        pytest.param({"prometheusRule": {"enabled": True, "dualScheme": {"enabled": True}}}, True, id="opt-in"),
+        pytest.param({"prometheusRule": {"dualScheme": {"enabled": True}}}, False, id="needs-prometheus-rules-on"),
+    ],
+)
+def test_the_chart_ships_the_dual_scheme_pack_as_an_opt_in(values: dict[str, Any], served: bool) -> None:
+    """Helm users get the same groups (sync_rules.py copies them into the chart) as a second PrometheusRule."""
+    rules = [
+        document
+        for document in chart_objects(values)
+        if document["kind"] == "PrometheusRule" and document["metadata"]["name"].endswith("-dual-scheme")
+    ]
+    assert len(rules) == served
+    if served:
+        (rule,) = rules
+        assert rule["spec"]["groups"] == yaml.safe_load(dual_text())["groups"]
+        model = operator_models().PrometheusRule.model_validate(rule)
+        assert model.model_dump(by_alias=True, exclude_unset=True, mode="json") == rule
 
 
 # --- promtool ---------------------------------------------------------------------------------------------------

@@ -210,7 +210,7 @@ def test_all_rules_off_renders_no_prometheusrule() -> None:
         for key in yaml.safe_load(
             (RULES_FILE.parents[1] / "helm" / "nvidia-gpu-exporter" / "values.yaml").read_text(encoding="utf-8")
         )["prometheusRule"]
-        if key not in ("enabled", "additionalLabels")
+        if key not in ("enabled", "additionalLabels", "dualScheme")
     }
     assert len(toggles) == 22
     assert RULE_TEMPLATE not in render_chart({"prometheusRule": {"enabled": True, **toggles}})

@@ -21,6 +21,7 @@ RULES = HERE / "nvidia-gpu-exporter-rules.yml"
 DUAL_RULES = HERE / "nvidia-gpu-exporter-dual-scheme-rules.yml"
 KUSTOMIZE_RULE = HERE.parent / "kustomize" / "components" / "prometheus-operator" / "prometheusrule.yaml"
 KUSTOMIZE_DUAL_RULE = HERE.parent / "kustomize" / "components" / "dual-scheme-rules" / "prometheusrule.yaml"
+CHART_DUAL_RULES = CHART / "rules" / "dual-scheme.yaml"  # read by templates/prometheusrule-dual-scheme.yaml
 HEADER = """\
 # Alert rules for the NVIDIA GPU exporter, for Prometheus without the Prometheus Operator (rule_files:).
 # GENERATED from deploy/helm/nvidia-gpu-exporter/templates/prometheusrule.yaml with the chart's default values
@@ -73,6 +74,7 @@ def outputs() -> dict[Path, str]:
     return {
         RULES: HEADER + textwrap.dedent(groups),
         DUAL_RULES: DUAL_HEADER + dual_groups,
+        CHART_DUAL_RULES: DUAL_HEADER + dual_groups,
         KUSTOMIZE_DUAL_RULE: DUAL_HEADER
         + "apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\n"
         + "metadata:\n  name: nvidia-gpu-exporter-dual-scheme\nspec:\n"
