@@ -212,7 +212,7 @@ in_chroot "${remove_lines[1]}"
 echo "removed and purged cleanly"
 
 step "chroot: INSTALL.md single-file"
-in_chroot "$(block single-file)" | grep "version $version"
+in_chroot "$(block single-file)" 2>&1 | grep "version $version" # --version prints on stderr
 
 step "chroot: INSTALL.md systemd-manual (systemctl offline: enables, cannot start)"
 in_chroot "apt-get install -y -qq --no-install-recommends systemd >/dev/null"
