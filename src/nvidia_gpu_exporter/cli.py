@@ -18,22 +18,28 @@ from nvidia_gpu_exporter.flags import (
     usage,
     zsh_completion_script,
 )
+from nvidia_gpu_exporter.support import buildinfo
+from nvidia_gpu_exporter.support.buildinfo import BuildInfo
 
 log = logging.getLogger("nvidia_gpu_exporter.main")
 
 PROGRAM = "nvidia_gpu_exporter"
 
 
-def version_text() -> str:
+def version_text(build: BuildInfo | None = None) -> str:
+    """kingpin's version block as the Go exporter prints it, from the metadata baked in at build time
+    (``support/buildinfo.py``); what a build did not record (an editable install, a build without git) reads
+    ``unknown``."""
+    info = buildinfo.installed() if build is None else build
     machine = platform.machine().lower()
     arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
     return (
-        f"{PROGRAM}, version {__version__} (branch: , revision: )\n"
-        f"  build user:       \n"
-        f"  build date:       \n"
+        f"{PROGRAM}, version {__version__} (branch: {info.branch}, revision: {info.revision})\n"
+        f"  build user:       {buildinfo.UNKNOWN}\n"
+        f"  build date:       {info.date}\n"
         f"  python version:   {platform.python_version()}\n"
         f"  platform:         {sys.platform.replace('win32', 'windows')}/{arch}\n"
-        f"  tags:             \n"
+        f"  tags:             {buildinfo.UNKNOWN}\n"
     )
 
 

@@ -1,0 +1,96 @@
+"""Build metadata for ``--version``: the branch, revision and date of the commit a wheel was built from.
+
+Written once per build by ``hatch_build.py`` (the hatchling build hook at the repository root, which loads this
+file by path, so only the standard library may be imported here) into the package as :data:`FILE_NAME`, and
+read by ``cli.version_text``. The values come from the environment (:data:`ENV_BRANCH`, :data:`ENV_REVISION`:
+for builds outside a git checkout, e.g. the container build, which gets them as build arguments), else from
+git in the source tree; the date is ``SOURCE_DATE_EPOCH`` (the last commit's time in every release build),
+else the commit's time. An sdist carries the file its build wrote, so a wheel rebuilt from it says the same.
+Whatever is not known reads :data:`UNKNOWN`: an editable install, a tarball without git, a damaged file.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+FILE_NAME = "_build_info.json"
+UNKNOWN = "unknown"
+ENV_BRANCH = "NVIDIA_GPU_EXPORTER_BUILD_BRANCH"
+ENV_REVISION = "NVIDIA_GPU_EXPORTER_BUILD_REVISION"
+MAX_FIELD_CHARS = 200  # a branch name or a sha; anything longer is not ours
+
+
+@dataclass(frozen=True, slots=True)
+class BuildInfo:
+    branch: str = UNKNOWN
+    revision: str = UNKNOWN
+    date: str = UNKNOWN  # RFC 3339, UTC
+
+    @property
+    def known(self) -> bool:
+        return self.revision != UNKNOWN
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+
+def _clean(value: object) -> str:
+    if not isinstance(value, str):
+        return UNKNOWN
+    value = value.strip()
+    if not value or len(value) > MAX_FIELD_CHARS or not value.isprintable():
+        return UNKNOWN
+    return value
+
+
+def parse(text: str | None) -> BuildInfo:
+    """The metadata in a build's file; :data:`UNKNOWN` for whatever is missing or malformed (never raises)."""
+    if text is None:
+        return BuildInfo()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return BuildInfo()
+    if not isinstance(data, dict):
+        return BuildInfo()
+    return BuildInfo(**{key: _clean(data.get(key)) for key in ("branch", "revision", "date")})
+
+
+def installed() -> BuildInfo:
+    """The metadata baked into the installed package (:data:`UNKNOWN` fields when there is none)."""
+    from importlib import resources  # noqa: PLC0415 - only --version needs it
+
+    try:
+        text = resources.files("nvidia_gpu_exporter").joinpath(FILE_NAME).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return BuildInfo()
+    return parse(text)
+
+
+def _git(root: Path, *args: str) -> str:
+    try:
+        completed = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return completed.stdout.strip() if completed.returncode == 0 else ""
+
+
+def from_source(root: Path, environ: Mapping[str, str]) -> BuildInfo:
+    """What a build of the tree at ``root`` records: the environment's values first, then git's."""
+    revision = _clean(environ.get(ENV_REVISION) or _git(root, "rev-parse", "--verify", "HEAD"))
+    branch = _clean(environ.get(ENV_BRANCH) or _git(root, "rev-parse", "--abbrev-ref", "HEAD"))
+    epoch = environ.get("SOURCE_DATE_EPOCH") or _git(root, "log", "-1", "--format=%ct")
+    try:
+        date = datetime.fromtimestamp(int(epoch), tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (ValueError, OverflowError, OSError):
+        date = UNKNOWN
+    if revision == UNKNOWN:  # no commit: a date or branch alone would describe nothing
+        return BuildInfo()
+    return BuildInfo(branch=branch, revision=revision, date=date)

@@ -1,0 +1,84 @@
+"""``--version``'s branch, revision and build date: recorded at build time (support/buildinfo.py, written by the
+hatchling hook hatch_build.py), read back by the version block, ``unknown`` where nothing was recorded."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from nvidia_gpu_exporter import __version__, cli
+from nvidia_gpu_exporter.support import buildinfo
+from nvidia_gpu_exporter.support.buildinfo import UNKNOWN, BuildInfo
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+RECORDED = BuildInfo(branch="main", revision=SHA, date="2026-01-02T03:04:05Z")
+
+# (the file's text, what it reads as, rule)
+FILES: list[tuple[str | None, BuildInfo, str]] = [
+    (RECORDED.to_json(), RECORDED, "a build's file reads back as written"),
+    (None, BuildInfo(), "no file (an editable install): every field unknown"),
+    ("{not json", BuildInfo(), "a damaged file: unknown, never an exception"),
+    ("[1, 2]", BuildInfo(), "not an object: unknown"),
+    (json.dumps({"branch": 7, "revision": SHA}), BuildInfo(revision=SHA), "a field of the wrong type is unknown"),
+    (json.dumps({"revision": "x" * 201}), BuildInfo(), "an overlong field is unknown"),
+    (json.dumps({"revision": "a\nb"}), BuildInfo(), "a field with a control character is unknown"),
+    (json.dumps({"revision": "  "}), BuildInfo(), "a blank field is unknown"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected", "rule"), FILES, ids=[row[2] for row in FILES])
+def test_parse(text: str | None, expected: BuildInfo, rule: str) -> None:
+    assert buildinfo.parse(text) == expected, rule
+
+
+def test_version_block_names_the_recorded_branch_and_revision(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(buildinfo, "installed", lambda: RECORDED)
+    lines = cli.version_text().splitlines()
+    assert lines[0] == f"nvidia_gpu_exporter, version {__version__} (branch: main, revision: {SHA})"
+    assert lines[2] == "  build date:       2026-01-02T03:04:05Z"
+
+
+def test_version_block_says_unknown_without_build_metadata() -> None:
+    text = cli.version_text(BuildInfo())
+    assert "(branch: unknown, revision: unknown)" in text
+    assert "  build date:       unknown\n" in text
+
+
+def _git(root: Path, *args: str) -> str:
+    command = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.com", *args]
+    return subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    _git(tmp_path, "init", "-q", "-b", "release-1")
+    (tmp_path / "f").write_text("x\n")
+    _git(tmp_path, "add", "f")
+    _git(tmp_path, "commit", "-q", "-m", "one", "--date=@1700000000")
+    return tmp_path
+
+
+def test_from_a_git_checkout(checkout: Path) -> None:
+    info = buildinfo.from_source(checkout, {"SOURCE_DATE_EPOCH": "1767225600"})
+    assert info == BuildInfo(
+        branch="release-1", revision=_git(checkout, "rev-parse", "HEAD"), date="2026-01-01T00:00:00Z"
+    )
+
+
+def test_the_environment_wins_over_git(checkout: Path) -> None:
+    environ = {buildinfo.ENV_BRANCH: "HEAD", buildinfo.ENV_REVISION: SHA, "SOURCE_DATE_EPOCH": "0"}
+    assert buildinfo.from_source(checkout, environ) == BuildInfo("HEAD", SHA, "1970-01-01T00:00:00Z")
+
+
+def test_without_git_or_environment_nothing_is_recorded(tmp_path: Path) -> None:
+    info = buildinfo.from_source(tmp_path, {"SOURCE_DATE_EPOCH": "1767225600"})
+    assert info == BuildInfo()
+    assert not info.known
+
+
+def test_a_bad_source_date_epoch_leaves_the_date_unknown() -> None:
+    environ = {buildinfo.ENV_REVISION: SHA, buildinfo.ENV_BRANCH: "main", "SOURCE_DATE_EPOCH": "yesterday"}
+    assert buildinfo.from_source(Path("/nonexistent"), environ).date == UNKNOWN
