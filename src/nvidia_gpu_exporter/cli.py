@@ -20,6 +20,7 @@ from nvidia_gpu_exporter.flags import (
 )
 from nvidia_gpu_exporter.support import buildinfo
 from nvidia_gpu_exporter.support.buildinfo import BuildInfo
+from nvidia_gpu_exporter.windows.scm import SUBCOMMANDS as WINDOWS_SUBCOMMANDS
 
 log = logging.getLogger("nvidia_gpu_exporter.main")
 
@@ -40,6 +41,14 @@ def version_text(build: BuildInfo | None = None) -> str:
         f"  python version:   {platform.python_version()}\n"
         f"  platform:         {sys.platform.replace('win32', 'windows')}/{arch}\n"
         f"  tags:             {buildinfo.UNKNOWN}\n"
+    )
+
+
+def windows_only(subcommand: str) -> str:
+    verb = "registers" if subcommand == "install" else "removes"
+    return (
+        f"{subcommand!r} is a Windows-only command (it {verb} the Windows service); on Linux the service is the "
+        "systemd unit nvidia_gpu_exporter.service that the deb and rpm packages install (see INSTALL.md)"
     )
 
 
@@ -77,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if handled is not None:
             return handled
     logs.configure()
+    if arguments[:1] and arguments[0] in WINDOWS_SUBCOMMANDS:  # elsewhere kingpin's "unexpected install" says nothing
+        log.error("failed to run", extra={"err": windows_only(arguments[0])})
+        return 1
     try:
         parsed = app.parse(arguments)
     except app.StartupError as error:
