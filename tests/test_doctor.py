@@ -4,7 +4,10 @@ Kubernetes API on loopback: each check's PASS/WARN/FAIL, the remedies, --json, a
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -35,6 +38,7 @@ from nvidia_gpu_exporter.doctor.node import (
     check_kernel_log,
     check_pci,
     check_runtime,
+    probe_gpus,
 )
 from nvidia_gpu_exporter.doctor.report import CheckResult, Status
 from sysfs_fakes import FakeFunction, gpu, make_sysfs, nvswitch, other
@@ -488,3 +492,32 @@ def test_the_kernel_logs_xids_since_boot(
         assert fragment in result.detail
     assert remedy in result.remedy
     assert (result.remedy == "") == (status is Status.PASS)
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited (a zombie waiting for its reaper counts: it runs nothing)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_the_nvidia_smi_timeout_kills_a_wrappers_children_too(tmp_path: Path) -> None:
+    """As the exporter's runner does: the whole process group, not only the direct child."""
+    pidfile = tmp_path / "grandchild.pid"
+    wrapper = tmp_path / "nvidia-smi-wrapper"
+    wrapper.write_text(f"#!/bin/sh\nsleep 60 </dev/null >/dev/null 2>&1 &\necho $! >{pidfile}\nwait\n")
+    wrapper.chmod(0o755)
+    probe = probe_gpus(NodeOptions(root=tmp_path, nvidia_smi_command=str(wrapper), timeout_seconds=1.0))
+    grandchild = int(pidfile.read_text())
+    for _ in range(50):  # at most 5 s for the kernel to act on the SIGKILL
+        if _gone(grandchild):
+            break
+        time.sleep(0.1)
+    alive = not _gone(grandchild)
+    if alive:
+        os.kill(grandchild, signal.SIGKILL)
+    assert not alive, "the wrapper's child outlived the doctor's nvidia-smi timeout"
+    assert "no answer within 1s" in probe.smi_error
