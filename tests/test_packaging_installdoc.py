@@ -68,7 +68,11 @@ def test_the_sections_the_issue_asks_for_are_there() -> None:
 
 def test_versions_and_file_names_match_this_release() -> None:
     text = installdoc.INSTALL_MD.read_text(encoding="utf-8")
-    versions = set(re.findall(r"(?:VERSION=|nvidia_gpu_exporter-|nvidia-gpu-exporter[_-]|:)(\d+\.\d+\.\d+)", text))
+    # The Go exporter's packages (nvidia-gpu-exporter_1.14.0_linux_amd64.deb, in "Replacing the Go exporter's
+    # package") are named with _linux_, which ours never are.
+    versions = set(
+        re.findall(r"(?:VERSION=|nvidia_gpu_exporter-|nvidia-gpu-exporter[_-]|:)(\d+\.\d+\.\d+)(?!\d|_linux_)", text)
+    )
     assert versions == {__version__}
     build_script = (REPO / "packaging" / "build-release.sh").read_text(encoding="utf-8")
     for pattern in ("nvidia_gpu_exporter-V.pex", "nvidia-gpu-exporter_V-1_{amd64,arm64}.deb", "checksums.txt"):

@@ -4,7 +4,9 @@
 # and run INSTALL.md's tested blocks (tests/installdoc.py) where they belong: the chroot for the deb, single-file
 # and systemd blocks, the host (offline, from the release's wheels) for pip and pipx. The single file carries no
 # grpcio (packaging/README.md): the deb must refuse --kubernetes.pod-resources with the message naming the extra,
-# while the container image must serve attribution (checked against a fake kubelet) and run the doctor.
+# while the container image must serve attribution (checked against a fake kubelet) and run the doctor. The deb and
+# rpm must upgrade a stand-in of the Go exporter's package of the same name (1.14.0) in place, with plain
+# `apt-get install -y` and `rpm -U`. The image listens on a port of its own choosing (port 0), read from its log.
 # Needs root, network access to PyPI and deb.debian.org; installs its own tools (pip into .venv, apt).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -34,6 +36,20 @@ cleanup() {
 }
 trap cleanup EXIT
 block() { python3 "$root/tests/installdoc.py" "$1"; }
+listening_port() { # LOG PID: the port the exporter started as PID says it bound ("Listening on" in LOG)
+    local port
+    for _ in $(seq 150); do
+        port=$(sed -n 's/.*msg="Listening on" address=127\.0\.0\.1:\([0-9][0-9]*\) .*/\1/p' "$1")
+        if [ -n "$port" ]; then
+            echo "$port"
+            return 0
+        fi
+        kill -0 "$2" 2>/dev/null || break
+        sleep 0.2
+    done
+    cat "$1" >&2
+    return 1
+}
 
 step "tools: apt (debootstrap, rpm, buildah), pip (build tools, linters)"
 export DEBIAN_FRONTEND=noninteractive
@@ -57,7 +73,7 @@ fi
 
 step "lint: shellcheck, hadolint, compose and workflow schemas, actionlint, lock, mypy"
 shellcheck -s sh packaging/scripts/*.sh
-shellcheck packaging/build-release.sh packaging/zipapp/build.sh .ci/steps/30-packaging.sh
+shellcheck packaging/build-release.sh packaging/project-url.sh packaging/zipapp/build.sh .ci/steps/30-packaging.sh
 hadolint --failure-threshold warning deploy/docker/Dockerfile
 check-jsonschema --builtin-schema vendor.compose-spec deploy/docker/docker-compose.yml
 check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/release.yml
@@ -73,6 +89,13 @@ git ls-files -z --cached --others --exclude-standard |
     tar --null --files-from=- --ignore-failed-read -cf - 2>/dev/null | tar -xf - -C "$work/src"
 SOURCE_DATE_EPOCH=$(git log -1 --format=%ct)
 export SOURCE_DATE_EPOCH
+# The snapshot has no .git: what the builds would read from git comes from this checkout (the packages' Homepage,
+# --version's branch and revision; support/buildinfo.py).
+revision=$(git rev-parse HEAD)
+PROJECT_URL=$(packaging/project-url.sh)
+NVIDIA_GPU_EXPORTER_BUILD_REVISION=$revision
+NVIDIA_GPU_EXPORTER_BUILD_BRANCH=$(git rev-parse --abbrev-ref HEAD)
+export PROJECT_URL NVIDIA_GPU_EXPORTER_BUILD_REVISION NVIDIA_GPU_EXPORTER_BUILD_BRANCH
 for n in 1 2; do
     build_started=$(date +%s)
     if ! WHEELHOUSE_DIR=$work/wheelhouse PYTHON=$venv/bin/python "$work/src/packaging/build-release.sh" \
@@ -122,6 +145,8 @@ done
 [ "$pythons" -ge 1 ] || fail "no python3 >= 3.10 to run the single file with"
 dpkg-deb --field "$deb" Package Version Architecture Depends
 [ "$(dpkg-deb --field "$deb" Depends)" = "python3 (>= 3.10)" ] || fail "deb Depends"
+[ "$(dpkg-deb --field "$deb" Version)" = "1:$version-1" ] || fail "deb Version: epoch 1 (packaging/nfpm.yaml)"
+[ "$(dpkg-deb --field "$deb" Homepage)" = "$PROJECT_URL" ] || fail "deb Homepage is not '$PROJECT_URL'"
 dpkg-deb --contents "$deb" | grep -E ' \./usr/(bin/nvidia_gpu_exporter|lib/systemd/system/nvidia_gpu_exporter\.service)$'
 for arch in x86_64 aarch64; do
     rpm_file=$out/nvidia-gpu-exporter-${version}-1.$arch.rpm
@@ -133,6 +158,8 @@ for arch in x86_64 aarch64; do
     done
     echo "$info" | grep -q "^Architecture: $arch$" || fail "$rpm_file architecture"
     echo "$info" | grep -q "^Build Host  : reproducible$" || fail "$rpm_file records the build host"
+    [ "$(rpm -qp --queryformat '%{EPOCH} %{URL}' "$rpm_file" 2>/dev/null)" = "1 ${PROJECT_URL:-(none)}" ] ||
+        fail "$rpm_file epoch or URL"
     rpm -qp --scripts "$rpm_file" 2>/dev/null | grep -q 'useradd --system' || fail "$rpm_file scripts"
     rpm -qpR "$rpm_file" 2>/dev/null | grep -qF '(python3 >= 3.10 or python3.11 or python3.12)' || fail "rpm Requires"
     rpm -qpl --dump "$rpm_file" 2>/dev/null | awk '$1 == "/usr/bin/nvidia_gpu_exporter" { print $5 }' |
@@ -179,6 +206,7 @@ step "chroot: INSTALL.md deb-install"
 in_chroot "$(block deb-install)" 2>&1 | tee "$work/deb-install.log" # --version prints on stderr
 grep -q "systemd is not running here" "$work/deb-install.log" || fail "postinst did not explain the missing systemd"
 grep -q "version $version" "$work/deb-install.log" || fail "nvidia_gpu_exporter --version after the deb install"
+grep -q "revision: $revision)" "$work/deb-install.log" || fail "the deb's --version does not name revision $revision"
 user_entry=$(chroot "$chroot_dir" getent passwd nvidia_gpu_exporter) || fail "no nvidia_gpu_exporter user"
 echo "user: $user_entry"
 IFS=: read -r _ _ uid _ _ home shell <<<"$user_entry"
@@ -210,6 +238,91 @@ in_chroot "${remove_lines[1]}"
 ! chroot "$chroot_dir" dpkg -s nvidia-gpu-exporter >/dev/null 2>&1 || fail "package still known to dpkg"
 [ ! -e "$chroot_dir/var/cache/nvidia_gpu_exporter" ] || fail "cache left after purge"
 echo "removed and purged cleanly"
+
+step "chroot: upgrade a stand-in of the Go exporter's packages (same name, 1.14.0) with apt-get install -y and rpm -U"
+# The stand-in has what the upgrade touches: the binary and the unit at the Go package's paths, and its scripts'
+# behaviour: post-install creates the user as the Go package does (useradd -r, shell /bin/false) and enables the
+# unit (here the symlink `systemctl enable` makes: systemctl is not in the chroot yet); post-remove deletes the user
+# on a real removal only. Ours must replace it in place (epoch 1, packaging/nfpm.yaml), keep that user (uid, gid,
+# entry) and the enablement, and install its own binary and unit.
+go=$work/go-package
+mkdir -p "$go/scripts"
+printf '#!/bin/sh\necho "nvidia_gpu_exporter, version 1.14.0 (Go stand-in)"\n' >"$go/nvidia_gpu_exporter"
+printf '[Unit]\nDescription=Nvidia GPU Exporter\n[Service]\nUser=nvidia_gpu_exporter\nExecStart=/usr/bin/nvidia_gpu_exporter\n[Install]\nWantedBy=multi-user.target\n' \
+    >"$go/nvidia_gpu_exporter.service"
+cat >"$go/scripts/postinstall.sh" <<'SH'
+#!/bin/sh
+set -e
+getent group nvidia_gpu_exporter >/dev/null || groupadd nvidia_gpu_exporter
+getent passwd nvidia_gpu_exporter >/dev/null || useradd -r -g nvidia_gpu_exporter -s /bin/false nvidia_gpu_exporter
+mkdir -p /etc/systemd/system/multi-user.target.wants
+ln -sf /usr/lib/systemd/system/nvidia_gpu_exporter.service /etc/systemd/system/multi-user.target.wants/
+SH
+cat >"$go/scripts/postremove.sh" <<'SH'
+#!/bin/sh
+set -e
+case "$1" in 0 | remove | purge) userdel -f nvidia_gpu_exporter || true ;; esac
+SH
+cat >"$go/nfpm.yaml" <<'YAML'
+name: nvidia-gpu-exporter
+arch: amd64
+platform: linux
+version: 1.14.0
+maintainer: Go package stand-in <ci@example.invalid>
+description: stand-in of the Go exporter's package
+contents:
+  - {src: nvidia_gpu_exporter, dst: /usr/bin/nvidia_gpu_exporter, file_info: {mode: 0755}}
+  - {src: nvidia_gpu_exporter.service, dst: /usr/lib/systemd/system/nvidia_gpu_exporter.service, file_info: {mode: 0644}}
+scripts: {postinstall: scripts/postinstall.sh, postremove: scripts/postremove.sh}
+YAML
+# For rpm -U in this Debian chroot: an rpm database that knows python3 and shadow-utils (Debian's own packages
+# stand in for them), so our rpm's dependencies resolve without --nodeps.
+cat >"$go/base.yaml" <<'YAML'
+name: ci-debian-base
+arch: amd64
+platform: linux
+version: 12.0.0
+maintainer: CI <ci@example.invalid>
+description: the chroot's python3 and user tools, for rpm's dependency check
+provides: ["python3 = 3.11.2", "shadow-utils = 4.13"]
+YAML
+(cd "$go" && for packager in deb rpm; do nfpm package -f nfpm.yaml -p "$packager" -t "$go/" >/dev/null; done &&
+    nfpm package -f base.yaml -p rpm -t "$go/" >/dev/null)
+cp "$go"/*.deb "$go"/*.rpm "$chroot_dir/tmp/release/"
+wants=/etc/systemd/system/multi-user.target.wants/nvidia_gpu_exporter.service
+check_upgrade() { # PACKAGER USER_ENTRY: ours replaced the stand-in and kept its user and enablement
+    [ "$(chroot "$chroot_dir" getent passwd nvidia_gpu_exporter)" = "$2" ] || fail "$1 upgrade: the user changed"
+    cmp "$chroot_dir/usr/lib/systemd/system/nvidia_gpu_exporter.service" deploy/systemd/nvidia_gpu_exporter.service ||
+        fail "$1 upgrade: the unit is not ours"
+    [ "$(readlink "$chroot_dir$wants")" = /usr/lib/systemd/system/nvidia_gpu_exporter.service ] ||
+        fail "$1 upgrade: the enablement was lost"
+    cmp "$chroot_dir/usr/bin/nvidia_gpu_exporter" "$pex" || fail "$1 upgrade: the binary is not ours"
+}
+in_chroot "apt-get install -y ./nvidia-gpu-exporter_1.14.0_amd64.deb" >"$work/go-deb.log" 2>&1 ||
+    { cat "$work/go-deb.log"; fail "the Go stand-in deb did not install"; }
+go_user=$(chroot "$chroot_dir" getent passwd nvidia_gpu_exporter) || fail "the Go stand-in created no user"
+in_chroot "$(block go-upgrade-deb)" >"$work/upgrade-deb.log" 2>&1 ||
+    { cat "$work/upgrade-deb.log"; fail "apt-get install -y did not upgrade the Go stand-in"; }
+grep -F "Unpacking nvidia-gpu-exporter (1:${version}-1) over (1.14.0)" "$work/upgrade-deb.log" ||
+    { cat "$work/upgrade-deb.log"; fail "apt-get did not upgrade in place"; }
+check_upgrade deb "$go_user"
+in_chroot "apt-get purge -y nvidia-gpu-exporter >/dev/null"
+rm -f "$chroot_dir$wants"
+rpm_in_chroot() { rpm --root "$chroot_dir" --dbpath /var/lib/rpm "$@"; }
+rpm_in_chroot --initdb
+rpm_in_chroot -i "$chroot_dir/tmp/release/ci-debian-base-12.0.0-1.x86_64.rpm"
+rpm_in_chroot -i "$chroot_dir/tmp/release/nvidia-gpu-exporter-1.14.0-1.x86_64.rpm"
+go_user=$(chroot "$chroot_dir" getent passwd nvidia_gpu_exporter) || fail "the Go stand-in rpm created no user"
+# INSTALL.md's command as written, with the chroot's root and database: `sudo rpm -U ./FILE`.
+read -r -a upgrade_rpm <<<"$(block go-upgrade-rpm)"
+[ "${#upgrade_rpm[@]}" = 4 ] && [ "${upgrade_rpm[*]:0:3}" = "sudo rpm -U" ] || fail "INSTALL.md go-upgrade-rpm: ${upgrade_rpm[*]}"
+rpm_in_chroot -U "$chroot_dir/tmp/release/${upgrade_rpm[3]#./}" || fail "rpm -U did not upgrade the Go stand-in"
+[ "$(rpm_in_chroot -q nvidia-gpu-exporter)" = "nvidia-gpu-exporter-${version}-1.x86_64" ] || fail "rpm -q after the upgrade"
+check_upgrade rpm "$go_user"
+rpm_in_chroot -e nvidia-gpu-exporter ci-debian-base
+! chroot "$chroot_dir" getent passwd nvidia_gpu_exporter >/dev/null || fail "rpm -e kept the user"
+rm -rf "$chroot_dir/var/lib/rpm" "$chroot_dir$wants" "$chroot_dir"/tmp/release/{nvidia-gpu-exporter_1.14.0_amd64.deb,*1.14.0*.rpm,ci-debian-base*}
+echo "the Go stand-in upgraded in place: deb and rpm, user ${go_user%%:*} and the enablement kept"
 
 step "chroot: INSTALL.md single-file"
 in_chroot "$(block single-file)" 2>&1 | grep "version $version" # --version prints on stderr
@@ -252,6 +365,7 @@ buildah "${buildah_args[@]}" commit -q "$base" localhost/bookworm-python:ci >/de
 buildah "${buildah_args[@]}" bud --isolation chroot --network host --layers=false \
     -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
     --build-arg BUILDER_IMAGE=localhost/bookworm-python:ci --build-arg RUNTIME_IMAGE=localhost/bookworm-python:ci \
+    --build-arg REVISION="$revision" \
     -f deploy/docker/Dockerfile -t localhost/nvidia-gpu-exporter:ci "$work/src" >"$work/image.log" 2>&1 || {
     cat "$work/image.log"
     fail "image build"
@@ -263,14 +377,19 @@ echo "image config: $config"
 image_ctr=$(buildah "${buildah_args[@]}" from localhost/nvidia-gpu-exporter:ci)
 image_uid=$(buildah "${buildah_args[@]}" run --isolation chroot "$image_ctr" -- id -u) # id: the stand-in base only
 [ "$image_uid" = 65534 ] || fail "the image runs as uid $image_uid"
+buildah "${buildah_args[@]}" run --isolation chroot "$image_ctr" -- /usr/bin/python3 -m nvidia_gpu_exporter --version \
+    2>&1 | grep -F "revision: $revision)" || fail "the image's --version does not name revision $revision"
+# Port 0: the exporter binds a free port and logs it, so what is scraped is this exporter, never another process.
 buildah "${buildah_args[@]}" run --isolation chroot --network host "$image_ctr" -- \
-    /usr/bin/python3 -m nvidia_gpu_exporter --collect.backend=demo --web.listen-address=127.0.0.1:19835 \
+    /usr/bin/python3 -m nvidia_gpu_exporter --collect.backend=demo --web.listen-address=127.0.0.1:0 \
     >"$work/image-run.log" 2>&1 &
 exporter_pid=$!
+port=$(listening_port "$work/image-run.log" "$exporter_pid") || fail "the image's exporter did not start listening"
 for _ in $(seq 100); do
-    if curl -fsS http://127.0.0.1:19835/metrics -o "$work/image-metrics.txt" 2>/dev/null; then break; fi
+    if curl -fsS "http://127.0.0.1:$port/metrics" -o "$work/image-metrics.txt" 2>/dev/null; then break; fi
     sleep 0.2
 done
+kill -0 "$exporter_pid" 2>/dev/null || fail "the image's exporter exited: $(cat "$work/image-run.log")"
 grep -q '^nvidia_smi_gpu_info{' "$work/image-metrics.txt" || {
     cat "$work/image-run.log"
     fail "the image served no GPU metrics"
@@ -310,12 +429,14 @@ done
 attribution_run=(buildah "${buildah_args[@]}" run --isolation chroot --network host --user 0:0
     -v "$kubelet_dir:/var/lib/kubelet/pod-resources:ro" "$image_ctr" --)
 "${attribution_run[@]}" /usr/bin/python3 -m nvidia_gpu_exporter --collect.backend=demo \
-    --web.listen-address=127.0.0.1:19836 --kubernetes.pod-resources >"$work/image-attribution.log" 2>&1 &
+    --web.listen-address=127.0.0.1:0 --kubernetes.pod-resources >"$work/image-attribution.log" 2>&1 &
 exporter_pid=$!
+port=$(listening_port "$work/image-attribution.log" "$exporter_pid") || fail "the attribution exporter did not start"
 for _ in $(seq 100); do
-    if curl -fsS http://127.0.0.1:19836/metrics -o "$work/image-attribution.txt" 2>/dev/null; then break; fi
+    if curl -fsS "http://127.0.0.1:$port/metrics" -o "$work/image-attribution.txt" 2>/dev/null; then break; fi
     sleep 0.2
 done
+kill -0 "$exporter_pid" 2>/dev/null || fail "the attribution exporter exited: $(cat "$work/image-attribution.log")"
 pod_series='^nvidia_smi_gpu_pod_info\{container="trainer",mig_uuid="",namespace="ml",pod="train-0",uuid="[0-9a-f-]+"\} 1$'
 if ! grep -E "$pod_series" "$work/image-attribution.txt" ||
     ! grep -Fx 'nvidia_smi_kubernetes_attribution_up{reason=""} 1' "$work/image-attribution.txt"; then
@@ -323,7 +444,7 @@ if ! grep -E "$pod_series" "$work/image-attribution.txt" ||
     grep -E '^nvidia_smi_(gpu_pod_info|kubernetes_attribution)' "$work/image-attribution.txt" || true
     fail "the image did not attribute the demo GPU to the fake kubelet's pod"
 fi
-curl -fsS http://127.0.0.1:19836/-/attribution | python3 -c '
+curl -fsS "http://127.0.0.1:$port/-/attribution" | python3 -c '
 import json, sys
 answer = json.load(sys.stdin)
 assert answer["pod_resources"]["up"] is True, answer["pod_resources"]
@@ -334,7 +455,7 @@ print("/-/attribution: pod_resources up,", pods)'
 # its socket check reaches the kubelet and its exporter check the exporter above. No driver here: exit 2.
 doctor_status=0
 "${attribution_run[@]}" nvidia_gpu_exporter doctor --json --no-kubernetes \
-    --exporter-url=http://127.0.0.1:19836/metrics >"$work/doctor.json" 2>"$work/doctor.log" || doctor_status=$?
+    --exporter-url="http://127.0.0.1:$port/metrics" >"$work/doctor.json" 2>"$work/doctor.log" || doctor_status=$?
 python3 - "$work/doctor.json" "$doctor_status" <<'PY' || { cat "$work/doctor.json" "$work/doctor.log"; fail "doctor in the image"; }
 import json, sys
 report = json.load(open(sys.argv[1]))
