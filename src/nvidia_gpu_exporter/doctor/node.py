@@ -21,7 +21,7 @@ from typing import Any
 
 from nvidia_gpu_exporter.backends.exec.command import CommandSplitError, split_command
 from nvidia_gpu_exporter.backends.exec.output import CsvShapeError, parse_cuda_version, parse_gpu_csv
-from nvidia_gpu_exporter.backends.exec.runner import SubprocessRunner
+from nvidia_gpu_exporter.backends.exec.runner import run_once
 from nvidia_gpu_exporter.config import DEFAULT_NVIDIA_SMI_COMMAND, DEFAULT_PORT
 from nvidia_gpu_exporter.doctor.report import CheckResult, Status
 from nvidia_gpu_exporter.health.source import KernelXidSource
@@ -31,7 +31,6 @@ from nvidia_gpu_exporter.model.pci import smi_bus_id
 from nvidia_gpu_exporter.model.pcibus import NO_DRIVER, PciFunction
 from nvidia_gpu_exporter.model.snapshot import KernelLogState, XidRecord
 from nvidia_gpu_exporter.model.xids import Severity, describe
-from nvidia_gpu_exporter.support.asynctimeout import within_timeout
 from nvidia_gpu_exporter.web.routes import DEFAULT_TELEMETRY_PATH
 
 DEFAULT_EXPORTER_URL = f"http://127.0.0.1:{DEFAULT_PORT}{DEFAULT_TELEMETRY_PATH}"
@@ -108,10 +107,7 @@ def check_driver(options: NodeOptions) -> CheckResult:
 def _run_smi(argv: Sequence[str], args: Sequence[str], timeout: float) -> str:
     """One nvidia-smi run through the exporter's own runner: on the timeout its whole process group is killed
     (a wrapper's children too, not only the direct child), and its output is bounded by the same cap."""
-    try:
-        result = asyncio.run(within_timeout(SubprocessRunner(argv).run(args), timeout))
-    except asyncio.TimeoutError:
-        raise RuntimeError(f"no answer within {timeout:g}s (killed)") from None
+    result = run_once(argv, args, timeout)
     if not result.ok:
         raise RuntimeError(result.describe_failure())
     return result.stdout

@@ -44,6 +44,7 @@ from typing import Any, Protocol
 
 from nvidia_gpu_exporter.backends.exec.output import excerpt
 from nvidia_gpu_exporter.model.snapshot import StuckChildren
+from nvidia_gpu_exporter.support.asynctimeout import within_timeout
 
 log = logging.getLogger(__name__)
 
@@ -433,3 +434,16 @@ class SubprocessRunner:
         child.close()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.sleep(0)  # let the pipes' closing callbacks run before a caller closes the loop
+
+
+def run_once(argv: Sequence[str], args: Sequence[str], timeout: float) -> RunResult:
+    """One run outside any event loop (the doctor, the capture recorder), bounded as the exporter's are: at the
+    timeout the child's whole process group is killed and the run fails with ``start_error`` saying so."""
+
+    async def bounded() -> RunResult:
+        try:
+            return await within_timeout(SubprocessRunner(argv).run(args), timeout)
+        except asyncio.TimeoutError:
+            return RunResult("", "", NO_EXIT_STATUS, start_error=f"no answer within {timeout:g}s (killed)")
+
+    return asyncio.run(bounded())
