@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import MIG_FIXTURE, fake_smi_command
+from harness import MIG_FIXTURE, REPO, fake_smi_command
 from nvidia_gpu_exporter.capture.format import load_capture
 from nvidia_gpu_exporter.fakesmi import record
 
@@ -74,3 +74,11 @@ def test_appending_a_state_the_capture_has_is_refused(tmp_path: Path, capsys: py
     assert record.main(["--output", str(output), "--append", "--state", "load", "--nvidia-smi-command", machine]) == 1
     assert "already has the state 'load'" in capsys.readouterr().err
     assert output.read_bytes() == MIG_FIXTURE.read_bytes()
+
+
+def test_the_documented_command_is_installed() -> None:
+    """README.md and docs/fake-nvidia-smi.md name `nvidia-gpu-exporter-capture`: pyproject.toml must install it."""
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    assert 'nvidia-gpu-exporter-capture = "nvidia_gpu_exporter.fakesmi.record:main"' in pyproject
+    for doc in ("README.md", "docs/fake-nvidia-smi.md"):
+        assert "nvidia-gpu-exporter-capture --output my-machine.txt --state load --append" in (REPO / doc).read_text()
