@@ -42,18 +42,22 @@ class BuildInfoHook(BuildHookInterface):  # type: ignore[type-arg]
         root = Path(self.root)
         buildinfo = _buildinfo(root)
         info = buildinfo.from_source(root, os.environ)
-        if not info.known:
-            return  # an sdist's own file (or none) stays as it is
-        directory = self._directory = Path(tempfile.mkdtemp(prefix="nvidia-gpu-exporter-build-"))
-        path = directory / buildinfo.FILE_NAME
-        path.write_text(info.to_json(), encoding="utf-8")
-        path.chmod(0o644)
-        inside = (
-            f"nvidia_gpu_exporter/{buildinfo.FILE_NAME}"
-            if self.target_name == "wheel"
-            else f"{PACKAGE}/{buildinfo.FILE_NAME}"
-        )
-        build_data["force_include"][str(path)] = inside
+        in_tree = root / PACKAGE / buildinfo.FILE_NAME  # an sdist's record
+        if info.known:
+            directory = self._directory = Path(tempfile.mkdtemp(prefix="nvidia-gpu-exporter-build-"))
+            source = directory / buildinfo.FILE_NAME
+            source.write_text(info.to_json(), encoding="utf-8")
+            source.chmod(0o644)
+        elif in_tree.is_file() and self.target_name == "wheel":
+            source = in_tree
+        else:
+            return
+        # Always added here, never as an ordinary package file (the wheel target excludes it), so a wheel built
+        # from the sdist lays its files out exactly as one built from the checkout.
+        if self.target_name == "wheel":
+            build_data["force_include"][str(source)] = f"nvidia_gpu_exporter/{buildinfo.FILE_NAME}"
+        else:
+            build_data["force_include"][str(source)] = f"{PACKAGE}/{buildinfo.FILE_NAME}"
 
     def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
         if self._directory is not None:
