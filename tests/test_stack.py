@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
-from deploy_helpers import DEPLOY, JOB, RULES_FILE, binary
+from deploy_helpers import DEPLOY, JOB, RULES_FILE, binary, skip_reason
 from harness import REPO
 from nvidia_gpu_exporter import __version__, app
 
@@ -112,7 +112,7 @@ def test_the_stack_pins_the_exporter_version_of_the_package() -> None:
 
 
 def compose_schema() -> dict[str, Any]:
-    pytest.importorskip("check_jsonschema", reason="check-jsonschema (it vendors the compose-spec schema) is absent")
+    pytest.importorskip("check_jsonschema", reason=skip_reason("check-jsonschema (it vendors the compose-spec schema)"))
     from importlib.resources import files
 
     schema: dict[str, Any] = json.loads(
@@ -122,7 +122,7 @@ def compose_schema() -> dict[str, Any]:
 
 
 def schema_errors(document: Any) -> list[str]:
-    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema = pytest.importorskip("jsonschema", reason=skip_reason("jsonschema"))
     validator = jsonschema.Draft202012Validator(compose_schema())
     return [f"{'/'.join(map(str, error.path))}: {error.message}" for error in validator.iter_errors(document)]
 
@@ -244,13 +244,13 @@ def test_prometheus_scrapes_the_exporter_under_the_job_the_rules_expect(name: st
 
 
 def test_amtool_checks_the_alertmanager_config() -> None:
-    amtool = binary("amtool", "prometheus-alertmanager-amtool")
+    amtool = binary("amtool")
     result = run_tool(amtool, "check-config", COMPOSE / "alertmanager" / "alertmanager.yml")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_amtool_rejects_a_route_to_an_unknown_receiver(tmp_path: Path) -> None:
-    amtool = binary("amtool", "prometheus-alertmanager-amtool")
+    amtool = binary("amtool")
     config = load_yaml(COMPOSE / "alertmanager" / "alertmanager.yml")
     config["route"]["receiver"] = "nobody"
     path = tmp_path / "alertmanager.yml"
@@ -358,10 +358,15 @@ def test_dashboards_pick_the_provisioned_datasource_type(board: Path) -> None:
 # Windows: the scripts, their data and the WinSW services
 
 
+def powershell_parser() -> Any:
+    reason = skip_reason("tree-sitter and tree-sitter-powershell (the PowerShell grammar)")
+    tree_sitter = pytest.importorskip("tree_sitter", reason=reason)
+    grammar = pytest.importorskip("tree_sitter_powershell", reason=reason)
+    return tree_sitter.Parser(tree_sitter.Language(grammar.language()))
+
+
 def powershell_errors(source: bytes) -> list[str]:
-    tree_sitter = pytest.importorskip("tree_sitter")
-    grammar = pytest.importorskip("tree_sitter_powershell")
-    parser = tree_sitter.Parser(tree_sitter.Language(grammar.language()))
+    parser = powershell_parser()
     errors: list[str] = []
     stack_nodes = [parser.parse(source).root_node]
     while stack_nodes:
@@ -391,6 +396,65 @@ def test_powershell_file_parses(script: Path) -> None:
 )
 def test_powershell_parse_check_rejects_broken_code(source: str) -> None:
     assert powershell_errors(source.encode()) != []
+
+
+# PowerShell's automatic variables that a script must not assign (read-only ones throw, the others break the
+# script silently): about_Automatic_Variables.
+AUTOMATIC_VARIABLES = {
+    "_", "args", "error", "executioncontext", "home", "host", "input", "iscoreclr", "islinux", "ismacos",
+    "iswindows", "myinvocation", "pid", "profile", "pscommandpath", "pshome", "psitem", "psscriptroot",
+    "psversiontable", "shellid", "this",
+}  # fmt: skip
+# "$name:" in an expandable string is a drive-qualified variable (like $env:X) missing its name: a parse error
+# in PowerShell that the grammar accepts. "${name}:" or "$($name):" is meant.
+_DRIVE_WITHOUT_NAME = re.compile(r"(?<![`$])\$[A-Za-z_]\w*:(?![\w{])")
+
+
+def powershell_pitfalls(source: bytes) -> list[str]:
+    """What PowerShell refuses or mis-runs although the grammar parses it."""
+    parser = powershell_parser()
+    problems: list[str] = []
+    nodes = [parser.parse(source).root_node]
+    while nodes:
+        node = nodes.pop()
+        nodes.extend(node.children)
+        line = node.start_point[0] + 1
+        targets = []
+        if node.type == "left_assignment_expression":
+            targets = [node]
+        elif node.type in {"foreach_statement", "script_parameter"}:
+            targets = [child for child in node.children if child.type == "variable"][:1]
+        for target in targets:
+            name = (target.text or b"").decode().strip().lstrip("$").lower()
+            if name in AUTOMATIC_VARIABLES:
+                problems.append(f"line {line}: assigns the automatic variable ${name}")
+        if node.type == "expandable_string_literal":
+            for match in _DRIVE_WITHOUT_NAME.finditer((node.text or b"").decode()):
+                problems.append(f"line {line}: {match.group()} needs ${{}} around the variable name")
+    return problems
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.name)
+def test_powershell_script_avoids_what_powershell_refuses(script: Path) -> None:
+    assert powershell_pitfalls(script.read_bytes()) == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["$home = Join-Path $a 'b'", "foreach ($input in $items) { }", 'throw "$path: not found"'],
+    ids=["assigns-home", "loops-over-input", "drive-without-name"],
+)
+def test_powershell_pitfall_check_finds_each_pitfall(source: str) -> None:
+    assert len(powershell_pitfalls(source.encode())) == 1
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["$grafanaHome = 1", 'Write-Host "${path}: $env:TEMP $($x): done"'],
+    ids=["ordinary-variable", "delimited-names"],
+)
+def test_powershell_pitfall_check_accepts_correct_code(source: str) -> None:
+    assert powershell_pitfalls(source.encode()) == []
 
 
 def _lookup(data: dict[str, Any], path: list[str]) -> bool:
