@@ -178,7 +178,7 @@ def alertmanager_config() -> dict[str, Any]:
 
 PROMETHEUS_CONFIG_DIR = "/etc/prometheus"
 GRAFANA_PROVISIONING = "/etc/grafana/provisioning"
-GRAFANA_DASHBOARDS_DIR = "/var/lib/grafana/dashboards"
+GRAFANA_DASHBOARDS_DIR = "/etc/grafana/dashboards"  # outside the grafana-data volume
 ALERTMANAGER_CONFIG = "/etc/alertmanager/alertmanager.yml"
 
 
