@@ -124,7 +124,7 @@ def prometheus_config(exporter: str, alertmanager: str | None) -> dict[str, Any]
         config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}
     config["scrape_configs"] = [
         {"job_name": JOB, "static_configs": [{"targets": [exporter]}]},
-        {"job_name": "prometheus", "static_configs": [{"targets": [f"localhost:{PROMETHEUS_PORT}"]}]},
+        {"job_name": "prometheus", "static_configs": [{"targets": [f"127.0.0.1:{PROMETHEUS_PORT}"]}]},
     ]
     return config
 

@@ -484,6 +484,20 @@ def test_the_installer_fills_in_every_placeholder_of_the_templates() -> None:
     assert ".Replace($Stack.InstallToken, $InstallDir).Replace($Stack.DataToken, $DataDir)" in script
 
 
+@pytest.mark.parametrize(
+    "name", ["grafana/dashboards/nvidia-gpu-exporter.yaml", "grafana/datasources/prometheus.yaml", "prometheus.yml"]
+)
+def test_yaml_templates_stay_valid_with_windows_folders_filled_in(name: str) -> None:
+    """The installer's plain text replacement: a folder with spaces and backslashes must stay one YAML string."""
+    install, data = r"C:\Program Files\nvidia-gpu-exporter", r"C:\ProgramData\nvidia-gpu-exporter"
+    text = (WINDOWS / name).read_text(encoding="utf-8")
+    filled = yaml.safe_load(text.replace(stack.INSTALL_TOKEN, install).replace(stack.DATA_TOKEN, data))
+    expected = yaml.safe_load(text)
+    if name.startswith("grafana/dashboards"):
+        expected["providers"][0]["options"]["path"] = install + r"\grafana\dashboards"
+    assert filled == expected
+
+
 @pytest.mark.parametrize("item", stack.DOWNLOADS, ids=lambda item: item.name)
 def test_each_download_is_pinned_by_version_and_digest(item: Any) -> None:
     version = {"prometheus": stack.PROMETHEUS_VERSION, "grafana": stack.GRAFANA_VERSION, "winsw": stack.WINSW_VERSION}
