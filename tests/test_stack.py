@@ -29,9 +29,20 @@ from typing import Any
 import pytest
 import yaml
 
-from deploy_helpers import DEPLOY, JOB, RULES_FILE, binary, skip_reason
-from harness import REPO
+from deploy_helpers import (
+    DEPLOY,
+    JOB,
+    RULES_FILE,
+    alertmanager,
+    binary,
+    get_json,
+    prometheus,
+    skip_reason,
+    wait_target_up,
+)
+from harness import REPO, start_exporter
 from nvidia_gpu_exporter import __version__, app
+from polling import wait_until
 
 COMPOSE = DEPLOY / "compose"
 INSTALL = REPO / "install"
@@ -264,6 +275,40 @@ def test_prometheus_sends_alerts_to_the_compose_alertmanager() -> None:
         "alertmanagers": [{"static_configs": [{"targets": [f"alertmanager:{stack.ALERTMANAGER_PORT}"]}]}]
     }
     assert "alertmanager" in compose_file()["services"]
+
+
+def test_the_compose_configs_wire_the_exporter_prometheus_and_alertmanager_together(tmp_path: Path) -> None:
+    """The stack's own Prometheus and Alertmanager configs, run for real, targets moved to loopback ports: the
+    rules load, the exporter's target is up under the rules' job, and Prometheus finds the Alertmanager."""
+    binary("prometheus")
+    config = load_yaml(COMPOSE / "prometheus" / "prometheus.yml")
+    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    config["scrape_configs"] = [job for job in config["scrape_configs"] if job["job_name"] == JOB]
+    rules = {f"rules/{RULES_FILE.name}": RULES_FILE.read_text(encoding="utf-8")}
+    (tmp_path / "prometheus" / "rules").mkdir(parents=True)
+    handle = start_exporter(compose_file()["services"]["nvidia_gpu_exporter"]["command"])
+    try:
+        config["scrape_configs"][0]["static_configs"] = [{"targets": [handle.address]}]
+        with alertmanager(load_yaml(COMPOSE / "alertmanager" / "alertmanager.yml"), tmp_path / "alertmanager") as am:
+            config["alerting"]["alertmanagers"][0]["static_configs"] = [{"targets": [f"127.0.0.1:{am.port}"]}]
+            with prometheus(config, tmp_path / "prometheus", rules) as prom:
+                groups = get_json(prom.url + "/api/v1/rules")["data"]["groups"]
+                expected = load_yaml(RULES_FILE)["groups"]
+                assert [(group["name"], len(group["rules"])) for group in groups] == [
+                    (group["name"], len(group["rules"])) for group in expected
+                ]
+                wait_target_up(prom, JOB)
+                wait_until(
+                    lambda: any(
+                        f"127.0.0.1:{am.port}" in manager["url"]
+                        for manager in get_json(prom.url + "/api/v1/alertmanagers")["data"]["activeAlertmanagers"]
+                    ),
+                    "Prometheus to find the Alertmanager",
+                    timeout=60,
+                    interval=0.2,
+                )
+    finally:
+        handle.stop()
 
 
 # --------------------------------------------------------------------------------------------------------------
