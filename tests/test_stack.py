@@ -520,6 +520,15 @@ def test_every_stack_value_a_script_reads_exists(script: Path) -> None:
     assert [ref for ref in sorted(references) if not _lookup(data, ref.lstrip(".").split("."))] == []
 
 
+@pytest.mark.parametrize(
+    "path", [*SCRIPTS, *(path for path in sorted(WINDOWS.rglob("*")) if path.is_file())], ids=lambda path: path.name
+)
+def test_windows_files_are_ascii(path: Path) -> None:
+    """Windows PowerShell 5.1 reads a script, and Get-Content a template, without a BOM in the ANSI code page."""
+    text = path.read_bytes()
+    assert [(number, line) for number, line in enumerate(text.splitlines(), 1) if not line.isascii()] == []
+
+
 def test_the_installer_fills_in_every_placeholder_of_the_templates() -> None:
     script = (INSTALL / "windows-all-in-one.ps1").read_text(encoding="utf-8")
     used = {
