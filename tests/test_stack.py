@@ -502,6 +502,66 @@ def test_powershell_pitfall_check_accepts_correct_code(source: str) -> None:
     assert powershell_pitfalls(source.encode()) == []
 
 
+def guarded_commands(source: bytes, name: str, mentioning: str = "") -> list[tuple[int, set[str]]]:
+    """Each call of the command ``name`` (whose arguments mention ``mentioning``): its line, and what it runs under:
+    the conditions of the `if` branches around it (not their `else`) and ``function NAME`` of its function."""
+    calls = []
+    nodes = [powershell_parser().parse(source).root_node]
+    while nodes:
+        node = nodes.pop()
+        nodes.extend(node.children)
+        command_name = node.child_by_field_name("command_name") if node.type == "command" else None
+        if command_name is None or (command_name.text or b"").decode().lower() != name.lower():
+            continue
+        if mentioning.encode() not in (node.text or b""):
+            continue
+        guards = set()
+        child, parent = node, node.parent
+        while parent is not None:
+            if parent.type == "if_statement" and child.type == "statement_block":
+                guards.add((parent.child_by_field_name("condition").text or b"").decode())
+            if parent.type == "function_statement":
+                function = next(item for item in parent.children if item.type == "function_name")
+                guards.add(f"function {(function.text or b'').decode()}")
+            child, parent = parent, parent.parent
+        calls.append((node.start_point[0] + 1, guards))
+    return calls
+
+
+# What a script may do only when asked: (script, command, an argument it mentions, the guard it must run under).
+GUARDED = [
+    ("windows-uninstall.ps1", "Remove-Item", "$DataDir", "$RemoveData"),
+    ("windows-all-in-one.ps1", "New-NetFirewallRule", "", "function Set-FirewallRules"),
+    ("windows-all-in-one.ps1", "Set-FirewallRules", "", "$OpenFirewall"),
+]
+
+
+@pytest.mark.parametrize(
+    ("script", "command", "mentioning", "guard"),
+    GUARDED,
+    ids=["uninstall-keeps-data-unless-asked", "firewall-rules-in-one-function", "firewall-only-when-asked"],
+)
+def test_scripts_do_only_when_asked(script: str, command: str, mentioning: str, guard: str) -> None:
+    calls = guarded_commands((INSTALL / script).read_bytes(), command, mentioning)
+    assert calls
+    assert [line for line, guards in calls if guard not in guards] == []
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("if ($RemoveData) { Remove-Item $DataDir }", [{"$RemoveData"}]),
+        ("if ($RemoveData) { } else { Remove-Item $DataDir }", [set()]),
+        ("Remove-Item $DataDir", [set()]),
+        ("function F { if ($A) { if ($B) { Remove-Item $DataDir } } }", [{"$A", "$B", "function F"}]),
+        ("Remove-Item $Other", []),
+    ],
+    ids=["guarded", "in-the-else-branch", "unguarded", "nested", "other-argument"],
+)
+def test_guarded_commands_sees_the_conditions_around_a_call(source: str, expected: list[set[str]]) -> None:
+    assert [guards for _line, guards in guarded_commands(source.encode(), "remove-item", "$DataDir")] == expected
+
+
 def _lookup(data: dict[str, Any], path: list[str]) -> bool:
     value: Any = data
     for key in path:
