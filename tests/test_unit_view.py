@@ -7,6 +7,7 @@ GPU or process reports, and every reported text must reach the page HTML-escaped
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
 from typing import Any
 
@@ -234,3 +235,32 @@ def test_sparkline_draws_one_vertex_per_point(points: list[float | None], drawn:
     else:
         vertices = svg.split('points="')[1].split('"')[0].split()
         assert len(vertices) == drawn
+
+
+# -- accessibility: the colours the stylesheet promises (docs/view.md) ---------------------------------------
+
+
+def _luminance(colour: str) -> float:
+    channels = [int(colour[index : index + 2], 16) / 255 for index in (1, 3, 5)]
+    linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def _contrast(one: str, other: str) -> float:
+    high, low = sorted((_luminance(one), _luminance(other)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def _schemes() -> list[dict[str, str]]:
+    style = (resources.files("nvidia_gpu_exporter.web") / "assets" / "view.css").read_text(encoding="utf-8")
+    blocks = re.findall(r":root\s*\{([^}]*)\}", style)
+    return [dict(re.findall(r"--([a-z]+):\s*(#[0-9a-fA-F]{6})", block)) for block in blocks]
+
+
+@pytest.mark.parametrize("scheme", [pytest.param(0, id="light"), pytest.param(1, id="dark")])
+@pytest.mark.parametrize("colour", ["fg", "mute", "hot", "ok", "accent"])
+def test_text_colours_meet_wcag_aa_contrast(scheme: int, colour: str) -> None:
+    schemes = _schemes()
+    assert len(schemes) == 2
+    palette = schemes[scheme]
+    assert _contrast(palette[colour], palette["bg"]) >= 4.5
