@@ -5,7 +5,8 @@ shows, nothing is fetched from outside the exporter, the console stays free of e
 phone's width. Screenshots go to ``$CI_ARTIFACTS/screenshots`` (``build/screenshots`` without it).
 
 Run by ``.ci/steps/80-browser.sh``, which installs Chromium and Playwright; elsewhere it skips, saying which
-is missing. No browser is downloaded: Playwright drives ``/usr/bin/chromium``.
+is missing. No browser is downloaded: Playwright drives Debian's ``/usr/bin/chromium-headless-shell`` (or
+``/usr/bin/chromium``, or ``$CHROMIUM``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import pytest
 
 from harness import REPO, Exporter, start_exporter
 
-CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
+# Debian's Chromium: its headless shell (a smaller package, no GTK) or the full browser, or $CHROMIUM.
+CANDIDATES = (Path("/usr/bin/chromium-headless-shell"), Path("/usr/bin/chromium"))
+CHROMIUM = Path(os.environ.get("CHROMIUM") or next((path for path in CANDIDATES if path.is_file()), CANDIDATES[0]))
 playwright_sync = pytest.importorskip(
     "playwright.sync_api", reason="Playwright is not installed (.ci/steps/80-browser.sh installs it)"
 )
