@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 
 from nvidia_gpu_exporter.history import POINTS_PER_GPU, History
+from nvidia_gpu_exporter.model.kubernetes import GpuPod, KubernetesAttribution, ProcessPod
 from nvidia_gpu_exporter.model.snapshot import (
     Attempt,
     GpuTable,
@@ -172,6 +173,26 @@ def test_a_long_text_is_cut() -> None:
     long = "x" * (MAX_TEXT * 4)
     gpu = _document(_snapshot((_row(0, long),), (ProcessRow("GPU-0000", "1", long, "1 MiB"),)))["gpus"][0]
     assert len(gpu["name"]) == len(gpu["processes"][0]["name"]) == MAX_TEXT
+
+
+def test_with_attribution_the_pods_and_process_pods_are_listed() -> None:
+    attribution = KubernetesAttribution(
+        None,
+        gpu_pods=(GpuPod("0000", "", "ml", "trainer-0", "main", "nvidia.com/gpu", "GPU-0000"),),
+        processes=(ProcessPod("0000", "17", pod_uid="uid-1", container_id="c-1"),),
+    )
+    document = _document(
+        _snapshot((_row(0), _row(1)), (ProcessRow("GPU-0000", "17", "python", "1 MiB"),), kubernetes=attribution)
+    )
+    _valid(document)
+    first, second = document["gpus"]
+    assert document["attribution"] is True
+    assert first["pods"] == [{"namespace": "ml", "pod": "trainer-0", "container": "main", "mig_uuid": ""}]
+    assert (first["processes"][0]["pod_uid"], first["processes"][0]["container_id"]) == ("uid-1", "c-1")
+    assert second["pods"] == []
+    page = landing_page(SETTINGS, document)
+    assert "<td>trainer-0</td>" in page
+    assert "<td>uid-1</td>" in page
 
 
 # -- the page -----------------------------------------------------------------------------------------------
