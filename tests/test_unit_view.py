@@ -169,6 +169,33 @@ def test_lists_are_bounded(given: tuple[int, int], shown: tuple[int, int, int, i
     _valid(document)
 
 
+MAX_JSON_BYTES = 2 * 1024 * 1024  # docs/view.md, "Bounds"
+MAX_PAGE_BYTES = 4 * 1024 * 1024
+
+
+def test_the_worst_case_document_and_page_stay_within_their_stated_size() -> None:
+    """Every list past its bound, every text past its length and made of ``<`` (escaping makes it 4 bytes)."""
+    worst = "<" * (MAX_TEXT * 2)
+    gpus = range(MAX_GPUS + 1)
+    rows = tuple(
+        (str(i), f"GPU-{i:04d}", worst, worst, "100 %", "1 MiB", "1 MiB", "100", "700.00 W", "Active", "Active")
+        for i in gpus
+    )
+    many = range(MAX_ROWS + 1)
+    processes = tuple(ProcessRow(f"GPU-{i:04d}", worst, worst, "1 MiB", worst, worst) for i in gpus for _ in many)
+    xids = tuple(XidRecord(f"GPU-{i:04d}", xid, 10**9, 1.7e9) for i in gpus for xid in many)
+    mig = tuple(MigDevice(f"GPU-{i:04d}", "MIG-" + worst, 10**6, 10**6, worst) for i in gpus for _ in many)
+    snapshot = _snapshot(rows, processes, xids=xids, extras=NvmlExtras(mig_devices=mig))
+    assert snapshot.attempt is not None
+    assert snapshot.attempt.readings is not None
+    history = History()
+    for step in range(POINTS_PER_GPU):
+        history.append(FIELDS, snapshot.attempt.readings, 1.7e9 + step + 0.123456)
+    document = _document(snapshot, history)
+    assert len(json.dumps(document, separators=(",", ":"))) <= MAX_JSON_BYTES
+    assert len(landing_page(SETTINGS, document).encode("utf-8")) <= MAX_PAGE_BYTES
+
+
 def test_a_long_text_is_cut() -> None:
     long = "x" * (MAX_TEXT * 4)
     gpu = _document(_snapshot((_row(0, long),), (ProcessRow("GPU-0000", "1", long, "1 MiB"),)))["gpus"][0]

@@ -53,14 +53,14 @@ def build_app(endpoint: MetricsEndpoint, settings: WebSettings, security: Securi
     app = web.Application(middlewares=[go_style_errors])
     if security is not None:
         security.install(app)
-    view = LiveView(endpoint.collector, endpoint.answer_within(None))
+    view = LiveView(endpoint.collector, endpoint.answer_within(None), lambda document: landing_page(settings, document))
 
     async def landing(request: web.Request) -> web.Response:
         """The live view, rendered from the latest collection (a HEAD renders nothing and collects nothing)."""
         if request.method == "HEAD":
             text = landing_page(settings)
         else:
-            text = await view.page(lambda document: landing_page(settings, document))
+            text = await view.page()
         return web.Response(text=text, content_type="text/html", charset="utf-8")
 
     async def view_json(_: web.Request) -> web.Response:

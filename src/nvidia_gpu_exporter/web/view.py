@@ -13,6 +13,7 @@ viewers, whatever their number.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -30,8 +31,8 @@ from nvidia_gpu_exporter.model.xids import describe
 
 SCHEMA_VERSION = 1
 MAX_GPUS = 64  # GPUs listed; more are counted in gpus_omitted
-MAX_ROWS = 64  # processes, pods, MIG devices and XID codes listed per GPU; more are counted as omitted
-MAX_TEXT = 256  # characters kept of any text a GPU, a process or the kubelet reports
+MAX_ROWS = 16  # processes, pods, MIG devices and XID codes listed per GPU; more are counted as omitted
+MAX_TEXT = 128  # characters kept of any text a GPU, a process or the kubelet reports
 REFRESH_SECONDS = 5.0  # synchronous mode: the view starts a collection only when the latest is older than this
 MIN_POLL_SECONDS = 2.0
 MAX_POLL_SECONDS = 60.0
@@ -226,16 +227,23 @@ def poll_seconds_for(collector: Collector) -> float:
 
 
 class LiveView:
-    """The view's document for the latest snapshot, built at most once per snapshot."""
+    """The view's document, its JSON and its page for the latest snapshot, built at most once per snapshot.
 
-    def __init__(self, collector: Collector, budget_seconds: float | None) -> None:
+    The build runs in a worker thread (two GPUs with a full history: about 13 ms; the bounded worst case:
+    about a second), one at a time, so the event loop keeps answering ``/-/healthy`` and scrapes meanwhile.
+    """
+
+    def __init__(
+        self, collector: Collector, budget_seconds: float | None, render: Callable[[dict[str, Any]], str]
+    ) -> None:
         self.collector = collector
         self.budget_seconds = budget_seconds
+        self.render = render
         self.poll_seconds = poll_seconds_for(collector)
         self._key: tuple[int, bool] | None = None
-        self._document: dict[str, Any] = {}
         self._json = b""
-        self._page: tuple[tuple[int, bool] | None, str] = (None, "")
+        self._page = ""
+        self._lock = asyncio.Lock()
 
     async def snapshot(self) -> Snapshot:
         """The latest snapshot, after a collection when it is older than :data:`REFRESH_SECONDS` (sync mode)."""
@@ -248,33 +256,33 @@ class LiveView:
             return latest
         return await collector.scrape(self.budget_seconds)
 
-    def _build(self, snapshot: Snapshot) -> None:
-        key = (snapshot.sequence, snapshot.attempt is not None)
-        if key == self._key:
-            return
+    def _build(self, snapshot: Snapshot, history: dict[str, dict[str, list[float | None]]]) -> tuple[bytes, str]:
         collector = self.collector
-        self._document = build_document(
+        document = build_document(
             snapshot,
             collector.backend.fields,
-            collector.history.series(),
+            history,
             poll_seconds=self.poll_seconds,
             points_per_gpu=collector.history.points,
             now=time.time(),
         )
-        self._json = json.dumps(self._document, separators=(",", ":"), ensure_ascii=True).encode("ascii")
-        self._key = key
+        encoded = json.dumps(document, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+        return encoded, self.render(document)
 
-    async def document(self) -> dict[str, Any]:
-        self._build(await self.snapshot())
-        return self._document
+    async def _current(self) -> None:
+        snapshot = await self.snapshot()
+        key = (snapshot.sequence, snapshot.attempt is not None)
+        async with self._lock:
+            if key == self._key:
+                return
+            history = self.collector.history.series()  # read on the loop, where the collector appends
+            self._json, self._page = await asyncio.to_thread(self._build, snapshot, history)
+            self._key = key
 
     async def json_bytes(self) -> bytes:
-        self._build(await self.snapshot())
+        await self._current()
         return self._json
 
-    async def page(self, render: Callable[[dict[str, Any]], str]) -> str:
-        """``render(document)``, done once per snapshot however many pages are opened."""
-        self._build(await self.snapshot())
-        if self._page[0] != self._key:
-            self._page = (self._key, render(self._document))
-        return self._page[1]
+    async def page(self) -> str:
+        await self._current()
+        return self._page
