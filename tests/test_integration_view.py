@@ -7,6 +7,7 @@ background collections, a hostile process name arrives escaped, and basic auth g
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 from collections.abc import Iterator
 from importlib import resources
@@ -18,7 +19,7 @@ import jsonschema
 import pytest
 
 from conftest import StartExporter
-from harness import FIXTURE_CAPTURES, Exporter, fake_smi_command, start_exporter
+from harness import FIXTURE_CAPTURES, Exporter, start_exporter
 from polling import wait_until
 
 SCHEMA: dict[str, Any] = json.loads(
@@ -77,7 +78,9 @@ def test_a_hostile_process_name_is_escaped_on_the_page(exporter: StartExporter, 
     capture = tmp_path / "hostile.txt"
     original = (FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt").read_text(encoding="utf-8")
     capture.write_text(original.replace("/usr/bin/python3", HOSTILE).replace("/usr/local/bin/jupyter-kernel", HOSTILE))
-    handle = exporter("--nvidia-smi-command", fake_smi_command(capture), "--collect.compute-apps")
+    config = tmp_path / "demo.yml"
+    config.write_text(f"capture: {capture}\n")  # replayed in-process by the demo backend: no child processes
+    handle = exporter("--collect.backend=demo", f"--demo-config={config}", "--collect.compute-apps")
     names = [process["name"] for gpu in _json(handle)["gpus"] for process in gpu["processes"]]
     assert HOSTILE in names  # the JSON carries the name as reported
     page = handle.scrape("/")
@@ -117,3 +120,17 @@ def test_a_view_in_synchronous_mode_reuses_a_fresh_collection(protected: Exporte
     """Viewers make nvidia-smi run at most once per refresh period, however many requests they send."""
     sequences = {_json(protected, _basic("viewer", PASSWORD))["collection"]["sequence"] for _ in range(5)}
     assert len(sequences) == 1
+
+
+def test_head_measures_the_page_last_served(demo: Exporter) -> None:
+    """HEAD collects and builds nothing, so its Content-Length is the page the last GET was given."""
+    body = demo.get("/").body
+    host, port = demo.address.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        connection.request("HEAD", "/")
+        reply = connection.getresponse()
+        assert reply.read() == b""
+        assert (reply.status, reply.getheader("Content-Length")) == (200, str(len(body)))
+    finally:
+        connection.close()

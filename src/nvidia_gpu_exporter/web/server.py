@@ -56,9 +56,9 @@ def build_app(endpoint: MetricsEndpoint, settings: WebSettings, security: Securi
     view = LiveView(endpoint.collector, endpoint.answer_within(None), lambda document: landing_page(settings, document))
 
     async def landing(request: web.Request) -> web.Response:
-        """The live view, rendered from the latest collection (a HEAD renders nothing and collects nothing)."""
+        """The live view, rendered from the latest collection (a HEAD collects and builds nothing)."""
         if request.method == "HEAD":
-            text = landing_page(settings)
+            text = view.cached_page() or landing_page(settings)
         else:
             text = await view.page()
         return web.Response(text=text, content_type="text/html", charset="utf-8")

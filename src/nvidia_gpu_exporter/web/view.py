@@ -286,3 +286,7 @@ class LiveView:
     async def page(self) -> str:
         await self._current()
         return self._page
+
+    def cached_page(self) -> str | None:
+        """The page last built, without collecting or building (what ``HEAD /`` measures); ``None`` before one."""
+        return self._page if self._key is not None else None
