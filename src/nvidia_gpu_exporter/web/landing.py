@@ -10,6 +10,7 @@ sparklines are inline, so the page works on an air-gapped node and under a stric
 from __future__ import annotations
 
 import html
+import json
 import time
 from collections.abc import Sequence
 from importlib import resources
@@ -209,7 +210,8 @@ def landing_page(settings: WebSettings, document: dict[str, Any] | None = None) 
         )
         view = (
             f'<section id="view" aria-labelledby="view-title" data-src="{VIEW_JSON_PATH}" '
-            f'data-poll-seconds="{document["poll_seconds"]:g}" data-hot-celsius="{HOT_CELSIUS:g}">\n'
+            f'data-poll-seconds="{document["poll_seconds"]:g}" data-hot-celsius="{HOT_CELSIUS:g}" '
+            f'data-rows="{_e(json.dumps([[label, key, unit, bool(series)] for label, key, unit, series in ROWS]))}">\n'
             '<h2 id="view-title">GPUs</h2>\n'
             f'<p id="health" role="status">{_health(document["collection"])}</p>\n'
             '<p id="update-status" class="mute" aria-live="polite"></p>\n'

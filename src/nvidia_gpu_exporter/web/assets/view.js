@@ -10,16 +10,8 @@
   var hot = Number(root.getAttribute("data-hot-celsius")) || 85;
   var status = document.getElementById("update-status");
   var wait = poll;
-  // label, key, unit, sparkline: the same rows as landing.py's ROWS
-  var ROWS = [
-    ["Utilization", "utilization_percent", "%", true],
-    ["Memory used", "memory_used_mib", "MiB", true],
-    ["Temperature", "temperature_celsius", "\u00b0C", true],
-    ["Power", "power_draw_watts", "W", true],
-    ["SM clock", "clocks_sm_mhz", "MHz", true],
-    ["Memory clock", "clocks_memory_mhz", "MHz", false],
-    ["Fan", "fan_percent", "%", false],
-  ];
+  // [label, key, unit, has a sparkline] per row, written once in landing.py (ROWS)
+  var ROWS = JSON.parse(root.getAttribute("data-rows") || "[]");
   var SVG = "http://www.w3.org/2000/svg";
   var W = 120;
   var H = 24;
