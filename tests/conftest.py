@@ -49,6 +49,8 @@ UNIT_MODULES: dict[str, tuple[str, ...]] = {
     "test_unit_fields": (),
     "test_unit_go_text": (),
     "test_unit_gofloat": (),
+    "test_unit_history": (),
+    "test_unit_view": (),
     "test_unit_naming": (),
     "test_unit_pci": (),
     "test_unit_smi_backend": (),
