@@ -9,5 +9,6 @@ READY_PATH = "/-/ready"
 ATTRIBUTION_PATH = "/-/attribution"  # served only with Kubernetes attribution on
 XIDS_PATH = "/-/xids"  # the XIDs known, with their meaning and what to do
 DCGM_HEALTH_PATH = "/health"  # dcgm-exporter's liveness route, served only under the DCGM profiles
+PROBE_PATH = "/probe"  # served only with --fleet.targets-file
 PPROF_PREFIX = "/debug/pprof"  # served only with --web.enable-pprof
 RESERVED_PATHS = (HEALTH_PATH, READY_PATH, XIDS_PATH)  # --web.telemetry-path may never take these

@@ -1,0 +1,200 @@
+"""Fleet mode against a real OpenSSH server (tests/sshd_helpers.py): ``GET /probe?target=<name>`` through one
+exporter, the remote command being the project's fake nvidia-smi replaying a capture.
+
+One sshd and one exporter serve the module: targets are names on that sshd with different commands, keys
+and known-hosts files. The exporter's own ``/metrics`` runs the same fake locally (``--nvidia-smi-command``),
+which is what "a local exporter on that host" serves for the same capture.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from harness import FIXTURE_CAPTURES, Exporter, fake_smi_command, process_gone, start_exporter
+from polling import wait_until
+from sshd_helpers import Sshd, running_sshd
+
+LINUX = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
+WINDOWS = FIXTURE_CAPTURES / "fixture-windows-1gpu.txt"
+# Per collection, not per capture: these two change with every run, locally and remotely alike.
+VARYING = re.compile(r"^nvidia_smi_last_collect_(duration|success_timestamp)_seconds .*$", re.MULTILINE)
+
+
+@dataclass
+class Fleet:
+    sshd: Sshd
+    exporter: Exporter
+    targets_file: Path
+    directory: Path
+
+    def probe(self, target: str) -> tuple[int, str]:
+        response = self.exporter.get(f"/probe?target={target}")
+        return response.status, response.body.decode("utf-8", "replace")
+
+
+def targets_yaml(sshd: Sshd, directory: Path, extra: Mapping[str, Mapping[str, object]] | None = None) -> str:
+    """The module's targets (JSON is YAML): one per case, all on the one sshd."""
+    # A hung nvidia-smi: a sleep (the fake's --delay is one too) whose pid the test can look up.
+    # The nvidia-smi arguments land after the `true` the exec never reaches.
+    hung = f"echo $$ > {sshd.shared / 'hung.pid'}; exec sleep 60; true"
+    targets: dict[str, Mapping[str, object]] = {
+        "linux": {"command": sshd.fake_smi("--capture", str(LINUX))},
+        "windows": {"command": sshd.fake_smi("--capture", str(WINDOWS))},
+        "hung": {"command": hung, "timeout": "1s"},
+        "refused": {"identity_file": str(sshd.stranger_key)},
+        "rekeyed": {"known_hosts": str(sshd.wrong_known_hosts)},
+        "upgraded": {"command": sshd.fake_smi("--config", str(sshd.shared / "upgraded.yaml"))},
+        **(extra or {}),
+    }
+    document = {
+        "defaults": {
+            "user": sshd.user,
+            "port": sshd.port,
+            "identity_file": str(sshd.client_key),
+            "known_hosts": str(sshd.known_hosts),
+            "timeout": "10s",
+            "connect_timeout": "5s",
+            "command": sshd.fake_smi("--capture", str(LINUX)),
+        },
+        "groups": {"loopback": {"targets": {name: {"host": "127.0.0.1", **t} for name, t in targets.items()}}},
+    }
+    return json.dumps(document, indent=1)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    directory = tmp_path_factory.mktemp("fleet")
+    with running_sshd() as sshd:
+        (sshd.shared / "upgraded.yaml").write_text(json.dumps({"capture": str(LINUX)}), encoding="utf-8")
+        targets_file = directory / "targets.yaml"
+        targets_file.write_text(targets_yaml(sshd, directory), encoding="utf-8")
+        (directory / "sysfs").mkdir()
+        exporter = start_exporter([
+            "--fleet.targets-file", str(targets_file),
+            "--nvidia-smi-command", fake_smi_command(LINUX),
+            "--collect.xid-source=off",
+            f"--collect.sysfs-path={directory / 'sysfs'}",
+        ])  # fmt: skip
+        try:
+            yield Fleet(sshd, exporter, targets_file, directory)
+        finally:
+            exporter.stop()
+
+
+def nvidia_smi_block(body: str) -> str:
+    """The ``nvidia_smi_*`` lines (HELP, TYPE and samples) in served order, the per-run values masked."""
+    lines = [line for line in body.splitlines() if re.match(r"^(# (HELP|TYPE) )?nvidia_smi_", line)]
+    return VARYING.sub(r"nvidia_smi_last_collect_\1_seconds <varies>", "\n".join(lines))
+
+
+def sample(body: str, name: str) -> str:
+    match = re.search(rf"^{name} (\S+)$", body, re.MULTILINE)
+    assert match is not None, f"no {name} in:\n{body[:3000]}"
+    return match.group(1)
+
+
+def test_probe_serves_the_local_exporters_nvidia_smi_block_byte_for_byte(fleet: Fleet) -> None:
+    status, probed = fleet.probe("linux")
+    assert status == 200, probed
+    local = fleet.exporter.scrape("/metrics")
+    assert nvidia_smi_block(probed) == nvidia_smi_block(local)
+    assert sample(probed, "probe_success") == "1"
+
+
+def test_targets_on_one_host_run_their_own_commands(fleet: Fleet) -> None:
+    _, linux = fleet.probe("linux")
+    status, windows = fleet.probe("windows")
+    assert status == 200, windows
+    assert sample(windows, "probe_success") == "1"
+    assert 'driver_model_current="WDDM"' in windows
+    assert 'driver_model_current="WDDM"' not in linux
+
+
+@pytest.mark.parametrize(
+    ("query", "answer"),
+    [
+        pytest.param("", "exactly one target parameter", id="no-target-parameter"),
+        pytest.param("?target=", "exactly one target parameter", id="empty-target"),
+        pytest.param("?target=linux&target=windows", "exactly one target parameter", id="two-targets"),
+        pytest.param("?target=nowhere", 'unknown target "nowhere"', id="unknown-name"),
+        pytest.param(f"?target=127.0.0.1:{22}", 'unknown target "127.0.0.1:22"', id="an-address-is-not-a-target"),
+    ],
+)
+def test_probe_refuses_what_is_not_one_configured_target(fleet: Fleet, query: str, answer: str) -> None:
+    response = fleet.exporter.get("/probe" + query)
+    assert response.status == 400
+    assert answer in response.body.decode("utf-8")
+
+
+def test_hung_target_is_cut_at_its_timeout_and_its_remote_process_is_gone(fleet: Fleet) -> None:
+    if fleet.sshd.no_signal is not None:
+        pytest.skip(fleet.sshd.no_signal)
+    pid_file = fleet.sshd.shared / "hung.pid"
+    status, body = fleet.probe("hung")
+    assert status == 200
+    assert sample(body, "probe_success") == "0"
+    assert "timed out after 1.0s" in fleet.exporter.log
+    pid = int(pid_file.read_text(encoding="ascii"))
+    wait_until(lambda: process_gone(pid), f"the remote fake nvidia-smi (pid {pid}) to be gone", timeout=10)
+
+
+@pytest.mark.parametrize(
+    ("target", "reason"),
+    [
+        pytest.param("refused", "authentication refused", id="auth-refused"),
+        pytest.param("rekeyed", "host key not verifiable", id="host-key-changed"),
+    ],
+)
+def test_unreachable_target_fails_its_probe_with_the_reason_logged(fleet: Fleet, target: str, reason: str) -> None:
+    status, body = fleet.probe(target)
+    assert status == 200
+    assert sample(body, "probe_success") == "0"
+    assert sample(body, "nvidia_smi_command_exit_code") == "-1"
+    assert reason in fleet.exporter.log
+
+
+def test_dead_host_is_not_dialled_again_before_its_backoff(fleet: Fleet) -> None:
+    fleet.probe("refused")
+    before = fleet.sshd.log.read_text(errors="replace").count("Connection from")
+    status, body = fleet.probe("refused")
+    assert status == 200
+    assert sample(body, "probe_success") == "0"
+    assert fleet.sshd.log.read_text(errors="replace").count("Connection from") == before
+    assert "not retrying for" in fleet.exporter.log
+
+
+def test_driver_upgrade_rediscovers_the_targets_fields(fleet: Fleet) -> None:
+    _, before = fleet.probe("upgraded")
+    assert sample(before, "probe_success") == "1"
+    assert 'driver_version="550.54.15"' in before
+    (fleet.sshd.shared / "upgraded.yaml").write_text(json.dumps({"capture": str(WINDOWS)}), encoding="utf-8")
+    after = wait_until(
+        lambda: fleet.probe("upgraded")[1],
+        "a probe with the new driver's fields",
+        until=lambda body: 'driver_version="610.62"' in body,
+        timeout=20,
+        interval=0.1,
+    )
+    assert sample(after, "probe_success") == "1"
+    assert 'driver_version="550.54.15"' not in after
+
+
+def test_sighup_reloads_the_targets_file_and_a_bad_file_keeps_the_previous_targets(fleet: Fleet) -> None:
+    good = fleet.targets_file.read_text(encoding="utf-8")
+    # The added target fails fast (a key sshd refuses): what is checked is that /probe knows its name.
+    added = {"added": {"identity_file": str(fleet.sshd.stranger_key)}}
+    fleet.targets_file.write_text(targets_yaml(fleet.sshd, fleet.directory, added), encoding="utf-8")
+    fleet.exporter.process.send_signal(signal.SIGHUP)
+    wait_until(lambda: fleet.probe("added")[0], "the added target", until=lambda code: code == 200, interval=0.1)
+    fleet.targets_file.write_text("targets: {linux: {port: many}}\n", encoding="utf-8")
+    fleet.exporter.process.send_signal(signal.SIGHUP)
+    wait_until(lambda: "keeping the previous targets" in fleet.exporter.log, "the failed reload's log line")
+    assert fleet.probe("added")[0] == 200
+    fleet.targets_file.write_text(good, encoding="utf-8")
