@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import re
 import signal
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,23 +70,34 @@ def targets_yaml(sshd: Sshd, directory: Path, extra: Mapping[str, Mapping[str, o
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+def sshd() -> Iterator[Sshd]:
+    with running_sshd() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def fleet(sshd: Sshd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     directory = tmp_path_factory.mktemp("fleet")
-    with running_sshd() as sshd:
-        (sshd.shared / "upgraded.yaml").write_text(json.dumps({"capture": str(LINUX)}), encoding="utf-8")
-        targets_file = directory / "targets.yaml"
-        targets_file.write_text(targets_yaml(sshd, directory), encoding="utf-8")
-        (directory / "sysfs").mkdir()
-        exporter = start_exporter([
-            "--fleet.targets-file", str(targets_file),
-            "--nvidia-smi-command", fake_smi_command(LINUX),
-            "--collect.xid-source=off",
-            f"--collect.sysfs-path={directory / 'sysfs'}",
-        ])  # fmt: skip
-        try:
-            yield Fleet(sshd, exporter, targets_file, directory)
-        finally:
-            exporter.stop()
+    (sshd.shared / "upgraded.yaml").write_text(json.dumps({"capture": str(LINUX)}), encoding="utf-8")
+    targets_file = directory / "targets.yaml"
+    targets_file.write_text(targets_yaml(sshd, directory), encoding="utf-8")
+    (directory / "sysfs").mkdir()
+    exporter = start_exporter([
+        "--fleet.targets-file", str(targets_file),
+        "--nvidia-smi-command", fake_smi_command(LINUX),
+        "--collect.xid-source=off",
+        f"--collect.sysfs-path={directory / 'sysfs'}",
+    ])  # fmt: skip
+    try:
+        handle = Fleet(sshd, exporter, targets_file, directory)
+        # The first probes (field discovery: four nvidia-smi runs each) at once, to keep the module short;
+        # the tests then probe again, as Prometheus does every interval.
+        with ThreadPoolExecutor(3) as pool:
+            firsts = list(pool.map(handle.probe, ["linux", "windows", "upgraded"]))
+        assert [status for status, _ in firsts] == [200, 200, 200], firsts
+        yield handle
+    finally:
+        exporter.stop()
 
 
 def nvidia_smi_block(body: str) -> str:
@@ -171,6 +183,7 @@ def test_dead_host_is_not_dialled_again_before_its_backoff(fleet: Fleet) -> None
 
 
 def test_driver_upgrade_rediscovers_the_targets_fields(fleet: Fleet) -> None:
+    """A new driver's nvidia-smi knows other fields: the cached discovery is redone (docs/fleet.md)."""
     _, before = fleet.probe("upgraded")
     assert sample(before, "probe_success") == "1"
     assert 'driver_version="550.54.15"' in before
@@ -198,3 +211,32 @@ def test_sighup_reloads_the_targets_file_and_a_bad_file_keeps_the_previous_targe
     wait_until(lambda: "keeping the previous targets" in fleet.exporter.log, "the failed reload's log line")
     assert fleet.probe("added")[0] == 200
     fleet.targets_file.write_text(good, encoding="utf-8")
+
+
+LOAD_TARGETS = 50
+LOAD_ROUNDS = 2
+
+
+@pytest.mark.slow
+def test_fifty_targets_share_one_pooled_connection_and_all_answer(
+    sshd: Sshd, tmp_path: Path, exporter: Callable[..., Exporter]
+) -> None:
+    """50 targets on one host, probed LOAD_ROUNDS times by 10 scrapers: every probe succeeds over one connection."""
+    names = [f"gpu-{index:02d}" for index in range(LOAD_TARGETS)]
+    document = {
+        "defaults": {
+            "user": sshd.user, "port": sshd.port, "identity_file": str(sshd.client_key),
+            "known_hosts": str(sshd.known_hosts), "timeout": "60s", "max_concurrent": 8,
+            "command": sshd.fake_smi("--capture", str(LINUX)),
+        },
+        "targets": {name: {"host": "127.0.0.1"} for name in names},
+    }  # fmt: skip
+    targets_file = tmp_path / "targets.yaml"
+    targets_file.write_text(json.dumps(document), encoding="utf-8")
+    accepted_before = sshd.log.read_text(errors="replace").count("Accepted publickey")
+    handle = exporter("--fleet.targets-file", str(targets_file), "--collect.backend=demo")
+    with ThreadPoolExecutor(10) as pool:
+        for _ in range(LOAD_ROUNDS):
+            bodies = list(pool.map(lambda name: handle.get(f"/probe?target={name}", timeout=120).text, names))
+            assert [sample(body, "probe_success") for body in bodies] == ["1"] * LOAD_TARGETS
+    assert sshd.log.read_text(errors="replace").count("Accepted publickey") == accepted_before + 1
