@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
+from harness import run_exporter_to_exit
 from nvidia_gpu_exporter.backends.fleet.targets import (
     HostKeyPolicy,
     Settings,
@@ -15,6 +17,7 @@ from nvidia_gpu_exporter.backends.fleet.targets import (
     load_targets,
     parse_targets,
 )
+from nvidia_gpu_exporter.config import Config, ConfigError, validate
 
 
 @pytest.mark.parametrize(
@@ -99,3 +102,37 @@ def test_a_changed_file_is_reloaded_on_a_probe_and_a_broken_one_keeps_the_target
         return after_good, after_bad
 
     assert asyncio.run(scenario()) == (("a", "b"), ("a", "b"))
+
+
+# -- the --fleet.* flags -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        pytest.param(
+            {"fleet_max_concurrent": 0}, "--fleet.max-concurrent must be between 1 and 4096, got 0", id="zero"
+        ),
+        pytest.param(
+            {"fleet_max_concurrent": 4097}, "--fleet.max-concurrent must be between 1 and 4096, got 4097", id="too-many"
+        ),
+        pytest.param(
+            {"fleet_targets_file": "t.yml", "telemetry_path": "/probe"},
+            "web.telemetry-path must not be /probe with --fleet.targets-file: the probes live there",
+            id="telemetry-path-on-the-probe-route",
+        ),
+    ],
+)
+def test_fleet_flags_are_validated_at_startup(changes: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        validate(dataclasses.replace(Config(), **changes))  # type: ignore[arg-type]
+    assert str(caught.value) == message
+
+
+def test_an_invalid_targets_file_stops_the_exporter_naming_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "targets.yml"
+    path.write_text("targets:\n  a: {prot: 22}\n", encoding="utf-8")
+    code, log = run_exporter_to_exit(["--fleet.targets-file", str(path), "--collect.backend=demo"])
+    assert code == 1
+    assert "invalid --fleet.targets-file" in log
+    assert 'line 2: targets.a: unknown key \\"prot\\"' in log

@@ -292,22 +292,25 @@ def build_fleet(config: Config) -> Fleet | None:
     """Fleet mode (``--fleet.targets-file``): the targets and their SSH pool; asyncssh is imported only then."""
     if not config.fleet_targets_file:
         return None
+    from nvidia_gpu_exporter.backends.fleet.targets import TargetsError, load_targets  # noqa: PLC0415 - opt-in
+
+    try:  # before asyncssh is needed: a bad file is named as such with or without the extra
+        targets = load_targets(config.fleet_targets_file)
+    except TargetsError as error:
+        raise StartupError(f"invalid --fleet.targets-file: {error}") from error
     try:
-        from nvidia_gpu_exporter.backends.fleet.targets import TargetsError  # noqa: PLC0415 - fleet is opt-in
         from nvidia_gpu_exporter.web.probe import Fleet  # noqa: PLC0415 - imports asyncssh
     except ImportError as error:
         raise StartupError(
             f"--fleet.targets-file needs the 'fleet' extra (pip install 'nvidia-gpu-exporter[fleet]'): {error.msg}"
         ) from error
-    try:
-        return Fleet(
-            config.fleet_targets_file,
-            compute_apps=config.compute_apps,
-            max_output_bytes=config.collect_max_output_bytes,
-            max_concurrent=config.fleet_max_concurrent,
-        )
-    except TargetsError as error:
-        raise StartupError(f"invalid --fleet.targets-file: {error}") from error
+    return Fleet(
+        config.fleet_targets_file,
+        targets,
+        compute_apps=config.compute_apps,
+        max_output_bytes=config.collect_max_output_bytes,
+        max_concurrent=config.fleet_max_concurrent,
+    )
 
 
 def listen_sockets(config: Config) -> list[socket.socket]:

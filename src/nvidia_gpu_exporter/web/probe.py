@@ -83,6 +83,7 @@ class Fleet:
     def __init__(
         self,
         path: str,
+        targets: Targets | None = None,
         *,
         compute_apps: bool = False,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
@@ -97,7 +98,8 @@ class Fleet:
         self._stamp = file_stamp(path)
         self._checked_at = time.monotonic()
         self.reloads = 0
-        self._apply(load_targets(path))  # a bad file at startup is a startup error (TargetsError)
+        # The file as read at startup (read here when not given); a bad one raises TargetsError.
+        self._apply(targets if targets is not None else load_targets(path))
 
     @property
     def names(self) -> tuple[str, ...]:
