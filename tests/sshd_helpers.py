@@ -132,7 +132,7 @@ def _config(directory: Path, port: int) -> str:
         "PermitRootLogin prohibit-password",
         "MaxSessions 200",
         "MaxStartups 200:30:400",
-        "LogLevel INFO",
+        "LogLevel DEBUG1",  # names direct-tcpip channels: the jump host test looks for them
         "",
     ))  # fmt: skip
 

@@ -52,6 +52,10 @@ def targets_yaml(sshd: Sshd, directory: Path, extra: Mapping[str, Mapping[str, o
         "refused": {"identity_file": str(sshd.stranger_key)},
         "rekeyed": {"known_hosts": str(sshd.wrong_known_hosts)},
         "upgraded": {"command": sshd.fake_smi("--config", str(sshd.shared / "upgraded.yaml"))},
+        # Through the same sshd as its own jump host (a direct-tcpip channel back to itself).
+        "jumped": {"jump_host": f"{sshd.user}@127.0.0.1:{sshd.port}", "connect_timeout": "10s"},
+        # 2 MB on stdout, twice the default --collect.max-output-bytes.
+        "flooding": {"command": "head -c 2000000 /dev/zero; true"},
         **(extra or {}),
     }
     document = {
@@ -92,9 +96,9 @@ def fleet(sshd: Sshd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flee
         handle = Fleet(sshd, exporter, targets_file, directory)
         # The first probes (field discovery: four nvidia-smi runs each) at once, to keep the module short;
         # the tests then probe again, as Prometheus does every interval.
-        with ThreadPoolExecutor(3) as pool:
-            firsts = list(pool.map(handle.probe, ["linux", "windows", "upgraded"]))
-        assert [status for status, _ in firsts] == [200, 200, 200], firsts
+        with ThreadPoolExecutor(4) as pool:
+            firsts = list(pool.map(handle.probe, ["linux", "windows", "upgraded", "jumped"]))
+        assert [status for status, _ in firsts] == [200] * 4, firsts
         yield handle
     finally:
         exporter.stop()
@@ -170,6 +174,21 @@ def test_unreachable_target_fails_its_probe_with_the_reason_logged(fleet: Fleet,
     assert sample(body, "probe_success") == "0"
     assert sample(body, "nvidia_smi_command_exit_code") == "-1"
     assert reason in fleet.exporter.log
+
+
+def test_a_target_behind_a_jump_host_is_reached_through_it(fleet: Fleet) -> None:
+    status, body = fleet.probe("jumped")
+    assert status == 200
+    assert sample(body, "probe_success") == "1"
+    assert nvidia_smi_block(body) == nvidia_smi_block(fleet.probe("linux")[1])
+    assert "direct-tcpip" in fleet.sshd.log.read_text(errors="replace")  # only the jump opens such channels
+
+
+def test_output_past_the_cap_fails_the_probe_and_is_dropped(fleet: Fleet) -> None:
+    status, body = fleet.probe("flooding")
+    assert status == 200
+    assert sample(body, "probe_success") == "0"
+    assert "printed more than 1048576 bytes over ssh" in fleet.exporter.log
 
 
 def test_dead_host_is_not_dialled_again_before_its_backoff(fleet: Fleet) -> None:
