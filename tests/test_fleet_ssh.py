@@ -11,14 +11,17 @@ from __future__ import annotations
 import json
 import re
 import signal
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
-from harness import FIXTURE_CAPTURES, Exporter, fake_smi_command, process_gone, start_exporter
+from harness import FIXTURE_CAPTURES, REPO, Exporter, fake_smi_command, process_gone, start_exporter
 from polling import wait_until
 from sshd_helpers import Sshd, running_sshd
 
@@ -259,3 +262,35 @@ def test_fifty_targets_share_one_pooled_connection_and_all_answer(
             bodies = list(pool.map(lambda name: handle.get(f"/probe?target={name}", timeout=120).text, names))
             assert [sample(body, "probe_success") for body in bodies] == ["1"] * LOAD_TARGETS
     assert sshd.log.read_text(errors="replace").count("Accepted publickey") == accepted_before + 1
+
+
+def documented_prometheus_job() -> dict[str, Any]:
+    """The scrape job docs/fleet.md gives under "Prometheus" (its first YAML block there)."""
+    text = (REPO / "docs" / "fleet.md").read_text(encoding="utf-8")
+    section = text.split("\n## Prometheus\n", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    job: dict[str, Any] = yaml.safe_load(block)["scrape_configs"][0]
+    return job
+
+
+def test_prometheus_scrapes_three_targets_through_one_exporter_as_documented(fleet: Fleet, tmp_path: Path) -> None:
+    from deploy_helpers import get_json, prometheus
+
+    names = ["linux", "windows", "jumped"]
+    job = documented_prometheus_job()
+    sd_file = tmp_path / "gpu-fleet.yml"
+    sd_file.write_text(yaml.safe_dump([{"targets": names, "labels": {"cluster": "loopback"}}]), encoding="utf-8")
+    job |= {"scrape_interval": "1s", "scrape_timeout": "1s", "file_sd_configs": [{"files": [str(sd_file)]}]}
+    assert job["relabel_configs"][-1]["target_label"] == "__address__"
+    job["relabel_configs"][-1]["replacement"] = fleet.exporter.address
+    with prometheus({"scrape_configs": [job]}, tmp_path / "prometheus") as server:
+        query = server.url + "/api/v1/query?query=" + urllib.parse.quote('probe_success{job="gpu-fleet"} == 1')
+        results = wait_until(
+            lambda: get_json(query)["data"]["result"],
+            "Prometheus to scrape the three targets successfully",
+            until=lambda result: len(result) == len(names),
+            timeout=60,
+            interval=0.5,
+        )
+    assert sorted(series["metric"]["instance"] for series in results) == sorted(names)
+    assert {series["metric"]["cluster"] for series in results} == {"loopback"}
