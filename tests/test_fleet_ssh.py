@@ -273,7 +273,17 @@ def documented_prometheus_job() -> dict[str, Any]:
     return job
 
 
-def test_prometheus_scrapes_three_targets_through_one_exporter_as_documented(fleet: Fleet, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def prometheus_binary() -> Path:
+    """Skips before the module's sshd and exporter start when there is no Prometheus."""
+    from deploy_helpers import binary
+
+    return binary("prometheus")
+
+
+def test_prometheus_scrapes_three_targets_through_one_exporter_as_documented(
+    prometheus_binary: Path, fleet: Fleet, tmp_path: Path
+) -> None:
     from deploy_helpers import get_json, prometheus
 
     names = ["linux", "windows", "jumped"]
