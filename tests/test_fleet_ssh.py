@@ -46,6 +46,8 @@ class Fleet:
 def targets_yaml(sshd: Sshd, directory: Path, extra: Mapping[str, Mapping[str, object]] | None = None) -> str:
     """The module's targets (JSON is YAML): one per case, all on the one sshd."""
     # A hung nvidia-smi: a sleep (the fake's --delay is one too) whose pid the test can look up.
+    runs = sshd.shared / "serial.log"
+    serial = f"echo start >> {runs}; sleep 0.2; echo end >> {runs}"
     # The nvidia-smi arguments land after the `true` the exec never reaches.
     hung = f"echo $$ > {sshd.shared / 'hung.pid'}; exec sleep 60; true"
     targets: dict[str, Mapping[str, object]] = {
@@ -57,6 +59,12 @@ def targets_yaml(sshd: Sshd, directory: Path, extra: Mapping[str, Mapping[str, o
         "upgraded": {"command": sshd.fake_smi("--config", str(sshd.shared / "upgraded.yaml"))},
         # Through the same sshd as its own jump host (a direct-tcpip channel back to itself).
         "jumped": {"jump_host": f"{sshd.user}@127.0.0.1:{sshd.port}", "connect_timeout": "10s"},
+        # Two targets on a connection of their own (another connect_timeout makes another connection) limited to
+        # one run at a time; each run leaves "start" and "end" in a shared file around a short sleep.
+        **{
+            name: {"command": f"{serial}; true", "connect_timeout": "4s", "max_concurrent": 1}
+            for name in ("serial-a", "serial-b")
+        },
         # 2 MB on stdout, twice the default --collect.max-output-bytes.
         "flooding": {"command": "head -c 2000000 /dev/zero; true"},
         **(extra or {}),
@@ -192,6 +200,15 @@ def test_output_past_the_cap_fails_the_probe_and_is_dropped(fleet: Fleet) -> Non
     assert status == 200
     assert sample(body, "probe_success") == "0"
     assert "printed more than 1048576 bytes over ssh" in fleet.exporter.log
+
+
+def test_runs_over_one_connection_never_exceed_its_max_concurrent(fleet: Fleet) -> None:
+    with ThreadPoolExecutor(2) as pool:
+        statuses = [status for status, _ in pool.map(fleet.probe, ["serial-a", "serial-b"])]
+    assert statuses == [200, 200]
+    runs = (fleet.sshd.shared / "serial.log").read_text(encoding="ascii").split()
+    assert len(runs) >= 4  # each probe ran nvidia-smi at least once
+    assert runs == ["start", "end"] * (len(runs) // 2)  # never two runs at once
 
 
 def test_dead_host_is_not_dialled_again_before_its_backoff(fleet: Fleet) -> None:
