@@ -5,13 +5,15 @@ Discovery (``--help-query-gpu``, the mapping query, ``--version``) runs at the t
 that collection's time budget, exactly as a local exporter runs it at startup. It is redone at the next
 collection when the driver version a successful collection reports differs from the one discovery saw (a
 driver upgrade changes the fields nvidia-smi knows), and after a failed collection (a changed driver often
-refuses the old field list; a host that was down at discovery got only the built-in fallback).
+refuses the old field list; a host that was down at discovery got only the built-in fallback). A timed-out
+or abandoned collection keeps the fields, unless it cut discovery itself short.
 """
 
 from __future__ import annotations
 
 import logging
 
+from nvidia_gpu_exporter.backends import CollectionError
 from nvidia_gpu_exporter.backends.exec.backend import SmiBackend
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.backends.fleet.ssh import SshRunner
@@ -67,7 +69,7 @@ class TargetBackend:
         inner = self._inner if self._inner is not None and not self._stale else await self._discover()
         try:
             readings = await inner.collect()
-        except BaseException:
+        except CollectionError:  # not a timeout or a scrape that gave up: a slow host keeps its fields
             self._stale = True
             raise
         driver = self._driver_version(readings)

@@ -262,6 +262,9 @@ class SshRunner:
             except asyncio.CancelledError:
                 await self._kill(process)
                 raise
+            except (OSError, asyncssh.Error) as error:  # the connection dropped mid-run
+                process.close()
+                return RunResult("", "", NO_EXIT_STATUS, start_error=f"ssh: {command!r} lost: {_failure(error)}")
 
     async def _outcome(self, process: asyncssh.SSHClientProcess[bytes]) -> RunResult:
         cap = self.max_output_bytes
