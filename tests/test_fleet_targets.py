@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
 from harness import run_exporter_to_exit
+from nvidia_gpu_exporter.backends import CollectionError
+from nvidia_gpu_exporter.backends.exec.runner import RunResult
 from nvidia_gpu_exporter.backends.fleet.targets import (
     HostKeyPolicy,
     Settings,
@@ -136,3 +140,74 @@ def test_an_invalid_targets_file_stops_the_exporter_naming_the_line(tmp_path: Pa
     assert code == 1
     assert "invalid --fleet.targets-file" in log
     assert 'line 2: targets.a: unknown key \\"prot\\"' in log
+
+
+# -- field discovery per target (backends/fleet/backend.py) --------------------------------------------------
+
+
+class ScriptedRunner:
+    """Answers the exec pipeline's nvidia-smi runs in-process: one GPU of ``driver``; ``hang`` never answers,
+    ``fail`` exits 1."""
+
+    def __init__(self) -> None:
+        self.target = parse_targets("targets: {a: {fields: 'temperature.gpu'}}\n").by_name["a"]
+        self.driver = "550.54.15"
+        self.mode = "answer"
+
+    @property
+    def description(self) -> str:
+        return "scripted"
+
+    async def run(self, args: Sequence[str]) -> RunResult:
+        if self.mode == "hang":
+            await asyncio.Event().wait()
+        if self.mode == "fail":
+            return RunResult("", "injected", 1)
+        if args[0] == "--version":
+            return RunResult("CUDA Version : 12.4\n", "", 0)
+        fields = args[0].removeprefix("--query-gpu=").split(",")
+        cells = [self.driver if field == "driver_version" else "1" for field in fields]
+        return RunResult(", ".join(fields) + "\n" + ", ".join(cells) + "\n", "", 0)
+
+
+def _driver_changes(runner: ScriptedRunner) -> None:
+    runner.driver = "560.35.03"
+
+
+def _fails(runner: ScriptedRunner) -> None:
+    runner.mode = "fail"
+
+
+def _hangs(runner: ScriptedRunner) -> None:
+    runner.mode = "hang"
+
+
+@pytest.mark.parametrize(
+    ("event", "discoveries"),
+    [
+        pytest.param(_driver_changes, 2, id="a-new-driver-version-redoes-discovery"),
+        pytest.param(_fails, 2, id="a-failed-collection-redoes-discovery"),
+        pytest.param(_hangs, 1, id="a-timed-out-collection-keeps-the-fields"),
+    ],
+)
+def test_field_discovery_is_cached_until_the_driver_changes_or_a_collection_fails(
+    event: Callable[[ScriptedRunner], None], discoveries: int
+) -> None:
+    pytest.importorskip("asyncssh", reason="the fleet needs asyncssh (pip install '.[fleet]')")
+    from nvidia_gpu_exporter.backends.fleet.backend import TargetBackend
+
+    runner = ScriptedRunner()
+    backend = TargetBackend(runner, compute_apps=False)  # type: ignore[arg-type]  # duck-typed SshRunner
+
+    async def scenario() -> int:
+        await backend.collect()
+        await backend.collect()  # cached: no second discovery
+        event(runner)
+        with contextlib.suppress(CollectionError, asyncio.TimeoutError):
+            await asyncio.wait_for(backend.collect(), 0.05)
+        runner.mode = "answer"
+        await backend.collect()
+        await backend.collect()
+        return backend.discoveries
+
+    assert asyncio.run(scenario()) == discoveries
