@@ -8,6 +8,7 @@ which is what "a local exporter on that host" serves for the same capture.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
@@ -321,3 +322,32 @@ def test_prometheus_scrapes_three_targets_through_one_exporter_as_documented(
         )
     assert sorted(series["metric"]["instance"] for series in results) == sorted(names)
     assert {series["metric"]["cluster"] for series in results} == {"loopback"}
+
+
+def test_the_global_limit_holds_across_hosts(sshd: Sshd) -> None:
+    """--fleet.max-concurrent=1: two targets on two connections (different connect_timeout) still run one at a time."""
+    from nvidia_gpu_exporter.backends.fleet.ssh import SshPool, SshRunner
+    from nvidia_gpu_exporter.backends.fleet.targets import parse_targets
+
+    runs = sshd.shared / "global.log"
+    command = f"echo start >> {runs}; sleep 0.2; echo end >> {runs}; true"
+    settings = {
+        "user": sshd.user, "port": sshd.port, "identity_file": str(sshd.client_key),
+        "known_hosts": str(sshd.known_hosts), "command": command, "max_concurrent": 4,
+    }  # fmt: skip
+    document = {"targets": {name: {**settings, "host": "127.0.0.1", "connect_timeout": f"{seconds}s"}
+                            for name, seconds in (("one", 3), ("two", 4))}}  # fmt: skip
+    targets = parse_targets(json.dumps(document)).by_name
+
+    async def scenario() -> list[int]:
+        pool = SshPool(max_concurrent=1)
+        runners = [SshRunner(pool, target) for target in targets.values()]
+        try:
+            results = await asyncio.gather(*(runner.run(["--version"]) for runner in runners for _ in range(2)))
+        finally:
+            await pool.aclose()
+        return [result.exit_code for result in results]
+
+    assert asyncio.run(scenario()) == [0, 0, 0, 0]
+    lines = runs.read_text(encoding="ascii").split()
+    assert lines == ["start", "end"] * 4
