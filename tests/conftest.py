@@ -29,6 +29,7 @@ UNIT_MODULES: dict[str, tuple[str, ...]] = {
     "test_fakesmi_capture": (),
     "test_fakesmi_cli": ("test_subprocess_", "test_delay_really_sleeps"),
     "test_fakesmi_config": (),
+    "test_fleet_targets": ("test_an_invalid_targets_file_stops_", "test_a_changed_file_is_reloaded_"),
     "test_fakesmi_conformance": (),
     "test_health_kernellog": (),
     "test_k8s_attribution": (),

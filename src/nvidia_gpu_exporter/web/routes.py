@@ -10,5 +10,6 @@ ATTRIBUTION_PATH = "/-/attribution"  # served only with Kubernetes attribution o
 XIDS_PATH = "/-/xids"  # the XIDs known, with their meaning and what to do
 VIEW_JSON_PATH = "/-/view.json"  # the live view's document (docs/view.md), polled by the landing page
 DCGM_HEALTH_PATH = "/health"  # dcgm-exporter's liveness route, served only under the DCGM profiles
+PROBE_PATH = "/probe"  # served only with --fleet.targets-file
 PPROF_PREFIX = "/debug/pprof"  # served only with --web.enable-pprof
 RESERVED_PATHS = (HEALTH_PATH, READY_PATH, XIDS_PATH, VIEW_JSON_PATH)  # --web.telemetry-path may never take these

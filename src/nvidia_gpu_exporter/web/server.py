@@ -21,6 +21,7 @@ from nvidia_gpu_exporter.web.routes import (
     HEALTH_PATH,
     LANDING_PATH,
     PPROF_PREFIX,
+    PROBE_PATH,
     READY_PATH,
     VIEW_JSON_PATH,
     XIDS_PATH,
@@ -49,7 +50,13 @@ async def go_style_errors(request: web.Request, handler: Handler) -> web.StreamR
         return plain_text("Method Not Allowed\n", 405, {"Allow": ", ".join(sorted(error.allowed_methods))})
 
 
-def build_app(endpoint: MetricsEndpoint, settings: WebSettings, security: Security | None = None) -> web.Application:
+def build_app(
+    endpoint: MetricsEndpoint,
+    settings: WebSettings,
+    security: Security | None = None,
+    probe: Handler | None = None,
+) -> web.Application:
+    """Every route; ``probe`` is fleet mode's ``/probe`` handler (web/probe.py, imported only in fleet mode)."""
     app = web.Application(middlewares=[go_style_errors])
     if security is not None:
         security.install(app)
@@ -88,6 +95,8 @@ def build_app(endpoint: MetricsEndpoint, settings: WebSettings, security: Securi
     app.router.add_get(VIEW_JSON_PATH, view_json)
     if settings.dcgm_health:
         app.router.add_get(DCGM_HEALTH_PATH, dcgm_health)
+    if probe is not None:
+        app.router.add_get(PROBE_PATH, probe)
     if settings.enable_pprof:
         from nvidia_gpu_exporter.web.pprof import add_profiling_routes  # noqa: PLC0415 - only loaded when asked for
 
