@@ -5,6 +5,7 @@ one is answered 503 when all are busy; and an accept error is one rate-limited l
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -14,6 +15,7 @@ from hostile.web_hostile import (
     ask,
     connect_many,
     connection_flood,
+    content_length,
     exporter_child,
     open_client,
     read_head,
@@ -22,6 +24,7 @@ from hostile.web_hostile import (
     serving,
     web_settings,
 )
+from nvidia_gpu_exporter.web.server import WebServer
 from polling import eventually, wait_until
 from test_web_listeners import Gate, closed_by_server, gated_app
 
@@ -71,6 +74,49 @@ def test_at_the_cap_the_idlest_keep_alive_connection_makes_room() -> None:
             assert server.connections.stats.closed["evicted"] == 1
             assert len(server.connections) == LIMIT
             for _, other in [*idle, (reader, writer)]:
+                other.close()
+
+    run(main)
+
+
+async def answered(server: WebServer, path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A keep-alive connection that asked ``path`` and read the whole answer: idle from now."""
+    reader, writer = await open_client(server)
+    await ask(writer, path)
+    head = await read_head(reader)
+    await bounded(reader.readexactly(content_length(head)))
+    return reader, writer
+
+
+@pytest.mark.parametrize(
+    "newer",
+    [
+        pytest.param("never-requested", id="a-connection-that-never-asked-goes-before-one-just-answered"),
+        pytest.param("/no-such-path", id="one-answered-an-error-goes-before-one-answered-a-success"),
+    ],
+)
+def test_at_the_cap_a_connection_that_just_got_a_response_is_spared(newer: str) -> None:
+    """The idlest connection got a 200 (Prometheus between scrapes); the others, idle for less time, never asked
+    anything or got only an error (a flood). A new connection makes one of the others leave, not Prometheus'."""
+
+    async def main() -> None:
+        async with serving(gated_app(Gate()), web_settings(max_connections=LIMIT)) as server:
+            spared = await answered(server, "/fast")
+            others = []
+            for _ in range(LIMIT - 1):
+                if newer == "never-requested":
+                    others.append(await open_client(server))
+                else:
+                    others.append(await answered(server, newer))
+            await eventually(lambda: len(server.connections) == LIMIT, "every connection to be registered")
+            reader, writer = await open_client(server)
+            await ask(writer, "/fast")
+            assert (await read_head(reader)).startswith(b"HTTP/1.1 200 OK")
+            assert await closed_by_server(others[0][0])  # the idlest of the others left
+            assert server.connections.stats.closed["evicted"] == 1
+            await ask(spared[1], "/fast")  # Prometheus' keep-alive connection still serves
+            assert (await read_head(spared[0])).startswith(b"HTTP/1.1 200 OK")
+            for _, other in [spared, *others, (reader, writer)]:
                 other.close()
 
     run(main)

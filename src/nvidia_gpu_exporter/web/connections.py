@@ -2,9 +2,12 @@
 
 Every open connection costs a file descriptor, and the process has only so many (systemd's default soft limit
 is 1,024): without a cap one client could open them all, and every later ``accept()`` would fail. At the cap a
-new connection takes the place of the connection idle the longest (no request in progress, nothing left to
-send), so a flood of idle keep-alive connections cannot lock Prometheus out; when every connection is busy the
-new one is answered ``503`` and closed.
+new connection takes the place of an idle one (no request in progress, nothing left to send), so a flood of
+idle keep-alive connections cannot lock Prometheus out; when every connection is busy the new one is answered
+``503`` and closed. The idle connection that leaves is, in this order, one that never got a response (opened and
+left, or still sending its headers), one whose latest response was an error (a 401, a 429, a 404: a flood of
+wrong passwords), and only then one whose latest response was a success (Prometheus' keep-alive connection
+between two scrapes); among equals, the one idle the longest.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ LISTEN_BACKLOG = 128  # as aiohttp's sites ask for; asyncio also accepts up to t
 # to the backlog per loop iteration, and a connection reaches the cap's check two iterations later, so about
 # three batches are in flight in a flood), plus nvidia-smi's pipes, the kernel log, listeners and the loop.
 FD_RESERVE = 3 * LISTEN_BACKLOG + 64
+# A connection's standing, from what its latest response said; the lowest leaves first at the cap.
+NEVER_ANSWERED, ANSWERED_ERROR, ANSWERED_SUCCESS = 0, 1, 2
 
 
 def fit_to_fd_limit(limit: int, soft_limit: int | None) -> int:
@@ -53,6 +58,9 @@ class Connection(Protocol):
     def idle_since(self) -> float | None:
         """When it became idle (no request in progress, nothing unsent), or None while it is not."""
 
+    def standing(self) -> int:
+        """``NEVER_ANSWERED``, ``ANSWERED_ERROR`` or ``ANSWERED_SUCCESS``: what its latest response said."""
+
     def evict(self) -> None:
         """Close it to make room for a new connection."""
 
@@ -69,9 +77,10 @@ class Connections:
         return len(self._open)
 
     def admit(self, connection: Connection) -> bool:
-        """Register a new connection, evicting the idlest one at the cap; False: refuse it (all are busy)."""
+        """Register a new connection, evicting an idle one at the cap (see the module docstring); False: refuse it
+        (all are busy)."""
         if self.limit > 0 and len(self._open) >= self.limit:
-            victim = self._idlest()
+            victim = self._victim()
             if victim is None:
                 self.stats.closed["refused"] += 1
                 log.warning("refused a connection: every connection is busy", extra={"limit": self.limit})
@@ -87,11 +96,15 @@ class Connections:
         self._open.pop(connection, None)
         self.stats.open = len(self._open)
 
-    def _idlest(self) -> Connection | None:
+    def _victim(self) -> Connection | None:
+        """The idle connection of the lowest standing, idle the longest among those; None when none is idle."""
         best: Connection | None = None
-        best_since = 0.0
+        best_key = (0, 0.0)
         for connection in self._open:
             since = connection.idle_since()
-            if since is not None and (best is None or since < best_since):
-                best, best_since = connection, since
+            if since is None:
+                continue
+            key = (connection.standing(), since)
+            if best is None or key < best_key:
+                best, best_key = connection, key
         return best
