@@ -88,33 +88,39 @@ async def answered(server: WebServer, path: str) -> tuple[asyncio.StreamReader, 
     return reader, writer
 
 
+async def connection_of_kind(server: WebServer, kind: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """``opened``: a connection that has sent nothing yet; else one that asked the path ``kind`` and read it."""
+    return await open_client(server) if kind == "opened" else await answered(server, kind)
+
+
 @pytest.mark.parametrize(
-    "newer",
+    ("spared_kind", "others_kind", "grace"),
     [
-        pytest.param("never-requested", id="a-connection-that-never-asked-goes-before-one-just-answered"),
-        pytest.param("/no-such-path", id="one-answered-an-error-goes-before-one-answered-a-success"),
+        pytest.param("/fast", "opened", 0.0, id="opened-and-left-goes-before-one-just-answered"),
+        pytest.param("/fast", "opened", 60.0, id="just-opened-goes-before-one-just-answered"),
+        pytest.param("/fast", "/no-such-path", 60.0, id="answered-an-error-goes-before-answered-a-success"),
+        pytest.param("opened", "/no-such-path", 60.0, id="answered-an-error-goes-before-one-about-to-ask"),
+        pytest.param("/no-such-path", "opened", 0.0, id="opened-and-left-goes-before-answered-an-error"),
     ],
 )
-def test_at_the_cap_a_connection_that_just_got_a_response_is_spared(newer: str) -> None:
-    """The idlest connection got a 200 (Prometheus between scrapes); the others, idle for less time, never asked
-    anything or got only an error (a flood). A new connection makes one of the others leave, not Prometheus'."""
+def test_at_the_cap_the_idlest_connection_is_spared_when_the_others_stand_lower(
+    spared_kind: str, others_kind: str, grace: float
+) -> None:
+    """The idlest connection (Prometheus between scrapes, or a client about to send its request) is spared when the
+    others, idle for less time, stand lower (a flood): a new connection makes the idlest of those leave."""
 
     async def main() -> None:
         async with serving(gated_app(Gate()), web_settings(max_connections=LIMIT)) as server:
-            spared = await answered(server, "/fast")
-            others = []
-            for _ in range(LIMIT - 1):
-                if newer == "never-requested":
-                    others.append(await open_client(server))
-                else:
-                    others.append(await answered(server, newer))
+            server.connections.grace = grace  # how long a connection that never asked counts as about to ask
+            spared = await connection_of_kind(server, spared_kind)
+            others = [await connection_of_kind(server, others_kind) for _ in range(LIMIT - 1)]
             await eventually(lambda: len(server.connections) == LIMIT, "every connection to be registered")
             reader, writer = await open_client(server)
             await ask(writer, "/fast")
             assert (await read_head(reader)).startswith(b"HTTP/1.1 200 OK")
             assert await closed_by_server(others[0][0])  # the idlest of the others left
             assert server.connections.stats.closed["evicted"] == 1
-            await ask(spared[1], "/fast")  # Prometheus' keep-alive connection still serves
+            await ask(spared[1], "/fast")  # the spared connection still serves
             assert (await read_head(spared[0])).startswith(b"HTTP/1.1 200 OK")
             for _, other in [spared, *others, (reader, writer)]:
                 other.close()

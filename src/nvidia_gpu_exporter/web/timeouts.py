@@ -35,13 +35,7 @@ from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
 from nvidia_gpu_exporter.exposition.selfmetrics import ConnectionStats
-from nvidia_gpu_exporter.web.connections import (
-    ANSWERED_ERROR,
-    ANSWERED_SUCCESS,
-    LISTEN_BACKLOG,
-    NEVER_ANSWERED,
-    Connections,
-)
+from nvidia_gpu_exporter.web.connections import LISTEN_BACKLOG, Connections
 from nvidia_gpu_exporter.web.tlsbuffer import create_tls_server
 
 log = logging.getLogger(__name__)
@@ -124,7 +118,7 @@ class DeadlineProtocol(asyncio.Protocol):
         self._requests = 0  # complete request headers received
         self._answered = 0  # responses aiohttp finished writing (ResponseHooks)
         self._idle_since: float | None = None
-        self._standing = NEVER_ANSWERED  # what its latest response said: who leaves first at the cap
+        self._last_status: int | None = None  # of the latest finished response: who leaves first at the cap
         self._write_progress: float | None = None  # while a write is watched: when it last made progress
         self._unsent = 0
         self._timer: asyncio.TimerHandle | None = None
@@ -143,8 +137,8 @@ class DeadlineProtocol(asyncio.Protocol):
             return None
         return self._idle_since
 
-    def standing(self) -> int:
-        return self._standing
+    def last_status(self) -> int | None:
+        return self._last_status
 
     def evict(self) -> None:
         log.debug("closing an idle connection to make room for a new one")
@@ -154,7 +148,7 @@ class DeadlineProtocol(asyncio.Protocol):
     def response_finished(self, status: int) -> None:
         """aiohttp wrote a whole response into the transport: what is left unsent is watched from now."""
         self._answered += 1
-        self._standing = ANSWERED_SUCCESS if status < 400 else ANSWERED_ERROR
+        self._last_status = status
         self._idle_since = self.loop.time()
         if self.unsent_bytes() > 0:
             self._watch_write()
