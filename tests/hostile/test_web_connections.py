@@ -147,6 +147,27 @@ def test_connections_beyond_the_open_file_limit_leave_scrapes_working() -> None:
     assert not any("Too many open files" in line for line in child.lines)
 
 
+@pytest.mark.slow  # ~7 s: the kernel drops SYNs beyond the listen backlog and the clients retry them
+def test_healthy_says_200_and_collections_succeed_with_more_connections_than_descriptors() -> None:
+    """Issue 13, finding 12's last part: under a low open-file limit (512) a client holds more connections (600)
+    than the process has descriptors. The cap (lowered to fit: 64) keeps descriptors free, so ``/-/healthy`` is
+    answered 200 (it says the process serves HTTP, docs/dcgm.md) and a scrape's collection still gets its
+    nvidia-smi pipes: the collection succeeds, rather than health saying 200 while collections fail."""
+    with exporter_child([], nofile=512) as child:
+        sockets = connect_many(child.port, 600)
+        try:
+            with child.connect() as sock:
+                send_request(sock, "/-/healthy")
+                assert read_response(sock, limit=12).startswith(b"HTTP/1.1 200")
+            status, body = child.get(timeout=10)
+            assert status == 200
+            assert b"\nnvidia_smi_last_collect_success 1\n" in body
+        finally:
+            for sock in sockets:
+                sock.close()
+    assert not any("Too many open files" in line for line in child.lines)
+
+
 def test_accept_errors_are_rate_limited_log_lines() -> None:
     """Without a cap (0) and with 64 descriptors, accept() fails: a few structured lines, never a traceback each."""
     with exporter_child(["--web.max-connections=0"], nofile=64) as child:

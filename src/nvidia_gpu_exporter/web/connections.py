@@ -8,7 +8,8 @@ idle keep-alive connections cannot lock Prometheus out; when every connection is
 nothing for :data:`NEW_CONNECTION_GRACE_SECONDS` (opened and left, or stalled in its headers); one whose latest
 response was an error (a 401, a 429, a 404: a flood of wrong passwords); one just opened that has not had the
 time to send its request yet; and only then one whose latest response was a success (Prometheus' keep-alive
-connection between two scrapes). Among equals, the one idle the longest.
+connection between two scrapes). Among equals, the one idle the longest. A connection whose request bytes the
+kernel holds unread (accepted in the same batch as a flood's connections, not read yet) is busy, not idle.
 """
 
 from __future__ import annotations

@@ -81,10 +81,23 @@ if sys.platform == "linux":
         except OSError:
             return 0
 
+    def kernel_unread_bytes(fd: int) -> int:
+        """Bytes the peer sent that the process has not read yet (a request on its way in)."""
+        if fd < 0:
+            return 0
+        try:
+            return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0])
+        except OSError:
+            return 0
+
 else:
 
     def kernel_unsent_bytes(fd: int) -> int:
         """Unknown here: only the process's own buffer counts."""
+        return 0
+
+    def kernel_unread_bytes(fd: int) -> int:
+        """Unknown here: a connection is idle until its data is read."""
         return 0
 
 
@@ -135,6 +148,8 @@ class DeadlineProtocol(asyncio.Protocol):
     def idle_since(self) -> float | None:
         if self._refusing or self._requests > self._answered or self.unsent_bytes() > 0:
             return None
+        if kernel_unread_bytes(self._fd) > 0:
+            return None  # its request is in, not read yet: accepted in the same batch as a flood's connections
         return self._idle_since
 
     def last_status(self) -> int | None:
