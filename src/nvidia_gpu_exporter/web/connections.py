@@ -7,9 +7,9 @@ idle keep-alive connections cannot lock Prometheus out; when every connection is
 ``503`` and closed. The idle connection that leaves is, in this order: one that never got a response and sent
 nothing for :data:`NEW_CONNECTION_GRACE_SECONDS` (opened and left, or stalled in its headers); one whose latest
 response was an error (a 401, a 429, a 404: a flood of wrong passwords); one just opened that has not had the
-time to send its request yet; and only then one whose latest response was a success (Prometheus' keep-alive
-connection between two scrapes). Among equals, the one idle the longest. A connection whose request bytes the
-kernel holds unread (accepted in the same batch as a flood's connections, not read yet) is busy, not idle.
+time to send its request yet; one that never got a response but whose request the kernel holds unread (accepted
+in the same batch as a flood's connections, its bytes not read yet); and only then one whose latest response was
+a success (Prometheus' keep-alive connection between two scrapes). Among equals, the one idle the longest.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ FD_RESERVE = 3 * LISTEN_BACKLOG + 64
 # How long a connection that never got a response counts as a client about to send its request.
 NEW_CONNECTION_GRACE_SECONDS = 2.0
 # A connection's standing at the cap (see the module docstring); the lowest leaves first.
-STALE, ANSWERED_ERROR, OPENING, ANSWERED_SUCCESS = 0, 1, 2, 3
+STALE, ANSWERED_ERROR, OPENING, ASKING, ANSWERED_SUCCESS = 0, 1, 2, 3, 4
 
 
 def fit_to_fd_limit(limit: int, soft_limit: int | None) -> int:
@@ -66,6 +66,9 @@ class Connection(Protocol):
 
     def last_status(self) -> int | None:
         """The HTTP status of its latest finished response, or None when it has had none."""
+
+    def request_waiting(self) -> bool:
+        """Whether bytes from the client wait unread in the kernel."""
 
     def evict(self) -> None:
         """Close it to make room for a new connection."""
@@ -111,11 +114,14 @@ class Connections:
         self._open.pop(connection, None)
         self.stats.open = len(self._open)
 
-    def standing(self, status: int | None, idle_since: float, now: float) -> int:
-        """Where an idle connection stands at the cap, from its latest response and how long it has been idle."""
-        if status is None:
-            return OPENING if now - idle_since < self.grace else STALE
-        return ANSWERED_SUCCESS if status < 400 else ANSWERED_ERROR
+    def standing(self, connection: Connection, idle_since: float, now: float) -> int:
+        """Where an idle connection stands at the cap: its latest response, or whether its first request is coming."""
+        status = connection.last_status()
+        if status is not None:
+            return ANSWERED_SUCCESS if status < 400 else ANSWERED_ERROR
+        if connection.request_waiting():
+            return ASKING
+        return OPENING if now - idle_since < self.grace else STALE
 
     def _victim(self) -> Connection | None:
         """The idle connection of the lowest standing, idle the longest among those; None when none is idle."""
@@ -126,7 +132,7 @@ class Connections:
             since = connection.idle_since()
             if since is None:
                 continue
-            key = (self.standing(connection.last_status(), since, now), since)
+            key = (self.standing(connection, since, now), since)
             if best is None or key < best_key:
                 best, best_key = connection, key
         return best

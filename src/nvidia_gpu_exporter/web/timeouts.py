@@ -148,9 +148,12 @@ class DeadlineProtocol(asyncio.Protocol):
     def idle_since(self) -> float | None:
         if self._refusing or self._requests > self._answered or self.unsent_bytes() > 0:
             return None
-        if kernel_unread_bytes(self._fd) > 0:
-            return None  # its request is in, not read yet: accepted in the same batch as a flood's connections
         return self._idle_since
+
+    def request_waiting(self) -> bool:
+        """Whether the kernel holds bytes from the client that the process has not read yet (a request on its way
+        in, on a connection accepted in the same batch as a flood's)."""
+        return kernel_unread_bytes(self._fd) > 0
 
     def last_status(self) -> int | None:
         return self._last_status
