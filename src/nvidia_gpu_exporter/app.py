@@ -204,6 +204,7 @@ async def build_backend(
             pcie_throughput=config.pcie_throughput,
             watch_xids=watch_xids,
             gpm_whole_gpus=config.metrics_profile is not Profile.NVIDIA_SMI,  # only the DCGM profile serves it
+            dcgm_readings=config.metrics_profile is not Profile.NVIDIA_SMI,  # PCIe replays, NVLink bytes: the same
         )
     except (BackendSetupError, FieldResolutionError) as error:
         raise StartupError(f"failed to set up the nvml backend: {error}") from error
@@ -455,6 +456,7 @@ async def serve(config: Config) -> int:
             counters=counters,
             energy=config.backend is not BackendName.EXEC,  # NVML's energy counter; nvidia-smi has none
             gpm=config.backend is BackendName.NVML,  # NVML GPM samples; the demo simulates none for whole GPUs
+            extras=config.backend is not BackendName.EXEC,  # PCIe rates (nvml, demo), replays and NVLink (nvml)
             pod_labels=config.kubernetes_pod_labels,
         ),
     )
