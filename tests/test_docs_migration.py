@@ -9,7 +9,15 @@ import re
 from types import ModuleType
 
 from harness import REPO
-from nvidia_gpu_exporter.exposition.dcgm import DCGM_FAMILIES, PROF_FAMILIES, TOTAL_ENERGY, XID_ERRORS
+from nvidia_gpu_exporter.exposition.dcgm import (
+    DCGM_FAMILIES,
+    NVLINK_BANDWIDTH,
+    PCIE_FAMILIES,
+    PCIE_REPLAY,
+    PROF_FAMILIES,
+    TOTAL_ENERGY,
+    XID_ERRORS,
+)
 from nvidia_gpu_exporter.flags import FLAGS
 from test_docs import rows_of, section
 
@@ -32,6 +40,13 @@ GPM_TWINS = {
     ),
     "DCGM_FI_PROF_DRAM_ACTIVE": ("— (none)", "—"),
 }
+# The other NVML readings (nvml backend): PCIe rates are the same reading as nvidia_smi_pcie_throughput_* (both in
+# bytes per second); the replay counter and NVLink bytes have no nvidia_smi family.
+PCIE_TWINS = {
+    PCIE_FAMILIES[0].name: "nvidia_smi_pcie_throughput_tx_bytes_per_second",
+    PCIE_FAMILIES[1].name: "nvidia_smi_pcie_throughput_rx_bytes_per_second",
+}
+NVML_ONLY = {PCIE_REPLAY.name: ("— (none)", "—"), NVLINK_BANDWIDTH.name: ("— (none)", "—")}
 _FLAG = re.compile(r"`(--[a-z][a-z0-9.-]*)(?:=[^`]*)?`")
 
 
@@ -53,10 +68,13 @@ def expected_rows() -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
     by_dcgm[XID_ERRORS.name] = (", ".join(f"`{name}`" for name in XID_TWINS), XID_FACTOR)
     assert GPM_TWINS.keys() == {family.name for family in PROF_FAMILIES}
     by_dcgm.update(GPM_TWINS)
+    by_dcgm.update(NVML_ONLY)
+    by_dcgm.update({dcgm: (f"`{name}`", "1") for dcgm, name in PCIE_TWINS.items()})
     forward: list[tuple[str, ...]] = [(f"`{family.name}`", *by_dcgm[family.name]) for family in DCGM_FAMILIES]
     reverse = {name: (dcgm, f"{factor:.10g}") for name, (dcgm, factor) in twins.items()}
     reverse[ENERGY[0]] = (TOTAL_ENERGY.name, ENERGY[1])
     reverse.update(dict.fromkeys(XID_TWINS, (XID_ERRORS.name, XID_FACTOR)))
+    reverse.update({name: (dcgm, "1") for dcgm, name in PCIE_TWINS.items()})
     return forward, [(f"`{name}`", f"`{dcgm}`", factor) for name, (dcgm, factor) in sorted(reverse.items())]
 
 

@@ -228,3 +228,42 @@ def test_dcgm_profile_serves_gpm_activity_as_ratios_from_the_second_collection(
         [line] = samples(second, name)
         assert line.startswith(name + '{gpu="0",UUID="GPU-')
         assert line.endswith(f" {value}")
+
+
+@pytest.mark.parametrize(
+    ("scenario", "expected"),
+    [
+        pytest.param(
+            "h200",
+            {
+                "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": "3",
+                "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": "3072000",  # (1000 + 2000) KiB, all links
+                "DCGM_FI_PROF_PCIE_TX_BYTES": "1234000",  # 1234 KB/s
+                "DCGM_FI_PROF_PCIE_RX_BYTES": "5678000",
+            },
+            id="h200-serves-replays-nvlink-and-pcie-rates",
+        ),
+        pytest.param(
+            "rtx",
+            {"DCGM_FI_DEV_PCIE_REPLAY_COUNTER": "0"},
+            id="rtx-replays-but-no-nvlink-and-no-rates-without-the-flag",
+        ),
+        pytest.param("unsupported", {}, id="unsupported-getters-give-no-series"),
+    ],
+)
+def test_dcgm_profile_serves_nvml_pcie_and_nvlink_readings(
+    exporter: StartExporter, fake_nvml_library: FakeNvmlLibrary, scenario: str, expected: dict[str, str]
+) -> None:
+    pcie = ("--collect.pcie-throughput",) if scenario == "h200" else ()
+    scrape = exporter(NVML, "--metrics.profile=dcgm", *pcie, env=fake_nvml_library.env(scenario)).scrape()
+    served = {}
+    for name in (
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+    ):
+        for line in samples(scrape, name):
+            assert line.startswith(name + '{gpu="0",UUID="GPU-')
+            served[name] = line.rsplit(" ", 1)[1]
+    assert served == expected

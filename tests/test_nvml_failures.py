@@ -355,3 +355,30 @@ def test_aclose_stops_the_watcher_and_shuts_nvml_down(fake_nvml: InProcessFake) 
     asyncio.run(main())
     assert not opened.watcher.alive
     assert fake_nvml.refcount() == 0
+
+
+@pytest.mark.parametrize(
+    ("commands", "dcgm_readings", "expected", "replay_calls"),
+    [
+        pytest.param((), True, (3.0, 3072000.0), 1, id="read-under-the-dcgm-profile"),
+        pytest.param((), False, (None, None), 0, id="not-read-under-the-nvidia-smi-profile"),
+        pytest.param(("fieldrc 0 141 3",), True, (3.0, None), 1, id="one-nvlink-field-failing-drops-only-nvlink"),
+        pytest.param(("rc nvmlDeviceGetPcieReplayCounter 3",), True, (None, 3072000.0), 1, id="replay-failing"),
+    ],
+)
+def test_pcie_replays_and_nvlink_bytes_only_for_the_dcgm_profile(
+    fake_nvml: InProcessFake,
+    commands: tuple[str, ...],
+    dcgm_readings: bool,
+    expected: tuple[float | None, float | None],
+    replay_calls: int,
+) -> None:
+    fake_nvml.command("reset h200", *commands)
+    opened = open_backend(FieldRequest(), watch_xids=False, dcgm_readings=dcgm_readings)
+    try:
+        extras = opened.collect_blocking().extras
+        assert extras is not None
+        assert (extras.gpus[0].pcie_replay_count, extras.gpus[0].nvlink_bytes) == expected
+        assert fake_nvml.calls("nvmlDeviceGetPcieReplayCounter") == replay_calls
+    finally:
+        opened.session.close(5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import shutil
 import subprocess
@@ -10,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness import REPO
+from nvidia_gpu_exporter.config import Config
+from nvidia_gpu_exporter.web.connections import fit_to_fd_limit
 
 UNIT = REPO / "deploy" / "systemd" / "nvidia_gpu_exporter.service"
 README = REPO / "deploy" / "systemd" / "README.md"
@@ -141,3 +144,29 @@ def test_readme_explains_every_check_left_open() -> None:
     settings = {re.split(r"[=/]", check, maxsplit=1)[0] for check in open_checks}
     assert settings, "systemd-analyze reported no open checks: the README's list is stale"
     assert settings <= explained, f"open checks without an explanation: {sorted(settings - explained)}"
+
+
+def _packaged_unit() -> Path:
+    """The unit file the packages install as /usr/lib/systemd/system/nvidia_gpu_exporter.service (nfpm.yaml)."""
+    lines = (REPO / "packaging" / "nfpm.yaml").read_text(encoding="utf-8").splitlines()
+    for source, destination in itertools.pairwise(lines):
+        if destination.strip() == f"dst: /usr/lib/systemd/system/{UNIT.name}":
+            return REPO / source.split("src:", 1)[1].strip()
+    raise AssertionError("nfpm.yaml installs no systemd unit")
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [pytest.param(UNIT, id="deploy-unit"), pytest.param(_packaged_unit(), id="packaged-unit")],
+)
+def test_limit_nofile_leaves_room_for_the_default_connection_cap(unit: Path) -> None:
+    """The unit (and the one the packages install) raises systemd's default soft limit of 1,024 descriptors to the
+    figure the docs give, which fits the default connection cap whole and leaves room to raise it eightfold."""
+    limits = [
+        line.partition("=")[2]
+        for line in unit.read_text(encoding="utf-8").splitlines()
+        if line.startswith("LimitNOFILE=")
+    ]
+    assert limits == ["8192"]  # deploy/systemd/README.md and docs/compatibility.md say 8192
+    assert fit_to_fd_limit(Config().max_connections, int(limits[0])) == Config().max_connections
+    assert fit_to_fd_limit(8 * Config().max_connections, int(limits[0])) == 8 * Config().max_connections

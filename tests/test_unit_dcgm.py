@@ -344,3 +344,73 @@ def test_the_counters_file_checks_skip_with_a_reason_when_the_reference_data_is_
     monkeypatch.setattr(sys.modules[__name__], "DCGM_SHARED", tmp_path / "dcgm")
     with pytest.raises(pytest.skip.Exception, match="dcgm-exporter's reference data is not beside this checkout"):
         shared_counters()
+
+
+NVML_DEVICE = ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL")
+PCIE = ("DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES")
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        pytest.param(
+            GpuExtras(UUID, pcie_replay_count=7.0),
+            [f"DCGM_FI_DEV_PCIE_REPLAY_COUNTER{{{LABELS}}} 7"],
+            id="replay-counter-as-nvml-counts-it",
+        ),
+        pytest.param(
+            GpuExtras(UUID, nvlink_bytes=3072000.0),
+            [f"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{{{LABELS}}} 3072000"],
+            id="nvlink-total-in-bytes",
+        ),
+        pytest.param(
+            GpuExtras(UUID, pcie_tx_bytes_per_second=1234000.0, pcie_rx_bytes_per_second=5678000.0),
+            [f"DCGM_FI_PROF_PCIE_TX_BYTES{{{LABELS}}} 1234000", f"DCGM_FI_PROF_PCIE_RX_BYTES{{{LABELS}}} 5678000"],
+            id="pcie-rates-in-bytes-per-second",
+        ),
+        pytest.param(GpuExtras(UUID), [], id="unread-is-absent"),
+    ],
+)
+def test_nvml_device_readings_are_served_in_dcgms_names_and_units(extra: GpuExtras, expected: list[str]) -> None:
+    fields, snapshot = gpm_snapshot(NvmlExtras(gpus=(extra,)))
+    text = DcgmExposition(fields, hostname="node-1").render(snapshot)
+    assert [line for line in samples(text) if line.startswith((*NVML_DEVICE, *PCIE))] == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "metric_type"),
+    [
+        pytest.param("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", id="replay-is-a-counter"),
+        pytest.param("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", id="nvlink-is-a-counter"),
+        pytest.param("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", id="pcie-tx-is-a-gauge"),
+        pytest.param("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", id="pcie-rx-is-a-gauge"),
+    ],
+)
+def test_nvml_device_families_have_dcgms_type(name: str, metric_type: str) -> None:
+    extra = GpuExtras(UUID, 1.0, 2.0, 3.0, pcie_replay_count=4.0, nvlink_bytes=5.0)
+    fields, snapshot = gpm_snapshot(NvmlExtras(gpus=(extra,)))
+    assert f"# TYPE {name} {metric_type}\n" in DcgmExposition(fields, hostname="node-1").render(snapshot)
+
+
+def test_no_nvml_device_series_on_a_backend_without_nvml_readings() -> None:
+    """The exec backend (extras=False) serves none, even from readings that carry them."""
+    extra = GpuExtras(UUID, 1.0, 2.0, 3.0, pcie_replay_count=4.0, nvlink_bytes=5.0)
+    fields, snapshot = gpm_snapshot(NvmlExtras(gpus=(extra,)))
+    text = DcgmExposition(fields, hostname="node-1", energy=False, extras=False).render(snapshot)
+    assert not [line for line in samples(text) if line.startswith((*NVML_DEVICE, *PCIE))]
+
+
+def test_a_gpu_instance_serves_its_own_pcie_rates_and_its_gpus_device_counters() -> None:
+    extras = NvmlExtras(
+        gpus=(GpuExtras(UUID, pcie_tx_bytes_per_second=9.0, pcie_replay_count=2.0, nvlink_bytes=8.0),),
+        mig_devices=(MigDevice(UUID, "MIG-aaaaaaaa-0000-4000-8000-000000000002", 2, 0, "3g.40gb"),),
+        mig_instances=(MigInstanceReading(UUID, 2, pcie_tx_bytes_per_second=104857600.0),),
+    )
+    fields, snapshot = gpm_snapshot(extras)
+    text = DcgmExposition(fields, hostname="node-1").render(snapshot)
+    mig_labels = LABELS.replace(",hostname=", ',GPU_I_PROFILE="3g.40gb",GPU_I_ID="2",hostname=')
+    assert [line for line in samples(text) if line.startswith((*NVML_DEVICE, *PCIE))] == [
+        f"DCGM_FI_DEV_PCIE_REPLAY_COUNTER{{{mig_labels}}} 2",
+        f"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{{{mig_labels}}} 8",
+        f"DCGM_FI_PROF_PCIE_TX_BYTES{{{mig_labels}}} 104857600",
+    ]

@@ -89,6 +89,7 @@ enum {
     X(nvmlDeviceGetClockInfo) X(nvmlDeviceGetMaxClockInfo) X(nvmlDeviceGetMigMode)                         \
     X(nvmlDeviceGetGspFirmwareMode) X(nvmlDeviceGetC2cModeInfoV) X(nvmlDeviceGetGpuFabricInfoV)            \
     X(nvmlDeviceGetPlatformInfo) X(nvmlDeviceGetTotalEnergyConsumption) X(nvmlDeviceGetPcieThroughput)     \
+    X(nvmlDeviceGetPcieReplayCounter)                                                                      \
     X(nvmlDeviceGetComputeRunningProcesses_v3) X(nvmlDeviceGetMaxMigDeviceCount)                           \
     X(nvmlDeviceGetMigDeviceHandleByIndex) X(nvmlDeviceGetGpuInstanceId) X(nvmlDeviceGetComputeInstanceId) \
     X(nvmlGpmQueryDeviceSupport) X(nvmlGpmSampleAlloc) X(nvmlGpmSampleFree) X(nvmlGpmMigSampleGet)         \
@@ -121,7 +122,8 @@ static const char *const FN_NAMES[FN_COUNT] = {FAKE_FUNCTIONS(AS_NAME)};
     X(max_video) X(mig_cur) X(mig_pend) X(gsp_cur) X(gsp_default) X(c2c) X(fabric_state)                   \
     X(fabric_status) X(fabric_clique) X(fabric_cluster_hi) X(fabric_cluster_lo) X(plat_slot)               \
     X(plat_tray) X(plat_host) X(plat_peer) X(plat_module) X(plat_guid) X(energy_mj) X(pcie_tx_kb)          \
-    X(pcie_rx_kb) X(gpm_supported) X(max_mig) X(xid_supported) X(gi_id) X(ci_id)
+    X(pcie_rx_kb) X(gpm_supported) X(max_mig) X(xid_supported) X(gi_id) X(ci_id) X(pcie_replay)              \
+    X(nvlink_raw_tx_kib) X(nvlink_raw_rx_kib)
 
 #define DOUBLE_FIELDS(X) X(gpm_graphics) X(gpm_sm) X(gpm_occupancy) X(gpm_tensor) X(gpm_tx) X(gpm_rx) X(gpm_dram)
 
@@ -435,6 +437,9 @@ static void h200_values(FakeDevice *d, int i) {
     d->energy_mj = 123456789 + 1000LL * i;
     d->pcie_tx_kb = 1234;
     d->pcie_rx_kb = 5678;
+    d->pcie_replay = 3;
+    d->nvlink_raw_tx_kib = 1000; /* all links together (field values 140/141, scope UINT_MAX) */
+    d->nvlink_raw_rx_kib = 2000;
     d->gpm_supported = 1;
     d->max_mig = 7;
     d->xid_supported = 1;
@@ -520,6 +525,8 @@ static void add_rtx(void) {
     d->energy_mj = 987654321;
     d->pcie_tx_kb = 20000;
     d->pcie_rx_kb = 300000;
+    d->pcie_replay = 0;
+    d->nvlink_raw_tx_kib = d->nvlink_raw_rx_kib = -1; /* no NVLink on a consumer card */
     d->mem_temp = -1; /* field 82 not supported */
     d->edpp = -1;     /* field 274 not supported */
     d->xid_supported = 1;
@@ -629,7 +636,8 @@ static int apply_scenario(const char *name) {
         add_h200();
         int fns[] = {FN_nvmlDeviceGetPowerUsage, FN_nvmlDeviceGetClockInfo, FN_nvmlDeviceGetMaxClockInfo,
                      FN_nvmlDeviceGetTotalEnergyConsumption, FN_nvmlDeviceGetPcieThroughput,
-                     FN_nvmlDeviceGetUtilizationRates, FN_nvmlDeviceGetEncoderStats};
+                     FN_nvmlDeviceGetUtilizationRates, FN_nvmlDeviceGetEncoderStats,
+                     FN_nvmlDeviceGetPcieReplayCounter};
         for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) unsupported(0, fns[i]);
         g_rc_all[FN_nvmlDeviceGetC2cModeInfoV] = NVML_ERROR_FUNCTION_NOT_FOUND;
         g_rc_all[FN_nvmlDeviceGetPlatformInfo] = NVML_ERROR_FUNCTION_NOT_FOUND;
@@ -637,6 +645,7 @@ static int apply_scenario(const char *name) {
         g_rc_all[FN_nvmlDeviceGetTemperatureV] = NVML_ERROR_FUNCTION_NOT_FOUND;
         g_rc_all[FN_nvmlDeviceGetAddressingMode] = NVML_ERROR_DEPRECATED;
         g_devs[g_top[0]].mem_temp = -1;
+        g_devs[g_top[0]].nvlink_raw_tx_kib = g_devs[g_top[0]].nvlink_raw_rx_kib = -1;
     } else if (strcmp(name, "noperm") == 0) {
         add_h200();
         int fns[] = {FN_nvmlDeviceGetEccMode, FN_nvmlDeviceGetMemoryErrorCounter, FN_nvmlDeviceGetTotalEccErrors,
@@ -1303,6 +1312,14 @@ nvmlReturn_t nvmlDeviceGetMarginTemperature(nvmlDevice_t device, nvmlMarginTempe
     return done(NVML_SUCCESS);
 }
 
+nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *value) {
+    ENTER_DEVICE(nvmlDeviceGetPcieReplayCounter, device);
+    if (!value) return done(NVML_ERROR_INVALID_ARGUMENT);
+    if (d->pcie_replay < 0) return done(NVML_ERROR_NOT_SUPPORTED);
+    *value = (unsigned)d->pcie_replay;
+    return done(NVML_SUCCESS);
+}
+
 nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy) {
     ENTER_DEVICE(nvmlDeviceGetTotalEnergyConsumption, device);
     if (!energy) return done(NVML_ERROR_INVALID_ARGUMENT);
@@ -1340,6 +1357,9 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldV
         case 186: value = d->power_inst_mw; v->valueType = 1; break;
         case 230: value = d->recovery_action; v->valueType = 1; break;
         case 274: value = d->edpp; v->valueType = 1; break;
+        /* NVLink raw throughput (KiB): only the all-links aggregate, scope UINT_MAX, is simulated */
+        case 140: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_raw_tx_kib : -1; break;
+        case 141: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_raw_rx_kib : -1; break;
         default: break;
         }
         int rc = field_rc(k, v->fieldId);

@@ -8,41 +8,23 @@ Prometheus get 429 on every scrape. Clients are told apart by address: the tests
 from __future__ import annotations
 
 import base64
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import bcrypt
-from aiohttp import web
 
-from async_helpers import WAIT_SECONDS, bounded, run
+from async_helpers import WAIT_SECONDS, run
+from hostile.web_hostile import serving_hello
 from nvidia_gpu_exporter.web.security import Security
-from nvidia_gpu_exporter.web.server import WebServer, bind_socket
-from nvidia_gpu_exporter.web.settings import WebSettings
 
 HASH = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()
 ONE_PER_HOUR = "rate_limit:\n  interval: 1h\n  burst: 1\n"
 
 
-@contextlib.asynccontextmanager
-async def serving(tmp_path: Path, config: str) -> AsyncIterator[str]:
+def security_of(tmp_path: Path, config: str) -> Security:
     path = tmp_path / "web.yml"
     path.write_text(config)
-    security = Security.from_file(str(path))
-
-    async def hello(_: web.Request) -> web.Response:
-        return web.Response(text="hello\n")
-
-    app = web.Application()
-    app.router.add_get("/", hello)
-    security.install(app)
-    server = WebServer(app, WebSettings("/metrics", 0, 0.5, 60.0, 5.0, 0.0, False), security)
-    await server.start([bind_socket("127.0.0.1:0")])
-    try:
-        yield f"http://{server.addresses[0]}/"
-    finally:
-        await bounded(server.stop())
+    return Security.from_file(str(path))
 
 
 async def status(url: str, source: str, user: str = "", password: str = "") -> int:
@@ -59,7 +41,9 @@ async def status(url: str, source: str, user: str = "", password: str = "") -> i
 
 def test_unauthenticated_clients_cannot_spend_an_authenticated_clients_tokens(tmp_path: Path) -> None:
     async def main() -> tuple[list[int], list[int]]:
-        async with serving(tmp_path, f"basic_auth_users:\n  prometheus: {HASH}\n" + ONE_PER_HOUR) as url:
+        async with serving_hello(
+            security_of(tmp_path, f"basic_auth_users:\n  prometheus: {HASH}\n" + ONE_PER_HOUR)
+        ) as url:
             strangers = [await status(url, "127.0.0.2") for _ in range(4)]
             strangers.append(await status(url, "127.0.0.2", "prometheus", "guess"))
             scrapes = [await status(url, "127.0.0.1", "prometheus", "secret") for _ in range(2)]
@@ -72,7 +56,7 @@ def test_unauthenticated_clients_cannot_spend_an_authenticated_clients_tokens(tm
 
 def test_without_auth_each_client_address_has_its_own_bucket(tmp_path: Path) -> None:
     async def main() -> list[int]:
-        async with serving(tmp_path, ONE_PER_HOUR) as url:
+        async with serving_hello(security_of(tmp_path, ONE_PER_HOUR)) as url:
             return [
                 await status(url, "127.0.0.2"),
                 await status(url, "127.0.0.2"),

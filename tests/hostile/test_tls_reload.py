@@ -6,42 +6,22 @@ client certificate from CA1 still got 200 until a restart.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import ssl
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 import trustme
-from aiohttp import web
 
-from async_helpers import WAIT_SECONDS, bounded, run
+from async_helpers import WAIT_SECONDS, run
+from hostile.web_hostile import serving_hello
 from nvidia_gpu_exporter.web.security import Security
-from nvidia_gpu_exporter.web.server import WebServer, bind_socket
-from nvidia_gpu_exporter.web.settings import WebSettings
 
 MTLS = (
     "tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n  client_ca_file: clients.pem\n"
     "  client_auth_type: RequireAndVerifyClientCert\n"
 )
-
-
-@contextlib.asynccontextmanager
-async def serving(security: Security) -> AsyncIterator[str]:
-    async def hello(_: web.Request) -> web.Response:
-        return web.Response(text="hello\n")
-
-    app = web.Application()
-    app.router.add_get("/", hello)
-    security.install(app)
-    server = WebServer(app, WebSettings("/metrics", 0, 0.5, 60.0, 5.0, 0.0, False), security)
-    await server.start([bind_socket("127.0.0.1:0")])
-    try:
-        yield f"https://{server.addresses[0]}/"
-    finally:
-        await bounded(server.stop())
 
 
 async def status(url: str, server_ca: trustme.CA, client: trustme.LeafCert) -> int | str:
@@ -77,7 +57,7 @@ def test_a_client_ca_removed_at_reload_stops_being_trusted(tmp_path: Path, chang
     security = Security.from_file(str(config))
 
     async def main() -> list[int | str]:
-        async with serving(security) as url:
+        async with serving_hello(security) as url:
             before = [await status(url, server_ca, first_client), await status(url, server_ca, second_client)]
             if change == "replaced":
                 replace_file(tmp_path / "clients.pem", second_ca.cert_pem.bytes())

@@ -5,6 +5,7 @@ one is answered 503 when all are busy; and an accept error is one rate-limited l
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -14,6 +15,7 @@ from hostile.web_hostile import (
     ask,
     connect_many,
     connection_flood,
+    content_length,
     exporter_child,
     open_client,
     read_head,
@@ -22,6 +24,7 @@ from hostile.web_hostile import (
     serving,
     web_settings,
 )
+from nvidia_gpu_exporter.web.server import WebServer
 from polling import eventually, wait_until
 from test_web_listeners import Gate, closed_by_server, gated_app
 
@@ -76,6 +79,55 @@ def test_at_the_cap_the_idlest_keep_alive_connection_makes_room() -> None:
     run(main)
 
 
+async def answered(server: WebServer, path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A keep-alive connection that asked ``path`` and read the whole answer: idle from now."""
+    reader, writer = await open_client(server)
+    await ask(writer, path)
+    head = await read_head(reader)
+    await bounded(reader.readexactly(content_length(head)))
+    return reader, writer
+
+
+async def connection_of_kind(server: WebServer, kind: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """``opened``: a connection that has sent nothing yet; else one that asked the path ``kind`` and read it."""
+    return await open_client(server) if kind == "opened" else await answered(server, kind)
+
+
+@pytest.mark.parametrize(
+    ("spared_kind", "others_kind", "grace"),
+    [
+        pytest.param("/fast", "opened", 0.0, id="opened-and-left-goes-before-one-just-answered"),
+        pytest.param("/fast", "opened", 60.0, id="just-opened-goes-before-one-just-answered"),
+        pytest.param("/fast", "/no-such-path", 60.0, id="answered-an-error-goes-before-answered-a-success"),
+        pytest.param("opened", "/no-such-path", 60.0, id="answered-an-error-goes-before-one-about-to-ask"),
+        pytest.param("/no-such-path", "opened", 0.0, id="opened-and-left-goes-before-answered-an-error"),
+    ],
+)
+def test_at_the_cap_the_idlest_connection_is_spared_when_the_others_stand_lower(
+    spared_kind: str, others_kind: str, grace: float
+) -> None:
+    """The idlest connection (Prometheus between scrapes, or a client about to send its request) is spared when the
+    others, idle for less time, stand lower (a flood): a new connection makes the idlest of those leave."""
+
+    async def main() -> None:
+        async with serving(gated_app(Gate()), web_settings(max_connections=LIMIT)) as server:
+            server.connections.grace = grace  # how long a connection that never asked counts as about to ask
+            spared = await connection_of_kind(server, spared_kind)
+            others = [await connection_of_kind(server, others_kind) for _ in range(LIMIT - 1)]
+            await eventually(lambda: len(server.connections) == LIMIT, "every connection to be registered")
+            reader, writer = await open_client(server)
+            await ask(writer, "/fast")
+            assert (await read_head(reader)).startswith(b"HTTP/1.1 200 OK")
+            assert await closed_by_server(others[0][0])  # the idlest of the others left
+            assert server.connections.stats.closed["evicted"] == 1
+            await ask(spared[1], "/fast")  # the spared connection still serves
+            assert (await read_head(spared[0])).startswith(b"HTTP/1.1 200 OK")
+            for _, other in [spared, *others, (reader, writer)]:
+                other.close()
+
+    run(main)
+
+
 def test_connections_beyond_the_open_file_limit_leave_scrapes_working() -> None:
     """The default cap (256) is lowered to fit a 640-descriptor limit (to 192); 600 idle connections evict each
     other, and a scrape still gets its answer."""
@@ -92,6 +144,27 @@ def test_connections_beyond_the_open_file_limit_leave_scrapes_working() -> None:
             for sock in sockets:
                 sock.close()
     assert any("exceeds the open-file limit" in line for line in child.lines)
+    assert not any("Too many open files" in line for line in child.lines)
+
+
+@pytest.mark.slow  # ~7 s: the kernel drops SYNs beyond the listen backlog and the clients retry them
+def test_healthy_says_200_and_collections_succeed_with_more_connections_than_descriptors() -> None:
+    """Issue 13, finding 12's last part: under a low open-file limit (512) a client holds more connections (600)
+    than the process has descriptors. The cap (lowered to fit: 64) keeps descriptors free, so ``/-/healthy`` is
+    answered 200 (it says the process serves HTTP, docs/dcgm.md) and a scrape's collection still gets its
+    nvidia-smi pipes: the collection succeeds, rather than health saying 200 while collections fail."""
+    with exporter_child([], nofile=512) as child:
+        sockets = connect_many(child.port, 600)
+        try:
+            with child.connect() as sock:
+                send_request(sock, "/-/healthy")
+                assert read_response(sock, limit=12).startswith(b"HTTP/1.1 200")
+            status, body = child.get(timeout=10)
+            assert status == 200
+            assert b"\nnvidia_smi_last_collect_success 1\n" in body
+        finally:
+            for sock in sockets:
+                sock.close()
     assert not any("Too many open files" in line for line in child.lines)
 
 

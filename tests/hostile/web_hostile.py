@@ -23,6 +23,7 @@ from aiohttp import web
 
 from async_helpers import bounded
 from harness import FIXTURE_CAPTURES, REPO, fake_smi_command, http_get
+from nvidia_gpu_exporter.web.security import Security
 from nvidia_gpu_exporter.web.server import WebServer, bind_socket
 from nvidia_gpu_exporter.web.settings import WebSettings
 from polling import wait_until
@@ -167,6 +168,26 @@ async def serving(
     await server.start([bind_socket("127.0.0.1:0")])
     try:
         yield server
+    finally:
+        await bounded(server.stop())
+
+
+@asynccontextmanager
+async def serving_hello(security: Security) -> AsyncIterator[str]:
+    """A ``GET /`` answering ``hello`` behind ``security`` (its auth, rate limit and TLS), on a loopback port-0
+    socket; yields the URL (``https://`` when ``security`` serves TLS)."""
+
+    async def hello(_: web.Request) -> web.Response:
+        return web.Response(text="hello\n")
+
+    app = web.Application()
+    app.router.add_get("/", hello)
+    security.install(app)
+    server = WebServer(app, WebSettings("/metrics", 0, 0.5, 60.0, 5.0, 0.0, False), security)
+    await server.start([bind_socket("127.0.0.1:0")])
+    scheme = "https" if security.tls_enabled else "http"
+    try:
+        yield f"{scheme}://{server.addresses[0]}/"
     finally:
         await bounded(server.stop())
 

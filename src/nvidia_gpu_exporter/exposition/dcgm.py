@@ -60,6 +60,7 @@ class DcgmFamily:
     # the MigInstanceReading attribute that holds the instance's own value (bytes, or a ratio where `gpm` is set).
     on_mig: str = ""
     gpm: str = ""  # the GpuExtras attribute of an NVML GPM ratio, served as it is ("" = not a GPM field)
+    extra: str = ""  # the GpuExtras attribute of another NVML reading, already in DCGM's unit ("" = none)
 
 
 # In default-counters.csv's order; the disabled ECC and retired-page lines too, since nvidia-smi has them.
@@ -174,12 +175,45 @@ PROF_FAMILIES: tuple[DcgmFamily, ...] = (
         gpm="dram_activity_ratio",
     ),
 )
+# Not query fields: NVML readings only the DCGM profile asks for (nvml backend; the demo simulates PCIe rates).
+PCIE_REPLAY = DcgmFamily(
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.", extra="pcie_replay_count"
+)
+NVLINK_BANDWIDTH = DcgmFamily(
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    "counter",
+    "Total number of NVLink bandwidth counters for all lanes.",
+    extra="nvlink_bytes",
+)
+# NVML's PCIe throughput (a 20 ms driver sample, bytes per second); a GPU instance's own from its GPM window.
+PCIE_FAMILIES: tuple[DcgmFamily, ...] = (
+    DcgmFamily(
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "gauge",
+        "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in "
+        "bytes per second.",
+        on_mig="pcie_tx_bytes_per_second",
+        extra="pcie_tx_bytes_per_second",
+    ),
+    DcgmFamily(
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "gauge",
+        "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in "
+        "bytes per second.",
+        on_mig="pcie_rx_bytes_per_second",
+        extra="pcie_rx_bytes_per_second",
+    ),
+)
 # Every family this profile can serve, in the order it renders them without a counters file.
 DCGM_FAMILIES: tuple[DcgmFamily, ...] = (
     *FIELD_FAMILIES[:5],
     TOTAL_ENERGY,
-    *FIELD_FAMILIES[5:],
+    PCIE_REPLAY,
+    *FIELD_FAMILIES[5:-3],
+    NVLINK_BANDWIDTH,
+    *FIELD_FAMILIES[-3:],
     *PROF_FAMILIES,
+    *PCIE_FAMILIES,
     XID_ERRORS,
 )
 DRIVER_VERSION = DcgmFamily("DCGM_FI_DRIVER_VERSION", LABEL, "Driver Version", "driver_version")
@@ -293,7 +327,8 @@ class DcgmExposition:
     Without ``counters`` every family this exporter offers is served, with ``DCGM_FI_DRIVER_VERSION`` as the one
     label field (dcgm-exporter's default). With them, exactly the records it can serve, in the file's order and
     with the file's type and HELP; one warning at construction lists the others and why. ``energy`` says whether
-    the backend reads NVML's energy counter (nvml and demo), ``gpm`` whether it samples NVML GPM (nvml). A MIG GPU
+    the backend reads NVML's energy counter (nvml and demo), ``gpm`` whether it samples NVML GPM (nvml),
+    ``extras`` whether it reads the other NVML readings (PCIe replays and rates, NVLink bytes: nvml, demo). A MIG GPU
     whose GPU instances the readings list is served per GPU instance, as dcgm-exporter monitors it; ``pod_labels``
     adds the holding container's labels.
     """
@@ -306,6 +341,7 @@ class DcgmExposition:
         counters: Sequence[Counter] | None = None,
         energy: bool = True,
         gpm: bool = False,
+        extras: bool = True,
         pod_labels: bool = False,
     ) -> None:
         identity = [column_of(fields, name) for name in _IDENTITY]
@@ -323,24 +359,31 @@ class DcgmExposition:
             reason = _not_servable(family, counter)
             if family is not None and reason is None:
                 reason = self._place(
-                    replace(family, metric_type=counter.metric_type, help=counter.help), fields, energy, gpm
+                    replace(family, metric_type=counter.metric_type, help=counter.help), fields, energy, gpm, extras
                 )
             if reason is not None:
                 unavailable.append(f"{counter.name} ({reason})")
         if counters is None:
             for family in (*DCGM_FAMILIES, DRIVER_VERSION):
-                reason = self._place(family, fields, energy, gpm)
+                reason = self._place(family, fields, energy, gpm, extras)
                 if reason is not None and reason.startswith("its header"):  # an absent source is no news here
                     unavailable.append(f"{family.name} ({reason})")
         if unavailable:
             log.warning("not serving DCGM fields", extra={"fields": ", ".join(unavailable)})
 
-    def _place(self, family: DcgmFamily, fields: Sequence[QueryField], energy: bool, gpm: bool) -> str | None:
+    def _place(
+        self, family: DcgmFamily, fields: Sequence[QueryField], energy: bool, gpm: bool, extras: bool
+    ) -> str | None:
         """Serve a family (or label field) from its source, or say why this backend's query cannot give it."""
-        if family.name == XID_ERRORS.name or (family.name == TOTAL_ENERGY.name and energy) or (family.gpm and gpm):
+        if (
+            family.name == XID_ERRORS.name
+            or (family.name == TOTAL_ENERGY.name and energy)
+            or (family.gpm and gpm)
+            or (family.extra and extras)
+        ):
             self._served.append((family, None))
             return None
-        if family.name == TOTAL_ENERGY.name:
+        if family.name == TOTAL_ENERGY.name or family.extra:
             return "needs the nvml or demo backend"
         if family.gpm:
             return "needs the nvml backend: NVML GPM"
@@ -437,10 +480,10 @@ class DcgmExposition:
                 if entity.instance is not None and family.on_mig:
                     reading = None if family.on_mig == NOT_ON_MIG else entity.instance.reading
                     own = None if reading is None else getattr(reading, family.on_mig)
-                    scale = 1.0 if family.gpm else MIB  # a GPM ratio as it is, bytes in MiB
+                    scale = 1.0 if family.gpm or family.extra else MIB  # a ratio or rate as it is, bytes in MiB
                     value = None if own is None else own / scale
-                elif family.gpm:
-                    value = None if extra is None else getattr(extra, family.gpm)
+                elif family.gpm or family.extra:
+                    value = None if extra is None else getattr(extra, family.gpm or family.extra)
                 elif family.name == TOTAL_ENERGY.name:
                     joules = None if extra is None else extra.energy_joules
                     value = None if joules is None else float(round(joules * 1000.0))

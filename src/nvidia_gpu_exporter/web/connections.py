@@ -2,14 +2,21 @@
 
 Every open connection costs a file descriptor, and the process has only so many (systemd's default soft limit
 is 1,024): without a cap one client could open them all, and every later ``accept()`` would fail. At the cap a
-new connection takes the place of the connection idle the longest (no request in progress, nothing left to
-send), so a flood of idle keep-alive connections cannot lock Prometheus out; when every connection is busy the
-new one is answered ``503`` and closed.
+new connection takes the place of an idle one (no request in progress, nothing left to send), so a flood of
+idle keep-alive connections cannot lock Prometheus out; when every connection is busy the new one is answered
+``503`` and closed. The idle connection that leaves is, in this order: one that never got a response and sent
+nothing for :data:`NEW_CONNECTION_GRACE_SECONDS` (opened and left, or stalled in its headers); one whose latest
+response was an error (a 401, a 429, a 404: a flood of wrong passwords); one just opened that has not had the
+time to send its request yet; one that never got a response but whose request the kernel holds unread (accepted
+in the same batch as a flood's connections, its bytes not read yet); and only then one whose latest response was
+a success (Prometheus' keep-alive connection between two scrapes). Among equals, the one idle the longest.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import Protocol
 
 from nvidia_gpu_exporter.exposition.selfmetrics import ConnectionStats
@@ -21,6 +28,10 @@ LISTEN_BACKLOG = 128  # as aiohttp's sites ask for; asyncio also accepts up to t
 # to the backlog per loop iteration, and a connection reaches the cap's check two iterations later, so about
 # three batches are in flight in a flood), plus nvidia-smi's pipes, the kernel log, listeners and the loop.
 FD_RESERVE = 3 * LISTEN_BACKLOG + 64
+# How long a connection that never got a response counts as a client about to send its request.
+NEW_CONNECTION_GRACE_SECONDS = 2.0
+# A connection's standing at the cap (see the module docstring); the lowest leaves first.
+STALE, ANSWERED_ERROR, OPENING, ASKING, ANSWERED_SUCCESS = 0, 1, 2, 3, 4
 
 
 def fit_to_fd_limit(limit: int, soft_limit: int | None) -> int:
@@ -53,6 +64,12 @@ class Connection(Protocol):
     def idle_since(self) -> float | None:
         """When it became idle (no request in progress, nothing unsent), or None while it is not."""
 
+    def last_status(self) -> int | None:
+        """The HTTP status of its latest finished response, or None when it has had none."""
+
+    def request_waiting(self) -> bool:
+        """Whether bytes from the client wait unread in the kernel."""
+
     def evict(self) -> None:
         """Close it to make room for a new connection."""
 
@@ -60,18 +77,28 @@ class Connection(Protocol):
 class Connections:
     """The open connections; ``limit`` 0 means no cap."""
 
-    def __init__(self, limit: int, stats: ConnectionStats) -> None:
+    def __init__(
+        self,
+        limit: int,
+        stats: ConnectionStats,
+        *,
+        grace: float = NEW_CONNECTION_GRACE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,  # the event loop's clock, that of ``idle_since``
+    ) -> None:
         self.limit = limit
         self.stats = stats
+        self.grace = grace
+        self.clock = clock
         self._open: dict[Connection, None] = {}  # insertion-ordered: the oldest first
 
     def __len__(self) -> int:
         return len(self._open)
 
     def admit(self, connection: Connection) -> bool:
-        """Register a new connection, evicting the idlest one at the cap; False: refuse it (all are busy)."""
+        """Register a new connection, evicting an idle one at the cap (see the module docstring); False: refuse it
+        (all are busy)."""
         if self.limit > 0 and len(self._open) >= self.limit:
-            victim = self._idlest()
+            victim = self._victim()
             if victim is None:
                 self.stats.closed["refused"] += 1
                 log.warning("refused a connection: every connection is busy", extra={"limit": self.limit})
@@ -87,11 +114,25 @@ class Connections:
         self._open.pop(connection, None)
         self.stats.open = len(self._open)
 
-    def _idlest(self) -> Connection | None:
+    def standing(self, connection: Connection, idle_since: float, now: float) -> int:
+        """Where an idle connection stands at the cap: its latest response, or whether its first request is coming."""
+        status = connection.last_status()
+        if status is not None:
+            return ANSWERED_SUCCESS if status < 400 else ANSWERED_ERROR
+        if connection.request_waiting():
+            return ASKING
+        return OPENING if now - idle_since < self.grace else STALE
+
+    def _victim(self) -> Connection | None:
+        """The idle connection of the lowest standing, idle the longest among those; None when none is idle."""
         best: Connection | None = None
-        best_since = 0.0
+        best_key = (0, 0.0)
+        now = self.clock()
         for connection in self._open:
             since = connection.idle_since()
-            if since is not None and (best is None or since < best_since):
-                best, best_since = connection, since
+            if since is None:
+                continue
+            key = (self.standing(connection, since, now), since)
+            if best is None or key < best_key:
+                best, best_key = connection, key
         return best

@@ -81,10 +81,23 @@ if sys.platform == "linux":
         except OSError:
             return 0
 
+    def kernel_unread_bytes(fd: int) -> int:
+        """Bytes the peer sent that the process has not read yet (a request on its way in)."""
+        if fd < 0:
+            return 0
+        try:
+            return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0])
+        except OSError:
+            return 0
+
 else:
 
     def kernel_unsent_bytes(fd: int) -> int:
         """Unknown here: only the process's own buffer counts."""
+        return 0
+
+    def kernel_unread_bytes(fd: int) -> int:
+        """Unknown here: a connection is idle until its data is read."""
         return 0
 
 
@@ -118,6 +131,7 @@ class DeadlineProtocol(asyncio.Protocol):
         self._requests = 0  # complete request headers received
         self._answered = 0  # responses aiohttp finished writing (ResponseHooks)
         self._idle_since: float | None = None
+        self._last_status: int | None = None  # of the latest finished response: who leaves first at the cap
         self._write_progress: float | None = None  # while a write is watched: when it last made progress
         self._unsent = 0
         self._timer: asyncio.TimerHandle | None = None
@@ -136,14 +150,23 @@ class DeadlineProtocol(asyncio.Protocol):
             return None
         return self._idle_since
 
+    def request_waiting(self) -> bool:
+        """Whether the kernel holds bytes from the client that the process has not read yet (a request on its way
+        in, on a connection accepted in the same batch as a flood's)."""
+        return kernel_unread_bytes(self._fd) > 0
+
+    def last_status(self) -> int | None:
+        return self._last_status
+
     def evict(self) -> None:
         log.debug("closing an idle connection to make room for a new one")
         if self.transport is not None:
             self.transport.close()
 
-    def response_finished(self) -> None:
+    def response_finished(self, status: int) -> None:
         """aiohttp wrote a whole response into the transport: what is left unsent is watched from now."""
         self._answered += 1
+        self._last_status = status
         self._idle_since = self.loop.time()
         if self.unsent_bytes() > 0:
             self._watch_write()
@@ -349,7 +372,7 @@ class ResponseHooks(AbstractAccessLogger):
         transport = request.transport
         protocol = transport.get_protocol() if transport is not None else None
         if isinstance(protocol, DeadlineProtocol):
-            protocol.response_finished()
+            protocol.response_finished(response.status)
 
 
 async def serve_with_deadlines(

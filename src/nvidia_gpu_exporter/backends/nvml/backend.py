@@ -47,7 +47,7 @@ from nvidia_gpu_exporter.backends.nvml.mig import (
     read_mig,
 )
 from nvidia_gpu_exporter.backends.nvml.session import NvmlSession
-from nvidia_gpu_exporter.backends.nvml.sources import CYCLE_FIELDS, sources_for
+from nvidia_gpu_exporter.backends.nvml.sources import CYCLE_FIELDS, field_value, sources_for
 from nvidia_gpu_exporter.backends.nvml.text import DEPRECATED_FIELDS, NA, Cell, mib, token
 from nvidia_gpu_exporter.backends.nvml.xid import XidWatcher
 from nvidia_gpu_exporter.model.snapshot import (
@@ -70,6 +70,10 @@ log = logging.getLogger(__name__)
 STILL_IN_PROGRESS = "a previous collection is still in progress"
 CLOSE_WAIT_SECONDS = 2.0
 PCIE_KB = 1000.0  # NVML reports PCIe throughput in KB/s
+NVLINK_KIB = 1024.0  # NVML's NVLink throughput counters count KiB
+# nvmlDeviceGetFieldValues: NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX and _RAW_RX (data and protocol overhead), with
+# the scope that sums every link.
+NVLINK_RAW_BYTES = ((140, 0xFFFFFFFF), (141, 0xFFFFFFFF))
 UNKNOWN_ERROR = -1  # any code outside the token table renders "[Unknown Error]"
 
 
@@ -110,12 +114,14 @@ class NvmlBackend:
         watcher: XidWatcher | None = None,
         gpm_clock: Callable[[], float] = time.monotonic,
         gpm_whole_gpus: bool = False,
+        dcgm_readings: bool = False,
     ) -> None:
         self.session = session
         self.resolved = tuple(fields)
         self.compute_apps = compute_apps
         self.pcie_throughput = pcie_throughput
         self.gpm_whole_gpus = gpm_whole_gpus  # only the DCGM profile serves a whole GPU's GPM: no samples otherwise
+        self.dcgm_readings = dcgm_readings  # PCIe replays and NVLink bytes: read only for the DCGM profile
         self.watcher = watcher
         self.sampler = GpmSampler(gpm_clock)
         session.on_teardown(self.sampler.release_all)
@@ -344,6 +350,7 @@ class NvmlBackend:
                 else None
             )
             values = gpm or {}
+            replays, nvlink = self._dcgm_readings(gpu) if self.dcgm_readings else (None, None)
             per_gpu.append(
                 GpuExtras(
                     gpu_uuid=gpu.uuid,
@@ -353,6 +360,8 @@ class NvmlBackend:
                     graphics_activity_ratio=percent_ratio(values, GRAPHICS),
                     tensor_activity_ratio=percent_ratio(values, TENSOR),
                     dram_activity_ratio=percent_ratio(values, DRAM),
+                    pcie_replay_count=replays,
+                    nvlink_bytes=nvlink,
                 )
             )
             if not in_mig:
@@ -363,6 +372,18 @@ class NvmlBackend:
                 mig_instances += mig[1]
         self.sampler.end_cycle()
         return NvmlExtras(tuple(per_gpu), tuple(mig_devices), tuple(mig_instances))
+
+    def _dcgm_readings(self, gpu: _Gpu) -> tuple[float | None, float | None]:
+        """The PCIe replay counter and the NVLink bytes of all links (``None`` where NVML cannot say)."""
+        replays = self._soft(call("nvmlDeviceGetPcieReplayCounter", gpu.handle))
+        entries = self._soft(call("nvmlDeviceGetFieldValues", gpu.handle, list(NVLINK_RAW_BYTES)))
+        nvlink: float | None = None
+        if not isinstance(entries, Failure):
+            counts = [field_value(entry) for entry in entries]
+            kib = [count for count in counts if not isinstance(count, Failure)]
+            if len(kib) == len(counts):
+                nvlink = float(sum(kib)) * NVLINK_KIB
+        return (None if isinstance(replays, Failure) else float(int(replays))), nvlink
 
 
 def _instance_id(value: Any) -> str:
@@ -382,6 +403,7 @@ def open_backend(
     watch_xids: bool = True,
     gpm_clock: Callable[[], float] = time.monotonic,
     gpm_whole_gpus: bool = False,
+    dcgm_readings: bool = False,
 ) -> NvmlBackend:
     """Check the bindings, init NVML, check the exports the exporter cannot do without, resolve fields, start
     the XID watcher."""
@@ -410,6 +432,7 @@ def open_backend(
         watcher=watcher,
         gpm_clock=gpm_clock,
         gpm_whole_gpus=gpm_whole_gpus,
+        dcgm_readings=dcgm_readings,
     )
     if watcher is not None:
         watcher.start()
@@ -427,6 +450,7 @@ async def start_nvml_backend(
     pcie_throughput: bool = False,
     watch_xids: bool = True,
     gpm_whole_gpus: bool = False,
+    dcgm_readings: bool = False,
 ) -> NvmlBackend:
     """The startup sequence, off the event loop (``nvmlInit`` can block on a sick driver)."""
     return await asyncio.to_thread(
@@ -436,4 +460,5 @@ async def start_nvml_backend(
         pcie_throughput=pcie_throughput,
         watch_xids=watch_xids,
         gpm_whole_gpus=gpm_whole_gpus,
+        dcgm_readings=dcgm_readings,
     )
