@@ -164,3 +164,12 @@ def test_the_image_labels_carry_no_build_time() -> None:
     assert re.search(r"^ARG CREATED=1970-01-01T00:00:00Z$", text, re.MULTILINE)
     assert "$(date" not in text
     assert "BUILDKIT_" not in text
+
+
+@pytest.mark.parametrize("job", ["image", "chart"])
+def test_the_registry_login_comes_before_every_push_attestation_and_signature(job: str) -> None:
+    uses = [step.get("uses", "").split("@")[0] for step in _steps(job)]
+    runs = [step.get("run", "") for step in _steps(job)]
+    first_login = uses.index("docker/login-action")
+    assert first_login < uses.index("actions/attest-build-provenance")
+    assert first_login < next(index for index, run in enumerate(runs) if "cosign sign" in run)
