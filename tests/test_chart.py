@@ -23,6 +23,7 @@ from deploy_helpers import (
     GRAFANA,
     KUBERNETES_VERSIONS,
     OPERATOR_KINDS,
+    TEST_IMAGE_REPOSITORY,
     by_kind,
     chart_objects,
     helm_chart_module,
@@ -33,6 +34,7 @@ from deploy_helpers import (
     requests_a_gpu,
     restricted_violations,
     skip_reason,
+    with_test_image,
 )
 from nvidia_gpu_exporter import __version__
 from nvidia_gpu_exporter.config import validate
@@ -205,13 +207,13 @@ def assert_render_fails(values: dict[str, Any], message: str) -> None:
     chart_module = helm_chart_module()
     errors = pytest.importorskip("helm_python.errors", reason=skip_reason("helm-python-sdk"))
     with chart_module.Chart.load(CHART) as chart, pytest.raises(errors.HelmError) as raised:
-        chart.render(values, name="gpu", namespace="monitoring")
+        chart.render(with_test_image(values), name="gpu", namespace="monitoring")
     assert message in str(raised.value)
 
 
 def assert_lint_reports(values: dict[str, Any]) -> None:
     """A strict lint of ``values`` reports the schema violation too."""
-    report = helm_chart_module().lint(str(CHART), values, strict=True)
+    report = helm_chart_module().lint(str(CHART), with_test_image(values), strict=True)
     assert report["errors"] or report["messages"], "lint should report the schema violation too"
 
 
@@ -223,7 +225,11 @@ def test_chart_lints_strictly_without_findings(case: str) -> None:
     chart_module = helm_chart_module()
     for kube_version in ("v1.25.0", "v1.37.0"):
         report = chart_module.lint(
-            str(CHART), copy.deepcopy(MATRIX[case]), strict=True, namespace="monitoring", kube_version=kube_version
+            str(CHART),
+            with_test_image(copy.deepcopy(MATRIX[case])),
+            strict=True,
+            namespace="monitoring",
+            kube_version=kube_version,
         )
         assert report["errors"] == [], report
         assert report["messages"] == [], report
@@ -274,7 +280,7 @@ def test_defaults_render_the_documented_objects() -> None:
     assert "hostPID" not in spec
     assert "hostNetwork" not in spec
     main = container(objects)
-    assert main["image"] == f"ghcr.io/owner/nvidia-gpu-exporter:{__version__}"
+    assert main["image"] == f"{TEST_IMAGE_REPOSITORY}:{__version__}"
     assert main["args"] == [
         "--web.listen-address=:9835",
         "--web.telemetry-path=/metrics",
@@ -308,7 +314,17 @@ def test_defaults_render_the_documented_objects() -> None:
 def test_chart_version_follows_the_package() -> None:
     chart_yaml = yaml.safe_load((CHART / "Chart.yaml").read_text(encoding="utf-8"))
     assert chart_yaml["appVersion"] == __version__
+    major, minor, patch = (int(part) for part in __version__.split("."))
+    assert chart_yaml["version"] == f"{major + 1}.{minor}.{patch}"  # the Go chart's scheme: major one ahead
     assert chart_yaml["name"] == "nvidia-gpu-exporter"
+
+
+def test_a_chart_from_the_checkout_without_an_image_says_which_value_to_set() -> None:
+    chart_module = helm_chart_module()
+    errors = pytest.importorskip("helm_python.errors", reason=skip_reason("helm-python-sdk"))
+    with chart_module.Chart.load(CHART) as chart, pytest.raises(errors.HelmError) as raised:
+        chart.render({}, name="gpu", namespace="monitoring")
+    assert "image.repository is empty" in str(raised.value)
 
 
 def test_custom_values_reach_the_pod() -> None:

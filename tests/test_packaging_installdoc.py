@@ -68,6 +68,11 @@ def test_the_sections_the_issue_asks_for_are_there() -> None:
 
 def test_versions_and_file_names_match_this_release() -> None:
     text = installdoc.INSTALL_MD.read_text(encoding="utf-8")
+    major, minor, patch = (int(part) for part in __version__.split("."))
+    chart_version = re.escape(f"{major + 1}.{minor}.{patch}")
+    chart = re.compile(rf"nvidia-gpu-exporter-{chart_version}\.tgz|charts/nvidia-gpu-exporter:{chart_version}")
+    assert len(chart.findall(text)) >= 2  # the chart's version: the app's major plus one (packaging/chart_release.py)
+    text = chart.sub("", text)
     # The Go exporter's packages (nvidia-gpu-exporter_1.14.0_linux_amd64.deb, in "Replacing the Go exporter's
     # package") are named with _linux_, which ours never are.
     versions = set(

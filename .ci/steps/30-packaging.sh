@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Packaging (issue 5): lint the packaging files, build every release artifact twice and require byte-identical
-# results, inspect the artifacts, install the .deb into a fresh debootstrap chroot (install, remove, purge),
-# and run INSTALL.md's tested blocks (tests/installdoc.py) where they belong: the chroot for the deb, single-file
-# and systemd blocks, the host (offline, from the release's wheels) for pip and pipx. The single file carries no
-# grpcio (packaging/README.md): the deb must refuse --kubernetes.pod-resources with the message naming the extra,
-# while the container image must serve attribution (checked against a fake kubelet) and run the doctor. The deb and
-# rpm must upgrade a stand-in of the Go exporter's package of the same name (1.14.0) in place, with plain
-# `apt-get install -y` and `rpm -U`. The image listens on a port of its own choosing (port 0), read from its log.
+# Packaging (issue 5): lint the packaging files, build every release artifact twice (checkout and sdist, umask
+# 0022 and 0002, two directories) and require byte-identical results, inspect the artifacts, install the .deb
+# into a fresh debootstrap chroot (install, remove, purge), and run INSTALL.md's tested blocks
+# (tests/installdoc.py) where they belong: the chroot for the deb, single-file and systemd blocks, the host
+# (offline, from the release's wheels) for pip and pipx. The single file carries no grpcio (packaging/README.md):
+# the deb must refuse --kubernetes.pod-resources with the message naming the extra, while the container image
+# must serve attribution (checked against a fake kubelet) and run the doctor.
+# The deb and rpm must upgrade a stand-in of the Go exporter's package of the same name (1.14.0) in place, with
+# plain `apt-get install -y` and `rpm -U`. The image listens on a port of its own choosing (port 0), read from its log.
 # Needs root, network access to PyPI and deb.debian.org; installs its own tools (pip into .venv, apt).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -79,37 +80,54 @@ check-jsonschema --builtin-schema vendor.compose-spec deploy/docker/docker-compo
 check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/release.yml
 actionlint .github/workflows/release.yml
 python3 packaging/update_lock.py --check
-mypy --strict packaging/update_lock.py packaging/sbom_finalize.py
+mypy --strict packaging/update_lock.py packaging/sbom_finalize.py packaging/normalize_wheel.py \
+    packaging/source_date_epoch.py packaging/chart_release.py
 
-step "build twice from one snapshot of the tree"
-# A snapshot (tracked and untracked-but-not-ignored files) keeps both builds' inputs identical and keeps build
-# output out of the repository.
+step "build twice: checkout snapshot (umask 0022) and its sdist (umask 0002, elsewhere, fresh caches)"
+# Build 1: a snapshot (tracked and untracked-but-not-ignored files) of the checkout, keeping build output out of
+# the repository, under umask 0022 with SOURCE_DATE_EPOCH the commit time, as the release workflow builds.
+# Build 2: from build 1's sdist, unpacked as a checkout under umask 0002 would be (group-writable files), in
+# another directory, under umask 0002, with SOURCE_DATE_EPOCH unset (packaging/source_date_epoch.py reads it
+# from PKG-INFO) and empty pip and pex caches (a second machine's). Every file must be byte-identical.
 mkdir -p "$work/src"
 git ls-files -z --cached --others --exclude-standard |
     tar --null --files-from=- --ignore-failed-read -cf - 2>/dev/null | tar -xf - -C "$work/src"
-SOURCE_DATE_EPOCH=$(git log -1 --format=%ct)
-export SOURCE_DATE_EPOCH
 # The snapshot has no .git: what the builds would read from git comes from this checkout (the packages' Homepage,
-# --version's branch and revision; support/buildinfo.py).
-revision=$(git rev-parse HEAD)
+# --version's branch and revision; support/buildinfo.py), the same for both builds.
 PROJECT_URL=$(packaging/project-url.sh)
+revision=$(git rev-parse HEAD)
 NVIDIA_GPU_EXPORTER_BUILD_REVISION=$revision
 NVIDIA_GPU_EXPORTER_BUILD_BRANCH=$(git rev-parse --abbrev-ref HEAD)
 export PROJECT_URL NVIDIA_GPU_EXPORTER_BUILD_REVISION NVIDIA_GPU_EXPORTER_BUILD_BRANCH
-for n in 1 2; do
-    build_started=$(date +%s)
-    if ! WHEELHOUSE_DIR=$work/wheelhouse PYTHON=$venv/bin/python "$work/src/packaging/build-release.sh" \
-        "$work/out$n" >"$work/build$n.log" 2>&1; then
-        cat "$work/build$n.log"
-        fail "build $n"
-    fi
-    grep -v 'is ignored: it is neither a file nor a directory' "$work/build$n.log" || true
-    echo "build $n: $(($(date +%s) - build_started))s"
-done
+commit_epoch=$(git log -1 --format=%ct)
+build_started=$(date +%s)
+export IMAGE_REPOSITORY=ghcr.io/example/nvidia-gpu-exporter # the release workflow's is ghcr.io/${{ github.repository }}
+if ! (umask 0022 && SOURCE_DATE_EPOCH=$commit_epoch WHEELHOUSE_DIR=$work/wheelhouse PYTHON=$venv/bin/python \
+    "$work/src/packaging/build-release.sh" "$work/out1" >"$work/build1.log" 2>&1); then
+    cat "$work/build1.log"
+    fail "build 1 (checkout, umask 0022)"
+fi
+grep -v 'is ignored: it is neither a file nor a directory' "$work/build1.log" || true
+echo "build 1: $(($(date +%s) - build_started))s"
+sdist_root=$work/elsewhere/from-sdist
+mkdir -p "$sdist_root"
+(umask 0002 && tar -xzf "$work"/out1/nvidia_gpu_exporter-*.tar.gz -C "$sdist_root" --no-same-permissions &&
+    chmod -R g+w "$sdist_root")
+sdist_src=$(echo "$sdist_root"/nvidia_gpu_exporter-*)
+[ "$(stat -c %a "$sdist_src/packaging/build-release.sh")" = 775 ] || fail "the sdist did not unpack group-writable"
+build_started=$(date +%s)
+if ! (umask 0002 && unset SOURCE_DATE_EPOCH && XDG_CACHE_HOME=$work/elsewhere/cache PEX_ROOT=$work/elsewhere/pex \
+    PYTHON=$venv/bin/python "$sdist_src/packaging/build-release.sh" "$work/elsewhere/out2" \
+    >"$work/build2.log" 2>&1); then
+    cat "$work/build2.log"
+    fail "build 2 (sdist, umask 0002)"
+fi
+grep -v 'is ignored: it is neither a file nor a directory' "$work/build2.log" || true
+echo "build 2: $(($(date +%s) - build_started))s"
 out=$work/out1
 cat "$out/checksums.txt"
-if ! diff -r "$work/out1" "$work/out2"; then
-    diff "$work/out1/checksums.txt" "$work/out2/checksums.txt" || true
+if ! diff -r "$work/out1" "$work/elsewhere/out2"; then
+    diff "$work/out1/checksums.txt" "$work/elsewhere/out2/checksums.txt" || true
     fail "the two builds differ"
 fi
 echo "byte-identical: all $(wc -l <"$out/checksums.txt") artifacts"

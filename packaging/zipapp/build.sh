@@ -37,9 +37,12 @@ awk '/^bcrypt==/ { keep = 1 } keep { print } keep && !/\\$/ { keep = 0 }' "$lock
     --only-binary=:all: --python-version 3.10 --implementation cp --abi abi3 --platform manylinux_2_28_aarch64
 cp "$work"/download/*.whl "$wheelhouse/"
 
-# PyYAML publishes no pure-Python wheel: build one from the locked sdist, without the libyaml extension.
-PYYAML_FORCE_LIBYAML=0 "$python" -m pip wheel -q --no-deps -w "$wheelhouse" "$work"/download/pyyaml-*.tar.gz
-ls "$wheelhouse"/pyyaml-*-py3-none-any.whl >/dev/null
+# PyYAML publishes no pure-Python wheel: build one from the locked sdist, without the libyaml extension. The
+# wheel records the modes the build left on disk (0664 under umask 0002): normalized, so the single file's bytes
+# do not depend on the builder's umask.
+PYYAML_FORCE_LIBYAML=0 "$python" -m pip wheel -q --no-deps -w "$work/pyyaml" "$work"/download/pyyaml-*.tar.gz
+"$python" "$root/packaging/normalize_wheel.py" "$work"/pyyaml/pyyaml-*-py3-none-any.whl >/dev/null
+cp "$work"/pyyaml/pyyaml-*-py3-none-any.whl "$wheelhouse/"
 
 # The requirement list: the exporter plus every locked name, pinned.
 version=$(basename "$wheel" | cut -d- -f2)
@@ -48,8 +51,12 @@ while read -r pin; do
     requirements+=("$pin")
 done < <(grep -E '^[A-Za-z0-9_.-]+==' "$lock" | cut -d' ' -f1)
 
+# The pex root the file uses at run time, fixed: pex's default is the build machine's cache directory (PEX_ROOT,
+# XDG_CACHE_HOME), written into __main__.py, so the bytes would depend on the builder's environment.
+# shellcheck disable=SC2088 # a literal ~: the single file expands it when it runs
+runtime_pex_root='~/.cache/pex'
 mkdir -p "$(dirname "$output")"
-"$python" -m pex --no-pypi --find-links "$wheelhouse" --intransitive \
+"$python" -m pex --no-pypi --find-links "$wheelhouse" --intransitive --runtime-pex-root "$runtime_pex_root" \
     --platform manylinux_2_28_x86_64-cp-310-cp310 --platform manylinux_2_28_aarch64-cp-310-cp310 \
     --interpreter-constraint 'CPython>=3.10' --python-shebang '/usr/bin/env python3' \
     --console-script nvidia_gpu_exporter --output-file "$output" "${requirements[@]}"

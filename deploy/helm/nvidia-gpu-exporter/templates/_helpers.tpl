@@ -43,7 +43,8 @@ app.kubernetes.io/component: metrics
 {{- end }}
 
 {{- define "nvidia-gpu-exporter.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- $repository := required "image.repository is empty: set it to the registry and name of the exporter image (the released chart has the release's image; see the chart README)" .Values.image.repository }}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
 {{/* The Prometheus job of the exporter targets: the monitors set jobLabel to app.kubernetes.io/name. */}}
