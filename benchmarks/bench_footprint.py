@@ -312,6 +312,8 @@ def group(module: str) -> str:
     top = module.split(".", maxsplit=1)[0]
     if top == "aiohttp":
         return "aiohttp (the rest: server, http parser/writer, helpers)"
+    if top in {"pynvml", "_ctypes", "ctypes"}:
+        return "pynvml + ctypes"
     if top in {"ssl", "_ssl"}:
         return "ssl + _ssl"
     if top in {"_hashlib", "hashlib", "_blake2", "hmac", "secrets", "_sha512", "_md5", "_sha1", "_sha256"}:
@@ -460,7 +462,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rest", type=float, default=2.0, help="seconds idle after the first scrape")
     parser.add_argument("--rounds", type=int, default=2, help="starts per configuration (the median is shown)")
-    parser.add_argument("--collections", type=int, default=20)
+    parser.add_argument("--collections", type=int, default=40)
     parser.add_argument("--cached", type=int, default=2000)
     parser.add_argument("--scrapes", type=int, default=20000)
     parser.add_argument("--top", type=int, default=14, help="packages shown in the import breakdown")
@@ -483,6 +485,7 @@ def main() -> None:
             listening, took, rss = results[len(results) // 2]
             print(f"| {scenario.name} | {listening:.2f} s | {took:.2f} s | {rss:.1f} MiB |")
         import_breakdown(configurations[0], directory, args.top)
+        import_breakdown(configurations[2], directory, args.top)
         if not args.skip_scaling:
             print_scaling(scaling(library, args.collections, args.cached), args.collections, args.cached)
         flat(args.scrapes)
