@@ -364,3 +364,20 @@ def test_aclose_stops_the_background_loop_even_when_the_run_finishes_as_it_is_ca
         assert backend.calls == 1
 
     run(main)
+
+
+# -- the live view's history --------------------------------------------------------------------------------
+
+
+def test_each_success_is_appended_to_the_history_and_a_failure_is_not() -> None:
+    async def main() -> None:
+        backend = FakeBackend([READINGS, CollectionError("boom"), READINGS])
+        collector = Collector(backend, timeout_seconds=None)
+        snapshots = [await bounded(collector.scrape()) for _ in range(3)]
+        times = [
+            snapshot.attempt.finished_at for snapshot in snapshots if snapshot.attempt and snapshot.attempt.succeeded
+        ]
+        assert len(times) == 2
+        assert collector.history.series()["GPU-0000"]["t"] == times
+
+    run(main)

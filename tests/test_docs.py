@@ -349,7 +349,7 @@ def test_fake_config_example_is_answered(tmp_path: Path) -> None:
 def text_files(*roots: str) -> Iterator[Path]:
     for root in roots:
         for path in sorted((REPO / root).rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".so"):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".so", ".png"):
                 yield path
     yield from sorted(REPO.glob("*.md"))
 

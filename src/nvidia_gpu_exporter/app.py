@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from nvidia_gpu_exporter.exposition.dcgm_counters import Counter
     from nvidia_gpu_exporter.kubernetes.attribution import AttributionSettings, Attributor, MigLister
     from nvidia_gpu_exporter.model.pcibus import PciSource
+    from nvidia_gpu_exporter.web.probe import Fleet
 
 log = logging.getLogger("nvidia_gpu_exporter.main")
 
@@ -305,6 +306,31 @@ def dcgm_exposition(config: Config, backend: Backend, counters: tuple[Counter, .
     )
 
 
+def build_fleet(config: Config) -> Fleet | None:
+    """Fleet mode (``--fleet.targets-file``): the targets and their SSH pool; asyncssh is imported only then."""
+    if not config.fleet_targets_file:
+        return None
+    from nvidia_gpu_exporter.backends.fleet.targets import TargetsError, load_targets  # noqa: PLC0415 - opt-in
+
+    try:  # before asyncssh is needed: a bad file is named as such with or without the extra
+        targets = load_targets(config.fleet_targets_file)
+    except TargetsError as error:
+        raise StartupError(f"invalid --fleet.targets-file: {error}") from error
+    try:
+        from nvidia_gpu_exporter.web.probe import Fleet  # noqa: PLC0415 - imports asyncssh
+    except ImportError as error:
+        raise StartupError(
+            f"--fleet.targets-file needs the 'fleet' extra (pip install 'nvidia-gpu-exporter[fleet]'): {error.msg}"
+        ) from error
+    return Fleet(
+        config.fleet_targets_file,
+        targets,
+        compute_apps=config.compute_apps,
+        max_output_bytes=config.collect_max_output_bytes,
+        max_concurrent=config.fleet_max_concurrent,
+    )
+
+
 def listen_sockets(config: Config) -> list[socket.socket]:
     """The listening sockets: systemd's (socket activation) or one bound per --web.listen-address."""
     if config.systemd_socket:
@@ -351,13 +377,25 @@ def ignore_signal(name: str) -> None:
     log.info(f"received {name}: ignored (it has no use in this exporter)")
 
 
-def install_signal_handlers(loop: asyncio.AbstractEventLoop, security: Security) -> None:
+def reload_fleet_on_sighup(fleet: Fleet | None) -> None:
+    """SIGHUP in fleet mode: re-read the targets file too (a bad file keeps the previous targets)."""
+    if fleet is not None:
+        log.info("received SIGHUP: reloading the fleet targets", extra={"file": fleet.path})
+        fleet.reload()
+
+
+def install_signal_handlers(loop: asyncio.AbstractEventLoop, security: Security, fleet: Fleet | None = None) -> None:
     """Signals that would otherwise end the process at once, without a log line or killing nvidia-smi.
 
     Where a signal does not exist (Windows) or the loop cannot handle signals, nothing is installed.
     """
+
+    def on_sighup() -> None:
+        reload_on_sighup(security)
+        reload_fleet_on_sighup(fleet)
+
     handlers: dict[str, Callable[[], None]] = {
-        "SIGHUP": lambda: reload_on_sighup(security),
+        "SIGHUP": on_sighup,
         "SIGQUIT": dump_stacks,
         "SIGUSR1": lambda: ignore_signal("SIGUSR1"),
         "SIGUSR2": lambda: ignore_signal("SIGUSR2"),
@@ -401,7 +439,8 @@ async def serve(config: Config) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, on_stop)
-    install_signal_handlers(loop, security)  # before startup's nvidia-smi runs, as the two above
+    fleet = build_fleet(config)
+    install_signal_handlers(loop, security, fleet)  # before startup's nvidia-smi runs, as the two above
     xids = choose_xid_source(config)
     if xids.name == "off" and any(counter.name == "DCGM_FI_DEV_XID_ERRORS" for counter in counters or ()):
         log.warning(
@@ -455,7 +494,13 @@ async def serve(config: Config) -> int:
         xids.close()
         await backend.aclose()
         raise StartupError(str(error)) from error
-    server = WebServer(build_app(endpoint, settings, security), settings, security, endpoint.stats.connections)
+    probe = None
+    if fleet is not None:
+        from nvidia_gpu_exporter.web.probe import ProbeEndpoint  # noqa: PLC0415 - imports asyncssh
+
+        probe = ProbeEndpoint(fleet, settings).handle
+    app = build_app(endpoint, settings, security, probe)
+    server = WebServer(app, settings, security, endpoint.stats.connections)
     collector_started = True
     collector.start()
     try:
@@ -466,6 +511,8 @@ async def serve(config: Config) -> int:
         await collector.aclose()
         await server.stop()
         await backend.aclose()
+        if fleet is not None:
+            await fleet.aclose()
         xids.close()
     return exit_code
 

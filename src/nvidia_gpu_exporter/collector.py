@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nvidia_gpu_exporter.backends import Backend, CollectionError
+from nvidia_gpu_exporter.history import History
 from nvidia_gpu_exporter.model.snapshot import Attempt, Readings, Snapshot
 from nvidia_gpu_exporter.support.asynctimeout import within_timeout
 
@@ -83,6 +84,7 @@ class Collector:
         self._loop_task: asyncio.Task[None] | None = None
         self._closing = False  # set by aclose(): the background loop ends even if a run outlived its cancel
         self.collections = 0  # completed attempts, for tests and benchmarks
+        self.history = History()  # the live view's sparklines: appended to, never read, here
 
     @property
     def background(self) -> bool:
@@ -114,8 +116,9 @@ class Collector:
         self._sequence += 1
         if attempt is not None:
             self.collections += 1
-            if attempt.succeeded:
+            if attempt.readings is not None:
                 self._last_success_at = attempt.finished_at
+                self.history.append(self.backend.fields, attempt.readings, attempt.finished_at)
             else:
                 self._failed += 1
             if attempt.readings is not None and self.kernel_log is not None:

@@ -10,6 +10,7 @@ from enum import Enum
 from nvidia_gpu_exporter._go.durations import format_duration
 from nvidia_gpu_exporter._go.text import is_go_space
 from nvidia_gpu_exporter.backends.exec.runner import DEFAULT_MAX_OUTPUT_BYTES
+from nvidia_gpu_exporter.backends.fleet.targets import DEFAULT_GLOBAL_CONCURRENCY
 from nvidia_gpu_exporter.health.source import DEFAULT_KERNEL_LOG
 from nvidia_gpu_exporter.health.sysfs import DEFAULT_SYSFS_PATH
 from nvidia_gpu_exporter.kubernetes.devices import DEFAULT_RESOURCE_PATTERNS
@@ -19,6 +20,7 @@ from nvidia_gpu_exporter.web.routes import (
     DCGM_HEALTH_PATH,
     DEFAULT_TELEMETRY_PATH,
     PPROF_PREFIX,
+    PROBE_PATH,
     RESERVED_PATHS,
 )
 
@@ -99,6 +101,8 @@ class Config:
     kubernetes_pod_labels: bool = False
     kubernetes_process_pods: bool = False
     kubernetes_proc_root: str = "/proc"
+    fleet_targets_file: str = ""  # "" = no fleet mode (no /probe)
+    fleet_max_concurrent: int = DEFAULT_GLOBAL_CONCURRENCY
     log_level: str = "info"
     log_format: str = "logfmt"
 
@@ -177,6 +181,17 @@ def validate(config: Config) -> None:
     if config.collect_max_output_bytes <= 0:
         raise ConfigError(f"--collect.max-output-bytes must be positive, got {config.collect_max_output_bytes}")
     validate_kubernetes(config)
+    validate_fleet(config)
+
+
+def validate_fleet(config: Config) -> None:
+    """The ``--fleet.*`` flags; with fleet mode off (the default) only the concurrency bound is checked."""
+    if not 1 <= config.fleet_max_concurrent <= 4096:
+        raise ConfigError(f"--fleet.max-concurrent must be between 1 and 4096, got {config.fleet_max_concurrent}")
+    if config.fleet_targets_file and config.telemetry_path == PROBE_PATH:
+        raise ConfigError(
+            f"web.telemetry-path must not be {PROBE_PATH} with --fleet.targets-file: the probes live there"
+        )
 
 
 def validate_kubernetes(config: Config) -> None:

@@ -300,6 +300,18 @@ FLAGS: tuple[Flag, ...] = (
         "Where the host's /proc is mounted, for --kubernetes.process-pods.",
         Kind.STRING,
     ),
+    Flag(
+        "fleet.targets-file",
+        "fleet_targets_file",
+        "Fleet mode: YAML file of SSH targets served at /probe?target=<name> (needs the 'fleet' extra; docs/fleet.md).",
+        Kind.STRING,
+    ),
+    Flag(
+        "fleet.max-concurrent",
+        "fleet_max_concurrent",
+        "Fleet mode: nvidia-smi runs in flight over SSH at once, across every target.",
+        Kind.INT,
+    ),
     Flag("log.level", "log_level", "Only log messages with the given severity or above.", Kind.ENUM, tuple(LEVELS)),
     Flag("log.format", "log_format", "Output format of log messages.", Kind.ENUM, FORMATS),
 )

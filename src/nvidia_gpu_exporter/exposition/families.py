@@ -321,6 +321,13 @@ HTTP_RESPONSES_INCOMPLETE = FamilySpec(
     "HTTP responses cut off because the client read nothing of them for --web.write-timeout.",
 )
 
+# -- fleet mode (GET /probe?target=<name>, docs/fleet.md): after the target's nvidia_smi_* block ---------------
+
+PROBE_SUCCESS = FamilySpec("probe_success", "gauge", "Whether the probe's collection over SSH succeeded (1) or not (0)")
+PROBE_DURATION = FamilySpec(
+    "probe_duration_seconds", "gauge", "Seconds the probe took: field discovery, the SSH runs and the rendering"
+)
+
 OWNED: tuple[FamilySpec, ...] = (
     FAILED_COLLECTIONS,
     LAST_SUCCESS,

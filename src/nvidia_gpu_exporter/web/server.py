@@ -21,12 +21,15 @@ from nvidia_gpu_exporter.web.routes import (
     HEALTH_PATH,
     LANDING_PATH,
     PPROF_PREFIX,
+    PROBE_PATH,
     READY_PATH,
+    VIEW_JSON_PATH,
     XIDS_PATH,
 )
 from nvidia_gpu_exporter.web.security import Security
 from nvidia_gpu_exporter.web.settings import WebSettings
 from nvidia_gpu_exporter.web.timeouts import ResponseHooks, serve_with_deadlines
+from nvidia_gpu_exporter.web.view import LiveView
 from nvidia_gpu_exporter.web.xids import xids_handler
 
 log = logging.getLogger(__name__)
@@ -47,14 +50,32 @@ async def go_style_errors(request: web.Request, handler: Handler) -> web.StreamR
         return plain_text("Method Not Allowed\n", 405, {"Allow": ", ".join(sorted(error.allowed_methods))})
 
 
-def build_app(endpoint: MetricsEndpoint, settings: WebSettings, security: Security | None = None) -> web.Application:
+def build_app(
+    endpoint: MetricsEndpoint,
+    settings: WebSettings,
+    security: Security | None = None,
+    probe: Handler | None = None,
+) -> web.Application:
+    """Every route; ``probe`` is fleet mode's ``/probe`` handler (web/probe.py, imported only in fleet mode)."""
     app = web.Application(middlewares=[go_style_errors])
     if security is not None:
         security.install(app)
-    page = landing_page(settings)
+    view = LiveView(endpoint.collector, endpoint.answer_within(None), lambda document: landing_page(settings, document))
 
-    async def landing(_: web.Request) -> web.Response:
-        return web.Response(text=page, content_type="text/html", charset="utf-8")
+    async def landing(request: web.Request) -> web.Response:
+        """The live view, rendered from the latest collection (a HEAD collects and builds nothing)."""
+        if request.method == "HEAD":
+            text = view.cached_page() or landing_page(settings)
+        else:
+            text = await view.page()
+        return web.Response(text=text, content_type="text/html", charset="utf-8")
+
+    async def view_json(_: web.Request) -> web.Response:
+        return web.Response(
+            body=await view.json_bytes(),
+            content_type="application/json",
+            headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"},
+        )
 
     async def healthy(_: web.Request) -> web.Response:
         return plain_text("Nvidia GPU Exporter is Healthy.\n")
@@ -71,8 +92,11 @@ def build_app(endpoint: MetricsEndpoint, settings: WebSettings, security: Securi
     app.router.add_get(HEALTH_PATH, healthy)
     app.router.add_get(READY_PATH, ready)
     app.router.add_get(XIDS_PATH, xids_handler(endpoint.collector))
+    app.router.add_get(VIEW_JSON_PATH, view_json)
     if settings.dcgm_health:
         app.router.add_get(DCGM_HEALTH_PATH, dcgm_health)
+    if probe is not None:
+        app.router.add_get(PROBE_PATH, probe)
     if settings.enable_pprof:
         from nvidia_gpu_exporter.web.pprof import add_profiling_routes  # noqa: PLC0415 - only loaded when asked for
 
