@@ -30,8 +30,6 @@ from nvidia_gpu_exporter.backends.fields import FieldRequest, FieldResolutionErr
 from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.config import Backend as BackendName
 from nvidia_gpu_exporter.config import Config, ConfigError, Profile, XidSource, validate
-from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition, node_hostname
-from nvidia_gpu_exporter.exposition.dcgm_counters import Counter, CountersError, read_counters_file
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.flags import Action, FlagError, Parsed, parse_args
 from nvidia_gpu_exporter.health.reader import kernel_clock
@@ -44,6 +42,8 @@ from nvidia_gpu_exporter.web.server import ListenError, WebServer, bind_socket, 
 from nvidia_gpu_exporter.web.settings import WebSettings
 
 if TYPE_CHECKING:
+    from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition
+    from nvidia_gpu_exporter.exposition.dcgm_counters import Counter
     from nvidia_gpu_exporter.kubernetes.attribution import AttributionSettings, Attributor, MigLister
     from nvidia_gpu_exporter.model.pcibus import PciSource
     from nvidia_gpu_exporter.web.probe import Fleet
@@ -283,10 +283,29 @@ def dcgm_counters(config: Config) -> tuple[Counter, ...] | None:
     """The ``--dcgm.collectors`` file's records, read before anything starts so a bad file costs nothing."""
     if not config.dcgm_collectors:
         return None
+    from nvidia_gpu_exporter.exposition.dcgm_counters import CountersError, read_counters_file  # noqa: PLC0415
+
     try:
         return read_counters_file(config.dcgm_collectors)
     except CountersError as error:
         raise StartupError(f"invalid --dcgm.collectors: {error}") from error
+
+
+def dcgm_exposition(config: Config, backend: Backend, counters: tuple[Counter, ...] | None) -> DcgmExposition | None:
+    """The DCGM block of --metrics.profile=dcgm or both; the nvidia_smi profile never loads its table."""
+    if config.metrics_profile is Profile.NVIDIA_SMI:
+        return None
+    from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition, node_hostname  # noqa: PLC0415 - profile only
+
+    return DcgmExposition(
+        backend.fields,
+        node_hostname(os.environ),
+        counters=counters,
+        energy=config.backend is not BackendName.EXEC,  # NVML's energy counter; nvidia-smi has none
+        gpm=config.backend is BackendName.NVML,  # NVML GPM samples; the demo simulates none for whole GPUs
+        extras=config.backend is not BackendName.EXEC,  # PCIe rates (nvml, demo), replays and NVLink (nvml)
+        pod_labels=config.kubernetes_pod_labels,
+    )
 
 
 def build_fleet(config: Config) -> Fleet | None:
@@ -448,17 +467,7 @@ async def serve(config: Config) -> int:
         mig_process_labels=config.compute_apps_mig,
         kubernetes_pod_labels=config.kubernetes_pod_labels,
         nvidia_smi=config.metrics_profile is not Profile.DCGM,
-        dcgm=None
-        if config.metrics_profile is Profile.NVIDIA_SMI
-        else DcgmExposition(
-            backend.fields,
-            node_hostname(os.environ),
-            counters=counters,
-            energy=config.backend is not BackendName.EXEC,  # NVML's energy counter; nvidia-smi has none
-            gpm=config.backend is BackendName.NVML,  # NVML GPM samples; the demo simulates none for whole GPUs
-            extras=config.backend is not BackendName.EXEC,  # PCIe rates (nvml, demo), replays and NVLink (nvml)
-            pod_labels=config.kubernetes_pod_labels,
-        ),
+        dcgm=dcgm_exposition(config, backend, counters),
     )
     exit_code = 0
 

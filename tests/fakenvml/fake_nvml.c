@@ -46,8 +46,13 @@ enum {
     NVML_ERROR_UNKNOWN = 999,
 };
 
+/* Overridable at compile time (-DMAX_TOP=256 -DMAX_DEVICES=512): benchmarks/bench_footprint.py scales to 256. */
+#ifndef MAX_DEVICES
 #define MAX_DEVICES 80
+#endif
+#ifndef MAX_TOP
 #define MAX_TOP 32
+#endif
 #define MAX_MIG_SLOTS 8
 #define MAX_PROCS 32
 #define MAX_NAMES 128

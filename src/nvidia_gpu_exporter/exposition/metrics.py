@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from nvidia_gpu_exporter.exposition.children import stuck_children_families
-from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition
 from nvidia_gpu_exporter.exposition.families import (
     COMPUTE_APP_INFO,
     COMPUTE_APP_MEMORY,
@@ -41,6 +41,9 @@ from nvidia_gpu_exporter.model.fields import IDENTITY_FIELDS
 from nvidia_gpu_exporter.model.snapshot import Attempt, GpuTable, ProcessList, QueryField, Snapshot, StatusFamily
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
 from nvidia_gpu_exporter.model.values import PROCESS_ABSENT_TOKENS, transform_generic, transform_value
+
+if TYPE_CHECKING:  # built by the caller for --metrics.profile=dcgm or both, so only they load it
+    from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition
 
 log = logging.getLogger(__name__)
 

@@ -34,8 +34,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
-
-import bcrypt
+from types import ModuleType
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +71,21 @@ def well_formed(hashed: bytes) -> bool:
     return _HASH_SHAPE.fullmatch(hashed) is not None
 
 
+def _bcrypt() -> ModuleType:
+    """The bcrypt bindings, loaded once a user is configured: an exporter without users never maps them."""
+    import bcrypt  # noqa: PLC0415 - only basic_auth_users needs it (issue 16: memory per configuration)
+
+    return bcrypt
+
+
 def _checkpw(password: bytes, hashed: bytes) -> bool:
     """bcrypt's verdict on the password's first 72 bytes, as Go's bcrypt gives it, whatever bcrypt's version."""
+    bcrypt = _bcrypt()
     if not well_formed(hashed):
         bcrypt.checkpw(password[:BCRYPT_MAX_PASSWORD_BYTES], _DUMMY_HASH)  # as slow as a wrong password
         return False
     try:
-        return bcrypt.checkpw(password[:BCRYPT_MAX_PASSWORD_BYTES], hashed)
+        return bool(bcrypt.checkpw(password[:BCRYPT_MAX_PASSWORD_BYTES], hashed))
     except ValueError:  # anything else this bcrypt refuses in a hash
         return False
 
@@ -108,6 +115,8 @@ class BasicAuthenticator:
         floor_seconds: float | None = None,
     ) -> None:
         self.users = {user: hashed.encode("utf-8") for user, hashed in users.items()}
+        if self.users:
+            _bcrypt()  # at startup, not at the first login
         for user, hashed_bytes in self.users.items():
             if not well_formed(hashed_bytes):
                 log.warning(

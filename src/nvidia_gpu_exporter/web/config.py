@@ -17,11 +17,13 @@ import ssl
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nvidia_gpu_exporter._go.durations import DurationError, parse_duration
-from nvidia_gpu_exporter.support.strictyaml import StrictYamlError, YamlNode, load_yaml
 from nvidia_gpu_exporter.web.auth import well_formed
+
+if TYPE_CHECKING:
+    from nvidia_gpu_exporter.support.strictyaml import YamlNode
 
 log = logging.getLogger(__name__)
 
@@ -244,6 +246,9 @@ def parse_web_config(
     An empty document means plain HTTP without auth; ``allow_empty=False`` refuses it instead, for a file
     given explicitly, where empty is far more often a half-written file than a wish to open the endpoint.
     """
+    # The YAML parser is loaded with the first web config: without --web.config.file it is never needed.
+    from nvidia_gpu_exporter.support.strictyaml import StrictYamlError, load_yaml  # noqa: PLC0415
+
     try:
         root = load_yaml(text)
         if root is None or root.is_null:

@@ -33,7 +33,6 @@ import functools
 import itertools
 import logging
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -208,7 +207,7 @@ class Child:
 
 
 def new_run_token() -> str:
-    return f"{os.getpid()}.{next(_runs)}.{secrets.token_hex(4)}"
+    return f"{os.getpid()}.{next(_runs)}.{os.urandom(4).hex()}"
 
 
 async def spawn_child(argv: Sequence[str], max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> Child:

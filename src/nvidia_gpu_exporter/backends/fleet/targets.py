@@ -21,12 +21,14 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nvidia_gpu_exporter._go.durations import DurationError, parse_duration, to_seconds
 from nvidia_gpu_exporter._go.text import go_quote
 from nvidia_gpu_exporter.support.files import read_regular_file
-from nvidia_gpu_exporter.support.strictyaml import StrictYamlError, YamlNode, load_yaml
+
+if TYPE_CHECKING:
+    from nvidia_gpu_exporter.support.strictyaml import YamlNode
 
 MAX_FILE_BYTES = 1024 * 1024
 MAX_TARGETS = 10_000
@@ -183,6 +185,9 @@ def _targets(node: YamlNode, inherited: Settings, found: dict[str, Target]) -> N
 
 def parse_targets(text: str, source: str = "<targets>") -> Targets:
     """Strictly parse a targets file; an error names ``source`` and the line."""
+    # config.py reads this module's default; the YAML parser is loaded only when a targets file is read.
+    from nvidia_gpu_exporter.support.strictyaml import StrictYamlError, load_yaml  # noqa: PLC0415
+
     found: dict[str, Target] = {}
     try:
         root = load_yaml(text)

@@ -1,0 +1,495 @@
+"""The exporter's footprint (issue 16): RSS at rest per configuration, where it goes by import, startup to the
+first successful scrape, CPU and RSS as the GPU count grows, and RSS over many cached scrapes.
+
+Every figure is the real exporter (``python -m nvidia_gpu_exporter`` on 127.0.0.1, port 0) read from
+``/proc/<pid>``: RSS is ``VmRSS``, CPU is the exporter's own ``utime + stime`` (its nvidia-smi children's
+CPU is theirs, not counted). The exec backend runs the project's fake nvidia-smi (a Python process per
+query) on ``tests/fixtures/captures/fixture-windows-1gpu.txt`` replicated with ``--gpus N``; the nvml
+backend loads the fake libnvidia-ml (``tests/fakenvml/fake_nvml.c``, compiled here with room for 256 GPUs)
+through ``LD_LIBRARY_PATH``, as ``tests/test_nvml_e2e.py`` does.
+
+The import breakdown runs the exec configuration once more with a meta-path hook that reads RSS around each
+module's loading (``create_module``, which maps an extension's shared library, and ``exec_module``) and
+charges each module what it added itself, as ``-X importtime``'s "self" column does for time.
+
+    python benchmarks/bench_footprint.py [--rest 2] [--scrapes 20000] [--skip-scaling]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CAPTURE = REPO / "tests" / "fixtures" / "captures" / "fixture-windows-1gpu.txt"
+FAKE_NVML_SOURCE = REPO / "tests" / "fakenvml" / "fake_nvml.c"
+LISTENING = re.compile(r'msg="Listening on" address=(\S+)')
+TICKS = os.sysconf("SC_CLK_TCK")
+STARTUP_SECONDS = 60.0
+GPU_COUNTS_EXEC = (1, 8, 64, 255)  # the fake nvidia-smi replicates into at most 255 GPUs (the PCI bus byte)
+GPU_COUNTS_NVML = (1, 8, 64, 256)
+
+# Run inside the exporter child: charge each module the RSS its own loading added, then run the exporter.
+IMPORT_HOOK = r"""
+import atexit, json, os, sys
+_statm = open("/proc/self/statm", "rb", buffering=0)
+_page = os.sysconf("SC_PAGE_SIZE")
+def _rss():
+    _statm.seek(0)
+    return int(_statm.read().split()[1]) * _page
+_start = _rss()
+_stack = []
+_self = {}
+def _measured(name, function, *args):
+    _stack.append(0)
+    before = _rss()
+    try:
+        return function(*args)
+    finally:
+        total = _rss() - before
+        children = _stack.pop()
+        _self[name] = _self.get(name, 0) + total - children
+        if _stack:
+            _stack[-1] += total
+class _Loader:
+    def __init__(self, loader, name):
+        self._loader, self._name = loader, name
+    def __getattr__(self, attribute):
+        return getattr(self._loader, attribute)
+    def create_module(self, spec):
+        return _measured(self._name, self._loader.create_module, spec)
+    def exec_module(self, module):
+        return _measured(self._name, self._loader.exec_module, module)
+class _Finder:
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        for finder in sys.meta_path:
+            if finder is cls or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _Loader(spec.loader, name)
+                return spec
+        return None
+sys.meta_path.insert(0, _Finder)
+def _dump():
+    with open(os.environ["FOOTPRINT_IMPORTS"], "w") as out:
+        json.dump({"start": _start, "end": _rss(), "self": _self}, out)
+atexit.register(_dump)
+from nvidia_gpu_exporter.cli import main
+sys.exit(main())
+"""
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime (fields 14 and 15 of stat(5))
+
+
+@dataclass
+class Client:
+    """Where to scrape and how (plain or TLS, with or without basic auth)."""
+
+    tls: ssl.SSLContext | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def connect(self, address: str) -> http.client.HTTPConnection:
+        host, port = address.rsplit(":", 1)
+        if self.tls is None:
+            return http.client.HTTPConnection(host, int(port), timeout=60)
+        return http.client.HTTPSConnection(host, int(port), timeout=60, context=self.tls)
+
+
+@dataclass
+class Exporter:
+    process: subprocess.Popen[bytes]
+    started: float
+    listening: float
+    address: str
+    client: Client
+    log: list[str]
+
+    def get(self, connection: http.client.HTTPConnection, path: str = "/metrics") -> tuple[int, bytes]:
+        connection.request("GET", path, headers={"Accept-Encoding": "gzip", **self.client.headers})
+        response = connection.getresponse()
+        body = response.read()
+        if response.getheader("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        return response.status, body
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def start(
+    args: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    client: Client | None = None,
+    python_args: Sequence[str] = ("-m", "nvidia_gpu_exporter"),
+) -> Exporter:
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [sys.executable, *python_args, "--web.listen-address=127.0.0.1:0", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+        cwd=REPO,
+    )
+    lines: list[str] = []
+    address: list[str] = []
+    found = threading.Event()
+
+    def pump() -> None:
+        assert process.stderr is not None
+        for raw in process.stderr:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            lines.append(line)
+            match = LISTENING.search(line)
+            if match and not address:
+                address.append(match.group(1))
+                found.set()
+        found.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    found.wait(STARTUP_SECONDS)
+    if not address:
+        process.kill()
+        process.wait()
+        sys.exit("the exporter did not start:\n" + "\n".join(lines[-20:]))
+    return Exporter(process, started, time.monotonic(), address[0], client or Client(), lines)
+
+
+def first_scrape(exporter: Exporter, connection: http.client.HTTPConnection) -> tuple[float, bytes]:
+    """Seconds from the exporter's start to its first 200 on /metrics, and that body."""
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while time.monotonic() < deadline:
+        status, body = exporter.get(connection)
+        if status == 200 and b"nvidia_smi_" in body:
+            return time.monotonic() - exporter.started, body
+        time.sleep(0.05)
+    sys.exit("no successful scrape:\n" + "\n".join(exporter.log[-20:]))
+
+
+def series(body: bytes) -> int:
+    return sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
+
+
+# -- the configurations -------------------------------------------------------------------------------------
+
+
+def fake_smi(gpus: int = 1) -> str:
+    return f"{sys.executable} -m nvidia_gpu_exporter.fakesmi --capture {CAPTURE} --gpus {gpus}"
+
+
+def compile_fake_nvml(directory: Path) -> Path:
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        sys.exit("no C compiler (cc, gcc or $CC): cannot build the fake libnvidia-ml")
+    output = directory / "libnvidia-ml.so.1"
+    subprocess.run(
+        [
+            compiler,
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-DMAX_TOP=256",
+            "-DMAX_DEVICES=512",
+            "-Wl,-soname,libnvidia-ml.so.1",
+            "-o",
+            str(output),
+            str(FAKE_NVML_SOURCE),
+            "-lpthread",
+        ],
+        check=True,
+    )
+    return directory
+
+
+def nvml_env(library: Path, gpus: int | None = None) -> dict[str, str]:
+    env = {"LD_LIBRARY_PATH": str(library), "FAKE_NVML_SCENARIO": "h200"}
+    if gpus is not None:
+        env["FAKE_NVML_GPUS"] = str(gpus)
+    return env
+
+
+def tls_auth(directory: Path) -> tuple[list[str], Client]:
+    """A trustme certificate and one bcrypt (cost 10) user in a --web.config.file."""
+    import bcrypt
+    import trustme
+
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1")
+    leaf.cert_chain_pems[0].write_to_path(str(directory / "cert.pem"))
+    leaf.private_key_pem.write_to_path(str(directory / "key.pem"))
+    digest = bcrypt.hashpw(b"secret", bcrypt.gensalt(10)).decode()
+    config = directory / "web.yml"
+    config.write_text(
+        f"tls_server_config:\n  cert_file: {directory / 'cert.pem'}\n  key_file: {directory / 'key.pem'}\n"
+        f"basic_auth_users:\n  bench: '{digest}'\n"
+    )
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    import base64
+
+    token = base64.b64encode(b"bench:secret").decode()
+    return [f"--web.config.file={config}"], Client(context, {"Authorization": f"Basic {token}"})
+
+
+@dataclass
+class Scenario:
+    name: str
+    args: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    client: Client = field(default_factory=Client)
+
+
+def scenarios(directory: Path, library: Path) -> list[Scenario]:
+    tls_args, tls_client = tls_auth(directory)
+    exec_args = ["--nvidia-smi-command", fake_smi()]
+    return [
+        Scenario("exec (fake nvidia-smi), plain HTTP", exec_args),
+        Scenario("exec, TLS + basic auth", [*exec_args, *tls_args], client=tls_client),
+        Scenario("nvml (fake libnvidia-ml, 8 GPUs)", ["--collect.backend=nvml"], nvml_env(library)),
+        Scenario("demo", ["--collect.backend=demo"]),
+    ]
+
+
+# -- the measurements ---------------------------------------------------------------------------------------
+
+
+def at_rest(scenario: Scenario, rest: float) -> tuple[float, float, float]:
+    """(seconds to listening, seconds to the first successful scrape, RSS MiB after it and `rest` idle)."""
+    exporter = start(scenario.args, scenario.env, scenario.client)
+    try:
+        connection = exporter.client.connect(exporter.address)
+        took, _ = first_scrape(exporter, connection)
+        connection.close()
+        time.sleep(rest)
+        return exporter.listening - exporter.started, took, rss_mib(exporter.process.pid)
+    finally:
+        exporter.stop()
+
+
+AIOHTTP_CLIENT = re.compile(
+    r"aiohttp\.(client\w*|connector|tracing|cookiejar|resolver|formdata|multipart|payload_streamer|"
+    r"_cookie_helpers|abc)$"
+)
+
+
+def group(module: str) -> str:
+    if AIOHTTP_CLIENT.match(module):
+        return "aiohttp (client side: client*, connector, tracing, cookiejar, resolver, multipart, ...)"
+    top = module.split(".", maxsplit=1)[0]
+    if top == "aiohttp":
+        return "aiohttp (the rest: server, http parser/writer, helpers)"
+    if top in {"pynvml", "_ctypes", "ctypes"}:
+        return "pynvml + ctypes"
+    if top in {"ssl", "_ssl"}:
+        return "ssl + _ssl"
+    if top in {"_hashlib", "hashlib", "_blake2", "hmac", "secrets", "_sha512", "_md5", "_sha1", "_sha256"}:
+        return "hashlib, hmac, secrets"
+    if top in {"email", "http", "urllib"}:
+        return "email, http, urllib"
+    return top
+
+
+def import_breakdown(scenario: Scenario, directory: Path, top: int) -> None:
+    dump = directory / "imports.json"
+    exporter = start(scenario.args, {**scenario.env, "FOOTPRINT_IMPORTS": str(dump)}, python_args=("-c", IMPORT_HOOK))
+    try:
+        connection = exporter.client.connect(exporter.address)
+        first_scrape(exporter, connection)
+        connection.close()
+        rss = rss_mib(exporter.process.pid)
+    finally:
+        exporter.stop()
+    data = json.loads(dump.read_text())
+    groups: dict[str, list[float]] = {}
+    for module, added in data["self"].items():
+        entry = groups.setdefault(group(module), [0.0, 0])
+        entry[0] += added / 2**20
+        entry[1] += 1
+    print(f"\n### Import breakdown: {scenario.name}\n")
+    print(
+        f"Interpreter before any import of ours: {data['start'] / 2**20:.1f} MiB; after the first scrape "
+        f"{rss:.1f} MiB; {len(data['self'])} modules loaded. RSS each package added while loading:\n"
+    )
+    print("| package | modules | RSS added |")
+    print("|---|---:|---:|")
+    ranked = sorted(groups.items(), key=lambda item: -item[1][0])
+    for name, (mib, count) in ranked[:top]:
+        print(f"| {name} | {int(count)} | {mib:.2f} MiB |")
+    rest = sum(mib for _, (mib, _) in ranked[top:])
+    print(f"| {len(ranked) - top} other packages | | {rest:.2f} MiB |")
+    print(f"| **all imports** | {len(data['self'])} | {sum(mib for mib, _ in groups.values()):.2f} MiB |")
+
+
+def cpu_per_scrape(exporter: Exporter, connection: http.client.HTTPConnection, count: int) -> float:
+    """Milliseconds of exporter CPU per scrape over `count` sequential keep-alive scrapes."""
+    pid = exporter.process.pid
+    before = cpu_seconds(pid)
+    for _ in range(count):
+        status, _ = exporter.get(connection)
+        assert status == 200, status
+    return (cpu_seconds(pid) - before) / count * 1000
+
+
+@dataclass
+class ScalingRow:
+    backend: str
+    gpus: int
+    series: int
+    body_kib: float
+    collection_ms: float
+    cached_ms: float
+    rss_mib: float
+
+
+def scaling(library: Path, collections: int, cached: int) -> list[ScalingRow]:
+    rows = []
+    for backend, counts in (("exec", GPU_COUNTS_EXEC), ("nvml", GPU_COUNTS_NVML)):
+        for gpus in counts:
+            if backend == "exec":
+                args, env = ["--nvidia-smi-command", fake_smi(gpus)], {}
+            else:
+                args, env = ["--collect.backend=nvml"], nvml_env(library, gpus)
+            exporter = start(args, env)  # a collection per scrape
+            try:
+                connection = exporter.client.connect(exporter.address)
+                _, body = first_scrape(exporter, connection)
+                per_collection = cpu_per_scrape(exporter, connection, collections)
+            finally:
+                exporter.stop()
+            exporter = start([*args, "--collect.interval=30s", "--web.max-requests=0"], env)  # cached scrapes
+            try:
+                connection = exporter.client.connect(exporter.address)
+                first_scrape(exporter, connection)
+                cpu_per_scrape(exporter, connection, 100)  # warm-up
+                per_cached = cpu_per_scrape(exporter, connection, cached)
+                rss = rss_mib(exporter.process.pid)
+            finally:
+                exporter.stop()
+            rows.append(ScalingRow(backend, gpus, series(body), len(body) / 1024, per_collection, per_cached, rss))
+    return rows
+
+
+def print_scaling(rows: list[ScalingRow], collections: int, cached: int) -> None:
+    print(f"\n### Scaling ({collections} collections, {cached} cached scrapes per row)\n")
+    print("| backend | GPUs | series | body | CPU per collection | CPU per cached scrape | RSS |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        print(
+            f"| {row.backend} | {row.gpus} | {row.series:,} | {row.body_kib:.0f} KiB | {row.collection_ms:.2f} ms | "
+            f"{row.cached_ms:.3f} ms | {row.rss_mib:.1f} MiB |"
+        )
+    for backend in ("exec", "nvml"):
+        ours = [row for row in rows if row.backend == backend]
+        low, high = ours[0], ours[-1]
+        gpus = high.gpus - low.gpus
+        count = high.series - low.series
+        print(
+            f"\n{backend}, from {low.gpus} to {high.gpus} GPUs: per GPU {count / gpus:.0f} series, "
+            f"{(high.collection_ms - low.collection_ms) / gpus:.3f} ms CPU per collection, "
+            f"{(high.cached_ms - low.cached_ms) / gpus * 1000:.2f} µs per cached scrape, "
+            f"{(high.rss_mib - low.rss_mib) / gpus * 1024:.0f} KiB RSS; per series "
+            f"{(high.collection_ms - low.collection_ms) / count * 1000:.2f} µs per collection, "
+            f"{(high.cached_ms - low.cached_ms) / count * 1000:.3f} µs per cached scrape, "
+            f"{(high.rss_mib - low.rss_mib) / count * 1024:.2f} KiB RSS."
+        )
+
+
+def flat(scrapes: int) -> None:
+    """RSS over many cached scrapes of the exec backend (8 GPUs), sampled every tenth of the run."""
+    exporter = start(["--nvidia-smi-command", fake_smi(8), "--collect.interval=30s", "--web.max-requests=0"])
+    try:
+        connection = exporter.client.connect(exporter.address)
+        first_scrape(exporter, connection)
+        for _ in range(500):
+            exporter.get(connection)
+        pid = exporter.process.pid
+        samples = [rss_mib(pid)]
+        started = time.monotonic()
+        for index in range(1, scrapes + 1):
+            status, _ = exporter.get(connection)
+            assert status == 200, status
+            if index % (scrapes // 10) == 0:
+                samples.append(rss_mib(pid))
+        took = time.monotonic() - started
+    finally:
+        exporter.stop()
+    print(f"\n### RSS over {scrapes:,} cached keep-alive scrapes (exec, 8 GPUs, after 500 warm-up; {took:.1f} s)\n")
+    print(" → ".join(f"{sample:.1f}" for sample in samples) + " MiB")
+    print(f"\ngrowth {samples[-1] - samples[0]:+.2f} MiB; over the second half {samples[-1] - samples[5]:+.2f} MiB")
+
+
+def interpreter_rss(code: str) -> float:
+    """VmRSS (MiB) of a fresh interpreter after running `code`."""
+    script = f"{code}\nimport re\nprint(re.search(r'VmRSS:\\s+(\\d+)', open('/proc/self/status').read())[1])"
+    return int(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout) / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rest", type=float, default=2.0, help="seconds idle after the first scrape")
+    parser.add_argument("--rounds", type=int, default=2, help="starts per configuration (the median is shown)")
+    parser.add_argument("--collections", type=int, default=40)
+    parser.add_argument("--cached", type=int, default=2000)
+    parser.add_argument("--scrapes", type=int, default=20000)
+    parser.add_argument("--top", type=int, default=14, help="packages shown in the import breakdown")
+    parser.add_argument("--skip-scaling", action="store_true")
+    args = parser.parse_args()
+    import platform
+
+    with tempfile.TemporaryDirectory() as name:
+        directory = Path(name)
+        library = compile_fake_nvml(directory)
+        print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs")
+        bare, asyncio_only = interpreter_rss("pass"), interpreter_rss("import asyncio")
+        print(f"bare interpreter {bare:.1f} MiB, `import asyncio` {asyncio_only:.1f} MiB\n")
+        print(f"### At rest (after the first successful scrape, then {args.rest:g} s idle; median of {args.rounds})\n")
+        print("| configuration | start to listening | start to first successful scrape | RSS at rest |")
+        print("|---|---:|---:|---:|")
+        configurations = scenarios(directory, library)
+        for scenario in configurations:
+            results = sorted((at_rest(scenario, args.rest) for _ in range(args.rounds)), key=lambda result: result[2])
+            listening, took, rss = results[len(results) // 2]
+            print(f"| {scenario.name} | {listening:.2f} s | {took:.2f} s | {rss:.1f} MiB |")
+        import_breakdown(configurations[0], directory, args.top)
+        import_breakdown(configurations[2], directory, args.top)
+        if not args.skip_scaling:
+            print_scaling(scaling(library, args.collections, args.cached), args.collections, args.cached)
+        flat(args.scrapes)
+
+
+if __name__ == "__main__":
+    main()
