@@ -20,7 +20,6 @@ from nvidia_gpu_exporter.flags import (
 )
 from nvidia_gpu_exporter.support import buildinfo
 from nvidia_gpu_exporter.support.buildinfo import BuildInfo
-from nvidia_gpu_exporter.windows.scm import SUBCOMMANDS as WINDOWS_SUBCOMMANDS
 
 log = logging.getLogger("nvidia_gpu_exporter.main")
 
@@ -86,9 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if handled is not None:
             return handled
     logs.configure()
-    if arguments[:1] and arguments[0] in WINDOWS_SUBCOMMANDS:  # elsewhere kingpin's "unexpected install" says nothing
-        log.error("failed to run", extra={"err": windows_only(arguments[0])})
-        return 1
+    if arguments[:1] and not arguments[0].startswith("-"):  # a bare word: only Windows has subcommands to run
+        from nvidia_gpu_exporter.windows.scm import SUBCOMMANDS  # noqa: PLC0415 - not loaded for a plain start
+
+        if arguments[0] in SUBCOMMANDS:  # elsewhere kingpin's "unexpected install" says nothing
+            log.error("failed to run", extra={"err": windows_only(arguments[0])})
+            return 1
     try:
         parsed = app.parse(arguments)
     except app.StartupError as error:
