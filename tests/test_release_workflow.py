@@ -14,6 +14,8 @@ import yaml
 from harness import REPO
 
 RELEASE = REPO / ".github" / "workflows" / "release.yml"
+BUILD_RELEASE = REPO / "packaging" / "build-release.sh"
+SCOOP_MANIFEST = "nvidia_gpu_exporter.json"  # Scoop names an app after its manifest file
 DOCKERFILE = REPO / "deploy" / "docker" / "Dockerfile"
 
 
@@ -113,6 +115,7 @@ def test_every_release_file_is_signed_with_sigstore() -> None:
         "*.cdx.json",
         "*.service",
         "checksums.txt",
+        SCOOP_MANIFEST,
     ):
         assert pattern in signer["with"]["inputs"], pattern
     attest = next(step for step in _steps("github-release") if step.get("uses", "").startswith("actions/attest"))
@@ -173,3 +176,17 @@ def test_the_registry_login_comes_before_every_push_attestation_and_signature(jo
     first_login = uses.index("docker/login-action")
     assert first_login < uses.index("actions/attest-build-provenance")
     assert first_login < next(index for index, run in enumerate(runs) if "cosign sign" in run)
+
+
+@pytest.mark.parametrize("job", ["build", "rebuild"])
+def test_both_builds_write_the_scoop_manifest_of_the_repository_the_workflow_runs_in(job: str) -> None:
+    # In both builds, so checksums.txt lists it, the rebuild compares it and the checksum attestation covers it.
+    assert 'SCOOP_REPOSITORY="$GITHUB_REPOSITORY"' in _runs(job)
+
+
+def test_the_release_build_writes_the_scoop_manifest_from_build_stack() -> None:
+    script = BUILD_RELEASE.read_text(encoding="utf-8")
+    assert (
+        '"$root/deploy/build_stack.py" --scoop-manifest "$SCOOP_REPOSITORY" "$wheel" >"$out/' + SCOOP_MANIFEST + '"'
+    ) in script
+    assert script.index("--scoop-manifest") < script.index("sha256sum")  # listed in checksums.txt

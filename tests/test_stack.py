@@ -685,3 +685,21 @@ def test_scoop_manifest_refuses_bad_inputs(repository: str, wheel: str, message:
     (tmp_path / wheel).write_bytes(b"x")
     with pytest.raises(ValueError, match=message):
         stack.scoop_manifest(repository, tmp_path / wheel)
+
+
+def test_scoop_manifest_command_runs_without_pyyaml(tmp_path: Path) -> None:
+    # The release build's environment (packaging/build-tools.txt) has no PyYAML; the manifest needs none.
+    wheel = fake_wheel(tmp_path)
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "yaml.py").write_text("raise ImportError('no PyYAML here')\n", encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, str(REPO / "deploy" / "build_stack.py"), "--scoop-manifest", "a/b", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PYTHONPATH": str(shadow), "PATH": "/usr/bin:/bin"},
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    assert json.loads(result.stdout)["hash"] == hashlib.sha256(wheel.read_bytes()).hexdigest()

@@ -102,6 +102,7 @@ export PROJECT_URL NVIDIA_GPU_EXPORTER_BUILD_REVISION NVIDIA_GPU_EXPORTER_BUILD_
 commit_epoch=$(git log -1 --format=%ct)
 build_started=$(date +%s)
 export IMAGE_REPOSITORY=ghcr.io/example/nvidia-gpu-exporter # the release workflow's is ghcr.io/${{ github.repository }}
+export SCOOP_REPOSITORY=example/nvidia-gpu-exporter          # the release workflow's is ${{ github.repository }}
 if ! (umask 0022 && SOURCE_DATE_EPOCH=$commit_epoch WHEELHOUSE_DIR=$work/wheelhouse PYTHON=$venv/bin/python \
     "$work/src/packaging/build-release.sh" "$work/out1" >"$work/build1.log" 2>&1); then
     cat "$work/build1.log"
