@@ -33,6 +33,7 @@ from deploy_helpers import (
     restricted_violations,
     skip_reason,
 )
+from nvidia_gpu_exporter import __version__
 
 # What must stay identical between the kustomize DaemonSet and the chart's default render.
 POD_FIELDS = (
@@ -122,6 +123,29 @@ def test_overlay_sets_namespace_image_and_gpu_nodes() -> None:
     service = one(objects, "Service")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == "nvidia-gpu-exporter"
+
+
+# The base's image: no registry serves it, so a base applied without an overlay's `images:` fails to pull, and the
+# pull error names what to do (like the chart's required image.repository; RFC 2606 keeps .invalid unresolvable).
+UNSET_IMAGE = "set-the-image-in-your-overlay.invalid/nvidia-gpu-exporter"
+
+
+def test_the_base_image_is_no_pullable_placeholder_but_a_name_that_fails_loudly() -> None:
+    image = one(kustomize(KUSTOMIZE / "base"), "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["image"]
+    repository, tag = image.rsplit(":", 1)
+    assert (repository, tag) == (UNSET_IMAGE, __version__)
+    assert repository.split("/", 1)[0].endswith(".invalid")
+
+
+@pytest.mark.parametrize("name", ["owner/", "OWNER/"], ids=["lower-case-owner", "upper-case-owner"])
+def test_no_kustomize_file_names_a_placeholder_repository(name: str) -> None:
+    offenders = [
+        f"{path.relative_to(KUSTOMIZE)}: {line.strip()}"
+        for path in sorted(KUSTOMIZE.rglob("*.yaml"))
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if name in line and not line.lstrip().startswith("#")  # comments may say what to put there
+    ]
+    assert offenders == []
 
 
 def test_base_pod_matches_the_chart_defaults() -> None:
