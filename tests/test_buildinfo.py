@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import StartExporter
+from harness import FIXTURE_CAPTURES, fake_smi_command
 from nvidia_gpu_exporter import __version__, cli
+from nvidia_gpu_exporter.exposition.families import BUILD_INFO
+from nvidia_gpu_exporter.exposition.selfmetrics import build_info_values
 from nvidia_gpu_exporter.support import buildinfo
 from nvidia_gpu_exporter.support.buildinfo import UNKNOWN, BuildInfo
 
@@ -82,3 +86,33 @@ def test_without_git_or_environment_nothing_is_recorded(tmp_path: Path) -> None:
 def test_a_bad_source_date_epoch_leaves_the_date_unknown() -> None:
     environ = {buildinfo.ENV_REVISION: SHA, buildinfo.ENV_BRANCH: "main", "SOURCE_DATE_EPOCH": "yesterday"}
     assert buildinfo.from_source(Path("/nonexistent"), environ).date == UNKNOWN
+
+
+# --------------------------------------------------------------------------------------------------------------
+# nvidia_gpu_exporter_build_info: the Go exporter's carries the branch and revision; so does ours, the same values
+# as --version (outside the byte-compared nvidia_smi_* families, so no golden pins them).
+
+
+@pytest.mark.parametrize(
+    ("build", "branch", "revision"),
+    [(RECORDED, "main", SHA), (BuildInfo(), UNKNOWN, UNKNOWN)],
+    ids=["a-build-record-gives-its-branch-and-revision", "no-record-says-unknown-as-version-does"],
+)
+def test_build_info_labels_carry_the_recorded_branch_and_revision(build: BuildInfo, branch: str, revision: str) -> None:
+    labels = dict(zip(BUILD_INFO.labels, build_info_values(build), strict=True))
+    assert (labels["branch"], labels["revision"], labels["version"]) == (branch, revision, __version__)
+
+
+SITECUSTOMIZE = f"""
+from nvidia_gpu_exporter.support import buildinfo
+buildinfo.installed = lambda: buildinfo.BuildInfo(branch="main", revision="{SHA}", date="2026-01-02T03:04:05Z")
+"""
+
+
+def test_the_served_build_info_names_the_installed_build(exporter: StartExporter, tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")  # as if a wheel recorded it
+    capture = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
+    running = exporter("--nvidia-smi-command", fake_smi_command(capture), env={"PYTHONPATH": str(tmp_path)})
+    line = next(line for line in running.scrape().splitlines() if line.startswith("nvidia_gpu_exporter_build_info{"))
+    assert 'branch="main"' in line
+    assert f'revision="{SHA}"' in line

@@ -32,6 +32,7 @@ from nvidia_gpu_exporter.exposition.families import (
     PROCESS_VIRTUAL_MEMORY,
 )
 from nvidia_gpu_exporter.exposition.text import format_value, render_family
+from nvidia_gpu_exporter.support.buildinfo import BuildInfo
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -65,13 +66,15 @@ def _machine() -> str:
     return {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
 
 
-def build_info_values(revision: str = "", branch: str = "") -> tuple[str, ...]:
+def build_info_values(build: BuildInfo) -> tuple[str, ...]:
+    """The labels of ``nvidia_gpu_exporter_build_info`` (BUILD_INFO's order): the branch and revision ``--version``
+    prints (``unknown`` where the build recorded none, as the Go exporter's revision reads then)."""
     return (
-        branch,
+        build.branch,
         _machine(),
         sys.platform.replace("win32", "windows"),
         platform.python_version(),
-        revision,
+        build.revision,
         "",
         __version__,
     )

@@ -21,6 +21,7 @@ from nvidia_gpu_exporter.exposition.openmetrics import OPENMETRICS_EOF, to_openm
 from nvidia_gpu_exporter.exposition.selfmetrics import HandlerStats, SelfMetrics, build_info_values
 from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError, encode
 from nvidia_gpu_exporter.model.snapshot import Snapshot
+from nvidia_gpu_exporter.support import buildinfo
 from nvidia_gpu_exporter.web.body import PartsPayload
 from nvidia_gpu_exporter.web.negotiation import negotiate
 from nvidia_gpu_exporter.web.payload import Block, gzip_parts, make_block, parts
@@ -115,7 +116,7 @@ class MetricsEndpoint:
         self.exposition = exposition
         self.settings = settings
         self.stats = stats or HandlerStats()
-        self._self_metrics = SelfMetrics(build_info_values())
+        self._self_metrics = SelfMetrics(build_info_values(buildinfo.installed()))
         self._rendered: _Rendered | None = None
         self._rendering: tuple[tuple[object, ...], asyncio.Future[_Rendered]] | None = None  # a large one, in a thread
 
