@@ -150,6 +150,12 @@ components = {c["name"].lower(): c for c in sbom["components"]}
 for name in ("aiohttp", "pyyaml", "bcrypt", "nvidia-ml-py", "async-timeout"):
     assert components[name]["hashes"], name
 print(f"SBOM: {len(components)} components, all hashed")
+import hashlib
+wheel = out / f"nvidia_gpu_exporter-{version}-py3-none-any.whl"
+scoop = json.loads((out / "nvidia_gpu_exporter.json").read_text())
+assert scoop["hash"] == hashlib.sha256(wheel.read_bytes()).hexdigest(), scoop["hash"]
+assert scoop["url"] == f"https://github.com/example/nvidia-gpu-exporter/releases/download/v{version}/{wheel.name}"
+print(f"Scoop manifest: {scoop['url']}")
 PY
 pythons=0
 for candidate in /usr/bin/python3 /usr/local/bin/python3.1[0-9] /root/.pyenv/versions/3.1[0-9]*/bin/python3; do
