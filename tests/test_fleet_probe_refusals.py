@@ -17,7 +17,7 @@ import pytest
 from harness import Exporter, start_exporter
 from nvidia_gpu_exporter.web.probe import MAX_QUOTED_TARGET
 
-pytest.importorskip("asyncssh", reason="fleet mode needs the 'fleet' extra (asyncssh): pip install -e '.[fleet]'")
+pytest.importorskip("asyncssh", reason="fleet mode needs asyncssh (the 'fleet' extra): pip install -e '.[fleet]'")
 
 NAME = "gpu-01"
 
