@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -431,3 +432,17 @@ def test_fleet_overlay_pod_matches_the_charts() -> None:
 def test_fleet_overlay_probes_every_target_of_its_file_as_the_chart_does() -> None:
     overlay_endpoints = one(kustomize(OVERLAY), "ServiceMonitor")["spec"]["endpoints"]
     assert overlay_endpoints == one(overlay_chart_objects(), "ServiceMonitor")["spec"]["endpoints"]
+
+
+def test_the_documented_fleet_values_render_a_probe_per_target() -> None:
+    """KUBERNETES.md's "Fleet mode" values (with the known_hosts its command passes by --set-file) render."""
+    text = (CHART.parents[2] / "KUBERNETES.md").read_text(encoding="utf-8")
+    section = text.split("\n## Fleet mode", 1)[1].split("\n## ", 1)[0]
+    (block,) = [block for block in re.findall(r"```yaml\n(.*?)```", section, re.DOTALL) if "fleet:" in block]
+    values = yaml.safe_load(block)
+    values["fleet"]["knownHosts"] = KNOWN_HOSTS
+    objects = chart_objects(values)
+    targets = parse_targets(rendered_targets(objects)).by_name
+    endpoints = one(objects, "ServiceMonitor")["spec"]["endpoints"]
+    assert [endpoint["params"]["target"][0] for endpoint in endpoints] == sorted(targets)
+    assert all(target.settings.timeout_seconds < 15 for target in targets.values()), "scrapeTimeout stays above"
