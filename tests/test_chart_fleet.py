@@ -36,6 +36,7 @@ from deploy_helpers import (
     kubernetes_validate,
     one,
     operator_models,
+    render_chart,
     requests_a_gpu,
     restricted_violations,
     skip_reason,
@@ -446,3 +447,12 @@ def test_the_documented_fleet_values_render_a_probe_per_target() -> None:
     endpoints = one(objects, "ServiceMonitor")["spec"]["endpoints"]
     assert [endpoint["params"]["target"][0] for endpoint in endpoints] == sorted(targets)
     assert all(target.settings.timeout_seconds < 15 for target in targets.values()), "scrapeTimeout stays above"
+
+
+def test_fleet_notes_name_the_deployment_and_a_probe_to_try() -> None:
+    notes = next(text for path, text in render_chart(fleet_values()).items() if path.endswith("NOTES.txt"))
+    assert "fleet mode as Deployment gpu-nvidia-gpu-exporter" in notes
+    assert "port-forward deploy/gpu-nvidia-gpu-exporter 9835" in notes
+    assert "/probe?target=gaming-pc" in notes
+    assert "DaemonSet" not in notes
+    assert "No ServiceMonitor was created" in notes
