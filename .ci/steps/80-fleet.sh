@@ -31,7 +31,7 @@ export PROMETHEUS_BIN_DIR="$tools/root/usr/bin"
 echo "tools installed in $(( $(date +%s) - started ))s"
 
 status=0
-.venv/bin/python -m pytest tests/test_fleet_ssh.py tests/test_fleet_targets.py -q -rs 2>&1 | tee "$out" || status=$?
+.venv/bin/python -m pytest tests/test_fleet_ssh.py tests/test_fleet_targets.py tests/test_fleet_probe_refusals.py tests/test_fleet_connection_drop.py -q -rs 2>&1 | tee "$out" || status=$?
 if grep -q -e "no OpenSSH server" -e "need asyncssh" -e "needs asyncssh" -e "PROMETHEUS_BIN_DIR" "$out"; then
     echo "some fleet tests were skipped: no sshd, asyncssh or Prometheus" >&2
     exit 1

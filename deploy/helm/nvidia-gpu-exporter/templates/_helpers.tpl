@@ -119,3 +119,41 @@ stays as the values say. Arguments: (list $ context). */}}
 {{- define "nvidia-gpu-exporter.dcgmCountersKey" -}}
 {{- if .Values.dcgm.counters }}counters.csv{{ else if .Values.dcgm.countersConfigMap.name }}{{ .Values.dcgm.countersConfigMap.key }}{{ end }}
 {{- end }}
+
+{{/* Fleet mode (docs/fleet.md): where the Deployment mounts the targets file, known_hosts and the SSH key. */}}
+{{- define "nvidia-gpu-exporter.fleetDir" -}}
+/etc/nvidia-gpu-exporter/fleet
+{{- end }}
+
+{{- define "nvidia-gpu-exporter.fleetKeyDir" -}}
+/etc/nvidia-gpu-exporter/ssh
+{{- end }}
+
+{{/* The targets file as rendered into the ConfigMap: fleet.targets, with defaults.identity_file and
+defaults.known_hosts pointing at the mounted key and known_hosts unless the values set them. */}}
+{{- define "nvidia-gpu-exporter.fleetTargetsFile" -}}
+{{- $targets := .Values.fleet.targets | default dict | deepCopy }}
+{{- $defaults := get $targets "defaults" | default dict }}
+{{- if not (hasKey $defaults "identity_file") }}
+{{- $_ := set $defaults "identity_file" (printf "%s/id" (include "nvidia-gpu-exporter.fleetKeyDir" .)) }}
+{{- end }}
+{{- if not (hasKey $defaults "known_hosts") }}
+{{- $_ := set $defaults "known_hosts" (printf "%s/known_hosts" (include "nvidia-gpu-exporter.fleetDir" .)) }}
+{{- end }}
+{{- $_ := set $targets "defaults" $defaults }}
+{{- toYaml $targets }}
+{{- end }}
+
+{{/* The target names of fleet.targets (its targets and every group's), sorted, one per line. */}}
+{{- define "nvidia-gpu-exporter.fleetTargetNames" -}}
+{{- $names := list }}
+{{- range $name, $_ := (get (.Values.fleet.targets | default dict) "targets" | default dict) }}
+{{- $names = append $names $name }}
+{{- end }}
+{{- range $_, $group := (get (.Values.fleet.targets | default dict) "groups" | default dict) }}
+{{- range $name, $_ := (get ($group | default dict) "targets" | default dict) }}
+{{- $names = append $names $name }}
+{{- end }}
+{{- end }}
+{{- $names | sortAlpha | uniq | join "\n" }}
+{{- end }}
