@@ -50,8 +50,11 @@ OPTIONAL = (
     "nvidia_gpu_exporter.kubernetes.attribution",  # --kubernetes.*
     "nvidia_gpu_exporter.exposition.dcgm",  # --metrics.profile=dcgm or both
     "grpc",
-    "asyncssh",  # --fleet.targets-file (config.py reads backends/fleet/targets.py's default, so that one loads)
+    "asyncssh",  # --fleet.targets-file
+    "nvidia_gpu_exporter.backends.fleet.targets",
     "nvidia_gpu_exporter.backends.fleet.ssh",
+    "nvidia_gpu_exporter.kubernetes.podresources",  # --kubernetes.pod-resources (config.py reads only its defaults)
+    "nvidia_gpu_exporter.kubernetes.devices",
     "nvidia_gpu_exporter.web.probe",
     "secrets",  # nothing needs a cryptographic token generator (hmac behind it)
     "hmac",
