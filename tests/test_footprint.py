@@ -56,6 +56,8 @@ OPTIONAL = (
     "nvidia_gpu_exporter.kubernetes.podresources",  # --kubernetes.pod-resources (config.py reads only its defaults)
     "nvidia_gpu_exporter.kubernetes.devices",
     "nvidia_gpu_exporter.web.probe",
+    "nvidia_gpu_exporter.web.view",  # the live view (GET / and /view.json), built at its first request
+    "nvidia_gpu_exporter.web.landing",
     "secrets",  # nothing needs a cryptographic token generator (hmac behind it)
     "hmac",
 )
