@@ -472,22 +472,20 @@ def startup(rounds: int) -> None:
     """
     load = os.getloadavg()
     bare = median([wall([sys.executable, "-c", "pass"]) for _ in range(rounds)])
-    timer = "import time; t = time.perf_counter(); import {}; print(time.perf_counter() - t)"
-    imports = median(
-        [
-            float(subprocess.check_output([sys.executable, "-c", timer.format("nvidia_gpu_exporter.cli")], cwd=REPO))
-            for _ in range(rounds)
-        ]
-    )
+    # CPU seconds, not wall: on a shared machine the wall time of the same import varies twofold.
+    timer = "import time; t = time.process_time(); import nvidia_gpu_exporter.cli; print(time.process_time() - t)"
+    imports = median([float(subprocess.check_output([sys.executable, "-c", timer], cwd=REPO)) for _ in range(rounds)])
     smi = fake_smi().split()
     fake = median([wall([*smi, "--version"]) for _ in range(rounds)])
-    listening, first = [], []
+    listening, first, rss, cpu = [], [], [], []
     for _ in range(rounds):
         exporter = start(["--nvidia-smi-command", fake_smi()])
         try:
             connection = exporter.client.connect(exporter.address)
             took, _ = first_scrape(exporter, connection)
             connection.close()
+            rss.append(rss_mib(exporter.process.pid))
+            cpu.append(cpu_seconds(exporter.process.pid))
         finally:
             exporter.stop()
         listening.append(exporter.listening - exporter.started)
@@ -496,10 +494,12 @@ def startup(rounds: int) -> None:
     print("| part | seconds |")
     print("|---|---:|")
     print(f"| bare interpreter (`python -c pass`) | {bare:.3f} |")
-    print(f"| `import nvidia_gpu_exporter.cli` (everything a start imports) | {imports:.3f} |")
+    print(f"| `import nvidia_gpu_exporter.cli` (everything a start imports), CPU | {imports:.3f} |")
     print(f"| one fake nvidia-smi run (`--version`; the exporter runs 3 before listening, 1 per scrape) | {fake:.3f} |")
     print(f"| start to listening (min {min(listening):.2f}, max {max(listening):.2f}) | {median(listening):.3f} |")
     print(f"| start to first successful scrape (min {min(first):.2f}, max {max(first):.2f}) | {median(first):.3f} |")
+    print(f"| the exporter's own CPU to its first successful scrape (min {min(cpu):.2f}) | {median(cpu):.3f} |")
+    print(f"\nRSS just after the first successful scrape: median {median(rss):.1f} MiB")
 
 
 def interpreter_rss(code: str) -> float:
