@@ -13,6 +13,7 @@ module's loading (``create_module``, which maps an extension's shared library, a
 charges each module what it added itself, as ``-X importtime``'s "self" column does for time.
 
     python benchmarks/bench_footprint.py [--rest 2] [--scrapes 20000] [--skip-scaling]
+    python benchmarks/bench_footprint.py --startup-only 7   # only where the startup time goes (exec, the fake)
 """
 
 from __future__ import annotations
@@ -452,6 +453,55 @@ def flat(scrapes: int) -> None:
     print(f"\ngrowth {samples[-1] - samples[0]:+.2f} MiB; over the second half {samples[-1] - samples[5]:+.2f} MiB")
 
 
+def wall(command: Sequence[str]) -> float:
+    started = time.monotonic()
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, cwd=REPO)
+    return time.monotonic() - started
+
+
+def median(values: Sequence[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+def startup(rounds: int) -> None:
+    """Startup to the first successful scrape on exec with the fake, and its parts, each the median of `rounds`.
+
+    The exporter runs nvidia-smi three times before it listens (``--help-query-gpu``, the initial query,
+    ``--version``) and once more for the first scrape (a collection per scrape); the fake nvidia-smi is a Python
+    process, so each run costs an interpreter start, unlike the real one.
+    """
+    load = os.getloadavg()
+    bare = median([wall([sys.executable, "-c", "pass"]) for _ in range(rounds)])
+    # CPU seconds, not wall: on a shared machine the wall time of the same import varies twofold.
+    timer = "import time; t = time.process_time(); import nvidia_gpu_exporter.cli; print(time.process_time() - t)"
+    imports = median([float(subprocess.check_output([sys.executable, "-c", timer], cwd=REPO)) for _ in range(rounds)])
+    smi = fake_smi().split()
+    fake = median([wall([*smi, "--version"]) for _ in range(rounds)])
+    listening, first, rss, cpu = [], [], [], []
+    for _ in range(rounds):
+        exporter = start(["--nvidia-smi-command", fake_smi()])
+        try:
+            connection = exporter.client.connect(exporter.address)
+            took, _ = first_scrape(exporter, connection)
+            connection.close()
+            rss.append(rss_mib(exporter.process.pid))
+            cpu.append(cpu_seconds(exporter.process.pid))
+        finally:
+            exporter.stop()
+        listening.append(exporter.listening - exporter.started)
+        first.append(took)
+    print(f"\n### Startup, exec on the fake nvidia-smi (median of {rounds}; load average {load[0]:.2f} at the start)\n")
+    print("| part | seconds |")
+    print("|---|---:|")
+    print(f"| bare interpreter (`python -c pass`) | {bare:.3f} |")
+    print(f"| `import nvidia_gpu_exporter.cli` (everything a start imports), CPU | {imports:.3f} |")
+    print(f"| one fake nvidia-smi run (`--version`; the exporter runs 3 before listening, 1 per scrape) | {fake:.3f} |")
+    print(f"| start to listening (min {min(listening):.2f}, max {max(listening):.2f}) | {median(listening):.3f} |")
+    print(f"| start to first successful scrape (min {min(first):.2f}, max {max(first):.2f}) | {median(first):.3f} |")
+    print(f"| the exporter's own CPU to its first successful scrape (min {min(cpu):.2f}) | {median(cpu):.3f} |")
+    print(f"\nRSS just after the first successful scrape: median {median(rss):.1f} MiB")
+
+
 def interpreter_rss(code: str) -> float:
     """VmRSS (MiB) of a fresh interpreter after running `code`."""
     script = f"{code}\nimport re\nprint(re.search(r'VmRSS:\\s+(\\d+)', open('/proc/self/status').read())[1])"
@@ -467,7 +517,11 @@ def main() -> None:
     parser.add_argument("--scrapes", type=int, default=20000)
     parser.add_argument("--top", type=int, default=14, help="packages shown in the import breakdown")
     parser.add_argument("--skip-scaling", action="store_true")
+    parser.add_argument("--startup-only", type=int, metavar="ROUNDS", help="only the startup time, median of ROUNDS")
     args = parser.parse_args()
+    if args.startup_only:
+        startup(args.startup_only)
+        return
     import platform
 
     with tempfile.TemporaryDirectory() as name:

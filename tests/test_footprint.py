@@ -50,9 +50,14 @@ OPTIONAL = (
     "nvidia_gpu_exporter.kubernetes.attribution",  # --kubernetes.*
     "nvidia_gpu_exporter.exposition.dcgm",  # --metrics.profile=dcgm or both
     "grpc",
-    "asyncssh",  # --fleet.targets-file (config.py reads backends/fleet/targets.py's default, so that one loads)
+    "asyncssh",  # --fleet.targets-file
+    "nvidia_gpu_exporter.backends.fleet.targets",
     "nvidia_gpu_exporter.backends.fleet.ssh",
+    "nvidia_gpu_exporter.kubernetes.podresources",  # --kubernetes.pod-resources (config.py reads only its defaults)
+    "nvidia_gpu_exporter.kubernetes.devices",
     "nvidia_gpu_exporter.web.probe",
+    "nvidia_gpu_exporter.web.view",  # the live view (GET / and /view.json), built at its first request
+    "nvidia_gpu_exporter.web.landing",
     "secrets",  # nothing needs a cryptographic token generator (hmac behind it)
     "hmac",
 )

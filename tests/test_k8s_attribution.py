@@ -20,7 +20,7 @@ from nvidia_gpu_exporter.config import Config, ConfigError, validate
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.flags import parse_args
 from nvidia_gpu_exporter.kubernetes.attribution import AttributionSettings, Attributor
-from nvidia_gpu_exporter.kubernetes.devices import DEFAULT_RESOURCE_PATTERNS
+from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_RESOURCE_PATTERNS
 from nvidia_gpu_exporter.kubernetes.podresources import PodResourcesError
 from nvidia_gpu_exporter.model import kubernetes as model
 from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution, PodDevice, PodResourcesReading

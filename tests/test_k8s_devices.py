@@ -7,8 +7,8 @@ import pytest
 from harness import MIG_FIXTURE
 from k8s_fakes import GPU0, GPU1, MIG0, MIG1
 from nvidia_gpu_exporter.capture.format import load_capture
+from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_RESOURCE_PATTERNS
 from nvidia_gpu_exporter.kubernetes.devices import (
-    DEFAULT_RESOURCE_PATTERNS,
     DeviceRef,
     UnrecognisedDeviceId,
     looks_like_gpu,

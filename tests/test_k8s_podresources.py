@@ -11,7 +11,7 @@ import pytest
 
 from k8s_fakes import GPU0, GPU1, MIG1, FakeKubelet, dead_socket, require_grpc, silent_socket
 from nvidia_gpu_exporter.kubernetes.attribution import AttributionSettings, Attributor
-from nvidia_gpu_exporter.kubernetes.devices import DEFAULT_RESOURCE_PATTERNS
+from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_RESOURCE_PATTERNS
 from nvidia_gpu_exporter.kubernetes.podresources import (
     GrpcPodResources,
     PodResourcesError,

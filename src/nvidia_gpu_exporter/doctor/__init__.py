@@ -26,7 +26,7 @@ from nvidia_gpu_exporter.doctor.node import DEFAULT_EXPORTER_URL, NodeOptions, n
 from nvidia_gpu_exporter.doctor.prometheus import DEFAULT_JOB, DEFAULT_RULE_GROUPS, PrometheusOptions, prometheus_checks
 from nvidia_gpu_exporter.doctor.report import CheckResult, exit_code, render_json, render_text
 from nvidia_gpu_exporter.kubernetes.apiclient import SERVICE_ACCOUNT_DIR
-from nvidia_gpu_exporter.kubernetes.podresources import DEFAULT_SOCKET
+from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_SOCKET
 
 USAGE_ERROR = 3
 

@@ -26,7 +26,7 @@ from nvidia_gpu_exporter.config import DEFAULT_NVIDIA_SMI_COMMAND, DEFAULT_PORT
 from nvidia_gpu_exporter.doctor.report import CheckResult, Status
 from nvidia_gpu_exporter.health.source import KernelXidSource
 from nvidia_gpu_exporter.health.sysfs import SysfsError, devices_directory, scan_in_thread
-from nvidia_gpu_exporter.kubernetes.podresources import DEFAULT_SOCKET
+from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
 from nvidia_gpu_exporter.model.pci import smi_bus_id
 from nvidia_gpu_exporter.model.pcibus import NO_DRIVER, PciFunction
 from nvidia_gpu_exporter.model.snapshot import KernelLogState, XidRecord
@@ -551,7 +551,7 @@ def check_runtime(options: NodeOptions) -> CheckResult:
 
 
 def check_pod_resources(options: NodeOptions) -> CheckResult:
-    from nvidia_gpu_exporter.kubernetes.devices import DEFAULT_RESOURCE_PATTERNS, resource_matches  # noqa: PLC0415
+    from nvidia_gpu_exporter.kubernetes.devices import resource_matches  # noqa: PLC0415
     from nvidia_gpu_exporter.kubernetes.podresources import (  # noqa: PLC0415
         GrpcPodResources,
         MissingExtra,

@@ -21,8 +21,6 @@ from dataclasses import dataclass
 
 from nvidia_gpu_exporter.model.uuids import normalize_mig_uuid, normalize_uuid
 
-DEFAULT_RESOURCE_PATTERNS = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
-
 _UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 _REPLICA = re.compile(r"^(?P<base>.+?)::(?P<replica>[0-9]+)$")
 _GPU = re.compile(rf"^GPU-{_UUID}$", re.IGNORECASE)

@@ -14,6 +14,7 @@ import os
 import stat
 from typing import Any, Protocol
 
+from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_SOCKET
 from nvidia_gpu_exporter.model.kubernetes import (
     NOT_A_SOCKET,
     PERMISSION_DENIED,
@@ -24,7 +25,6 @@ from nvidia_gpu_exporter.model.kubernetes import (
     PodDevice,
 )
 
-DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 EXTRA_HINT = "pip install 'nvidia-gpu-exporter[kubernetes]' (grpcio and protobuf)"
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # the kubelet's own send limit for this API
 

@@ -7,12 +7,12 @@ import asyncio
 import logging
 import socket
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from nvidia_gpu_exporter.exposition.selfmetrics import ConnectionStats
 from nvidia_gpu_exporter.web.connections import Connections, fit_to_fd_limit, open_file_limit
-from nvidia_gpu_exporter.web.landing import landing_page
 from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
 from nvidia_gpu_exporter.web.responses import plain_text
 from nvidia_gpu_exporter.web.routes import (
@@ -29,8 +29,10 @@ from nvidia_gpu_exporter.web.routes import (
 from nvidia_gpu_exporter.web.security import Security
 from nvidia_gpu_exporter.web.settings import WebSettings
 from nvidia_gpu_exporter.web.timeouts import ResponseHooks, serve_with_deadlines
-from nvidia_gpu_exporter.web.view import LiveView
 from nvidia_gpu_exporter.web.xids import xids_handler
+
+if TYPE_CHECKING:
+    from nvidia_gpu_exporter.web.view import LiveView
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +62,25 @@ def build_app(
     app = web.Application(middlewares=[go_style_errors])
     if security is not None:
         security.install(app)
-    view = LiveView(endpoint.collector, endpoint.answer_within(None), lambda document: landing_page(settings, document))
+    views: list[LiveView] = []
+
+    def live_view() -> LiveView:
+        """The live view, built at its first request: web/view.py and web/landing.py are imported then, not by
+        every start (issue 16: a Prometheus-only exporter never loads them)."""
+        if not views:
+            from nvidia_gpu_exporter.web.landing import landing_page  # noqa: PLC0415 - at the first page request
+            from nvidia_gpu_exporter.web.view import LiveView  # noqa: PLC0415
+
+            budget = endpoint.answer_within(None)
+            views.append(LiveView(endpoint.collector, budget, lambda document: landing_page(settings, document)))
+        return views[0]
 
     async def landing(request: web.Request) -> web.Response:
         """The live view, rendered from the latest collection (a HEAD collects and builds nothing)."""
+        view = live_view()
         if request.method == "HEAD":
+            from nvidia_gpu_exporter.web.landing import landing_page  # noqa: PLC0415 - loaded by live_view()
+
             text = view.cached_page() or landing_page(settings)
         else:
             text = await view.page()
@@ -72,7 +88,7 @@ def build_app(
 
     async def view_json(_: web.Request) -> web.Response:
         return web.Response(
-            body=await view.json_bytes(),
+            body=await live_view().json_bytes(),
             content_type="application/json",
             headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"},
         )

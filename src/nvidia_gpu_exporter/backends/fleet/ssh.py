@@ -32,7 +32,8 @@ from nvidia_gpu_exporter.backends.exec.runner import (
     STDERR_KEPT_BYTES,
     RunResult,
 )
-from nvidia_gpu_exporter.backends.fleet.targets import DEFAULT_GLOBAL_CONCURRENCY, HostKeyPolicy, Target
+from nvidia_gpu_exporter.backends.fleet.defaults import DEFAULT_GLOBAL_CONCURRENCY
+from nvidia_gpu_exporter.backends.fleet.targets import HostKeyPolicy, Target
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,6 @@ MAX_FILE_BYTES = 1024 * 1024
 MAX_TARGETS = 10_000
 MAX_TIMEOUT_SECONDS = 300.0
 MAX_CONCURRENT_PER_HOST = 64
-DEFAULT_GLOBAL_CONCURRENCY = 64  # --fleet.max-concurrent: nvidia-smi runs in flight over SSH, all targets
 TARGET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,252}")
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
