@@ -15,9 +15,10 @@ from collections.abc import Iterator
 import pytest
 
 from harness import Exporter, start_exporter
-from nvidia_gpu_exporter.web.probe import MAX_QUOTED_TARGET
 
 pytest.importorskip("asyncssh", reason="fleet mode needs asyncssh (the 'fleet' extra): pip install -e '.[fleet]'")
+
+from nvidia_gpu_exporter.web.probe import MAX_QUOTED_TARGET
 
 NAME = "gpu-01"
 
