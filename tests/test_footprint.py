@@ -3,21 +3,29 @@ GPU node, so a heavy one that sneaks back onto a configuration that does not nee
 
 Each case runs the real exporter (``python -m nvidia_gpu_exporter``, 127.0.0.1 port 0), scrapes it once and
 stops it; a ``sitecustomize`` on ``PYTHONPATH`` writes the child's ``sys.modules`` at exit, one file per
-process (the fake nvidia-smi children load it too). ``ssl`` is not in the lists: ``import asyncio`` loads it
-on every Python the exporter supports (``asyncio.sslproto``), and so does aiohttp's client connector, which
-builds its default TLS contexts when imported (BENCHMARKS.md, "Footprint", has the figures).
+process (the fake nvidia-smi children load it too). ``ssl`` is kept out before ``asyncio`` (which would import
+it) is first imported, unless the configuration serves TLS or runs something that may need it
+(``preflight.needs_ssl``; BENCHMARKS.md, "Footprint", has the figures).
 """
 
 from __future__ import annotations
 
+import http.client
+import signal
+import ssl
 import textwrap
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import trustme
 
 from conftest import StartExporter
-from harness import FIXTURE_CAPTURES, fake_smi_command
+from harness import FIXTURE_CAPTURES, Exporter, fake_smi_command
+from nvidia_gpu_exporter.config import Config
+from nvidia_gpu_exporter.preflight import needs_ssl
+from nvidia_gpu_exporter.web.config import TlsSettings, WebConfig
 from nvml_fixtures import FakeNvmlLibrary
 
 CAPTURE = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
@@ -37,6 +45,8 @@ atexit.register(_dump)
 # Modules no configuration below loads unless it says so: the backends and tools it does not run, the
 # bindings and parsers of features it does not configure.
 OPTIONAL = (
+    "ssl",  # TLS (tls_server_config), fleet mode, Kubernetes attribution (preflight.needs_ssl)
+    "_ssl",
     "bcrypt",  # basic_auth_users
     "yaml",  # a config file (--web.config.file, --demo-config)
     "nvidia_gpu_exporter.support.strictyaml",
@@ -63,6 +73,8 @@ OPTIONAL = (
 )
 
 EXEC = ("--nvidia-smi-command", fake_smi_command(CAPTURE))
+USERS = f"basic_auth_users:\n  prometheus: '{HASH}'\n"
+WRONG_PASSWORD = {"Authorization": "Basic cHJvbWV0aGV1czp4"}
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,7 @@ class Case:
     loaded: tuple[str, ...] = ()  # modules the configuration needs, so they must be there
     web_config: str | None = None  # a --web.config.file's text
     nvml: bool = False  # load the fake libnvidia-ml
+    tls: bool = False  # the web config serves TLS with cert.pem and key.pem beside it (trustme's)
 
 
 CASES = [
@@ -79,9 +92,18 @@ CASES = [
         Case(
             EXEC,
             ("bcrypt", "yaml", "nvidia_gpu_exporter.support.strictyaml"),
-            web_config=f"basic_auth_users:\n  prometheus: '{HASH}'\n",
+            web_config=USERS,
         ),
         id="web-config-users-load-yaml-and-bcrypt",
+    ),
+    pytest.param(
+        Case(
+            EXEC,
+            ("ssl", "_ssl", "bcrypt", "yaml", "nvidia_gpu_exporter.support.strictyaml"),
+            web_config=f"tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n{USERS}",
+            tls=True,
+        ),
+        id="tls-web-config-loads-ssl",
     ),
     pytest.param(
         Case((*EXEC, "--metrics.profile=dcgm"), ("nvidia_gpu_exporter.exposition.dcgm",)),
@@ -108,16 +130,45 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_configuration_imports_only_what_it_uses(
-    exporter: StartExporter, tmp_path: Path, request: pytest.FixtureRequest, case: Case
-) -> None:
+def hook_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """The environment that makes every child write its ``sys.modules`` at exit, and where it writes them."""
     dumps = tmp_path / "modules"
     dumps.mkdir()
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(textwrap.dedent(SITECUSTOMIZE.format(directory=str(dumps))))
-    env = {"PYTHONPATH": str(hook)}
+    return {"PYTHONPATH": str(hook)}, dumps
+
+
+def loaded_modules(dumps: Path, running: Exporter) -> set[str]:
+    return set((dumps / f"modules.{running.process.pid}").read_text().split("\n"))
+
+
+def write_pki(directory: Path) -> trustme.CA:
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1")
+    leaf.cert_chain_pems[0].write_to_path(str(directory / "cert.pem"))
+    leaf.private_key_pem.write_to_path(str(directory / "key.pem"))
+    return ca
+
+
+def https_status(running: Exporter, ca: trustme.CA, headers: dict[str, str]) -> int:
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    host, port = running.address.rsplit(":", 1)
+    connection = http.client.HTTPSConnection(host, int(port), context=context, timeout=30)
+    try:
+        connection.request("GET", "/metrics", headers=headers)
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_configuration_imports_only_what_it_uses(
+    exporter: StartExporter, tmp_path: Path, request: pytest.FixtureRequest, case: Case
+) -> None:
+    env, dumps = hook_env(tmp_path)
     if case.nvml:
         library: FakeNvmlLibrary = request.getfixturevalue("fake_nvml_library")
         env.update(library.env())
@@ -126,10 +177,53 @@ def test_configuration_imports_only_what_it_uses(
         config = tmp_path / "web.yml"
         config.write_text(case.web_config)
         args = (*args, f"--web.config.file={config}")
+    ca = write_pki(tmp_path) if case.tls else None
     running = exporter(*args, env=env)
-    headers = {"Authorization": "Basic cHJvbWV0aGV1czp4"} if case.web_config else None  # a wrong password
-    assert running.get("/metrics", headers).status == (401 if case.web_config else 200)
+    headers = WRONG_PASSWORD if case.web_config else {}
+    status = https_status(running, ca, headers) if ca is not None else running.get("/metrics", headers).status
+    assert status == (401 if case.web_config else 200)
     assert running.stop() == 0, running.log
-    modules = set((dumps / f"modules.{running.process.pid}").read_text().split("\n"))
+    modules = loaded_modules(dumps, running)
     assert [name for name in case.loaded if name not in modules] == []
     assert sorted(name for name in OPTIONAL if name in modules and name not in case.loaded) == []
+
+
+RESTART_NEEDED = "turning TLS on or off applies after a restart"
+
+
+def test_a_reload_that_adds_tls_says_it_needs_a_restart_and_keeps_ssl_out(
+    exporter: StartExporter, tmp_path: Path
+) -> None:
+    env, dumps = hook_env(tmp_path)
+    config = tmp_path / "web.yml"
+    config.write_text(USERS)
+    write_pki(tmp_path)
+    running = exporter(*EXEC, f"--web.config.file={config}", env=env)
+    config.write_text(f"tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n{USERS}")
+    running.process.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    while RESTART_NEEDED not in running.log and running.process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert RESTART_NEEDED in running.log
+    assert running.get("/metrics", WRONG_PASSWORD).status == 401  # still plain HTTP, still checking users
+    assert running.stop() == 0, running.log
+    assert {"ssl", "_ssl"} & loaded_modules(dumps, running) == set()
+
+
+TLS = WebConfig(tls=TlsSettings(cert_file="cert.pem", key_file="key.pem"))
+
+
+@pytest.mark.parametrize(
+    ("config", "web", "needed"),
+    [
+        pytest.param(Config(), None, False, id="plain-needs-no-ssl"),
+        pytest.param(Config(web_config_file="web.yml"), WebConfig(), False, id="web-config-without-tls-needs-none"),
+        pytest.param(Config(web_config_file="web.yml"), TLS, True, id="tls-server-config-needs-ssl"),
+        pytest.param(Config(fleet_targets_file="t.yml"), None, True, id="fleet-mode-may-need-ssl"),
+        pytest.param(Config(kubernetes_pod_resources=True), None, True, id="pod-resources-grpc-may-need-ssl"),
+        pytest.param(Config(kubernetes_process_pods=True), None, False, id="process-pods-read-cgroups-only"),
+        pytest.param(Config(enable_pprof=True), None, False, id="pprof-needs-no-ssl"),
+    ],
+)
+def test_needs_ssl(config: Config, web: WebConfig | None, needed: bool) -> None:
+    assert needs_ssl(config, web) is needed

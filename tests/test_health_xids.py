@@ -12,7 +12,7 @@ import pytest
 from conftest import StartExporter
 from exposition_reader import series
 from harness import FIXTURE_CAPTURES, Exporter, fake_smi_command
-from nvidia_gpu_exporter.app import StartupError, checked, choose_xid_source
+from nvidia_gpu_exporter.app import choose_xid_source
 from nvidia_gpu_exporter.config import Backend as BackendName
 from nvidia_gpu_exporter.config import Config, XidSource
 from nvidia_gpu_exporter.health.kernellog import FallenOffBus, GpuIdentity, SxidEvent, XidEvent
@@ -21,6 +21,7 @@ from nvidia_gpu_exporter.health.source import KernelXidSource, gpu_addresses
 from nvidia_gpu_exporter.model.pci import PciAddress
 from nvidia_gpu_exporter.model.snapshot import FallenGpu, GpuTable, QueryField, SxidRecord, XidOccurrence, XidRecord
 from nvidia_gpu_exporter.model.xids import XID_CODES
+from nvidia_gpu_exporter.preflight import StartupError, checked
 from polling import wait_until
 
 BOOT = 1_700_000_000.0

@@ -14,10 +14,11 @@ import pytest
 from conftest import StartExporter, conformance_dir_or_skip
 from exposition_reader import comparable, family_of, label_values, parse, sample_value, samples
 from harness import FIXTURE_CAPTURES, REPO, StartupFailed, run_exporter_to_exit, start_exporter
-from nvidia_gpu_exporter.app import StartupError, build_backend
+from nvidia_gpu_exporter.app import build_backend
 from nvidia_gpu_exporter.capture.format import GPU_CSV_LABEL_PREFIX, load_capture
 from nvidia_gpu_exporter.config import Backend as BackendName
 from nvidia_gpu_exporter.config import Config
+from nvidia_gpu_exporter.preflight import StartupError
 
 DEMO = "--collect.backend=demo"
 SRC = REPO / "src"

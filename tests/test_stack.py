@@ -41,7 +41,7 @@ from deploy_helpers import (
     wait_target_up,
 )
 from harness import REPO, start_exporter
-from nvidia_gpu_exporter import __version__, app
+from nvidia_gpu_exporter import __version__, preflight
 from polling import wait_until
 
 COMPOSE = DEPLOY / "compose"
@@ -196,7 +196,7 @@ def test_gpu_override_changes_only_the_exporter() -> None:
     ids=["compose-demo", "compose-gpu", "windows"],
 )
 def test_the_exporter_accepts_the_flags_each_stack_gives_it(flags: list[str], backend: str) -> None:
-    assert app.config_to_run(flags).backend.value == backend
+    assert preflight.config_to_run(flags).backend.value == backend
 
 
 # --------------------------------------------------------------------------------------------------------------

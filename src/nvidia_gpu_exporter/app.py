@@ -1,7 +1,8 @@
 """The one startup sequence: arguments → validated config → backend → collector → HTTP server, until a signal.
 
 ``cli.main`` (a console) and the Windows service (``windows.service``) both start the exporter through
-here, so flags are parsed, validated, logged about and served the same way whoever starts it.
+here, so flags are parsed, validated, logged about and served the same way whoever starts it; what is decided
+before asyncio loads (parsing, validation, the web config, whether ``ssl`` may load) is in ``preflight``.
 """
 
 from __future__ import annotations
@@ -12,11 +13,10 @@ import logging
 import os
 import signal
 import socket
-import ssl
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,13 +29,13 @@ from nvidia_gpu_exporter.backends.exec.runner import SmiRunner, SubprocessRunner
 from nvidia_gpu_exporter.backends.fields import FieldRequest, FieldResolutionError
 from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.config import Backend as BackendName
-from nvidia_gpu_exporter.config import Config, ConfigError, Profile, XidSource, validate
+from nvidia_gpu_exporter.config import Config, Profile, XidSource
 from nvidia_gpu_exporter.exposition.metrics import Exposition
-from nvidia_gpu_exporter.flags import Action, FlagError, Parsed, parse_args
 from nvidia_gpu_exporter.health.reader import kernel_clock
 from nvidia_gpu_exporter.health.source import KernelXidSource
 from nvidia_gpu_exporter.health.sysfs import SysfsScanner
-from nvidia_gpu_exporter.web.config import WebConfigError
+from nvidia_gpu_exporter.preflight import StartupError, checked
+from nvidia_gpu_exporter.web.config import WebConfig, WebConfigError
 from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
 from nvidia_gpu_exporter.web.security import Security
 from nvidia_gpu_exporter.web.server import ListenError, WebServer, bind_socket, build_app
@@ -49,38 +49,6 @@ if TYPE_CHECKING:
     from nvidia_gpu_exporter.web.probe import Fleet
 
 log = logging.getLogger("nvidia_gpu_exporter.main")
-
-
-class StartupError(Exception):
-    """The exporter cannot start; the message is logged as ``failed to run``."""
-
-
-# -- arguments → config ---------------------------------------------------------------------------------------
-
-
-def parse(arguments: Sequence[str]) -> Parsed:
-    """The command line, parsed (not yet validated); a parse error is a :class:`StartupError`."""
-    try:
-        return parse_args(arguments)
-    except FlagError as error:
-        raise StartupError(f"failed to parse the command line: {error}") from error
-
-
-def checked(config: Config) -> Config:
-    """The config if the exporter would start with it; a :class:`StartupError` naming the problem otherwise."""
-    try:
-        validate(config)
-    except ConfigError as error:
-        raise StartupError(str(error)) from error
-    return config
-
-
-def config_to_run(arguments: Sequence[str]) -> Config:
-    """Parse and validate arguments that must run the exporter (``--help``/``--version`` are refused)."""
-    parsed = parse(arguments)
-    if parsed.action is not Action.RUN:
-        raise StartupError(f"--help and --version cannot be baked into the service (got {parsed.action.value})")
-    return checked(parsed.config)
 
 
 # -- config → parts -------------------------------------------------------------------------------------------
@@ -353,7 +321,7 @@ def reload_on_sighup(security: Security) -> None:
     log.info("received SIGHUP: reloading the web config", extra={"file": security.path})
     try:
         changed = security.reload_if_changed()
-    except (OSError, ssl.SSLError) as error:
+    except OSError as error:  # ssl.SSLError is an OSError
         log.error("web config reload failed, keeping the previous settings", extra={"err": str(error)})
         return
     if not changed:
@@ -411,12 +379,16 @@ def install_signal_handlers(loop: asyncio.AbstractEventLoop, security: Security,
 # -- serving --------------------------------------------------------------------------------------------------
 
 
-async def serve(config: Config) -> int:
-    """Run the exporter until SIGINT/SIGTERM (exit 0) or a fatal collection error (nvidia-smi's code)."""
+async def serve(config: Config, web_config: WebConfig | None = None) -> int:
+    """Run the exporter until SIGINT/SIGTERM (exit 0) or a fatal collection error (nvidia-smi's code);
+    ``web_config`` is ``--web.config.file`` already read (``preflight.web_config``), else it is read here."""
     log.info("Starting nvidia_gpu_exporter", extra={"version": __version__, "backend": config.backend.value})
     asyncio.get_running_loop().set_exception_handler(logs.log_loop_exception)
     try:
-        security = Security.from_file(config.web_config_file)
+        if web_config is not None:
+            security = Security(config.web_config_file, web_config)
+        else:
+            security = Security.from_file(config.web_config_file)
     except WebConfigError as error:
         raise StartupError(str(error)) from error
     if config.enable_pprof and not security.authenticates and not config.enable_pprof_unauthenticated:
@@ -519,10 +491,10 @@ async def serve(config: Config) -> int:
     return exit_code
 
 
-def run(config: Config) -> int:
+def run(config: Config, web_config: WebConfig | None = None) -> int:
     """Validate and serve in a new event loop; a startup problem is logged as ``failed to run`` (exit 1)."""
     try:
-        return asyncio.run(serve(checked(config)))
+        return asyncio.run(serve(checked(config), web_config))
     except StartupError as error:
         log.error("failed to run", extra={"err": str(error)})
         return 1

@@ -1,5 +1,9 @@
 """The ``nvidia_gpu_exporter`` command: subcommands (``doctor``; ``install``/``uninstall`` on Windows), ``--help``,
-``--version``, else the exporter itself through :mod:`nvidia_gpu_exporter.app`."""
+``--version``, else the exporter itself through :mod:`nvidia_gpu_exporter.app`.
+
+Up to the decision whether ``ssl`` may load (:func:`main`, ``preflight.needs_ssl``), nothing imported here
+imports asyncio, which would import ``ssl``: ``app`` is imported after it.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import platform
 import sys
 from collections.abc import Sequence
 
-from nvidia_gpu_exporter import __version__, app, logs
+from nvidia_gpu_exporter import __version__, logs, preflight
 from nvidia_gpu_exporter.flags import (
     Action,
     Parsed,
@@ -20,6 +24,7 @@ from nvidia_gpu_exporter.flags import (
 )
 from nvidia_gpu_exporter.support import buildinfo
 from nvidia_gpu_exporter.support.buildinfo import BuildInfo
+from nvidia_gpu_exporter.support.sslgate import keep_ssl_out
 
 log = logging.getLogger("nvidia_gpu_exporter.main")
 
@@ -92,16 +97,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.error("failed to run", extra={"err": windows_only(arguments[0])})
             return 1
     try:
-        parsed = app.parse(arguments)
-    except app.StartupError as error:
+        parsed = preflight.parse(arguments)
+    except preflight.StartupError as error:
         log.error("failed to run", extra={"err": str(error)})
         return 1
     if parsed.action is not Action.RUN:
         informational(parsed)
         return 0
-    logs.configure(parsed.config.log_level, parsed.config.log_format)
+    config = parsed.config
+    logs.configure(config.log_level, config.log_format)
     logs.capture_process_output()
-    return app.run(parsed.config)
+    try:
+        web_config = preflight.web_config(preflight.checked(config))
+    except preflight.StartupError as error:
+        log.error("failed to run", extra={"err": str(error)})
+        return 1
+    if not preflight.needs_ssl(config, web_config):
+        keep_ssl_out()  # before asyncio, which would import it (issue 16: support/sslgate.py)
+    from nvidia_gpu_exporter import app  # noqa: PLC0415 - imports asyncio: after the decision above
+
+    return app.run(config, web_config)
 
 
 if __name__ == "__main__":

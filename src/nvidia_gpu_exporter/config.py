@@ -9,10 +9,10 @@ from enum import Enum
 
 from nvidia_gpu_exporter._go.durations import format_duration
 from nvidia_gpu_exporter._go.text import is_go_space
-from nvidia_gpu_exporter.backends.exec.runner import DEFAULT_MAX_OUTPUT_BYTES
+from nvidia_gpu_exporter.backends.exec.defaults import DEFAULT_MAX_OUTPUT_BYTES
 from nvidia_gpu_exporter.backends.fleet.defaults import DEFAULT_GLOBAL_CONCURRENCY
+from nvidia_gpu_exporter.health.defaults import DEFAULT_SYSFS_PATH
 from nvidia_gpu_exporter.health.source import DEFAULT_KERNEL_LOG
-from nvidia_gpu_exporter.health.sysfs import DEFAULT_SYSFS_PATH
 from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
 from nvidia_gpu_exporter.web.routes import (
     ATTRIBUTION_PATH,

@@ -12,7 +12,6 @@ client that makes the server fail a thousand times cannot write a thousand lines
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import sys
@@ -21,7 +20,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    import asyncio  # the loop's type only: parsing flags and logging import no asyncio (preflight.py)
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
 FORMATS = ("logfmt", "json")

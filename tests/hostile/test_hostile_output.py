@@ -22,7 +22,8 @@ from conftest import StartExporter
 from exposition_reader import sample_value
 from harness import Exporter
 from hostile_smi import FLOOD_TIMEOUT, MIB, HostileSmi, kill_all, open_fds, processes_with, status_kib
-from nvidia_gpu_exporter.backends.exec.runner import DEFAULT_MAX_OUTPUT_BYTES, RunResult
+from nvidia_gpu_exporter.backends.exec.defaults import DEFAULT_MAX_OUTPUT_BYTES
+from nvidia_gpu_exporter.backends.exec.runner import RunResult
 from polling import wait_until
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads the exporter's figures from /proc")

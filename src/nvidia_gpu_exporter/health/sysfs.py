@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-DEFAULT_SYSFS_PATH = "/sys"
 MAX_FUNCTIONS = 4096  # entries listed per scan; a real node has a few hundred PCI functions
 MAX_ATTRIBUTE_BYTES = 64  # vendor, device and class are one short hex number each
 NVIDIA_VENDOR = 0x10DE

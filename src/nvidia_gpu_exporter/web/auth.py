@@ -28,13 +28,14 @@ import asyncio
 import base64
 import hashlib
 import logging
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 from types import ModuleType
+
+from nvidia_gpu_exporter.web.bcrypthash import well_formed
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +45,6 @@ MAX_PENDING = 64  # and all clients together
 _BCRYPT_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bcrypt")
 _sleep = asyncio.sleep  # the padding's sleep (tests record it instead of waiting)
 BCRYPT_MAX_PASSWORD_BYTES = 72  # all that bcrypt reads of a password
-# $2a$/$2b$/$2y$, a cost from 04 to 31, then 22 characters of salt and 31 of digest in bcrypt's base64 alphabet.
-_HASH_SHAPE = re.compile(rb"\$2[aby]\$(?:0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
 # A real cost-10 bcrypt hash of a password nobody uses: an unknown user costs as much as a wrong password.
 _DUMMY_HASH = b"$2b$10$kYZo6ouNp7/44r.knmFEZu3sM8P4glmlnR5vGILaGYtJMOAcmqb7C"
 
@@ -65,10 +64,6 @@ def parse_basic_authorization(header: str | None) -> tuple[str, str] | None:
     if not separator:
         return None
     return user, password
-
-
-def well_formed(hashed: bytes) -> bool:
-    return _HASH_SHAPE.fullmatch(hashed) is not None
 
 
 def _bcrypt() -> ModuleType:

@@ -13,26 +13,25 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import ssl
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nvidia_gpu_exporter._go.durations import DurationError, parse_duration
-from nvidia_gpu_exporter.web.auth import well_formed
+from nvidia_gpu_exporter.support.sslgate import ssl_kept_out
+from nvidia_gpu_exporter.web.bcrypthash import well_formed
 
 if TYPE_CHECKING:
+    import ssl
+
     from nvidia_gpu_exporter.support.strictyaml import YamlNode
 
 log = logging.getLogger(__name__)
 
-TLS_VERSIONS = {
-    "TLS10": ssl.TLSVersion.TLSv1,
-    "TLS11": ssl.TLSVersion.TLSv1_1,
-    "TLS12": ssl.TLSVersion.TLSv1_2,
-    "TLS13": ssl.TLSVersion.TLSv1_3,
-}
+# Go's names for the ``ssl.TLSVersion`` members, oldest first (looked up when TLS is served: ``ssl`` is imported
+# only then).
+TLS_VERSIONS = {"TLS10": "TLSv1", "TLS11": "TLSv1_1", "TLS12": "TLSv1_2", "TLS13": "TLSv1_3"}
 
 # Go's secure suites (crypto/tls.CipherSuites) by their Go name, as OpenSSL names them.
 GO_CIPHER_SUITES = {
@@ -178,7 +177,8 @@ def _parse_tls(node: YamlNode) -> TlsSettings | None:
         version = getattr(settings, name)
         if version not in TLS_VERSIONS:
             raise at(name).fail(f"unknown TLS version {version!r} (one of {', '.join(TLS_VERSIONS)})")
-    if TLS_VERSIONS[settings.min_version] > TLS_VERSIONS[settings.max_version]:
+    order = list(TLS_VERSIONS)
+    if order.index(settings.min_version) > order.index(settings.max_version):
         raise node.fail(f"min_version {settings.min_version} is above max_version {settings.max_version}")
     for suite in settings.cipher_suites:
         if suite not in GO_CIPHER_SUITES and suite not in GO_TLS13_SUITES:
@@ -284,8 +284,10 @@ def load_web_config(path: str) -> WebConfig:
     except (OSError, UnicodeDecodeError) as error:
         raise WebConfigError(f"cannot read web config file {path!r}: {error}") from error
     config = parse_web_config(text, path, os.path.dirname(os.path.abspath(path)), allow_empty=False)
-    if config.tls is not None:
-        build_ssl_context(config)  # certificates and keys must load now, not at the first handshake
+    # Certificates and keys must load now, not at the first handshake; where ``ssl`` is kept out (a start
+    # without TLS, reloading a file that turned it on) they are loaded by the restart that serves TLS.
+    if config.tls is not None and not ssl_kept_out():
+        build_ssl_context(config)
     return config
 
 
@@ -333,14 +335,16 @@ def load_chain(context: ssl.SSLContext, config: WebConfig, tls: TlsSettings) -> 
 
 def build_ssl_context(config: WebConfig) -> ssl.SSLContext:
     """An ``SSLContext`` honouring ``tls_server_config``; raises :class:`WebConfigError` on what cannot load."""
+    import ssl  # noqa: PLC0415 - only TLS needs it (issue 16: support/sslgate.py)
+
     tls = config.tls
     assert tls is not None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = TLS_VERSIONS[tls.min_version]
-    context.maximum_version = TLS_VERSIONS[tls.max_version]
+    context.minimum_version = ssl.TLSVersion[TLS_VERSIONS[tls.min_version]]
+    context.maximum_version = ssl.TLSVersion[TLS_VERSIONS[tls.max_version]]
     try:
         load_chain(context, config, tls)
-    except (OSError, ssl.SSLError) as error:
+    except OSError as error:  # ssl.SSLError is an OSError
         raise WebConfigError(f"{config.source}: tls_server_config: cannot load certificate and key: {error}") from error
     if tls.client_auth_type != "NoClientCert":
         try:
@@ -348,7 +352,7 @@ def build_ssl_context(config: WebConfig) -> ssl.SSLContext:
                 context.load_verify_locations(cafile=resolve_path(config, tls.client_ca_file))
             else:
                 context.load_verify_locations(cadata=tls.client_ca)
-        except (OSError, ssl.SSLError) as error:
+        except OSError as error:
             raise WebConfigError(f"{config.source}: tls_server_config: cannot load the client CA: {error}") from error
         context.verify_mode = (
             ssl.CERT_REQUIRED if tls.client_auth_type == "RequireAndVerifyClientCert" else ssl.CERT_OPTIONAL
@@ -385,7 +389,9 @@ def config_warnings(config: WebConfig) -> list[str]:
     if config.http2:
         warnings.append("http_server_config.http2: HTTP/2 is not supported; serving HTTP/1.1")
     tls = config.tls
-    if tls is not None and TLS_VERSIONS[tls.min_version] < ssl.TLSVersion.TLSv1_2:
+    if tls is not None and tls.min_version in ("TLS10", "TLS11"):
+        import ssl  # noqa: PLC0415 - only TLS needs it
+
         level = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).security_level
         if level >= 1:  # OpenSSL 3 allows TLS 1.0 and 1.1 only at security level 0
             warnings.append(

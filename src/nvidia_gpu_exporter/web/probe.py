@@ -25,7 +25,7 @@ from typing import Any
 from aiohttp import web
 
 from nvidia_gpu_exporter._go.text import go_quote
-from nvidia_gpu_exporter.backends.exec.runner import DEFAULT_MAX_OUTPUT_BYTES
+from nvidia_gpu_exporter.backends.exec.defaults import DEFAULT_MAX_OUTPUT_BYTES
 from nvidia_gpu_exporter.backends.fields import BUILTIN_FIELDS, builtin_mapping
 from nvidia_gpu_exporter.backends.fleet.backend import TargetBackend
 from nvidia_gpu_exporter.backends.fleet.defaults import DEFAULT_GLOBAL_CONCURRENCY

@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import ssl
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -30,6 +30,9 @@ from nvidia_gpu_exporter.web.config import (
     load_web_config,
 )
 from nvidia_gpu_exporter.web.responses import plain_text
+
+if TYPE_CHECKING:
+    import ssl  # imported by TLS only (support/sslgate.py)
 
 log = logging.getLogger(__name__)
 
@@ -223,5 +226,5 @@ class Security:
         """Poll for changes until cancelled."""
         while True:
             await asyncio.sleep(interval)
-            with contextlib.suppress(OSError, ssl.SSLError):
+            with contextlib.suppress(OSError):  # ssl.SSLError is an OSError
                 self.reload_if_changed()

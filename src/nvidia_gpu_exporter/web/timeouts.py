@@ -25,10 +25,10 @@ import contextlib
 import logging
 import re
 import socket
-import ssl
 import struct
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aiohttp.abc import AbstractAccessLogger
 from aiohttp.web_request import BaseRequest
@@ -37,6 +37,9 @@ from aiohttp.web_response import StreamResponse
 from nvidia_gpu_exporter.exposition.selfmetrics import ConnectionStats
 from nvidia_gpu_exporter.web.connections import LISTEN_BACKLOG, Connections
 from nvidia_gpu_exporter.web.tlsbuffer import create_tls_server
+
+if TYPE_CHECKING:
+    import ssl  # imported by TLS only (support/sslgate.py)
 
 log = logging.getLogger(__name__)
 

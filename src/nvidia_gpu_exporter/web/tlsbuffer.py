@@ -18,9 +18,12 @@ import functools
 import inspect
 import logging
 import socket
-import ssl
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import ssl  # imported by TLS only (support/sslgate.py)
 
 log = logging.getLogger(__name__)
 

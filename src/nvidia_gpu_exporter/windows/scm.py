@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
-from nvidia_gpu_exporter import app, logs
+from nvidia_gpu_exporter import logs, preflight
 from nvidia_gpu_exporter.config import Config
 
 SERVICE_NAME = "nvidia_gpu_exporter"
@@ -135,8 +135,8 @@ def service_command_line(flags: Sequence[str], launcher_argv: Sequence[str] | No
 def check_flags(flags: Sequence[str]) -> Config:
     """Refuse to bake flags the exporter would reject at every service start."""
     try:
-        return app.config_to_run(flags)
-    except app.StartupError as error:
+        return preflight.config_to_run(flags)
+    except preflight.StartupError as error:
         raise WinServiceError(str(error)) from error
 
 

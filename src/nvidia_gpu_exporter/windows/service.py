@@ -17,7 +17,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from types import ModuleType
 from typing import Any, TextIO
 
-from nvidia_gpu_exporter import app, logs
+from nvidia_gpu_exporter import app, logs, preflight
 from nvidia_gpu_exporter.config import Config
 from nvidia_gpu_exporter.windows.eventlog import EventLogHandler
 from nvidia_gpu_exporter.windows.scm import (
@@ -83,8 +83,8 @@ class ServiceRunner:
         """Run the exporter with the baked flags; 0 after Stop/Shutdown, the exporter's code otherwise."""
         self._set_state("start_pending", START_WAIT_HINT_MS)
         try:
-            config = app.config_to_run(self.arguments)
-        except app.StartupError as error:
+            config = preflight.config_to_run(self.arguments)
+        except preflight.StartupError as error:
             self._configure_logging(Config())
             log.error("failed to run", extra={"err": str(error)})
             return 1
@@ -112,7 +112,7 @@ class ServiceRunner:
         except asyncio.CancelledError:
             log.info("service stopped", extra={"service": SERVICE_NAME})
             return 0
-        except app.StartupError as error:
+        except preflight.StartupError as error:
             log.error("failed to run", extra={"err": str(error)})
             return 1
         if self.stop_requested:

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from nvidia_gpu_exporter.backends.exec.defaults import DEFAULT_MAX_OUTPUT_BYTES
 from nvidia_gpu_exporter.backends.exec.output import excerpt
 from nvidia_gpu_exporter.model.snapshot import StuckChildren
 from nvidia_gpu_exporter.support.asynctimeout import within_timeout
@@ -49,10 +50,6 @@ log = logging.getLogger(__name__)
 
 PIPE_DRAIN_SECONDS = 2.0
 NO_EXIT_STATUS = -1  # could not start, killed by a signal, or never ran
-# 8 GPUs with every field nvidia-smi lists print about 40 KB, a thousand processes about 100 KB. 1 MiB leaves
-# ten to twenty times that, and keeps the costliest answer that fits (about 3,500 distinct GPUs, parsed and
-# rendered in a thread) under 128 MiB of resident set and a couple of seconds (BENCHMARKS.md).
-DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024
 STDERR_KEPT_BYTES = 4096  # stderr is only ever quoted in one log line
 EXIT_GRACE_SECONDS = 0.5  # after the child exits, for its pipes to reach their end
 RUN_TOKEN_VARIABLE = "NVIDIA_GPU_EXPORTER_RUN"

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import asyncssh
 
+from nvidia_gpu_exporter.backends.exec.defaults import DEFAULT_MAX_OUTPUT_BYTES
 from nvidia_gpu_exporter.backends.exec.runner import (
-    DEFAULT_MAX_OUTPUT_BYTES,
     NO_EXIT_STATUS,
     STDERR_KEPT_BYTES,
     RunResult,
