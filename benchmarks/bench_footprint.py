@@ -12,7 +12,13 @@ The import breakdown runs the exec configuration once more with a meta-path hook
 module's loading (``create_module``, which maps an extension's shared library, and ``exec_module``) and
 charges each module what it added itself, as ``-X importtime``'s "self" column does for time.
 
-    python benchmarks/bench_footprint.py [--rest 2] [--scrapes 20000] [--skip-scaling]
+Every child (the exporter, the fake nvidia-smi) reads its modules' bytecode from a cache the first start
+writes (``PYTHONPYCACHEPREFIX`` in a temporary directory, after one unmeasured start of each configuration),
+as an installed exporter does: pip compiles the wheel's modules at install and the container image runs
+``compileall``. A checkout run with ``PYTHONDONTWRITEBYTECODE=1`` and no ``__pycache__`` compiles every module of
+ours from source at every start instead (several times the import time: ``--from-source`` measures that).
+
+    python benchmarks/bench_footprint.py [--rest 2] [--scrapes 20000] [--skip-scaling] [--from-source]
     python benchmarks/bench_footprint.py --startup-only 7   # only where the startup time goes (exec, the fake)
 """
 
@@ -24,7 +30,6 @@ import http.client
 import json
 import os
 import re
-import shutil
 import signal
 import ssl
 import subprocess
@@ -36,9 +41,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from nvml_fake import compile_fake_nvml, nvml_env
+
 REPO = Path(__file__).resolve().parents[1]
 CAPTURE = REPO / "tests" / "fixtures" / "captures" / "fixture-windows-1gpu.txt"
-FAKE_NVML_SOURCE = REPO / "tests" / "fakenvml" / "fake_nvml.c"
 LISTENING = re.compile(r'msg="Listening on" address=(\S+)')
 TICKS = os.sysconf("SC_CLK_TCK")
 STARTUP_SECONDS = 60.0
@@ -210,37 +218,6 @@ def series(body: bytes) -> int:
 
 def fake_smi(gpus: int = 1) -> str:
     return f"{sys.executable} -m nvidia_gpu_exporter.fakesmi --capture {CAPTURE} --gpus {gpus}"
-
-
-def compile_fake_nvml(directory: Path) -> Path:
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        sys.exit("no C compiler (cc, gcc or $CC): cannot build the fake libnvidia-ml")
-    output = directory / "libnvidia-ml.so.1"
-    subprocess.run(
-        [
-            compiler,
-            "-shared",
-            "-fPIC",
-            "-O2",
-            "-DMAX_TOP=256",
-            "-DMAX_DEVICES=512",
-            "-Wl,-soname,libnvidia-ml.so.1",
-            "-o",
-            str(output),
-            str(FAKE_NVML_SOURCE),
-            "-lpthread",
-        ],
-        check=True,
-    )
-    return directory
-
-
-def nvml_env(library: Path, gpus: int | None = None) -> dict[str, str]:
-    env = {"LD_LIBRARY_PATH": str(library), "FAKE_NVML_SCENARIO": "h200"}
-    if gpus is not None:
-        env["FAKE_NVML_GPUS"] = str(gpus)
-    return env
 
 
 def tls_auth(directory: Path) -> tuple[list[str], Client]:
@@ -463,17 +440,37 @@ def median(values: Sequence[float]) -> float:
     return sorted(values)[len(values) // 2]
 
 
+def use_bytecode(directory: Path) -> None:
+    """Children read (and the first writes) bytecode under ``directory``, whatever ``PYTHONDONTWRITEBYTECODE``
+    says here: what an installed exporter does (see the module's docstring)."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = str(directory / "pycache")
+
+
+def bytecode_mode() -> str:
+    if os.environ.get("PYTHONPYCACHEPREFIX"):
+        return "bytecode cached, as installed"
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        return "compiled from source at every start (PYTHONDONTWRITEBYTECODE=1)"
+    return "bytecode beside the sources (__pycache__)"
+
+
 def startup(rounds: int) -> None:
     """Startup to the first successful scrape on exec with the fake, and its parts, each the median of `rounds`.
 
     The exporter runs nvidia-smi three times before it listens (``--help-query-gpu``, the initial query,
     ``--version``) and once more for the first scrape (a collection per scrape); the fake nvidia-smi is a Python
-    process, so each run costs an interpreter start, unlike the real one.
+    process, so each run costs an interpreter start, unlike the real one. One unmeasured start first, which
+    writes the bytecode cache (:func:`use_bytecode`).
     """
+    at_rest(Scenario("warm-up", ["--nvidia-smi-command", fake_smi()]), 0)
     load = os.getloadavg()
     bare = median([wall([sys.executable, "-c", "pass"]) for _ in range(rounds)])
     # CPU seconds, not wall: on a shared machine the wall time of the same import varies twofold.
-    timer = "import time; t = time.process_time(); import nvidia_gpu_exporter.cli; print(time.process_time() - t)"
+    timer = (
+        "import time; t = time.process_time(); import nvidia_gpu_exporter.cli, nvidia_gpu_exporter.app; "
+        "print(time.process_time() - t)"
+    )
     imports = median([float(subprocess.check_output([sys.executable, "-c", timer], cwd=REPO)) for _ in range(rounds)])
     smi = fake_smi().split()
     fake = median([wall([*smi, "--version"]) for _ in range(rounds)])
@@ -490,11 +487,15 @@ def startup(rounds: int) -> None:
             exporter.stop()
         listening.append(exporter.listening - exporter.started)
         first.append(took)
-    print(f"\n### Startup, exec on the fake nvidia-smi (median of {rounds}; load average {load[0]:.2f} at the start)\n")
+    end = os.getloadavg()
+    print(
+        f"\n### Startup, exec on the fake nvidia-smi (median of {rounds}; {bytecode_mode()}; load average "
+        f"{load[0]:.2f} at the start, {end[0]:.2f} at the end)\n"
+    )
     print("| part | seconds |")
     print("|---|---:|")
     print(f"| bare interpreter (`python -c pass`) | {bare:.3f} |")
-    print(f"| `import nvidia_gpu_exporter.cli` (everything a start imports), CPU | {imports:.3f} |")
+    print(f"| `import nvidia_gpu_exporter.cli, nvidia_gpu_exporter.app` (all a start imports), CPU | {imports:.3f} |")
     print(f"| one fake nvidia-smi run (`--version`; the exporter runs 3 before listening, 1 per scrape) | {fake:.3f} |")
     print(f"| start to listening (min {min(listening):.2f}, max {max(listening):.2f}) | {median(listening):.3f} |")
     print(f"| start to first successful scrape (min {min(first):.2f}, max {max(first):.2f}) | {median(first):.3f} |")
@@ -518,23 +519,37 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=14, help="packages shown in the import breakdown")
     parser.add_argument("--skip-scaling", action="store_true")
     parser.add_argument("--startup-only", type=int, metavar="ROUNDS", help="only the startup time, median of ROUNDS")
+    parser.add_argument(
+        "--from-source", action="store_true", help="no bytecode cache: children compile as this environment says"
+    )
     args = parser.parse_args()
-    if args.startup_only:
-        startup(args.startup_only)
-        return
     import platform
 
     with tempfile.TemporaryDirectory() as name:
         directory = Path(name)
-        library = compile_fake_nvml(directory)
+        if not args.from_source:
+            use_bytecode(directory)
+        if args.startup_only:
+            startup(args.startup_only)
+            return
+        library = compile_fake_nvml(directory, "MAX_TOP=256", "MAX_DEVICES=512")  # room for 256 GPUs
         print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs")
+        interpreter_rss("import asyncio")  # unmeasured: writes the bytecode cache
         bare, asyncio_only = interpreter_rss("pass"), interpreter_rss("import asyncio")
-        print(f"bare interpreter {bare:.1f} MiB, `import asyncio` {asyncio_only:.1f} MiB\n")
-        print(f"### At rest (after the first successful scrape, then {args.rest:g} s idle; median of {args.rounds})\n")
+        without_ssl = interpreter_rss("import sys; sys.modules['ssl'] = None; import asyncio")
+        print(
+            f"bare interpreter {bare:.1f} MiB, `import asyncio` {asyncio_only:.1f} MiB, "
+            f"`import asyncio` with ssl kept out {without_ssl:.1f} MiB\n"
+        )
+        print(
+            f"### At rest (after the first successful scrape, then {args.rest:g} s idle; median of {args.rounds}; "
+            f"{bytecode_mode()}; load average {os.getloadavg()[0]:.2f})\n"
+        )
         print("| configuration | start to listening | start to first successful scrape | RSS at rest |")
         print("|---|---:|---:|---:|")
         configurations = scenarios(directory, library)
         for scenario in configurations:
+            at_rest(scenario, 0)  # unmeasured: writes the bytecode cache of the modules this configuration loads
             results = sorted((at_rest(scenario, args.rest) for _ in range(args.rounds)), key=lambda result: result[2])
             listening, took, rss = results[len(results) // 2]
             print(f"| {scenario.name} | {listening:.2f} s | {took:.2f} s | {rss:.1f} MiB |")

@@ -18,40 +18,19 @@ import ctypes
 import logging
 import os
 import platform
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from nvml_fake import compile_fake_nvml, nvml_env
+
 GPUS = 8
-FAKE_SOURCE = Path(__file__).resolve().parents[1] / "tests" / "fakenvml" / "fake_nvml.c"
 FENCE = "#" * 80
-
-
-def compile_fake(directory: Path) -> Path:
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        sys.exit("no C compiler (cc, gcc or $CC): cannot build the fake libnvidia-ml")
-    output = directory / "libnvidia-ml.so.1"
-    subprocess.run(
-        [
-            compiler,
-            "-shared",
-            "-fPIC",
-            "-O2",
-            "-Wl,-soname,libnvidia-ml.so.1",
-            "-o",
-            str(output),
-            str(FAKE_SOURCE),
-            "-lpthread",
-        ],
-        check=True,
-    )
-    return output
 
 
 def stats(timings: list[float]) -> tuple[float, float]:
@@ -97,8 +76,6 @@ def main() -> None:
     parser.add_argument("--exec-iterations", type=int, default=20)
     args = parser.parse_args()
     logging.disable(logging.WARNING)
-    os.environ["FAKE_NVML_SCENARIO"] = "h200"
-    os.environ["FAKE_NVML_GPUS"] = str(GPUS)
 
     import pynvml
 
@@ -109,7 +86,9 @@ def main() -> None:
     from nvidia_gpu_exporter.backends.nvml import open_backend
 
     with tempfile.TemporaryDirectory() as directory:
-        pynvml.nvmlLib = ctypes.CDLL(str(compile_fake(Path(directory))))
+        library = compile_fake_nvml(Path(directory))
+        os.environ.update(nvml_env(library, GPUS))  # read by the fake when it is loaded
+        pynvml.nvmlLib = ctypes.CDLL(str(library))
         backend = open_backend(FieldRequest(), watch_xids=False)
         readings = backend.collect_blocking()
         assert len(readings.gpus.rows) == GPUS
