@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,35 @@ def test_the_served_build_info_names_the_installed_build(exporter: StartExporter
     line = next(line for line in running.scrape().splitlines() if line.startswith("nvidia_gpu_exporter_build_info{"))
     assert 'branch="main"' in line
     assert f'revision="{SHA}"' in line
+
+
+def _package(root: Path, name: str, record: bytes | None) -> None:
+    (root / name).mkdir(parents=True)
+    (root / name / "__init__.py").write_text("")
+    if record is not None:
+        (root / name / buildinfo.FILE_NAME).write_bytes(record)
+
+
+@pytest.mark.parametrize("zipped", [pytest.param(False, id="directory"), pytest.param(True, id="zipapp-archive")])
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        pytest.param(RECORDED.to_json().encode(), RECORDED, id="reads-the-build-record-beside-the-package"),
+        pytest.param(None, BuildInfo(), id="no-record-reads-unknown"),
+        pytest.param(b"\xff\xfe{", BuildInfo(), id="undecodable-record-reads-unknown"),
+    ],
+)
+def test_installed_reads_the_record_through_the_package_loader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, zipped: bool, record: bytes | None, expected: BuildInfo
+) -> None:
+    name = f"buildinfo_probe_{tmp_path.name}"  # a fresh package per case: imported packages stay imported
+    tree = tmp_path / "tree"
+    _package(tree, name, record)
+    entry = tree
+    if zipped:
+        entry = tmp_path / "app.pyz"
+        with zipfile.ZipFile(entry, "w") as archive:
+            for path in sorted(tree.rglob("*")):
+                archive.write(path, path.relative_to(tree).as_posix())
+    monkeypatch.syspath_prepend(str(entry))
+    assert buildinfo.installed(name) == expected

@@ -13,6 +13,8 @@ from __future__ import annotations
 import http.client
 import signal
 import ssl
+import subprocess
+import sys
 import textwrap
 import time
 from dataclasses import dataclass
@@ -70,6 +72,8 @@ OPTIONAL = (
     "nvidia_gpu_exporter.web.landing",
     "secrets",  # nothing needs a cryptographic token generator (hmac behind it)
     "hmac",
+    "importlib.resources",  # the build record is read through the package's loader (support/buildinfo.py)
+    "zipfile",
 )
 
 EXEC = ("--nvidia-smi-command", fake_smi_command(CAPTURE))
@@ -186,6 +190,27 @@ def test_configuration_imports_only_what_it_uses(
     modules = loaded_modules(dumps, running)
     assert [name for name in case.loaded if name not in modules] == []
     assert sorted(name for name in OPTIONAL if name in modules and name not in case.loaded) == []
+
+
+# What the decision to keep ssl out must not import: asyncio (it would import ssl), and OpenSSL's hashes and
+# tempfile (3.7 and 0.9 MiB) that only a web config file with users or inline TLS keys needs.
+BEFORE_THE_DECISION = ("asyncio", "ssl", "_ssl", "hashlib", "_hashlib", "tempfile")
+
+
+def test_parsing_flags_and_a_web_config_imports_no_asyncio_ssl_or_hashlib(tmp_path: Path) -> None:
+    config = tmp_path / "web.yml"
+    config.write_text(f"{USERS}http_server_config:\n  headers:\n    X-Frame-Options: deny\n")
+    script = (
+        "import sys\n"
+        "from nvidia_gpu_exporter import cli, preflight\n"
+        f"config = preflight.checked(preflight.parse(['--web.config.file={config}']).config)\n"
+        "web = preflight.web_config(config)\n"
+        "assert web is not None and not preflight.needs_ssl(config, web)\n"
+        f"print(sorted(name for name in {BEFORE_THE_DECISION!r} if name in sys.modules))\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == "[]"
 
 
 RESTART_NEEDED = "turning TLS on or off applies after a restart"

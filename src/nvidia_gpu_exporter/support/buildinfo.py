@@ -61,15 +61,20 @@ def parse(text: str | None) -> BuildInfo:
     return BuildInfo(**{key: _clean(data.get(key)) for key in ("branch", "revision", "date")})
 
 
-def installed() -> BuildInfo:
-    """The metadata baked into the installed package (:data:`UNKNOWN` fields when there is none)."""
-    from importlib import resources  # noqa: PLC0415 - only --version needs it
+def installed(package: str = "nvidia_gpu_exporter") -> BuildInfo:
+    """The metadata baked into the installed package (:data:`UNKNOWN` fields when there is none).
+
+    Read through the package's own loader (``pkgutil.get_data``: a directory, or the single-file zipapp's
+    archive), not ``importlib.resources``, which loads ``zipfile``, ``tempfile`` and the compression modules:
+    about 1.5 MiB of resident memory for one small file (issue 16).
+    """
+    import pkgutil  # noqa: PLC0415 - --version and the build_info family need it, once
 
     try:
-        text = resources.files("nvidia_gpu_exporter").joinpath(FILE_NAME).read_text(encoding="utf-8")
+        data = pkgutil.get_data(package, FILE_NAME)
+        return parse(data.decode("utf-8")) if data is not None else BuildInfo()
     except (OSError, UnicodeDecodeError):
         return BuildInfo()
-    return parse(text)
 
 
 def _git(root: Path, *args: str) -> str:

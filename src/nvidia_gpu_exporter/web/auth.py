@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
 import logging
 import time
 from collections import OrderedDict
@@ -131,6 +130,8 @@ class BasicAuthenticator:
         self.bcrypt_checks = 0  # how many times bcrypt really ran, for tests and benchmarks
 
     def _key(self, user: str, hashed: bytes, password: str) -> bytes:
+        import hashlib  # noqa: PLC0415 - with basic_auth_users only: it maps OpenSSL's libcrypto (issue 16)
+
         material = b"\x00".join((user.encode("utf-8"), hashed, password.encode("utf-8", "surrogateescape")))
         return hashlib.sha256(material).digest()
 

@@ -16,7 +16,6 @@ pyproject pins the nvidia-ml-py range they were verified on (:data:`SUPPORTED_BI
 from __future__ import annotations
 
 import ctypes
-import importlib.metadata
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -105,6 +104,9 @@ def call(function: str | Callable[..., Any], *args: Any) -> Any:
 
 def bindings_version() -> str:
     """The installed nvidia-ml-py's version, or ``unknown`` where its metadata is not installed."""
+    # Only a refusal names it: importlib.metadata loads zipfile, email and csv (issue 16: memory at rest).
+    import importlib.metadata  # noqa: PLC0415
+
     try:
         return importlib.metadata.version("nvidia-ml-py")
     except importlib.metadata.PackageNotFoundError:
