@@ -273,40 +273,20 @@ def compose_gpu() -> dict[str, Any]:
 # Windows
 
 
-def windows_prometheus_service() -> str:
-    """WinSW's XML for Prometheus; %BASE% is the folder of the WinSW executable (the Prometheus folder)."""
-    prometheus = next(item for item in DOWNLOADS if item.name == "prometheus")
+def winsw_service(
+    service: str, *, name: str, description: str, executable: str, arguments: str, working_directory: str
+) -> str:
+    """WinSW's XML for one of the stack's services; %BASE% is the folder of the WinSW executable (the Prometheus
+    folder). Each starts with Windows, restarts 10 s after a failure, stops within 30 s and rolls its log (5 files of
+    10 MiB) in the data folder's logs."""
     return f"""<!-- {GENERATED} -->
 <service>
-  <id>{PROMETHEUS_SERVICE}</id>
-  <name>Prometheus (nvidia_gpu_exporter)</name>
-  <description>Prometheus {PROMETHEUS_VERSION} scraping the NVIDIA GPU exporter, with its alert rules.</description>
-  <executable>%BASE%\\{prometheus.folder}\\prometheus.exe</executable>
-  <arguments>--config.file="%BASE%\\prometheus.yml" --storage.tsdb.path="{DATA_TOKEN}\\prometheus" --storage.tsdb.retention.time={RETENTION} --web.listen-address=127.0.0.1:{PROMETHEUS_PORT}</arguments>
-  <workingdirectory>%BASE%</workingdirectory>
-  <startmode>Automatic</startmode>
-  <onfailure action="restart" delay="10 sec"/>
-  <resetfailure>1 hour</resetfailure>
-  <stoptimeout>30 sec</stoptimeout>
-  <logpath>{DATA_TOKEN}\\logs</logpath>
-  <log mode="roll-by-size">
-    <sizeThreshold>10240</sizeThreshold>
-    <keepFiles>5</keepFiles>
-  </log>
-</service>
-"""  # noqa: E501 - one WinSW argument line
-
-
-def windows_grafana_service() -> str:
-    grafana = next(item for item in DOWNLOADS if item.name == "grafana")
-    return f"""<!-- {GENERATED} -->
-<service>
-  <id>{GRAFANA_SERVICE}</id>
-  <name>Grafana (nvidia_gpu_exporter)</name>
-  <description>Grafana {GRAFANA_VERSION} with the NVIDIA GPU dashboards and the local Prometheus.</description>
-  <executable>%BASE%\\{grafana.folder}\\bin\\grafana.exe</executable>
-  <arguments>server --homepath "%BASE%\\{grafana.folder}"</arguments>
-  <workingdirectory>%BASE%\\{grafana.folder}</workingdirectory>
+  <id>{service}</id>
+  <name>{name}</name>
+  <description>{description}</description>
+  <executable>{executable}</executable>
+  <arguments>{arguments}</arguments>
+  <workingdirectory>{working_directory}</workingdirectory>
   <startmode>Automatic</startmode>
   <onfailure action="restart" delay="10 sec"/>
   <resetfailure>1 hour</resetfailure>
@@ -318,6 +298,31 @@ def windows_grafana_service() -> str:
   </log>
 </service>
 """
+
+
+def windows_prometheus_service() -> str:
+    prometheus = next(item for item in DOWNLOADS if item.name == "prometheus")
+    return winsw_service(
+        PROMETHEUS_SERVICE,
+        name="Prometheus (nvidia_gpu_exporter)",
+        description=f"Prometheus {PROMETHEUS_VERSION} scraping the NVIDIA GPU exporter, with its alert rules.",
+        executable=f"%BASE%\\{prometheus.folder}\\prometheus.exe",
+        arguments=f'--config.file="%BASE%\\prometheus.yml" --storage.tsdb.path="{DATA_TOKEN}\\prometheus" '
+        f"--storage.tsdb.retention.time={RETENTION} --web.listen-address=127.0.0.1:{PROMETHEUS_PORT}",
+        working_directory="%BASE%",
+    )
+
+
+def windows_grafana_service() -> str:
+    grafana = next(item for item in DOWNLOADS if item.name == "grafana")
+    return winsw_service(
+        GRAFANA_SERVICE,
+        name="Grafana (nvidia_gpu_exporter)",
+        description=f"Grafana {GRAFANA_VERSION} with the NVIDIA GPU dashboards and the local Prometheus.",
+        executable=f"%BASE%\\{grafana.folder}\\bin\\grafana.exe",
+        arguments=f'server --homepath "%BASE%\\{grafana.folder}"',
+        working_directory=f"%BASE%\\{grafana.folder}",
+    )
 
 
 def windows_grafana_ini() -> str:
