@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -14,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from harness import REPO
+from harness import REPO, load_script
 
 DOCKERFILE = REPO / "deploy" / "docker" / "Dockerfile"
 COMPOSE = REPO / "deploy" / "docker" / "docker-compose.yml"
@@ -61,12 +60,7 @@ def _pins(lock: Path) -> dict[str, int]:
 
 
 def _update_lock() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("update_lock", REPO / "packaging" / "update_lock.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "packaging" / "update_lock.py")
 
 
 def test_dockerfile_installs_the_locked_set_and_no_nvidia_component() -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib.util
 import json
 import re
 import subprocess
@@ -23,7 +22,6 @@ import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -40,7 +38,7 @@ from deploy_helpers import (
     skip_reason,
     wait_target_up,
 )
-from harness import REPO, start_exporter
+from harness import REPO, load_script, start_exporter
 from nvidia_gpu_exporter import __version__, app
 from polling import wait_until
 
@@ -73,17 +71,7 @@ SCOOP_HASH = re.compile(
 DIGEST_LENGTHS = {"SHA256": 64, "SHA512": 128}
 
 
-def _load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("build_stack", DEPLOY / "build_stack.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-stack = _load_generator()
+stack = load_script(DEPLOY / "build_stack.py")
 
 
 def load_yaml(path: Path) -> Any:
