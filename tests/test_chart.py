@@ -19,6 +19,7 @@ import yaml
 
 from conftest import StartExporter
 from deploy_helpers import (
+    ATTRIBUTION_GIVES_UP,
     CHART,
     GRAFANA,
     TEST_IMAGE_REPOSITORY,
@@ -519,12 +520,7 @@ def test_attribution_mounts_the_kubelet_socket_read_only_and_runs_as_root() -> N
     assert pod_context["seccompProfile"] == {"type": "RuntimeDefault"}
     assert "hostPID" not in spec
     # The restricted checker sees exactly what attribution gives up: the hostPath volume and uid 0.
-    assert restricted_violations(spec) == [
-        "volume pod-resources uses ['hostPath']",
-        "pod runAsUser is 0",
-        "nvidia-gpu-exporter: runAsNonRoot is not true",
-        "nvidia-gpu-exporter: runAsUser is 0",
-    ]
+    assert restricted_violations(spec) == ATTRIBUTION_GIVES_UP
 
 
 def test_attribution_values_reach_the_flags_and_the_mount() -> None:
