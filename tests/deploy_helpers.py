@@ -138,32 +138,31 @@ def start_server(name: str, argv: list[str], port: int, workdir: Path, ready_pat
 
 
 @contextmanager
+def serve(name: str, executable: Path, config: dict[str, Any], workdir: Path, *flags: str) -> Iterator[Server]:
+    """``executable`` on loopback with ``config`` (``workdir``/NAME.yml), a free port, ``flags`` and warnings-only
+    logs; stopped afterwards."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    config_path = workdir / f"{name}.yml"
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    port = free_port()
+    argv = [str(executable), f"--config.file={config_path}", f"--web.listen-address=127.0.0.1:{port}", *flags]
+    server = start_server(name, [*argv, "--log.level=warn"], port, workdir)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@contextmanager
 def prometheus(config: dict[str, Any], workdir: Path, rule_files: dict[str, str] | None = None) -> Iterator[Server]:
     """A real Prometheus on loopback with ``config`` (rule files written beside it)."""
     prometheus_bin = binary("prometheus")
     workdir.mkdir(parents=True, exist_ok=True)
     for name, text in (rule_files or {}).items():
         (workdir / name).write_text(text, encoding="utf-8")
-    config_path = workdir / "prometheus.yml"
-    config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    port = free_port()
-    server = start_server(
-        "prometheus",
-        [
-            str(prometheus_bin),
-            f"--config.file={config_path}",
-            f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--web.enable-lifecycle",
-            "--log.level=warn",
-        ],
-        port,
-        workdir,
-    )
-    try:
+    storage = f"--storage.tsdb.path={workdir / 'data'}"
+    with serve("prometheus", prometheus_bin, config, workdir, storage, "--web.enable-lifecycle") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @contextmanager
@@ -173,27 +172,9 @@ def alertmanager(config: dict[str, Any], workdir: Path) -> Iterator[Server]:
     missing = [path for path in DEBIAN_ALERTMANAGER_TEMPLATES if not path.is_file()]
     if alertmanager_bin.name == "prometheus-alertmanager" and missing:
         pytest.skip(skip_reason(f"{missing[0]} (Debian's Alertmanager reads its templates from that fixed path)"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    config_path = workdir / "alertmanager.yml"
-    config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    port = free_port()
-    server = start_server(
-        "alertmanager",
-        [
-            str(alertmanager_bin),
-            f"--config.file={config_path}",
-            f"--storage.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-            "--log.level=warn",
-        ],
-        port,
-        workdir,
-    )
-    try:
+    storage = f"--storage.path={workdir / 'data'}"
+    with serve("alertmanager", alertmanager_bin, config, workdir, storage, "--cluster.listen-address=") as server:
         yield server
-    finally:
-        server.stop()
 
 
 def scrape_config(target: str, *, interval: str = "1s", job: str = JOB) -> dict[str, Any]:
