@@ -438,10 +438,11 @@ _WINGET_SCHEMA = "https://aka.ms/winget-manifest.{kind}.{version}.schema.json"
 
 
 def winget_identifier(repository: str) -> str:
-    """``OWNER.NAME``: winget's Publisher.Package identifier for the GitHub repository ``OWNER/NAME``."""
+    """``owner.name``: winget's Publisher.Package identifier for the GitHub repository ``OWNER/NAME``, in lower case
+    (winget compares identifiers without case; the manifests' file names then follow from INSTALL.md's ``$REPO``)."""
     if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repository):
         raise ValueError(f"repository must be OWNER/NAME, got {repository!r}")
-    identifier = repository.replace("/", ".")
+    identifier = repository.lower().replace("/", ".")
     segments = identifier.split(".")
     if not 2 <= len(segments) <= 8 or not all(_WINGET_SEGMENT.fullmatch(segment) for segment in segments):
         raise ValueError(

@@ -712,7 +712,7 @@ def test_scoop_manifest_command_runs_without_pyyaml(tmp_path: Path) -> None:
 
 
 WINGET_REPOSITORY = "Example-Org/nvidia_gpu_exporter"
-WINGET_ID = "Example-Org.nvidia_gpu_exporter"
+WINGET_ID = "example-org.nvidia_gpu_exporter"  # lower case: the file names follow from $REPO
 
 
 def fake_windows_zip(tmp_path: Path) -> Path:
