@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -222,12 +223,14 @@ def test_the_build_is_one_folder_with_every_module_and_data_file_of_the_package(
     assert command[-1] == str(build.ENTRY)
 
 
-def test_the_entry_point_is_the_exporters_main() -> None:
-    result = subprocess.run(
-        [sys.executable, str(build.ENTRY), "--version"], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert result.returncode == 0
-    assert f"version {__version__} " in result.stdout + result.stderr
+def test_the_entry_point_is_the_exporters_main_on_the_processs_own_arguments(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "argv", [str(build.ENTRY), "--version"])  # what the frozen executable's process has
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_path(str(build.ENTRY), run_name="__main__")
+    assert exited.value.code == 0
+    assert f"version {__version__} " in capsys.readouterr().err  # on stderr, as kingpin prints it
 
 
 def test_the_build_refuses_to_run_off_windows(tmp_path: Path) -> None:
@@ -285,10 +288,9 @@ def test_the_smoke_test_fails_on_an_exporter_that_is_not_right(script: str, fail
     assert failure in result.stderr
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="off Windows only")
 def test_the_service_check_says_it_needs_windows() -> None:
     with pytest.raises(smoke.SmokeError, match="--service needs Windows"):
-        smoke.check_service(["nvidia_gpu_exporter.exe"])
+        smoke.check_service(["nvidia_gpu_exporter.exe"], platform="linux")
 
 
 @pytest.mark.parametrize(
@@ -334,3 +336,74 @@ def test_a_missing_service_reads_as_none(monkeypatch: pytest.MonkeyPatch) -> Non
     missing = subprocess.CompletedProcess(["sc.exe"], smoke.ERROR_SERVICE_DOES_NOT_EXIST, "FAILED 1060", "")
     monkeypatch.setattr(smoke, "run", lambda command, check=True: missing)
     assert smoke.service_state("nvidia_gpu_exporter") is None
+
+
+class FakeScm:
+    """``sc.exe``, ``netstat`` and the executable's ``install``/``uninstall``, as the smoke test calls them."""
+
+    def __init__(self, exe: str, *, listener: int = 4242) -> None:
+        self.exe = exe
+        self.listener = listener
+        self.calls: list[str] = []
+        self.installed = False
+        self.state, self.pid, self.port = "STOPPED", 0, 0
+
+    def run(self, command: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+        verb = command[1] if command[0] in {self.exe, "sc.exe"} else command[0]
+        self.calls.append(verb)
+        out, code = "", 0
+        if verb == "install":
+            self.installed = True
+            self.port = int(command[-1].rsplit(":", 1)[1])
+        elif verb == "uninstall":
+            self.installed = False
+        elif verb == "qc":
+            out = f"        BINARY_PATH_NAME   : {self.exe} --collect.backend=demo\n"
+        elif verb == "start":
+            self.state, self.pid = "RUNNING", 4242
+        elif verb == "stop":
+            self.state, self.pid = "STOPPED", 0
+        elif verb == "queryex" and not self.installed:
+            out, code = "[SC] EnumQueryServicesStatus:OpenService FAILED 1060", smoke.ERROR_SERVICE_DOES_NOT_EXIST
+        elif verb == "queryex":
+            out = f"        STATE              : 4  {self.state}\n        PID                : {self.pid}\n"
+        elif verb == "netstat":
+            out = f"  TCP    127.0.0.1:{self.port}    0.0.0.0:0    LISTENING    {self.listener}\n"
+        return subprocess.CompletedProcess(command, code, out, "")
+
+
+def _fake_service(monkeypatch: pytest.MonkeyPatch, scm: FakeScm) -> None:
+    monkeypatch.setattr(smoke, "run", scm.run)
+    monkeypatch.setattr(smoke, "scrape", lambda port: 'nvidia_smi_gpu_info{uuid="GPU-1"} 1\n')
+    monkeypatch.setattr(smoke, "POLL_SECONDS", 0.0)
+
+
+def test_the_service_check_installs_runs_scrapes_its_own_process_stops_and_uninstalls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    scm = FakeScm(r"D:\a\_temp\unpacked\nvidia_gpu_exporter.exe")
+    _fake_service(monkeypatch, scm)
+    smoke.check_service([scm.exe], platform="win32")
+    expected = ["queryex", "install", "qc", "start", "queryex", "netstat", "stop", "queryex", "uninstall", "queryex"]
+    assert scm.calls == expected
+    assert not scm.installed
+
+
+def test_the_service_check_fails_when_another_process_holds_the_port_and_still_uninstalls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    scm = FakeScm(r"D:\a\_temp\unpacked\nvidia_gpu_exporter.exe", listener=999)
+    _fake_service(monkeypatch, scm)
+    with pytest.raises(smoke.SmokeError, match=r"held by process\(es\) \[999\], not the service \(process 4242\)"):
+        smoke.check_service([scm.exe], platform="win32")
+    assert scm.calls[-1] == "uninstall"
+    assert not scm.installed
+
+
+def test_the_service_check_refuses_a_service_it_did_not_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    scm = FakeScm("nvidia_gpu_exporter.exe")
+    scm.installed = True  # someone else's
+    _fake_service(monkeypatch, scm)
+    with pytest.raises(smoke.SmokeError, match="exists before the test"):
+        smoke.check_service([scm.exe], platform="win32")
+    assert scm.calls == ["queryex"]  # nothing installed, nothing removed

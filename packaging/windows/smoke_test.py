@@ -92,8 +92,8 @@ def listening_pids(port: int) -> set[int]:
     return pids
 
 
-def check_listener(port: int, pid: int, who: str) -> None:
-    if sys.platform != "win32":
+def check_listener(port: int, pid: int, who: str, *, platform: str = sys.platform) -> None:
+    if platform != "win32":
         return  # no netstat -ano here: the port is the one the child's own log names
     pids = listening_pids(port)
     if pids != {pid}:
@@ -175,9 +175,9 @@ def state_is(wanted: str) -> Callable[[], int | None]:
     return probe
 
 
-def check_service(command: Sequence[str]) -> None:
+def check_service(command: Sequence[str], *, platform: str = sys.platform) -> None:
     """``install`` with flags, start it, scrape the service's own port, stop it, ``uninstall``."""
-    if sys.platform != "win32":
+    if platform != "win32":
         raise SmokeError("--service needs Windows (and an elevated prompt)")
     if service_state(SERVICE) is not None:
         raise SmokeError(f"service {SERVICE} exists before the test: not ours to test or remove")
@@ -190,14 +190,16 @@ def check_service(command: Sequence[str]) -> None:
         run(["sc.exe", "start", SERVICE])
         pid = wait_for("the service to run", state_is("RUNNING"))
         text = wait_for(f"a scrape of the service on 127.0.0.1:{port}", lambda: scrape(port))
-        check_listener(port, pid, "the service")
+        check_listener(port, pid, "the service", platform=platform)
         check_metrics(text, "the service")
         step(f"service: process {pid} on 127.0.0.1:{port} served nvidia_smi_ metrics")
         run(["sc.exe", "stop", SERVICE])
         wait_for("the service to stop", state_is("STOPPED"))
         step("service: stopped")
-    finally:
-        run([*command, "uninstall"])
+    except (SmokeError, OSError, subprocess.SubprocessError):
+        run([*command, "uninstall"], check=False)  # leave no service behind; the first failure is the one to tell
+        raise
+    run([*command, "uninstall"])
     if service_state(SERVICE) is not None:
         raise SmokeError(f"service {SERVICE} is still registered after uninstall")
     step("service: uninstalled")
