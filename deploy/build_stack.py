@@ -100,6 +100,10 @@ GRAFANA_SERVICE = "nvidia_gpu_exporter_grafana"
 FIREWALL_GROUP = "nvidia_gpu_exporter"
 FIREWALL_RULES = (("nvidia_gpu_exporter (exporter)", EXPORTER_PORT), ("nvidia_gpu_exporter (Grafana)", GRAFANA_PORT))
 EXPORTER_FLAGS = (f"--web.listen-address=:{EXPORTER_PORT}", f"--collect.interval={SCRAPE_INTERVAL}")
+# The flags as typed in PowerShell: each quoted, since PowerShell splits an unquoted argument that starts with "-" at
+# its first "." (PowerShell/PowerShell#6291: --web.listen-address=:9835 would reach the exporter as --web and
+# .listen-address=:9835).
+POWERSHELL_EXPORTER_FLAGS = " ".join(f"'{flag}'" for flag in EXPORTER_FLAGS)
 INSTALL_TOKEN = "@INSTALL_DIR@"
 DATA_TOKEN = "@DATA_DIR@"
 TOKENS = (INSTALL_TOKEN, DATA_TOKEN)
@@ -420,7 +424,7 @@ def scoop_manifest(repository: str, wheel: Path) -> dict[str, Any]:
         "uninstaller": {"script": [f"python -m pip uninstall --yes {PACKAGE}"]},
         "notes": [
             "Register the Windows service from an elevated shell:",
-            f"  nvidia_gpu_exporter install {' '.join(EXPORTER_FLAGS)}",
+            f"  nvidia_gpu_exporter install {POWERSHELL_EXPORTER_FLAGS}",
             "The whole stack (Prometheus, Grafana): install\\windows-all-in-one.ps1 of the release's source.",
         ],
     }
@@ -485,7 +489,7 @@ def winget_manifests(repository: str, archive: Path) -> dict[str, dict[str, Any]
         "ReleaseNotesUrl": f"{home}/releases/tag/v{version}",
         "InstallationNotes": (
             "Register and start the Windows service from an elevated shell: "
-            f"nvidia_gpu_exporter install {' '.join(EXPORTER_FLAGS)}; Start-Service nvidia_gpu_exporter. "
+            f"nvidia_gpu_exporter install {POWERSHELL_EXPORTER_FLAGS}; Start-Service nvidia_gpu_exporter. "
             "Stop the service before winget upgrade or uninstall (nvidia_gpu_exporter uninstall removes it)."
         ),
         "ManifestType": "defaultLocale",

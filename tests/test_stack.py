@@ -436,6 +436,26 @@ def test_powershell_file_parses(script: Path) -> None:
     assert powershell_errors(script.read_bytes()) == []
 
 
+def docs_powershell_blocks() -> list[str]:
+    """The ```powershell blocks of docs/windows.md and INSTALL.md: what a reader pastes, so it must parse as the
+    scripts do (and an unquoted ``--flag.name=value``, which PowerShell splits at the ".", does not)."""
+    blocks: list[str] = []
+    for page in (REPO / "docs" / "windows.md", REPO / "INSTALL.md"):
+        text = page.read_text(encoding="utf-8")
+        blocks += re.findall(r"^```powershell\n(.*?)^```$", text, flags=re.MULTILINE | re.DOTALL)
+    return blocks
+
+
+def test_docs_windows_has_powershell_blocks() -> None:
+    assert any("winget install --manifest" in block for block in docs_powershell_blocks())
+
+
+@pytest.mark.parametrize("block", docs_powershell_blocks(), ids=lambda block: block.splitlines()[0][:40])
+def test_powershell_block_of_the_windows_docs_parses(block: str) -> None:
+    assert powershell_errors(block.encode()) == []
+    assert powershell_pitfalls(block.encode()) == []
+
+
 @pytest.mark.parametrize(
     "source",
     ["function f { if ($x) { 'a' }", "$x = @(1, 2", "Write-Host ('a' + )"],
@@ -787,7 +807,8 @@ def test_the_winget_manifests_name_the_repository_and_one_version(tmp_path: Path
     }
     locale = manifests[f"{WINGET_ID}.locale.en-US.yaml"]
     assert (locale["Publisher"], locale["PackageUrl"]) == ("Example-Org", f"https://github.com/{WINGET_REPOSITORY}")
-    assert f"nvidia_gpu_exporter install {' '.join(stack.EXPORTER_FLAGS)}" in locale["InstallationNotes"]
+    # Quoted: PowerShell would split an unquoted --web.listen-address=... at its first ".".
+    assert "nvidia_gpu_exporter install '--web.listen-address=:9835' '--collect" in locale["InstallationNotes"]
 
 
 @pytest.mark.parametrize(
