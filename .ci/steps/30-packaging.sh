@@ -80,7 +80,7 @@ check-jsonschema --builtin-schema vendor.compose-spec deploy/docker/docker-compo
 check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/release.yml
 actionlint .github/workflows/release.yml
 python3 packaging/update_lock.py --check
-mypy --strict packaging/update_lock.py packaging/sbom_finalize.py packaging/normalize_wheel.py \
+mypy --strict packaging/update_lock.py packaging/sbom_finalize.py packaging/normalize_wheel.py packaging/windows/*.py \
     packaging/source_date_epoch.py packaging/chart_release.py
 
 step "build twice: checkout snapshot (umask 0022) and its sdist (umask 0002, elsewhere, fresh caches)"
