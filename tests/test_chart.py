@@ -19,17 +19,17 @@ import yaml
 
 from conftest import StartExporter
 from deploy_helpers import (
+    ATTRIBUTION_GIVES_UP,
     CHART,
     GRAFANA,
-    KUBERNETES_VERSIONS,
-    OPERATOR_KINDS,
     TEST_IMAGE_REPOSITORY,
+    assert_lints_strictly,
+    assert_render_fails,
+    assert_valid_objects,
     by_kind,
     chart_objects,
     helm_chart_module,
-    kubernetes_validate,
     one,
-    operator_models,
     render_chart,
     requests_a_gpu,
     restricted_violations,
@@ -202,15 +202,6 @@ def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return containers[0]
 
 
-def assert_render_fails(values: dict[str, Any], message: str) -> None:
-    """The chart refuses to render ``values``, and says ``message``."""
-    chart_module = helm_chart_module()
-    errors = pytest.importorskip("helm_python.errors", reason=skip_reason("helm-python-sdk"))
-    with chart_module.Chart.load(CHART) as chart, pytest.raises(errors.HelmError) as raised:
-        chart.render(with_test_image(values), name="gpu", namespace="monitoring")
-    assert message in str(raised.value)
-
-
 def assert_lint_reports(values: dict[str, Any]) -> None:
     """A strict lint of ``values`` reports the schema violation too."""
     report = helm_chart_module().lint(str(CHART), with_test_image(values), strict=True)
@@ -222,35 +213,14 @@ def assert_lint_reports(values: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("case", sorted(MATRIX))
 def test_chart_lints_strictly_without_findings(case: str) -> None:
-    chart_module = helm_chart_module()
-    for kube_version in ("v1.25.0", "v1.37.0"):
-        report = chart_module.lint(
-            str(CHART),
-            with_test_image(copy.deepcopy(MATRIX[case])),
-            strict=True,
-            namespace="monitoring",
-            kube_version=kube_version,
-        )
-        assert report["errors"] == [], report
-        assert report["messages"] == [], report
-        assert report["total_charts_linted"] == 1
+    assert_lints_strictly(MATRIX[case])
 
 
 @pytest.mark.parametrize("case", sorted(MATRIX))
 def test_rendered_objects_validate_strictly(case: str) -> None:
-    validator = kubernetes_validate()
-    models = operator_models()
     objects = chart_objects(copy.deepcopy(MATRIX[case]))
     assert objects
-    for document in objects:
-        kind = document["kind"]
-        if kind in OPERATOR_KINDS:
-            model = getattr(models, kind).model_validate(document)
-            # The models accept unknown fields; a lossless round trip proves there are none.
-            assert model.model_dump(by_alias=True, exclude_unset=True, mode="json") == document, kind
-            continue
-        for version in KUBERNETES_VERSIONS:
-            validator.validate(document, version, strict=True)
+    assert_valid_objects(objects)
 
 
 @pytest.mark.parametrize("case", sorted(MATRIX))
@@ -550,12 +520,7 @@ def test_attribution_mounts_the_kubelet_socket_read_only_and_runs_as_root() -> N
     assert pod_context["seccompProfile"] == {"type": "RuntimeDefault"}
     assert "hostPID" not in spec
     # The restricted checker sees exactly what attribution gives up: the hostPath volume and uid 0.
-    assert restricted_violations(spec) == [
-        "volume pod-resources uses ['hostPath']",
-        "pod runAsUser is 0",
-        "nvidia-gpu-exporter: runAsNonRoot is not true",
-        "nvidia-gpu-exporter: runAsUser is 0",
-    ]
+    assert restricted_violations(spec) == ATTRIBUTION_GIVES_UP
 
 
 def test_attribution_values_reach_the_flags_and_the_mount() -> None:

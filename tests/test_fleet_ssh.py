@@ -28,6 +28,12 @@ from sshd_helpers import Sshd, running_sshd
 
 LINUX = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
 WINDOWS = FIXTURE_CAPTURES / "fixture-windows-1gpu.txt"
+# A third capture, for the target behind the jump host: the Windows one with another GPU (name, UUID, readings).
+THIRD_CAPTURE_EDITS = (
+    ("NVIDIA GeForce RTX 3060", "NVIDIA GeForce RTX 4070"),
+    ("GPU-5b0d7e19-a4c3-4f26-8e91-3c7a2f6d0e48", "GPU-0f3c9a55-7d21-4b8e-9c04-1e6b2d8a7f13"),
+    ("38, 17.84 W, 210 MHz", "41, 21.50 W, 225 MHz"),
+)
 # Per collection, not per capture: these two change with every run, locally and remotely alike.
 VARYING = re.compile(r"^nvidia_smi_last_collect_(duration|success_timestamp)_seconds .*$", re.MULTILINE)
 
@@ -59,7 +65,11 @@ def targets_yaml(sshd: Sshd, directory: Path, extra: Mapping[str, Mapping[str, o
         "rekeyed": {"known_hosts": str(sshd.wrong_known_hosts)},
         "upgraded": {"command": sshd.fake_smi("--config", str(sshd.shared / "upgraded.yaml"))},
         # Through the same sshd as its own jump host (a direct-tcpip channel back to itself).
-        "jumped": {"jump_host": f"{sshd.user}@127.0.0.1:{sshd.port}", "connect_timeout": "10s"},
+        "jumped": {
+            "jump_host": f"{sshd.user}@127.0.0.1:{sshd.port}",
+            "connect_timeout": "10s",
+            "command": sshd.fake_smi("--capture", str(third_capture(sshd))),
+        },
         # Two targets on a connection of their own (another connect_timeout makes another connection) limited to
         # one run at a time; each run leaves "start" and "end" in a shared file around a short sleep.
         **{
@@ -83,6 +93,18 @@ def targets_yaml(sshd: Sshd, directory: Path, extra: Mapping[str, Mapping[str, o
         "groups": {"loopback": {"targets": {name: {"host": "127.0.0.1", **t} for name, t in targets.items()}}},
     }
     return json.dumps(document, indent=1)
+
+
+def third_capture(sshd: Sshd) -> Path:
+    """:data:`THIRD_CAPTURE_EDITS` applied to the Windows capture, in a directory every login can read."""
+    path = sshd.shared / "third-capture.txt"
+    if not path.exists():
+        text = WINDOWS.read_text(encoding="utf-8")
+        for old, new in THIRD_CAPTURE_EDITS:
+            assert old in text, old
+            text = text.replace(old, new)
+        path.write_text(text, encoding="utf-8")
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -128,12 +150,40 @@ def sample(body: str, name: str) -> str:
     return match.group(1)
 
 
-def test_probe_serves_the_local_exporters_nvidia_smi_block_byte_for_byte(fleet: Fleet) -> None:
-    status, probed = fleet.probe("linux")
+def local_exporters_block(fleet: Fleet, capture: Path, exporter: Callable[..., Exporter]) -> str:
+    """The ``nvidia_smi_*`` block a local exporter serves for ``capture`` (the module's own for the Linux one)."""
+    if capture == LINUX:
+        return nvidia_smi_block(fleet.exporter.scrape("/metrics"))
+    local = exporter(
+        "--nvidia-smi-command", fake_smi_command(capture),
+        "--collect.xid-source=off", f"--collect.sysfs-path={fleet.directory / 'sysfs'}",
+    )  # fmt: skip
+    return nvidia_smi_block(local.scrape("/metrics"))
+
+
+@pytest.mark.parametrize(
+    ("target", "capture"),
+    [
+        pytest.param("linux", LINUX, id="linux-2gpu-mig"),
+        pytest.param("windows", WINDOWS, id="windows-1gpu"),
+        pytest.param("jumped", None, id="third-capture-behind-the-jump-host"),
+    ],
+)
+def test_each_probed_target_serves_its_local_exporters_nvidia_smi_block_byte_for_byte(
+    fleet: Fleet, exporter: Callable[..., Exporter], target: str, capture: Path | None
+) -> None:
+    """The three targets Prometheus scrapes below, each on its own capture, each equal to a local exporter's."""
+    status, probed = fleet.probe(target)
     assert status == 200, probed
-    local = fleet.exporter.scrape("/metrics")
-    assert nvidia_smi_block(probed) == nvidia_smi_block(local)
     assert sample(probed, "probe_success") == "1"
+    local = local_exporters_block(fleet, capture or third_capture(fleet.sshd), exporter)
+    assert nvidia_smi_block(probed) == local
+
+
+def test_the_three_targets_serve_three_different_blocks(fleet: Fleet) -> None:
+    """The comparison above can fail: each target's capture gives a block of its own."""
+    blocks = {nvidia_smi_block(fleet.probe(target)[1]) for target in ("linux", "windows", "jumped")}
+    assert len(blocks) == 3
 
 
 def test_targets_on_one_host_run_their_own_commands(fleet: Fleet) -> None:
@@ -192,7 +242,7 @@ def test_a_target_behind_a_jump_host_is_reached_through_it(fleet: Fleet) -> None
     status, body = fleet.probe("jumped")
     assert status == 200
     assert sample(body, "probe_success") == "1"
-    assert nvidia_smi_block(body) == nvidia_smi_block(fleet.probe("linux")[1])
+    assert "NVIDIA GeForce RTX 4070" in body  # its own command ran, on the far side of the jump
     assert "direct-tcpip" in fleet.sshd.log.read_text(errors="replace")  # only the jump opens such channels
 
 

@@ -47,6 +47,17 @@ from nvidia_gpu_exporter.config import Config, ConfigError, validate
             "groups: {g: {targets: {a: }}}\ntargets: {a: }\n", 'target "a" is defined twice', id="name-in-two-places"
         ),
         pytest.param("groups: {g: {targets: [a]}}\n", "must be a mapping of target names", id="targets-as-list"),
+        pytest.param("targets: {a: {shell: bash}}\n", "must be one of posix, cmd, powershell", id="shell-unknown"),
+        pytest.param(
+            """targets: {a: {shell: cmd, command: '"C:\\nv\\nvidia-smi.exe"'}}\n""",
+            'target "a": with shell: cmd, command is the program and cannot contain a double quote',
+            id="cmd-program-quoted-by-hand",
+        ),
+        pytest.param(
+            """defaults: {shell: cmd}\ntargets: {a: {command: 'a"b'}}\n""",
+            "cannot contain a double quote",
+            id="cmd-program-checked-after-inheritance",
+        ),
     ],
 )
 def test_a_bad_targets_file_is_refused_naming_the_problem(text: str, problem: str) -> None:
@@ -211,3 +222,17 @@ def test_field_discovery_is_cached_until_the_driver_changes_or_a_collection_fail
         return backend.discoveries
 
     assert asyncio.run(scenario()) == discoveries
+
+
+def test_the_documented_targets_file_parses_and_every_setting_is_in_its_table() -> None:
+    from harness import REPO
+    from nvidia_gpu_exporter.backends.fleet.command import RemoteShell
+    from nvidia_gpu_exporter.backends.fleet.targets import SETTING_KEYS
+
+    section = (REPO / "docs" / "fleet.md").read_text(encoding="utf-8").split("\n## The targets file\n", 1)[1]
+    example = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    gaming_pc = parse_targets(example).by_name["gaming-pc"]
+    assert gaming_pc.settings.shell is RemoteShell.CMD
+    assert " " in gaming_pc.settings.command  # the documented path with spaces
+    table = section.split("\n## ", 1)[0]
+    assert [key for key in SETTING_KEYS if f"\n| `{key}` |" not in table] == []

@@ -320,6 +320,22 @@ def test_a_telemetry_path_on_the_xids_report_is_refused() -> None:
 
 POD_UID = "0d6b3b4e-8a7f-4c55-9d1e-2f3a4b5c6d7e"
 CONTAINER_ID = "ab" * 32
+POD_XID = "4,2,1500000,-;NVRM: Xid (PCI:0000:3b:00): 13, pid=55, name=python3, Graphics Exception\n"
+
+
+def read_pod_xid(source: KernelXidSource, log: Path, *, replayed: bool) -> XidOccurrence:
+    """The one occurrence ``source`` reads of POD_XID: already in ``log`` when ``replayed`` (the caller wrote it),
+    else written once the replay has ended."""
+    source.start()
+    try:
+        wait_until(source.reader.replayed.is_set, "the replay to end")
+        if not replayed:
+            with log.open("a") as handle:
+                handle.write(POD_XID)
+        (row,) = wait_until(source.occurrences, "the XID", until=lambda rows: len(rows) == 1)
+        return row
+    finally:
+        source.stop()
 
 
 @pytest.mark.parametrize(
@@ -333,8 +349,7 @@ def test_an_xids_process_is_placed_in_its_pod_when_the_line_is_read(
     tmp_path: Path, replayed: bool, expected: tuple[str, str]
 ) -> None:
     log = tmp_path / "kmsg"
-    xid = "4,2,1500000,-;NVRM: Xid (PCI:0000:3b:00): 13, pid=55, name=python3, Graphics Exception\n"
-    log.write_text(xid if replayed else "")
+    log.write_text(POD_XID if replayed else "")
     asked: list[int] = []
 
     def process_pod(pid: int) -> tuple[str, str]:
@@ -342,17 +357,9 @@ def test_an_xids_process_is_placed_in_its_pod_when_the_line_is_read(
         return POD_UID, CONTAINER_ID
 
     source = KernelXidSource(str(log), booted_at=BOOT, file_poll_seconds=0.02, process_pod=process_pod)
-    source.start()
-    try:
-        wait_until(source.reader.replayed.is_set, "the replay to end")
-        if not replayed:
-            with log.open("a") as handle:
-                handle.write(xid)
-        (row,) = wait_until(source.occurrences, "the XID", until=lambda rows: len(rows) == 1)
-        assert (row.pod.pod_uid, row.pod.container_id) == expected
-        assert asked == ([] if replayed else [55])
-    finally:
-        source.stop()
+    row = read_pod_xid(source, log, replayed=replayed)
+    assert (row.pod.pod_uid, row.pod.container_id) == expected
+    assert asked == ([] if replayed else [55])
 
 
 HOLDER = ("trainer", "ml", "bert-0")  # (container, namespace, pod), as KubernetesAttribution.sole_holders() has it
@@ -371,20 +378,11 @@ def test_an_xid_names_the_pod_holding_its_gpu_when_the_line_is_read(
 ) -> None:
     log = tmp_path / "kmsg"
     identity = f"6,1,1000000,-;NVRM: GPU at PCI:0000:3b:00: {UUID}\n"
-    xid = "4,2,1500000,-;NVRM: Xid (PCI:0000:3b:00): 13, pid=55, name=python3, Graphics Exception\n"
-    log.write_text(identity + (xid if replayed else ""))
+    log.write_text(identity + (POD_XID if replayed else ""))
     source = KernelXidSource(str(log), booted_at=BOOT, file_poll_seconds=0.02)
     source.learn((), GpuTable(()), holders)
-    source.start()
-    try:
-        wait_until(source.reader.replayed.is_set, "the replay to end")
-        if not replayed:
-            with log.open("a") as handle:
-                handle.write(xid)
-        (row,) = wait_until(source.occurrences, "the XID", until=lambda rows: len(rows) == 1)
-        assert (row.pod.namespace, row.pod.pod, row.pod.container) == expected
-    finally:
-        source.stop()
+    row = read_pod_xid(source, log, replayed=replayed)
+    assert (row.pod.namespace, row.pod.pod, row.pod.container) == expected
 
 
 def test_with_process_pods_the_served_occurrence_names_the_pod(exporter: StartExporter, tmp_path: Path) -> None:

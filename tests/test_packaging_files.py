@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -14,13 +13,14 @@ from typing import Any
 import pytest
 import yaml
 
-from harness import REPO
+from harness import REPO, load_script
 
 DOCKERFILE = REPO / "deploy" / "docker" / "Dockerfile"
 COMPOSE = REPO / "deploy" / "docker" / "docker-compose.yml"
 NFPM = REPO / "packaging" / "nfpm.yaml"
 LOCK = REPO / "packaging" / "requirements.lock"
 KUBERNETES_LOCK = REPO / "packaging" / "requirements-kubernetes.lock"
+FLEET_LOCK = REPO / "packaging" / "requirements-fleet.lock"
 DOCKERIGNORE = REPO / "deploy" / "docker" / "Dockerfile.dockerignore"
 LAUNCHER = REPO / "deploy" / "docker" / "nvidia_gpu_exporter"
 
@@ -61,28 +61,26 @@ def _pins(lock: Path) -> dict[str, int]:
 
 
 def _update_lock() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("update_lock", REPO / "packaging" / "update_lock.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "packaging" / "update_lock.py")
 
 
 def test_dockerfile_installs_the_locked_set_and_no_nvidia_component() -> None:
     text = DOCKERFILE.read_text(encoding="utf-8")
     runs = [value for name, value in _instructions(text) if name == "RUN"]
-    # Both locks in one hashed install: the runtime set and the `kubernetes` extra (grpcio, protobuf).
+    # The three locks in one hashed install: the runtime set, the `kubernetes` extra (grpcio, protobuf) and the
+    # `fleet` extra (asyncssh: the chart's fleet Deployment runs this image).
     assert any(
         "--require-hashes" in run
         and "-r packaging/requirements.lock" in run
         and "-r packaging/requirements-kubernetes.lock" in run
+        and "-r packaging/requirements-fleet.lock" in run
         for run in runs
     )
     ignored = DOCKERIGNORE.read_text(encoding="utf-8").splitlines()
     for needed in (
         "packaging/requirements.lock",
         "packaging/requirements-kubernetes.lock",
+        "packaging/requirements-fleet.lock",
         "deploy/docker/nvidia_gpu_exporter",
     ):
         assert f"!{needed}" in ignored, f"the build context filter drops {needed}"
@@ -145,6 +143,34 @@ def test_kubernetes_lock_serves_the_image_only() -> None:
     assert f"CPython {update_lock.IMAGE_PYTHON} wheels" in KUBERNETES_LOCK.read_text(encoding="utf-8")
     for path in ("packaging/zipapp/build.sh", "packaging/build-release.sh", "packaging/sbom_finalize.py"):
         assert "requirements-kubernetes" not in (REPO / path).read_text(encoding="utf-8"), path
+
+
+def test_fleet_lock_serves_the_image_only() -> None:
+    """asyncssh and its compiled dependencies for both architectures, none of them pinned by another lock."""
+    pins, others = _pins(FLEET_LOCK), {**_pins(LOCK), **_pins(KUBERNETES_LOCK)}
+    # cryptography: abi3 wheels for x86_64 and aarch64; cffi: the image's CPython's, both architectures.
+    assert pins == {"asyncssh": 1, "cffi": 2, "cryptography": 2, "pycparser": 1}
+    assert not pins.keys() & others.keys(), "a name pinned by two locks"
+    assert f"cffi's CPython {_update_lock().IMAGE_PYTHON} wheels" in FLEET_LOCK.read_text(encoding="utf-8")
+    for path in ("packaging/zipapp/build.sh", "packaging/build-release.sh", "packaging/sbom_finalize.py"):
+        assert "requirements-fleet" not in (REPO / path).read_text(encoding="utf-8"), path
+
+
+def test_lock_check_catches_a_broken_fleet_lock(tmp_path: Path) -> None:
+    update_lock = _update_lock()
+    extra = update_lock.extra_requirements(REPO / "pyproject.toml", "fleet")
+    assert update_lock.lock_problems(extra, FLEET_LOCK, also=(LOCK, KUBERNETES_LOCK)) == []
+    text = FLEET_LOCK.read_text(encoding="utf-8")
+    without = tmp_path / "without-asyncssh.lock"
+    without.write_text(re.sub(r"^asyncssh==.*?(?=^\S)", "", text, flags=re.M | re.S), encoding="utf-8")
+    assert update_lock.lock_problems(extra, without, also=(LOCK, KUBERNETES_LOCK)) == ["lacks asyncssh"]
+    protobuf = re.search(r"^protobuf==.*?(?=^\S|\Z)", KUBERNETES_LOCK.read_text(encoding="utf-8"), re.M | re.S)
+    assert protobuf is not None
+    repeated = tmp_path / "repeated.lock"
+    repeated.write_text(text + protobuf.group(0), encoding="utf-8")
+    assert update_lock.lock_problems(extra, repeated, also=(LOCK, KUBERNETES_LOCK)) == [
+        "repeats protobuf, pinned by requirements-kubernetes.lock"
+    ]
 
 
 def test_lock_check_catches_a_broken_kubernetes_lock(tmp_path: Path) -> None:

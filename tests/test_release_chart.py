@@ -3,36 +3,25 @@ as the default, and bytes that depend only on the inputs."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
 
 from deploy_helpers import CHART, helm_chart_module
-from harness import REPO
+from harness import REPO, load_script
 from nvidia_gpu_exporter import __version__
 
 IMAGE = "ghcr.io/example-org/nvidia-gpu-exporter"
 EPOCH = 1_700_000_000
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("chart_release", REPO / "packaging" / "chart_release.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-chart_release = _load()
+chart_release = load_script(REPO / "packaging" / "chart_release.py")
 
 
 @pytest.mark.parametrize(

@@ -5,32 +5,21 @@ release end to end: two builds, umask 0022 and 0002, checkout and sdist, differe
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from harness import REPO
+from harness import REPO, load_script
 
 EPOCH = 1_700_000_000  # 2023-11-14T22:13:20Z
 
 
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO / "packaging" / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-normalize_wheel = _load("normalize_wheel")
-source_date_epoch = _load("source_date_epoch")
+normalize_wheel = load_script(REPO / "packaging" / "normalize_wheel.py")
+source_date_epoch = load_script(REPO / "packaging" / "source_date_epoch.py")
 
 
 def _wheel(path: Path, modes: dict[str, int]) -> Path:

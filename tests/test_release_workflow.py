@@ -51,7 +51,8 @@ def test_the_workflow_runs_on_version_tags_with_read_only_defaults() -> None:
 @pytest.mark.parametrize("job", PUBLISHERS)
 def test_every_publisher_waits_for_the_rebuild_and_runs_on_tags_only(job: str) -> None:
     definition = _workflow()["jobs"][job]
-    assert set(definition["needs"]) == {"build", "rebuild"}  # a checksum mismatch in `rebuild` stops them all
+    # A checksum mismatch in `rebuild` or `windows-rebuild`, or a failed Windows smoke test, stops them all.
+    assert set(definition["needs"]) == {"build", "rebuild", "windows", "windows-rebuild"}
     assert definition["if"] == "startsWith(github.ref, 'refs/tags/v')"
 
 
@@ -116,6 +117,8 @@ def test_every_release_file_is_signed_with_sigstore() -> None:
         "*.service",
         "checksums.txt",
         SCOOP_MANIFEST,
+        "*.zip",  # the Windows executable
+        "*.yaml",  # its winget manifests
     ):
         assert pattern in signer["with"]["inputs"], pattern
     attest = next(step for step in _steps("github-release") if step.get("uses", "").startswith("actions/attest"))
@@ -190,3 +193,70 @@ def test_the_release_build_writes_the_scoop_manifest_from_build_stack() -> None:
         '"$root/deploy/build_stack.py" --scoop-manifest "$SCOOP_REPOSITORY" "$wheel" >"$out/' + SCOOP_MANIFEST + '"'
     ) in script
     assert script.index("--scoop-manifest") < script.index("sha256sum")  # listed in checksums.txt
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Windows: the frozen executable and its winget manifests
+
+
+WINDOWS_ZIP = "nvidia_gpu_exporter-$VERSION-windows-amd64.zip"
+
+
+def _step_index(job: str, text: str) -> int:
+    return next(index for index, step in enumerate(_steps(job)) if text in step.get("run", "") + step.get("uses", ""))
+
+
+@pytest.mark.parametrize("job", ["windows", "windows-rebuild"])
+def test_the_windows_builds_run_on_windows_with_one_pinned_python_and_hashed_pins(job: str) -> None:
+    definition = _workflow()["jobs"][job]
+    assert definition["runs-on"].startswith("windows-")
+    setup = next(step for step in _steps(job) if step.get("uses", "").startswith("actions/setup-python"))
+    assert setup["with"]["python-version"] == "${{ env.WINDOWS_PYTHON_VERSION }}"
+    assert re.fullmatch(r"3\.12\.\d+", _workflow()["env"]["WINDOWS_PYTHON_VERSION"])  # the cp312 wheels' Python
+    runs = _runs(job)
+    assert 'python -m pip install --require-hashes --no-deps -r "$RUNNER_TEMP/requirements.txt"' in runs
+    assert "python -m pip check" in runs
+
+
+def test_the_windows_job_builds_from_the_released_wheel() -> None:
+    assert "needs.build.outputs.version" in _workflow()["jobs"]["windows"]["env"]["VERSION"]
+    assert 'pip install --no-deps "released/nvidia_gpu_exporter-$VERSION-py3-none-any.whl"' in _runs("windows")
+
+
+def test_the_windows_job_tests_the_zipped_executable_and_its_service_before_uploading_it() -> None:
+    smoke = _step_index("windows", "smoke_test.py")
+    run = _steps("windows")[smoke]["run"]
+    assert f'python -m zipfile -e "windows/{WINDOWS_ZIP}" "$RUNNER_TEMP/unpacked"' in run  # the file to publish
+    assert '--expect-version "$VERSION" --service' in run
+    assert '"$RUNNER_TEMP/unpacked/nvidia_gpu_exporter.exe"' in run
+    assert _step_index("windows", "build.py build windows") < smoke < _step_index("windows", "actions/upload-artifact")
+
+
+def test_the_windows_job_writes_the_winget_manifests_of_the_repository_it_runs_in() -> None:
+    runs = _runs("windows")
+    words = " ".join(runs.replace("\\\n", " ").split())
+    assert f'--winget-manifests "$GITHUB_REPOSITORY" "windows/{WINDOWS_ZIP}" windows' in words
+    assert runs.index("--winget-manifests") < runs.index("build.py checksums windows")  # listed in the checksums
+
+
+def test_the_windows_rebuild_is_a_second_runner_from_the_sdist_that_fails_on_any_difference() -> None:
+    jobs = _workflow()["jobs"]
+    assert set(jobs["windows-rebuild"]["needs"]) == {"build", "windows"}  # its own job: a fresh VM
+    # The same image: Windows' own resource updater writes part of the executable (docs/windows.md).
+    assert jobs["windows-rebuild"]["runs-on"] == jobs["windows"]["runs-on"]
+    assert "actions/checkout" not in _uses("windows-rebuild")  # the sdist's scripts, as PyPI users get them
+    runs = _runs("windows-rebuild")
+    assert "unset SOURCE_DATE_EPOCH" in runs
+    assert 'python "$sdist/packaging/windows/build.py" compare' in runs  # names the entries that differ
+    assert 'diff -u windows/checksums-windows.txt "$RUNNER_TEMP/rebuilt/checksums-windows.txt"' in runs
+    assert 'diff -r windows "$RUNNER_TEMP/rebuilt"' in runs
+
+
+def test_the_windows_files_join_checksums_txt_before_it_is_attested_and_signed() -> None:
+    joined = _step_index("github-release", "checksums-windows.txt")
+    run = _steps("github-release")[joined]["run"]
+    assert "(cd windows && sha256sum --check --strict checksums-windows.txt)" in run
+    assert "cat windows/checksums-windows.txt >>dist/checksums.txt" in run
+    assert run.rstrip().endswith("(cd dist && sha256sum --check --strict checksums.txt)")
+    assert joined < _step_index("github-release", "actions/attest-build-provenance")
+    assert joined < _step_index("github-release", "sigstore/gh-action-sigstore-python")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib.util
 import json
 import re
 import subprocess
@@ -23,9 +22,9 @@ import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 
@@ -40,9 +39,10 @@ from deploy_helpers import (
     skip_reason,
     wait_target_up,
 )
-from harness import REPO, start_exporter
+from harness import REPO, load_script, start_exporter
 from nvidia_gpu_exporter import __version__, preflight
 from polling import wait_until
+from winget_schema import SCHEMAS as WINGET_SCHEMAS
 
 COMPOSE = DEPLOY / "compose"
 INSTALL = REPO / "install"
@@ -73,17 +73,7 @@ SCOOP_HASH = re.compile(
 DIGEST_LENGTHS = {"SHA256": 64, "SHA512": 128}
 
 
-def _load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("build_stack", DEPLOY / "build_stack.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-stack = _load_generator()
+stack = load_script(DEPLOY / "build_stack.py")
 
 
 def load_yaml(path: Path) -> Any:
@@ -434,6 +424,26 @@ def test_powershell_file_parses(script: Path) -> None:
     assert powershell_errors(script.read_bytes()) == []
 
 
+def docs_powershell_blocks() -> list[str]:
+    """The ```powershell blocks of docs/windows.md and INSTALL.md: what a reader pastes, so it must parse as the
+    scripts do (and an unquoted ``--flag.name=value``, which PowerShell splits at the ".", does not)."""
+    blocks: list[str] = []
+    for page in (REPO / "docs" / "windows.md", REPO / "INSTALL.md"):
+        text = page.read_text(encoding="utf-8")
+        blocks += re.findall(r"^```powershell\n(.*?)^```$", text, flags=re.MULTILINE | re.DOTALL)
+    return blocks
+
+
+def test_docs_windows_has_powershell_blocks() -> None:
+    assert any("winget install --manifest" in block for block in docs_powershell_blocks())
+
+
+@pytest.mark.parametrize("block", docs_powershell_blocks(), ids=lambda block: block.splitlines()[0][:40])
+def test_powershell_block_of_the_windows_docs_parses(block: str) -> None:
+    assert powershell_errors(block.encode()) == []
+    assert powershell_pitfalls(block.encode()) == []
+
+
 @pytest.mark.parametrize(
     "source",
     ["function f { if ($x) { 'a' }", "$x = @(1, 2", "Write-Host ('a' + )"],
@@ -703,3 +713,134 @@ def test_scoop_manifest_command_runs_without_pyyaml(tmp_path: Path) -> None:
     )
     assert (result.returncode, result.stderr) == (0, "")
     assert json.loads(result.stdout)["hash"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# winget
+
+
+WINGET_REPOSITORY = "Example-Org/nvidia_gpu_exporter"
+WINGET_ID = "example-org.nvidia_gpu_exporter"  # lower case: the file names follow from $REPO
+
+
+def fake_windows_zip(tmp_path: Path) -> Path:
+    archive = tmp_path / f"nvidia_gpu_exporter-{__version__}-windows-amd64.zip"
+    archive.write_bytes(b"not really a zip")
+    return archive
+
+
+def winget_set(tmp_path: Path) -> dict[str, dict[str, Any]]:
+    return stack.winget_manifests(WINGET_REPOSITORY, fake_windows_zip(tmp_path))  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        (f"{WINGET_ID}.yaml", "version"),
+        (f"{WINGET_ID}.locale.en-US.yaml", "defaultLocale"),
+        (f"{WINGET_ID}.installer.yaml", "installer"),
+    ],
+    ids=["version", "defaultLocale", "installer"],
+)
+def test_each_winget_manifest_follows_its_schema_as_the_yaml_it_is_written_as(
+    name: str, kind: str, tmp_path: Path
+) -> None:
+    manifest = winget_set(tmp_path)[name]
+    text = stack.winget_yaml(manifest)
+    assert text.startswith(f"# yaml-language-server: $schema=https://aka.ms/winget-manifest.{kind}.1.10.0.schema")
+    loaded = yaml.safe_load(text)
+    assert loaded == manifest  # the hand-written YAML reads back as the manifest
+    jsonschema.Draft7Validator(WINGET_SCHEMAS[kind]).validate(loaded)
+    assert (loaded["ManifestType"], loaded["ManifestVersion"]) == (kind, "1.10.0")
+
+
+@pytest.mark.parametrize(
+    ("kind", "field", "value"),
+    [
+        ("installer", "InstallerType", "Zip"),
+        ("installer", "Installers", []),
+        ("defaultLocale", "Publisher", "x"),
+        ("version", "PackageIdentifier", "NoDot"),
+        ("version", "UnknownField", "x"),
+    ],
+    ids=["installer-type-case", "no-installer", "short-publisher", "identifier-without-dot", "unknown-field"],
+)
+def test_the_winget_schemas_reject_a_broken_manifest(kind: str, field: str, value: object, tmp_path: Path) -> None:
+    manifest = next(item for item in winget_set(tmp_path).values() if item["ManifestType"] == kind)
+    manifest[field] = value
+    assert not jsonschema.Draft7Validator(WINGET_SCHEMAS[kind]).is_valid(manifest)
+
+
+def test_the_winget_installer_is_the_release_zip_with_its_sha256_as_a_machine_wide_portable(tmp_path: Path) -> None:
+    archive = fake_windows_zip(tmp_path)
+    installer = stack.winget_manifests(WINGET_REPOSITORY, archive)[f"{WINGET_ID}.installer.yaml"]
+    assert installer["Installers"] == [
+        {
+            "Architecture": "x64",
+            "InstallerUrl": f"https://github.com/{WINGET_REPOSITORY}/releases/download/v{__version__}/{archive.name}",
+            "InstallerSha256": hashlib.sha256(archive.read_bytes()).hexdigest().upper(),
+        }
+    ]
+    assert (installer["InstallerType"], installer["NestedInstallerType"]) == ("zip", "portable")
+    # The one-folder build: winget puts its folder on PATH, so the executable finds _internal beside it.
+    assert installer["NestedInstallerFiles"] == [{"RelativeFilePath": "nvidia_gpu_exporter.exe"}]
+    assert installer["ArchiveBinariesDependOnPath"] is True
+    assert installer["Scope"] == "machine"  # a LocalSystem service must not run from a user-writable folder
+
+
+def test_the_winget_manifests_name_the_repository_and_one_version(tmp_path: Path) -> None:
+    manifests = winget_set(tmp_path)
+    assert {(item["PackageIdentifier"], item["PackageVersion"]) for item in manifests.values()} == {
+        (WINGET_ID, __version__)
+    }
+    locale = manifests[f"{WINGET_ID}.locale.en-US.yaml"]
+    assert (locale["Publisher"], locale["PackageUrl"]) == ("Example-Org", f"https://github.com/{WINGET_REPOSITORY}")
+    # Quoted: PowerShell would split an unquoted --web.listen-address=... at its first ".".
+    assert "nvidia_gpu_exporter install '--web.listen-address=:9835' '--collect" in locale["InstallationNotes"]
+
+
+@pytest.mark.parametrize(
+    ("repository", "archive", "message"),
+    [
+        ("owner", f"nvidia_gpu_exporter-{__version__}-windows-amd64.zip", "repository must be OWNER/NAME"),
+        ("a/" + "n" * 33, f"nvidia_gpu_exporter-{__version__}-windows-amd64.zip", "makes no winget identifier"),
+        ("ab/x..y", f"nvidia_gpu_exporter-{__version__}-windows-amd64.zip", "makes no winget identifier"),
+        ("a/b", f"nvidia_gpu_exporter-{__version__}-windows-amd64.zip", "publisher name of 2 characters"),
+        ("ab/cd", f"nvidia_gpu_exporter-{__version__}-py3-none-any.whl", "not a Windows zip"),
+    ],
+    ids=["repository-without-owner", "part-over-32", "empty-part", "one-letter-owner", "not-the-zip"],
+)
+def test_winget_manifests_refuse_bad_inputs(repository: str, archive: str, message: str, tmp_path: Path) -> None:
+    (tmp_path / archive).write_bytes(b"x")
+    with pytest.raises(ValueError, match=message):
+        stack.winget_manifests(repository, tmp_path / archive)
+
+
+def test_winget_manifests_command_writes_the_three_files_without_pyyaml(tmp_path: Path) -> None:
+    # The Windows build job's Python has no PyYAML either.
+    archive = fake_windows_zip(tmp_path)
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "yaml.py").write_text("raise ImportError('no PyYAML here')\n", encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(DEPLOY / "build_stack.py"),
+            "--winget-manifests",
+            WINGET_REPOSITORY,
+            str(archive),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PYTHONPATH": str(shadow), "PATH": "/usr/bin:/bin"},
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    names = sorted(path.name for path in out.iterdir())
+    assert names == sorted(result.stdout.split()) == sorted(winget_set(tmp_path))
+    for name, manifest in winget_set(tmp_path).items():
+        assert (out / name).read_bytes() == stack.winget_yaml(manifest).encode("utf-8")  # LF, as on Linux

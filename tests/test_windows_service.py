@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import logging
 import re
+import shlex
 import subprocess
 import sys
 import threading
@@ -780,9 +781,10 @@ def test_install_md_windows_commands_work_against_the_fakes(scm: Scm, monkeypatc
     monkeypatch.setattr(winscm, "launcher", lambda *args, **kwargs: LAUNCHER)
     _log_stream()
 
-    assert cli.main(install_line.split()[1:]) == 0
+    words = shlex.split(install_line)  # PowerShell's single quotes, as in a POSIX shell
+    assert cli.main(words[1:]) == 0
     service = scm.services["nvidia_gpu_exporter"]
-    assert service.command == subprocess.list2cmdline([*LAUNCHER, *install_line.split()[2:]])
+    assert service.command == subprocess.list2cmdline([*LAUNCHER, *words[2:]])
     assert service.start_type == 2  # automatic
     assert cli.main(uninstall_line.split()[1:]) == 0
     assert scm.services == {}

@@ -5,7 +5,8 @@
 # (tests/installdoc.py) where they belong: the chroot for the deb, single-file and systemd blocks, the host
 # (offline, from the release's wheels) for pip and pipx. The single file carries no grpcio (packaging/README.md):
 # the deb must refuse --kubernetes.pod-resources with the message naming the extra, while the container image
-# must serve attribution (checked against a fake kubelet) and run the doctor.
+# must serve attribution (checked against a fake kubelet) and run the doctor, and the image must carry the 'fleet'
+# extra: it starts with --fleet.targets-file and /probe answers (a target that refuses: probe_success 0).
 # The deb and rpm must upgrade a stand-in of the Go exporter's package of the same name (1.14.0) in place, with
 # plain `apt-get install -y` and `rpm -U`. The image listens on a port of its own choosing (port 0), read from its log.
 # Needs root, network access to PyPI and deb.debian.org; installs its own tools (pip into .venv, apt).
@@ -31,6 +32,7 @@ cleanup() {
     if [ -n "$deboot_pid" ]; then kill "$deboot_pid" 2>/dev/null || true; fi
     if [ -n "${exporter_pid:-}" ]; then kill "$exporter_pid" 2>/dev/null || true; fi
     if [ -n "${kubelet_pid:-}" ]; then kill "$kubelet_pid" 2>/dev/null || true; fi
+    if [ -n "${refuser_pid:-}" ]; then kill "$refuser_pid" 2>/dev/null || true; fi
     if mountpoint -q "$chroot_dir/proc" 2>/dev/null; then umount "$chroot_dir/proc"; fi
     if [ -d "$work/buildah" ]; then buildah "${buildah_args[@]}" rm --all >/dev/null 2>&1 || true; fi
     rm -rf "$work" "$kubelet_dir"
@@ -80,7 +82,7 @@ check-jsonschema --builtin-schema vendor.compose-spec deploy/docker/docker-compo
 check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/release.yml
 actionlint .github/workflows/release.yml
 python3 packaging/update_lock.py --check
-mypy --strict packaging/update_lock.py packaging/sbom_finalize.py packaging/normalize_wheel.py \
+mypy --strict packaging/update_lock.py packaging/sbom_finalize.py packaging/normalize_wheel.py packaging/windows/*.py \
     packaging/source_date_epoch.py packaging/chart_release.py
 
 step "build twice: checkout snapshot (umask 0022) and its sdist (umask 0002, elsewhere, fresh caches)"
@@ -424,6 +426,60 @@ wait "$exporter_pid" || true
 exporter_pid=
 grep -q 'level=info' "$work/image-run.log" || fail "no exporter log from the image"
 echo "image: built, runs as 65534:65534, served $(grep -c '^nvidia_smi_' "$work/image-metrics.txt") nvidia_smi_ samples"
+
+step "container image: fleet mode (the 'fleet' extra, asyncssh): /probe of a target that refuses"
+fleet_started=$(date +%s)
+# Without asyncssh the exporter refuses --fleet.targets-file at startup. The one target is a port of this host that
+# refuses connections: a socket bound there that never listens, held by the python below for the whole check, so
+# no other process can take the port and the connection is refused (RST) by the kernel.
+fleet_dir=$work/fleet
+mkdir -m 0755 "$fleet_dir"
+python3 - "$fleet_dir" >"$work/refuser.log" 2>&1 <<'PY' &
+import socket
+import sys
+import threading
+from pathlib import Path
+
+held = socket.socket()
+held.bind(("127.0.0.1", 0))
+port = held.getsockname()[1]
+directory = Path(sys.argv[1])
+(directory / "known_hosts").write_text("", encoding="ascii")
+targets = f"targets:\n  refusing: {{host: 127.0.0.1, port: {port}, known_hosts: /etc/fleet/known_hosts}}\n"
+(directory / "targets.yml").write_text(targets, encoding="ascii")
+for path in directory.iterdir():
+    path.chmod(0o644)  # read by the image's uid 65534
+print(f"refusing on 127.0.0.1:{port}", flush=True)
+threading.Event().wait()
+PY
+refuser_pid=$!
+for _ in $(seq 100); do
+    grep -q '^refusing on' "$work/refuser.log" && break
+    sleep 0.1
+done
+refusing=$(sed -n 's/^refusing on //p' "$work/refuser.log")
+[ -n "$refusing" ] || fail "the refusing port was not set up: $(cat "$work/refuser.log")"
+buildah "${buildah_args[@]}" run --isolation chroot --network host -v "$fleet_dir:/etc/fleet:ro" "$image_ctr" -- \
+    /usr/bin/python3 -m nvidia_gpu_exporter --collect.backend=demo --web.listen-address=127.0.0.1:0 \
+    --fleet.targets-file=/etc/fleet/targets.yml >"$work/image-fleet.log" 2>&1 &
+exporter_pid=$!
+port=$(listening_port "$work/image-fleet.log" "$exporter_pid") || fail "the image's fleet exporter did not start listening"
+curl -fsS "http://127.0.0.1:$port/probe?target=refusing" -o "$work/image-probe.txt" ||
+    fail "the image's /probe did not answer: $(cat "$work/image-fleet.log")"
+kill -0 "$exporter_pid" 2>/dev/null || fail "the image's fleet exporter exited: $(cat "$work/image-fleet.log")"
+if ! grep -Fx 'probe_success 0' "$work/image-probe.txt" ||
+    ! grep -Fx 'nvidia_smi_command_exit_code -1' "$work/image-probe.txt" ||
+    ! grep -F 'fleet: ssh connection failed' "$work/image-fleet.log" | grep -F "$refusing"; then
+    cat "$work/image-fleet.log" "$work/image-probe.txt"
+    fail "the image's /probe of a refusing target did not fail over asyncssh with probe_success 0"
+fi
+kill "$exporter_pid"
+wait "$exporter_pid" || true
+exporter_pid=
+kill "$refuser_pid"
+wait "$refuser_pid" || true
+refuser_pid=
+echo "image: fleet mode probed a refusing target (probe_success 0) in $(($(date +%s) - fleet_started))s"
 
 step "container image: GPU -> pod attribution against a fake kubelet, and the doctor on PATH"
 # A fake kubelet (tests/k8s_fakes.py) on a unix socket of the host, whose answer gives the demo's GPU 0 to

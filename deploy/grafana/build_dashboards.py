@@ -320,6 +320,29 @@ def organize(hidden: Sequence[str], renamed: dict[str, str] | None = None) -> Js
     return {"id": "organize", "options": options}
 
 
+def fleet_stat(
+    title: str,
+    expr: str,
+    thresholds: list[tuple[float | None, str]],
+    *,
+    unit: str = "",
+    decimals: int | None = None,
+    description: str = "",
+) -> Panel:
+    """One of the fleet's headline numbers: a small stat panel of one instant query."""
+    return Panel(
+        title,
+        "stat",
+        [Target(expr, instant=True)],
+        width=3,
+        height=4,
+        unit=unit,
+        thresholds=thresholds,
+        description=description,
+        decimals=decimals,
+    )
+
+
 def recent_xids_table(selector: str, *, width: int, hidden: Sequence[str], description: str = "") -> Panel:
     """The kernel log's recent XIDs with the process (and pod) each blamed, shared by both dashboards."""
     return Panel(
@@ -738,80 +761,27 @@ def fleet_items() -> list[Item]:
     legend = "{{instance}} #{{index}} {{name}}"
     return [
         Row("Fleet"),
-        Panel(
-            "Nodes",
-            "stat",
-            [Target(f"count(count by (instance) (nvidia_smi_gpu_info{{{s}}}))", instant=True)],
-            width=3,
-            height=4,
-            thresholds=ALWAYS_GREEN,
+        fleet_stat("Nodes", f"count(count by (instance) (nvidia_smi_gpu_info{{{s}}}))", ALWAYS_GREEN),
+        fleet_stat("GPUs", f"count(nvidia_smi_gpu_info{{{s}}})", ALWAYS_GREEN),
+        fleet_stat(
+            "Average utilization", f"avg(nvidia_smi_utilization_gpu_ratio{{{s}}})", ALWAYS_GREEN, unit="percentunit"
         ),
-        Panel(
-            "GPUs",
-            "stat",
-            [Target(f"count(nvidia_smi_gpu_info{{{s}}})", instant=True)],
-            width=3,
-            height=4,
-            thresholds=ALWAYS_GREEN,
-        ),
-        Panel(
-            "Average utilization",
-            "stat",
-            [Target(f"avg(nvidia_smi_utilization_gpu_ratio{{{s}}})", instant=True)],
-            width=3,
-            height=4,
-            unit="percentunit",
-            thresholds=ALWAYS_GREEN,
-        ),
-        Panel(
-            "Power draw",
-            "stat",
-            [Target(f"sum(nvidia_smi_power_draw_watts{{{s}}})", instant=True)],
-            width=3,
-            height=4,
-            unit="watt",
-            thresholds=ALWAYS_GREEN,
-        ),
-        Panel(
+        fleet_stat("Power draw", f"sum(nvidia_smi_power_draw_watts{{{s}}})", ALWAYS_GREEN, unit="watt"),
+        fleet_stat(
             "Energy in the time range",
-            "stat",
-            [Target(f"sum(increase(nvidia_smi_energy_joules_total{{{s}}}[$__range])) / 3.6e6", instant=True)],
-            width=3,
-            height=4,
+            f"sum(increase(nvidia_smi_energy_joules_total{{{s}}}[$__range])) / 3.6e6",
+            ALWAYS_GREEN,
             unit="kwatth",
             decimals=3,
-            thresholds=ALWAYS_GREEN,
         ),
-        Panel(
-            "GPUs above 85 °C",
-            "stat",
-            [Target(f"count(nvidia_smi_temperature_gpu{{{s}}} > 85) or vector(0)", instant=True)],
-            width=3,
-            height=4,
-            thresholds=ANY_RED,
-        ),
-        Panel(
-            "Failing collections",
-            "stat",
-            [Target(f"count(nvidia_smi_last_collect_success{{{n}}} == 0) or vector(0)", instant=True)],
-            width=3,
-            height=4,
-            thresholds=ANY_RED,
-        ),
-        Panel(
+        fleet_stat("GPUs above 85 °C", f"count(nvidia_smi_temperature_gpu{{{s}}} > 85) or vector(0)", ANY_RED),
+        fleet_stat("Failing collections", f"count(nvidia_smi_last_collect_success{{{n}}} == 0) or vector(0)", ANY_RED),
+        fleet_stat(
             "GPUs needing action",
-            "stat",
-            [
-                Target(
-                    f"count(nvidia_smi_gpu_recovery_action{{{s}}} > 0"
-                    f" or nvidia_smi_remapped_rows_pending{{{s}}} == 1"
-                    f" or nvidia_smi_remapped_rows_failure{{{s}}} == 1) or vector(0)",
-                    instant=True,
-                )
-            ],
-            width=3,
-            height=4,
-            thresholds=ANY_RED,
+            f"count(nvidia_smi_gpu_recovery_action{{{s}}} > 0"
+            f" or nvidia_smi_remapped_rows_pending{{{s}}} == 1"
+            f" or nvidia_smi_remapped_rows_failure{{{s}}} == 1) or vector(0)",
+            ANY_RED,
             description="Recovery action requested, row remap pending (reset) or failed (RMA).",
         ),
         Panel(

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from nvidia_gpu_exporter.exposition.dcgm_counters import Counter
-from nvidia_gpu_exporter.exposition.text import escape_label_value, format_value, header
+from nvidia_gpu_exporter.exposition.text import escape_label_value, format_value, has_surrogates, header
 from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution
 from nvidia_gpu_exporter.model.snapshot import (
     MigInstanceReading,
@@ -241,14 +241,6 @@ def _header_unit(query_field: str, header_text: str) -> str:
     return header_text[len(query_field) :].strip() if header_text.startswith(query_field) else header_text
 
 
-def _has_surrogates(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
 def _gpu_order(index: str) -> tuple[int, str]:
     """Numeric index order (``2`` before ``10``), as dcgm-exporter walks its GPU ids."""
     return (int(index), index) if index.isdigit() else (1 << 31, index)
@@ -414,7 +406,7 @@ class DcgmExposition:
         ]
         if pod is not None:
             pairs += [(label, value) for label, value in zip(POD_LABEL_NAMES, pod, strict=True) if value]
-        if any(_has_surrogates(value) for _, value in pairs):
+        if any(has_surrogates(value) for _, value in pairs):
             return None
         return ",".join(f'{label}="{escape_label_value(value)}"' for label, value in pairs)
 

@@ -33,6 +33,7 @@ from nvidia_gpu_exporter.exposition.text import (
     Family,
     escape_label_value,
     format_value,
+    has_surrogates,
     header,
     render_blocks,
     render_family,
@@ -50,15 +51,6 @@ log = logging.getLogger(__name__)
 MIB = 1_048_576.0
 OWN_PREFIX = "nvidia_gpu_exporter_"  # the exporter's own families, served under every profile
 CELL_CACHE_LIMIT = 4096  # distinct cell texts remembered per field (bounded: some values never repeat)
-
-
-def _has_surrogates(text: str) -> bool:
-    """True when the text came from bytes that were not valid UTF-8 (decoded with surrogateescape)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +122,7 @@ class Exposition:
             identity = [cells[column] for column in self._identity_columns]
             identity[0] = normalize_uuid(identity[0])
             identity.append(cuda_version)
-            if any(_has_surrogates(value) for value in identity):
+            if any(has_surrogates(value) for value in identity):
                 log.error("dropping a GPU whose identity is not valid UTF-8", extra={"pci_bus_id": identity[6]})
                 continue
             info.add(identity, 1.0)
@@ -193,7 +185,7 @@ class Exposition:
             if self.mig_process_labels:
                 values += (row.gpu_instance_id, row.compute_instance_id)
             counts[uuid] = counts.get(uuid, 0) + 1  # counted even when its own series are dropped, as in Go
-            if any(_has_surrogates(value) for value in values):
+            if any(has_surrogates(value) for value in values):
                 log.warning("dropping a process whose labels are not valid UTF-8", extra={"pid": row.pid})
                 continue
             info.add(values, 1.0)

@@ -29,6 +29,16 @@ def encode(text: str) -> bytes:
     return text.encode("utf-8", "surrogateescape")
 
 
+def has_surrogates(text: str) -> bool:
+    """True when the text came from bytes that were not valid UTF-8 (decoded with surrogateescape): a label value
+    holding one is dropped with its series."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def escape_label_value(value: str) -> str:
     return value.translate(_LABEL_ESCAPES)
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import html
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -87,6 +88,54 @@ def _more(count: int, what: str) -> str:
     return f'<p class="mute">and {count} more {what} not shown</p>' if count > 0 else ""
 
 
+@dataclass(frozen=True)
+class _Listing:
+    """One of the lists under a GPU's readings: the document's ``key`` (its ``<key>_omitted`` counts what the
+    document left out), the table's caption and column heads, a row's cells from one item, and the items' name in
+    the plural for the line under the table."""
+
+    key: str
+    caption: str
+    heads: tuple[str, str, str, str]
+    row: Callable[[dict[str, Any]], Sequence[object]]
+    plural: str
+
+    def render(self, gpu: dict[str, Any]) -> str:
+        """The table (none when the list is empty), then how many more there are."""
+        listed = gpu[self.key]
+        table = _table(self.caption, self.heads, [self.row(item) for item in listed]) if listed else ""
+        return table + _more(gpu[f"{self.key}_omitted"], self.plural)
+
+
+def _process_row(process: dict[str, Any]) -> Sequence[object]:
+    memory = process["used_memory_mib"]
+    return (process["pid"], process["name"], "n/a" if memory is None else f"{_num(memory)} MiB", process["pod_uid"])
+
+
+def _xid_row(xid: dict[str, Any]) -> Sequence[object]:
+    return (xid["xid"], xid["count"], f"{xid['name'] or 'unknown'} ({xid['severity']})", _when(xid["last_seen"]))
+
+
+LISTINGS = (
+    _Listing("processes", "Processes", ("PID", "Name", "Memory", "Pod"), _process_row, "processes"),
+    _Listing(
+        "pods",
+        "Pods",
+        ("Namespace", "Pod", "Container", "MIG device"),
+        lambda pod: (pod["namespace"], pod["pod"], pod["container"], pod["mig_uuid"]),
+        "pods",
+    ),
+    _Listing(
+        "mig_devices",
+        "MIG devices",
+        ("GPU instance", "Compute instance", "Profile", "UUID"),
+        lambda device: (device["gpu_instance_id"], device["compute_instance_id"], device["profile"], device["uuid"]),
+        "MIG devices",
+    ),
+    _Listing("xids", "XID errors", ("XID", "Count", "Meaning", "Last seen"), _xid_row, "XID codes"),
+)
+
+
 def _gpu(gpu: dict[str, Any], hot_celsius: float) -> str:
     rows = []
     history = gpu["history"]
@@ -113,61 +162,7 @@ def _gpu(gpu: dict[str, Any], hot_celsius: float) -> str:
         + "</p>",
         f"<table><caption>Readings</caption><tbody>{''.join(rows)}</tbody></table>",
     ]
-    if gpu["processes"]:
-        parts.append(
-            _table(
-                "Processes",
-                ("PID", "Name", "Memory", "Pod"),
-                [
-                    (
-                        process["pid"],
-                        process["name"],
-                        "n/a" if process["used_memory_mib"] is None else f"{_num(process['used_memory_mib'])} MiB",
-                        process["pod_uid"],
-                    )
-                    for process in gpu["processes"]
-                ],
-            )
-        )
-    parts.append(_more(gpu["processes_omitted"], "processes"))
-    if gpu["pods"]:
-        parts.append(
-            _table(
-                "Pods",
-                ("Namespace", "Pod", "Container", "MIG device"),
-                [(pod["namespace"], pod["pod"], pod["container"], pod["mig_uuid"]) for pod in gpu["pods"]],
-            )
-        )
-    parts.append(_more(gpu["pods_omitted"], "pods"))
-    if gpu["mig_devices"]:
-        parts.append(
-            _table(
-                "MIG devices",
-                ("GPU instance", "Compute instance", "Profile", "UUID"),
-                [
-                    (device["gpu_instance_id"], device["compute_instance_id"], device["profile"], device["uuid"])
-                    for device in gpu["mig_devices"]
-                ],
-            )
-        )
-    parts.append(_more(gpu["mig_devices_omitted"], "MIG devices"))
-    if gpu["xids"]:
-        parts.append(
-            _table(
-                "XID errors",
-                ("XID", "Count", "Meaning", "Last seen"),
-                [
-                    (
-                        xid["xid"],
-                        xid["count"],
-                        f"{xid['name'] or 'unknown'} ({xid['severity']})",
-                        _when(xid["last_seen"]),
-                    )
-                    for xid in gpu["xids"]
-                ],
-            )
-        )
-    parts.append(_more(gpu["xids_omitted"], "XID codes"))
+    parts.extend(listing.render(gpu) for listing in LISTINGS)
     parts.append("</section>")
     return "".join(parts)
 

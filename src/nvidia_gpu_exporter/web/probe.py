@@ -52,6 +52,13 @@ log = logging.getLogger(__name__)
 
 RELOAD_CHECK_SECONDS = 1.0
 MAX_QUOTED_TARGET = 64  # an unknown name is quoted at most this long in the answer and the log
+MODULE_PARAMETER = "module"
+# Refused rather than ignored, so that a scrape job written for the blackbox or SNMP exporter (params: module) fails
+# visibly: every setting a module would pick (command, fields, timeout, shell) is per target in the targets file.
+NO_MODULES = (
+    "/probe has no modules: drop the module parameter; a target's settings (command, fields, timeout) are in "
+    "--fleet.targets-file\n"
+)
 
 
 def _fallback_fields() -> tuple[QueryField, ...]:
@@ -171,6 +178,8 @@ class ProbeEndpoint:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
+        if MODULE_PARAMETER in request.query:
+            return plain_text(NO_MODULES, 400)
         names = request.query.getall("target", [])
         if len(names) != 1 or not names[0]:
             return plain_text("exactly one target parameter is required: /probe?target=<name>\n", 400)

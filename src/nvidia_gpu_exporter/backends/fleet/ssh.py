@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,6 +31,7 @@ from nvidia_gpu_exporter.backends.exec.runner import (
     STDERR_KEPT_BYTES,
     RunResult,
 )
+from nvidia_gpu_exporter.backends.fleet.command import remote_command
 from nvidia_gpu_exporter.backends.fleet.defaults import DEFAULT_GLOBAL_CONCURRENCY
 from nvidia_gpu_exporter.backends.fleet.targets import HostKeyPolicy, Target
 
@@ -42,9 +42,6 @@ BACKOFF_MAX_SECONDS = 60.0
 KEEPALIVE_SECONDS = 30.0  # a silently dead host is noticed within a few keepalives
 KILL_WAIT_SECONDS = 1.0  # after the KILL signal request, for the channel to close
 READ_CHUNK = 64 * 1024
-# The only arguments the exporter appends (--query-gpu=a,b --format=csv, --help-query-gpu, --version, -L):
-# words no shell (sh, cmd.exe, PowerShell) reads specially, so they are appended unquoted on every platform.
-SAFE_ARGUMENT = re.compile(r"[A-Za-z0-9_.,=:/+-]+")
 
 
 class SshUnavailable(Exception):
@@ -244,10 +241,11 @@ class SshRunner:
         return f"ssh {ConnectionKey.of(self.target).describe()} {self.target.settings.command}"
 
     async def run(self, args: Sequence[str]) -> RunResult:
-        bad = next((arg for arg in args if not SAFE_ARGUMENT.fullmatch(arg)), None)
-        if bad is not None:
-            return RunResult("", "", NO_EXIT_STATUS, start_error=f"refusing to send argument {bad!r} over ssh")
-        command = " ".join([self.target.settings.command, *args])
+        settings = self.target.settings
+        try:
+            command = remote_command(settings.shell, settings.command, args)
+        except ValueError as error:
+            return RunResult("", "", NO_EXIT_STATUS, start_error=str(error))
         host = self.pool.host(self.target)
         async with self.pool.slots, host.slots:
             try:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from nvidia_gpu_exporter._go.durations import DurationError, parse_duration, to_seconds
 from nvidia_gpu_exporter._go.text import go_quote
+from nvidia_gpu_exporter.backends.fleet.command import RemoteShell, program_problem
 from nvidia_gpu_exporter.support.files import read_regular_file
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ class Settings:
     host_key_policy: HostKeyPolicy = HostKeyPolicy.STRICT
     jump_host: str = ""  # [user@]host[:port], reached with the same keys and known_hosts
     command: str = "nvidia-smi"  # run by the remote user's shell, the nvidia-smi arguments appended
+    shell: RemoteShell = RemoteShell.POSIX  # how `command` is written for the remote shell (fleet/command.py)
     timeout_seconds: float = 10.0  # one collection (field discovery included), as --collect.timeout
     connect_timeout_seconds: float = 5.0  # TCP, key exchange and authentication
     fields: str = "AUTO"  # as --query-field-names
@@ -74,6 +76,7 @@ SETTING_KEYS = {
     "host_key_policy": "host_key_policy",
     "jump_host": "jump_host",
     "command": "command",
+    "shell": "shell",
     "timeout": "timeout_seconds",
     "connect_timeout": "connect_timeout_seconds",
     "fields": "fields",
@@ -129,6 +132,15 @@ def _policy(node: YamlNode) -> HostKeyPolicy:
         raise node.fail(f"must be one of {allowed}, got {go_quote(text)}") from None
 
 
+def _shell(node: YamlNode) -> RemoteShell:
+    text = node.text()
+    try:
+        return RemoteShell(text)
+    except ValueError:
+        allowed = ", ".join(shell.value for shell in RemoteShell)
+        raise node.fail(f"must be one of {allowed}, got {go_quote(text)}") from None
+
+
 def _port(node: YamlNode) -> int:
     return node.integer(1, 65535)
 
@@ -145,6 +157,7 @@ _READERS: dict[str, Callable[[YamlNode], object]] = {
     "host_key_policy": _policy,
     "jump_host": _nonempty_text,
     "command": _nonempty_text,
+    "shell": _shell,
     "timeout": _duration_seconds,
     "connect_timeout": _duration_seconds,
     "fields": _nonempty_text,
@@ -179,7 +192,11 @@ def _targets(node: YamlNode, inherited: Settings, found: dict[str, Target]) -> N
             raise key.fail(f"more than {MAX_TARGETS} targets")
         entries = {} if value.is_null else value.mapping(_TARGET_KEYS, "a mapping of target settings")
         host = _nonempty_text(entries["host"]) if "host" in entries else name
-        found[name] = Target(name, host, _settings(entries, inherited))
+        settings = _settings(entries, inherited)
+        problem = program_problem(settings.shell, settings.command)
+        if problem is not None:
+            raise key.fail(f"target {go_quote(name)}: {problem}")
+        found[name] = Target(name, host, settings)
 
 
 def parse_targets(text: str, source: str = "<targets>") -> Targets:
