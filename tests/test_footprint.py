@@ -4,8 +4,7 @@ GPU node, so a heavy one that sneaks back onto a configuration that does not nee
 Each case runs the real exporter (``python -m nvidia_gpu_exporter``, 127.0.0.1 port 0), scrapes it once and
 stops it; a ``sitecustomize`` on ``PYTHONPATH`` writes the child's ``sys.modules`` at exit, one file per
 process (the fake nvidia-smi children load it too). ``ssl`` is not in the lists: ``import asyncio`` loads it
-on every Python the exporter supports (``asyncio.sslproto``), and so does aiohttp's client connector, which
-builds its default TLS contexts when imported (BENCHMARKS.md, "Footprint", has the figures).
+on every Python the exporter supports (``asyncio.sslproto``; BENCHMARKS.md, "Footprint", has the figures).
 """
 
 from __future__ import annotations
@@ -58,6 +57,9 @@ OPTIONAL = (
     "nvidia_gpu_exporter.web.probe",
     "nvidia_gpu_exporter.web.view",  # the live view (GET / and /view.json), built at its first request
     "nvidia_gpu_exporter.web.landing",
+    "aiohttp",  # a test dependency only: the HTTP layer is web/protocol.py on h11 (its client side alone cost 7 MiB)
+    "multidict",
+    "yarl",
     "secrets",  # nothing needs a cryptographic token generator (hmac behind it)
     "hmac",
 )
