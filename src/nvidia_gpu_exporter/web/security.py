@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import ssl
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from nvidia_gpu_exporter.web.auth import BasicAuthenticator, Verdict, parse_basic_authorization
 from nvidia_gpu_exporter.web.config import (
@@ -29,6 +29,9 @@ from nvidia_gpu_exporter.web.config import (
 )
 from nvidia_gpu_exporter.web.http import App, Handler, Request, Response
 from nvidia_gpu_exporter.web.responses import plain_text
+
+if TYPE_CHECKING:
+    import ssl  # loaded by web/config.py when TLS is configured
 
 log = logging.getLogger(__name__)
 
@@ -220,5 +223,5 @@ class Security:
         """Poll for changes until cancelled."""
         while True:
             await asyncio.sleep(interval)
-            with contextlib.suppress(OSError, ssl.SSLError):
+            with contextlib.suppress(OSError):  # ssl.SSLError included: an OSError
                 self.reload_if_changed()
