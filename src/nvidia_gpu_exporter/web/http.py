@@ -209,6 +209,7 @@ class App:
         self.middlewares: list[Middleware] = list(middlewares)
         self.on_response_prepare: list[ResponseHook] = []
         self._routes: dict[str, dict[str, Handler]] = {}
+        self._chain: tuple[tuple[Middleware, ...], Handler] | None = None  # the middlewares composed, once
 
     def add_get(self, path: str, handler: Handler, *, allow_head: bool = True) -> None:
         """Route GET ``path`` to ``handler``, and HEAD too unless ``allow_head`` is False (answered without a body)."""
@@ -234,10 +235,13 @@ class App:
 
     async def handle(self, request: Request) -> Response:
         """The response to ``request``: routed through every middleware, then through the response hooks."""
-        handler: Handler = self._route
-        for middleware in reversed(self.middlewares):
-            handler = _bind(middleware, handler)
-        response = await handler(request)
+        middlewares = tuple(self.middlewares)
+        if self._chain is None or self._chain[0] != middlewares:  # composed again only if the list changed
+            handler: Handler = self._route
+            for middleware in reversed(middlewares):
+                handler = _bind(middleware, handler)
+            self._chain = (middlewares, handler)
+        response = await self._chain[1](request)
         for hook in self.on_response_prepare:
             hook(request, response)
         return response
