@@ -7,21 +7,21 @@
 image, so they all carry the same dependency bytes. It holds, for every Python from 3.10 on and for Linux on
 x86_64 and aarch64:
 
-* pure-Python wheels (``py3-none-any``) for everything that publishes one (aiohttp, multidict, yarl, ... run on
-  their pure-Python fallbacks, so one file serves every CPython version);
+* pure-Python wheels (``py3-none-any``) for everything that publishes one (h11, nvidia-ml-py; one file serves
+  every CPython version);
 * the abi3 wheels of ``bcrypt`` for both architectures (it has no pure-Python implementation);
 * the sdist of ``PyYAML`` (no pure wheel exists; the build scripts build it with ``PYYAML_FORCE_LIBYAML=0``).
 
 Dependencies behind environment markers are followed when the marker holds for *any* supported Python
-version on Linux (``async-timeout`` for 3.10, for example), so pip's habit of evaluating markers against the
+version on Linux (aiohttp's ``async-timeout`` for 3.10 did), so pip's habit of evaluating markers against the
 running interpreter does not drop them.
 
 ``requirements-kubernetes.lock`` adds what the ``kubernetes`` extra needs beyond that (grpcio, protobuf): the
 container image installs both locks, the single file and the packages only the first (packaging/README.md says
 why). grpcio publishes no pure or abi3 wheel, only one per CPython version and architecture, so it is locked for
 the image's CPython (``IMAGE_PYTHON``, Debian 12's 3.11) on x86_64 and aarch64; protobuf's pure wheel serves
-every version. Dependencies the first lock already pins (typing-extensions) are not repeated; the script stops
-when such a pin falls outside what the extra asks for.
+every version, as does typing-extensions' (grpcio's). Dependencies the first lock already pins are not
+repeated; the script stops when such a pin falls outside what the extra asks for.
 
 ``requirements-fleet.lock`` does the same for the ``fleet`` extra (asyncssh, for ``--fleet.targets-file``) beyond
 both other locks: asyncssh and pycparser are pure wheels, cryptography ships abi3 wheels (one per architecture, as

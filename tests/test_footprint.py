@@ -70,6 +70,9 @@ OPTIONAL = (
     "nvidia_gpu_exporter.web.probe",
     "nvidia_gpu_exporter.web.view",  # the live view (GET / and /view.json), built at its first request
     "nvidia_gpu_exporter.web.landing",
+    "aiohttp",  # a test dependency only: the HTTP layer is web/protocol.py on h11 (its client side alone cost 7 MiB)
+    "multidict",
+    "yarl",
     "secrets",  # nothing needs a cryptographic token generator (hmac behind it)
     "hmac",
     "importlib.resources",  # the build record is read through the package's loader (support/buildinfo.py)

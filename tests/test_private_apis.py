@@ -1,7 +1,9 @@
 """The private APIs the exporter relies on and the dependency ranges pinned for them.
 
 Each private use lives in one module (the NVML bindings' helpers in ``backends/nvml/api.py``, asyncio's TLS
-protocol in ``web/tlsbuffer.py``; aiohttp only through its public API). These tests fail loudly, naming the
+protocol in ``web/tlsbuffer.py``); h11, the HTTP/1.1 parser, is used through its public API only, from
+``web/protocol.py`` alone, and the behaviour the zero-copy body writing relies on is pinned below (aiohttp,
+which served HTTP before it, is a test dependency only). These tests fail loudly, naming the
 supported range, when an installed version is outside what pyproject.toml pins or an upgrade removed what
 that module uses, so an upgrade is verified before it ships rather than discovered in production.
 """
@@ -55,7 +57,7 @@ def pinned() -> dict[str, SpecifierSet]:
 @pytest.mark.parametrize(
     "distribution",
     [
-        pytest.param("aiohttp", id="aiohttp-web-layer"),
+        pytest.param("h11", id="h11-http-parser"),
         pytest.param("bcrypt", id="bcrypt-72-byte-rule"),
         pytest.param("nvidia-ml-py", id="nvml-private-helpers"),
     ],
@@ -119,15 +121,44 @@ def _sslproto_uses(tree: ast.Module) -> list[str]:
     return uses
 
 
-def _aiohttp_subclasses(tree: ast.Module) -> list[str]:
-    """Classes deriving from an aiohttp class (``web.X``/``aiohttp.X``): where private attributes get relied on."""
-    return [
-        node.name
+def _imports_of(tree: ast.Module, package: str) -> list[str]:
+    """Every ``import package...`` / ``from package... import`` in ``tree``."""
+    uses = [
+        f"import {alias.name}"
         for node in ast.walk(tree)
-        if isinstance(node, ast.ClassDef)
-        for base in node.bases
-        if isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name) and base.value.id in ("web", "aiohttp")
+        if isinstance(node, ast.Import)
+        for alias in node.names
+        if alias.name == package or alias.name.startswith(package + ".")
     ]
+    uses += [
+        f"from {node.module} import"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        and node.module is not None
+        and (node.module == package or node.module.startswith(package + "."))
+    ]
+    return uses
+
+
+def _h11_imports(tree: ast.Module) -> list[str]:
+    return _imports_of(tree, "h11")
+
+
+def _h11_private_uses(tree: ast.Module) -> list[str]:
+    """``h11._x`` attributes and ``h11._x`` modules: h11's internals, which no release promises to keep."""
+    uses = [
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "h11"
+        and node.attr.startswith("_")
+    ]
+    return uses + [use for use in _h11_imports(tree) if "h11._" in use]
+
+
+def _aiohttp_imports(tree: ast.Module) -> list[str]:
+    return _imports_of(tree, "aiohttp")
 
 
 @pytest.mark.parametrize(
@@ -135,7 +166,9 @@ def _aiohttp_subclasses(tree: ast.Module) -> list[str]:
     [
         pytest.param(_private_pynvml_uses, {"backends/nvml/api.py"}, id="pynvml-private-helpers-only-in-nvml-api"),
         pytest.param(_sslproto_uses, {"web/tlsbuffer.py"}, id="asyncio-sslproto-only-in-tlsbuffer"),
-        pytest.param(_aiohttp_subclasses, set(), id="aiohttp-public-api-only-no-subclass"),
+        pytest.param(_h11_imports, {"web/protocol.py"}, id="h11-only-in-the-http-protocol"),
+        pytest.param(_h11_private_uses, set(), id="h11-public-api-only"),
+        pytest.param(_aiohttp_imports, set(), id="aiohttp-is-a-test-dependency-only"),
     ],
 )
 def test_each_private_api_is_used_in_one_module_only(
@@ -143,6 +176,24 @@ def test_each_private_api_is_used_in_one_module_only(
 ) -> None:
     offenders = {name: uses for name, tree in _modules() if (uses := finder(tree)) and name not in allowed}
     assert offenders == {}
+
+
+# -- h11 ------------------------------------------------------------------------------------------------------
+
+
+def test_h11_hands_a_bodys_view_to_the_transport_without_copying_it() -> None:
+    """web/protocol.py writes a large body as views of its shared parts (web/body.py): h11 must pass a ``Data``
+    event's object through ``send_with_data_passthrough`` untouched, or every connection would copy the body."""
+    import h11
+
+    connection = h11.Connection(h11.SERVER)
+    connection.receive_data(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert isinstance(connection.next_event(), h11.Request)
+    connection.send(h11.Response(status_code=200, headers=[(b"Content-Length", b"4")]))
+    view = memoryview(b"body")
+    pieces = connection.send_with_data_passthrough(h11.Data(data=view))  # type: ignore[arg-type]
+    assert pieces is not None
+    assert [piece is view for piece in pieces] == [True]
 
 
 # -- the NVML bindings' private helpers -----------------------------------------------------------------------

@@ -7,8 +7,6 @@ import asyncio
 import math
 import re
 
-from aiohttp import web
-from aiohttp.test_utils import make_mocked_request
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -40,7 +38,7 @@ from nvidia_gpu_exporter.model.snapshot import (
     StatusFamily,
 )
 from nvidia_gpu_exporter.model.values import transform_value
-from nvidia_gpu_exporter.web.body import PartsPayload
+from nvidia_gpu_exporter.web.http import make_request
 from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
 from unit_helpers import query_fields
 
@@ -284,11 +282,8 @@ async def _serve_once(fields: list[QueryField], readings: Readings) -> list[tupl
     answers = []
     try:
         for accept in ("", OPENMETRICS_ACCEPT):
-            response = await endpoint.handle(make_mocked_request("GET", "/metrics", headers={"Accept": accept}))
-            assert isinstance(response, web.Response)
-            body = response.body.joined() if isinstance(response.body, PartsPayload) else response.body
-            assert isinstance(body, bytes)
-            answers.append((response.status, response.content_type, body))
+            response = await endpoint.handle(make_request("GET", "/metrics", headers={"Accept": accept}))
+            answers.append((response.status, response.content_type, response.joined()))
     finally:
         await collector.aclose()
     return answers

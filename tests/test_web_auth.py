@@ -17,10 +17,10 @@ from pathlib import Path
 import aiohttp
 import bcrypt
 import pytest
-from aiohttp import web
 
 from async_helpers import WAIT_SECONDS, bounded, run
 from nvidia_gpu_exporter.web.auth import BCRYPT_MAX_PASSWORD_BYTES, BasicAuthenticator
+from nvidia_gpu_exporter.web.http import App, Request, Response
 from nvidia_gpu_exporter.web.security import Security
 from nvidia_gpu_exporter.web.server import WebServer, bind_socket
 from nvidia_gpu_exporter.web.settings import WebSettings
@@ -101,11 +101,11 @@ async def protected(tmp_path: Path) -> AsyncIterator[str]:
     config.write_text(f"basic_auth_users:\n  alice: {hash_of(PASSPHRASE_72.encode('utf-8'))}\n")
     security = Security.from_file(str(config))
 
-    async def hello(_: web.Request) -> web.Response:
-        return web.Response(text="hello\n")
+    async def hello(_: Request) -> Response:
+        return Response(text="hello\n")
 
-    app = web.Application()
-    app.router.add_get("/", hello)
+    app = App()
+    app.add_get("/", hello)
     security.install(app)
     settings = WebSettings("/metrics", 0, 0.5, 60.0, 5.0, 0.0, False)
     server = WebServer(app, settings, security)

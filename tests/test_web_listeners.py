@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 import pytest
 import trustme
-from aiohttp import web
 
 from async_helpers import bounded, run
 from nvidia_gpu_exporter.web import server as server_module
+from nvidia_gpu_exporter.web.http import App, Request, Response
 from nvidia_gpu_exporter.web.server import WebServer, bind_socket
 from nvidia_gpu_exporter.web.settings import WebSettings
 
@@ -44,22 +44,22 @@ class Gate:
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-def gated_app(gate: Gate) -> web.Application:
-    async def slow(_: web.Request) -> web.Response:
+def gated_app(gate: Gate) -> App:
+    async def slow(_: Request) -> Response:
         gate.entered.set()
         try:
             await gate.release.wait()
         except asyncio.CancelledError:
             gate.cancelled.set()
             raise
-        return web.Response(text="finished\n")
+        return Response(text="finished\n")
 
-    async def fast(_: web.Request) -> web.Response:
-        return web.Response(text="fast\n")
+    async def fast(_: Request) -> Response:
+        return Response(text="fast\n")
 
-    app = web.Application()
-    app.router.add_get("/slow", slow)
-    app.router.add_get("/fast", fast)
+    app = App()
+    app.add_get("/slow", slow)
+    app.add_get("/fast", fast)
     return app
 
 
@@ -121,7 +121,7 @@ class Running:
 
 
 @contextlib.asynccontextmanager
-async def listening(app: web.Application, tls: Tls, sockets: int = 1) -> AsyncIterator[Running]:
+async def listening(app: App, tls: Tls, sockets: int = 1) -> AsyncIterator[Running]:
     """The real ``WebServer`` (no web config file) on ``sockets`` loopback port-0 sockets."""
     server = WebServer(app, settings())
     server.security.ssl_context = tls.server

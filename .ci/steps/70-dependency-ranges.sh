@@ -3,7 +3,7 @@
 # private parts. The main suite runs the newest releases; this step runs the affected tests again, in a
 # temporary venv, on: bcrypt 4.x (its floor and its newest 4.x: 4.x truncates passwords over 72 bytes where
 # 5.x raises, and web/auth.py must answer alike on both, flood and fail-closed rules included), the nvidia-ml-py floor (the private helpers
-# backends/nvml/api.py uses) and the aiohttp floor (the listeners web/server.py builds on its public API).
+# backends/nvml/api.py uses) and the h11 floor (the HTTP/1.1 parser web/protocol.py builds on, public API only).
 # The floors are read from the project's own requirements, so raising one in pyproject.toml moves this step.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -66,7 +66,8 @@ done
 install "$(floor nvidia-ml-py)"
 run_tests tests/test_private_apis.py
 
-install "$(floor aiohttp)"
-run_tests tests/test_web_listeners.py tests/test_web_app.py tests/test_web_auth.py tests/test_private_apis.py
+install "$(floor h11)"
+run_tests tests/test_web_listeners.py tests/test_web_app.py tests/test_web_auth.py tests/test_private_apis.py \
+    tests/hostile/test_web_http_version.py tests/test_web_protocol.py
 
 echo "dependency ranges step done in $(($(date +%s) - started))s"

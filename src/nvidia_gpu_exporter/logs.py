@@ -3,7 +3,7 @@
 Call sites pass key/value pairs through ``extra={...}``; every attribute that is not part of a plain
 ``LogRecord`` is written as a field, after ``time``, ``level``, ``source`` and ``msg``.
 
-Every line of the process goes through here, not just the exporter's own: aiohttp's and asyncio's loggers,
+Every line of the process goes through here, not just the exporter's own: the HTTP layer's and asyncio's loggers,
 the event loop's exception handler, warnings and uncaught exceptions (:func:`capture_process_output`). A
 traceback becomes one ``err`` field, and each message (its template, whatever the arguments) is written at most
 :data:`LINES_PER_INTERVAL` times per :data:`INTERVAL_SECONDS`, then summed up in one "suppressed" line, so a

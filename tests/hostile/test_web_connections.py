@@ -39,7 +39,7 @@ def test_at_the_cap_with_every_connection_busy_a_new_one_gets_503_and_is_closed(
             for _, writer in busy:
                 await ask(writer, "/slow")
             await eventually(
-                lambda: server.runner.server is not None and server.runner.server.requests_count == LIMIT,
+                lambda: server.open.requests == LIMIT,
                 "every busy connection's request to be in",
             )
             reader, writer = await open_client(server)

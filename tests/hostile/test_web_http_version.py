@@ -5,18 +5,18 @@ closes; HTTP/1.0 and HTTP/1.1 are served as before."""
 from __future__ import annotations
 
 import pytest
-from aiohttp import web
 
 from async_helpers import bounded, run
 from hostile.web_hostile import ask, open_client, serving, web_settings
+from nvidia_gpu_exporter.web.http import App, Request, Response
 
 
-def hello_app() -> web.Application:
-    async def hello(_: web.Request) -> web.Response:
-        return web.Response(text="hello\n")
+def hello_app() -> App:
+    async def hello(_: Request) -> Response:
+        return Response(text="hello\n")
 
-    app = web.Application()
-    app.router.add_get("/", hello)
+    app = App()
+    app.add_get("/", hello)
     return app
 
 

@@ -13,10 +13,10 @@ import socket
 import ssl
 
 import pytest
-from aiohttp import web
 
 from async_helpers import bounded, run
 from hostile.web_hostile import ask, content_length, open_client, read_head, serving, web_settings
+from nvidia_gpu_exporter.web.http import App, Request, Response
 from polling import eventually
 from test_web_listeners import tls_contexts  # noqa: F401 - a fixture, used by name
 
@@ -26,14 +26,14 @@ READ_BYTES = 256 * 1024  # per read of the slow client
 READ_PAUSE_SECONDS = 0.05  # 16 reads, 0.8 s in all: well past the write timeout, never a pause as long
 
 
-def big_app() -> web.Application:
+def big_app() -> App:
     body = b"x" * BODY_BYTES
 
-    async def big(_: web.Request) -> web.Response:
-        return web.Response(body=body, content_type="text/plain")
+    async def big(_: Request) -> Response:
+        return Response(body=body, content_type="text/plain")
 
-    app = web.Application()
-    app.router.add_get("/big", big)
+    app = App()
+    app.add_get("/big", big)
     return app
 
 

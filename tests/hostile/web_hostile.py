@@ -19,10 +19,9 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aiohttp import web
-
 from async_helpers import bounded
 from harness import FIXTURE_CAPTURES, REPO, fake_smi_command, http_get
+from nvidia_gpu_exporter.web.http import App, Request, Response
 from nvidia_gpu_exporter.web.security import Security
 from nvidia_gpu_exporter.web.server import WebServer, bind_socket
 from nvidia_gpu_exporter.web.settings import WebSettings
@@ -159,9 +158,7 @@ def web_settings(**overrides: object) -> WebSettings:
 
 
 @asynccontextmanager
-async def serving(
-    app: web.Application, settings: WebSettings, tls: ssl.SSLContext | None = None
-) -> AsyncIterator[WebServer]:
+async def serving(app: App, settings: WebSettings, tls: ssl.SSLContext | None = None) -> AsyncIterator[WebServer]:
     """The real ``WebServer`` for ``app`` on a loopback port-0 socket, over TLS with a ``tls`` context."""
     server = WebServer(app, settings)
     server.security.ssl_context = tls
@@ -177,11 +174,11 @@ async def serving_hello(security: Security) -> AsyncIterator[str]:
     """A ``GET /`` answering ``hello`` behind ``security`` (its auth, rate limit and TLS), on a loopback port-0
     socket; yields the URL (``https://`` when ``security`` serves TLS)."""
 
-    async def hello(_: web.Request) -> web.Response:
-        return web.Response(text="hello\n")
+    async def hello(_: Request) -> Response:
+        return Response(text="hello\n")
 
-    app = web.Application()
-    app.router.add_get("/", hello)
+    app = App()
+    app.add_get("/", hello)
     security.install(app)
     server = WebServer(app, WebSettings("/metrics", 0, 0.5, 60.0, 5.0, 0.0, False), security)
     await server.start([bind_socket("127.0.0.1:0")])

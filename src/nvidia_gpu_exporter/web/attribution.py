@@ -13,8 +13,6 @@ import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from aiohttp import web
-
 from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.kubernetes.attribution import AttributionSettings
 from nvidia_gpu_exporter.model.kubernetes import (
@@ -29,6 +27,7 @@ from nvidia_gpu_exporter.model.kubernetes import (
 )
 from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, Snapshot, column_of
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
+from nvidia_gpu_exporter.web.http import Request, Response
 
 POD_RESOURCES_OFF = "pod_resources_off"
 PROCESS_PODS_OFF = "process_pods_off"
@@ -173,12 +172,12 @@ def build_report(
 
 def attribution_handler(
     collector: Collector, settings: AttributionSettings, budget_seconds: float | None
-) -> Callable[[web.Request], Awaitable[web.Response]]:
+) -> Callable[[Request], Awaitable[Response]]:
     """The route: the snapshot a scrape would get now (a collection in synchronous mode), as JSON."""
 
-    async def handle(_: web.Request) -> web.Response:
+    async def handle(_: Request) -> Response:
         snapshot = await collector.scrape(budget_seconds)
         report = build_report(snapshot, settings, collector.backend.fields)
-        return web.Response(text=json.dumps(report, indent=2) + "\n", content_type="application/json")
+        return Response(text=json.dumps(report, indent=2) + "\n", content_type="application/json")
 
     return handle

@@ -23,7 +23,7 @@ from nvidia_gpu_exporter.exposition.selfmetrics import ConnectionStats
 
 log = logging.getLogger(__name__)
 
-LISTEN_BACKLOG = 128  # as aiohttp's sites ask for; asyncio also accepts up to this many connections at once
+LISTEN_BACKLOG = 128  # aiohttp's listen backlog, kept; asyncio also accepts up to this many connections at once
 # Descriptors kept free beyond the cap: connections accepted and not yet admitted or closed (asyncio accepts up
 # to the backlog per loop iteration, and a connection reaches the cap's check two iterations later, so about
 # three batches are in flight in a flood), plus nvidia-smi's pipes, the kernel log, listeners and the loop.

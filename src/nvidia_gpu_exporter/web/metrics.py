@@ -12,8 +12,6 @@ import logging
 import math
 from dataclasses import dataclass
 
-from aiohttp import web
-
 from nvidia_gpu_exporter._go.strconv import parse_float
 from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.exposition.metrics import Exposition
@@ -22,7 +20,7 @@ from nvidia_gpu_exporter.exposition.selfmetrics import HandlerStats, SelfMetrics
 from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError, encode
 from nvidia_gpu_exporter.model.snapshot import Snapshot
 from nvidia_gpu_exporter.support import buildinfo
-from nvidia_gpu_exporter.web.body import PartsPayload
+from nvidia_gpu_exporter.web.http import Request, Response
 from nvidia_gpu_exporter.web.negotiation import negotiate
 from nvidia_gpu_exporter.web.payload import Block, gzip_parts, make_block, parts
 from nvidia_gpu_exporter.web.responses import plain_text
@@ -165,7 +163,7 @@ class MetricsEndpoint:
             return _Rendered(key, None, str(error))
         return _Rendered(key, make_block(encode(text)), None)
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: Request) -> Response:
         limit = self.settings.max_requests
         if limit > 0 and self.stats.in_flight >= limit:
             log.warning("refused a scrape: concurrent request limit reached", extra={"limit": limit})
@@ -188,11 +186,11 @@ class MetricsEndpoint:
                 before, after = to_openmetrics(before), to_openmetrics(after) + OPENMETRICS_EOF
             headers = {"Content-Type": negotiated.content_type}
             if accepts_gzip(request.headers.get("Accept-Encoding")):
-                body = PartsPayload(gzip_parts(before, block, after), negotiated.content_type)
+                body = gzip_parts(before, block, after)
                 headers["Content-Encoding"] = "gzip"
             else:
-                body = PartsPayload(parts(before, block, after), negotiated.content_type)
+                body = parts(before, block, after)
             self.stats.count(200)
-            return web.Response(body=body, headers=headers)
+            return Response(body=body, headers=headers)
         finally:
             self.stats.in_flight -= 1

@@ -15,19 +15,18 @@ import sys
 import threading
 import traceback
 
-from aiohttp import web
-
+from nvidia_gpu_exporter.web.http import App, Request, Response
 from nvidia_gpu_exporter.web.responses import plain_text
 
 MAX_PROFILE_SECONDS = 300.0
 _profile_lock = asyncio.Lock()
 
 
-def _text(body: str, status: int = 200) -> web.Response:
+def _text(body: str, status: int = 200) -> Response:
     return plain_text(body, status)
 
 
-async def index(_: web.Request) -> web.Response:
+async def index(_: Request) -> Response:
     return _text(
         "Profiles:\n"
         "  cmdline  the command line of this process\n"
@@ -37,11 +36,11 @@ async def index(_: web.Request) -> web.Response:
     )
 
 
-async def cmdline(_: web.Request) -> web.Response:
+async def cmdline(_: Request) -> Response:
     return _text("\x00".join(sys.argv))
 
 
-async def profile(request: web.Request) -> web.Response:
+async def profile(request: Request) -> Response:
     try:
         seconds = float(request.query.get("seconds", "30"))
     except ValueError:
@@ -62,7 +61,7 @@ async def profile(request: web.Request) -> web.Response:
     return _text(out.getvalue())
 
 
-async def threads(_: web.Request) -> web.Response:
+async def threads(_: Request) -> Response:
     names = {thread.ident: thread.name for thread in threading.enumerate()}
     out: list[str] = []
     for ident, frame in sys._current_frames().items():
@@ -72,7 +71,7 @@ async def threads(_: web.Request) -> web.Response:
     return _text("".join(out))
 
 
-async def tasks(_: web.Request) -> web.Response:
+async def tasks(_: Request) -> Response:
     out: list[str] = []
     for task in asyncio.all_tasks():
         out.append(f"{task.get_name()}: {task.get_coro()!r}\n")
@@ -81,7 +80,7 @@ async def tasks(_: web.Request) -> web.Response:
     return _text("".join(out))
 
 
-def add_profiling_routes(app: web.Application, prefix: str) -> None:
-    app.router.add_get(prefix + "/", index, allow_head=False)
+def add_profiling_routes(app: App, prefix: str) -> None:
+    app.add_get(prefix + "/", index, allow_head=False)
     for name, handler in (("cmdline", cmdline), ("profile", profile), ("threads", threads), ("tasks", tasks)):
-        app.router.add_get(f"{prefix}/{name}", handler, allow_head=False)
+        app.add_get(f"{prefix}/{name}", handler, allow_head=False)

@@ -22,8 +22,6 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web
-
 from nvidia_gpu_exporter._go.text import go_quote
 from nvidia_gpu_exporter.backends.exec.defaults import DEFAULT_MAX_OUTPUT_BYTES
 from nvidia_gpu_exporter.backends.fields import BUILTIN_FIELDS, builtin_mapping
@@ -43,6 +41,7 @@ from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.exposition.openmetrics import OPENMETRICS_EOF, to_openmetrics
 from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError, render_family
 from nvidia_gpu_exporter.model.snapshot import QueryField, StatusFamily
+from nvidia_gpu_exporter.web.http import Request, Response
 from nvidia_gpu_exporter.web.metrics import SCRAPE_TIMEOUT_HEADER, scrape_budget
 from nvidia_gpu_exporter.web.negotiation import negotiate
 from nvidia_gpu_exporter.web.responses import plain_text
@@ -176,11 +175,11 @@ class ProbeEndpoint:
         self.settings = settings
         self.in_flight = 0
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: Request) -> Response:
         started = time.perf_counter()
         if MODULE_PARAMETER in request.query:
             return plain_text(NO_MODULES, 400)
-        names = request.query.getall("target", [])
+        names = request.query.getall("target")
         if len(names) != 1 or not names[0]:
             return plain_text("exactly one target parameter is required: /probe?target=<name>\n", 400)
         self.fleet.reload_if_changed()
@@ -210,4 +209,4 @@ class ProbeEndpoint:
         negotiated = negotiate(request.headers.get("Accept"))
         if negotiated.openmetrics:
             body = to_openmetrics(body) + OPENMETRICS_EOF
-        return web.Response(body=body, headers={"Content-Type": negotiated.content_type})
+        return Response(body=body, headers={"Content-Type": negotiated.content_type})

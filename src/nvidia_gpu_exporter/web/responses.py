@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from aiohttp import web
+from nvidia_gpu_exporter.web.http import Response
 
 
-def plain_text(text: str, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
-    return web.Response(status=status, text=text, content_type="text/plain", charset="utf-8", headers=headers)
+def plain_text(text: str, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    return Response(status, text=text, content_type="text/plain", charset="utf-8", headers=headers)

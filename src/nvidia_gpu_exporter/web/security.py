@@ -12,11 +12,9 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
-
-from aiohttp import web
 
 from nvidia_gpu_exporter.web.auth import BasicAuthenticator, Verdict, parse_basic_authorization
 from nvidia_gpu_exporter.web.config import (
@@ -29,6 +27,7 @@ from nvidia_gpu_exporter.web.config import (
     fingerprint,
     load_web_config,
 )
+from nvidia_gpu_exporter.web.http import App, Handler, Request, Response
 from nvidia_gpu_exporter.web.responses import plain_text
 
 if TYPE_CHECKING:
@@ -38,7 +37,6 @@ log = logging.getLogger(__name__)
 
 RELOAD_INTERVAL_SECONDS = 5.0
 MAX_RATE_LIMITED_CLIENTS = 4096  # buckets kept; the least recently seen client's goes first (it restarts full)
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class TokenBucket:
@@ -93,12 +91,12 @@ def _with_policy(tls: TlsSettings, served: TlsSettings) -> TlsSettings:
     )
 
 
-def _peer_sans(request: web.Request) -> set[str]:
-    transport = request.transport
-    certificate = transport.get_extra_info("peercert") if transport is not None else None
+def _peer_sans(request: Request) -> set[str]:
+    certificate = request.peercert
     if not certificate:
         return set()
-    return {str(value) for _, value in certificate.get("subjectAltName", ())}
+    names = certificate.get("subjectAltName", ())
+    return {str(entry[1]) for entry in names if isinstance(entry, tuple) and len(entry) == 2}
 
 
 class Security:
@@ -147,8 +145,7 @@ class Security:
 
     # -- request path -----------------------------------------------------------------------------------
 
-    @web.middleware
-    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def middleware(self, request: Request, handler: Handler) -> Response:
         tls = self.config.tls
         if tls is not None and tls.client_allowed_sans and not (_peer_sans(request) & set(tls.client_allowed_sans)):
             log.warning("refused a client certificate: no allowed SAN", extra={"remote": request.remote})
@@ -167,11 +164,11 @@ class Security:
             return plain_text("Too Many Requests\n", 429)
         return await handler(request)
 
-    async def on_response_prepare(self, _: web.Request, response: web.StreamResponse) -> None:
+    def on_response_prepare(self, _: Request, response: Response) -> None:
         for name, value in self.headers.items():
             response.headers[name] = value
 
-    def install(self, app: web.Application) -> None:
+    def install(self, app: App) -> None:
         """Put the checks in front of every route (outermost middleware) and the headers on every reply.
 
         Without a web config file there is nothing to check, now or after a reload: no hook at all.

@@ -1,19 +1,19 @@
 """The HTTP server: routes (metrics, health, readiness, landing page, opt-in profiling and attribution),
-Go-style error pages, listening sockets and the aiohttp runner with its connection deadlines."""
+Go-style error pages, listening sockets and the HTTP/1.1 connections (web/protocol.py) with their deadlines."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
-
-from aiohttp import web
 
 from nvidia_gpu_exporter.exposition.selfmetrics import ConnectionStats
 from nvidia_gpu_exporter.web.connections import Connections, fit_to_fd_limit, open_file_limit
+from nvidia_gpu_exporter.web.http import App, Handler, MethodNotAllowed, NotFound, Request, Response
 from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
+from nvidia_gpu_exporter.web.protocol import HttpProtocol, OpenConnections
 from nvidia_gpu_exporter.web.responses import plain_text
 from nvidia_gpu_exporter.web.routes import (
     ATTRIBUTION_PATH,
@@ -28,7 +28,7 @@ from nvidia_gpu_exporter.web.routes import (
 )
 from nvidia_gpu_exporter.web.security import Security
 from nvidia_gpu_exporter.web.settings import WebSettings
-from nvidia_gpu_exporter.web.timeouts import ResponseHooks, serve_with_deadlines
+from nvidia_gpu_exporter.web.timeouts import serve_with_deadlines
 from nvidia_gpu_exporter.web.xids import xids_handler
 
 if TYPE_CHECKING:
@@ -38,18 +38,15 @@ log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_SECONDS = 5.0
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-
-@web.middleware
-async def go_style_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+async def go_style_errors(request: Request, handler: Handler) -> Response:
     """Unknown paths and wrong methods answer like Go's ServeMux, in plain text."""
     try:
         return await handler(request)
-    except web.HTTPNotFound:
+    except NotFound:
         return plain_text("404 page not found\n", 404)
-    except web.HTTPMethodNotAllowed as error:
-        return plain_text("Method Not Allowed\n", 405, {"Allow": ", ".join(sorted(error.allowed_methods))})
+    except MethodNotAllowed as error:
+        return plain_text("Method Not Allowed\n", 405, {"Allow": ", ".join(error.allowed)})
 
 
 def build_app(
@@ -57,9 +54,9 @@ def build_app(
     settings: WebSettings,
     security: Security | None = None,
     probe: Handler | None = None,
-) -> web.Application:
+) -> App:
     """Every route; ``probe`` is fleet mode's ``/probe`` handler (web/probe.py, imported only in fleet mode)."""
-    app = web.Application(middlewares=[go_style_errors])
+    app = App(middlewares=[go_style_errors])
     if security is not None:
         security.install(app)
     views: list[LiveView] = []
@@ -75,7 +72,7 @@ def build_app(
             views.append(LiveView(endpoint.collector, budget, lambda document: landing_page(settings, document)))
         return views[0]
 
-    async def landing(request: web.Request) -> web.Response:
+    async def landing(request: Request) -> Response:
         """The live view, rendered from the latest collection (a HEAD collects and builds nothing)."""
         view = live_view()
         if request.method == "HEAD":
@@ -84,35 +81,35 @@ def build_app(
             text = view.cached_page() or landing_page(settings)
         else:
             text = await view.page()
-        return web.Response(text=text, content_type="text/html", charset="utf-8")
+        return Response(text=text, content_type="text/html", charset="utf-8")
 
-    async def view_json(_: web.Request) -> web.Response:
-        return web.Response(
+    async def view_json(_: Request) -> Response:
+        return Response(
             body=await live_view().json_bytes(),
             content_type="application/json",
             headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"},
         )
 
-    async def healthy(_: web.Request) -> web.Response:
+    async def healthy(_: Request) -> Response:
         return plain_text("Nvidia GPU Exporter is Healthy.\n")
 
-    async def ready(_: web.Request) -> web.Response:
+    async def ready(_: Request) -> Response:
         return plain_text("Nvidia GPU Exporter is Ready.\n")
 
-    async def dcgm_health(_: web.Request) -> web.Response:
+    async def dcgm_health(_: Request) -> Response:
         """dcgm-exporter's answer: 200 ``OK`` while the process serves (it no longer answers 503 ``KO``)."""
         return plain_text("OK", headers={"X-Content-Type-Options": "nosniff"})
 
-    app.router.add_get(LANDING_PATH, landing)
-    app.router.add_get(settings.telemetry_path, endpoint.handle)
-    app.router.add_get(HEALTH_PATH, healthy)
-    app.router.add_get(READY_PATH, ready)
-    app.router.add_get(XIDS_PATH, xids_handler(endpoint.collector))
-    app.router.add_get(VIEW_JSON_PATH, view_json)
+    app.add_get(LANDING_PATH, landing)
+    app.add_get(settings.telemetry_path, endpoint.handle)
+    app.add_get(HEALTH_PATH, healthy)
+    app.add_get(READY_PATH, ready)
+    app.add_get(XIDS_PATH, xids_handler(endpoint.collector))
+    app.add_get(VIEW_JSON_PATH, view_json)
     if settings.dcgm_health:
-        app.router.add_get(DCGM_HEALTH_PATH, dcgm_health)
+        app.add_get(DCGM_HEALTH_PATH, dcgm_health)
     if probe is not None:
-        app.router.add_get(PROBE_PATH, probe)
+        app.add_get(PROBE_PATH, probe)
     if settings.enable_pprof:
         from nvidia_gpu_exporter.web.pprof import add_profiling_routes  # noqa: PLC0415 - only loaded when asked for
 
@@ -122,7 +119,7 @@ def build_app(
         from nvidia_gpu_exporter.web.attribution import attribution_handler  # noqa: PLC0415 - opt-in feature
 
         budget = endpoint.answer_within(None)
-        app.router.add_get(ATTRIBUTION_PATH, attribution_handler(endpoint.collector, attributor.settings, budget))
+        app.add_get(ATTRIBUTION_PATH, attribution_handler(endpoint.collector, attributor.settings, budget))
     return app
 
 
@@ -178,16 +175,14 @@ def bound_address(sock: socket.socket) -> str:
 
 
 class WebServer:
-    """The aiohttp runner, the listening servers in front of it and the web-config watcher.
-
-    Only aiohttp's public API: the runner's low-level ``Server`` is the protocol factory of listeners this
-    class creates and closes itself (see :func:`serve_with_deadlines`); the runner's ``cleanup()`` then lets
-    requests in flight finish within :data:`SHUTDOWN_GRACE_SECONDS` and closes idle keep-alive connections.
+    """The listening servers, their connections (web/protocol.py, each wrapped in web/timeouts.py's deadlines) and
+    the web-config watcher. :meth:`stop` stops listening, closes idle keep-alive connections and lets requests in
+    flight finish within :data:`SHUTDOWN_GRACE_SECONDS`.
     """
 
     def __init__(
         self,
-        app: web.Application,
+        app: App,
         settings: WebSettings,
         security: Security | None = None,
         connection_stats: ConnectionStats | None = None,
@@ -198,24 +193,19 @@ class WebServer:
         self._watcher: asyncio.Task[None] | None = None
         limit = fit_to_fd_limit(settings.max_connections, open_file_limit())
         self.connections = Connections(limit, connection_stats or ConnectionStats())
-        self.runner = web.AppRunner(
-            app,
-            access_log_class=ResponseHooks,  # no access log: the hook only says when a response is finished
-            access_log=logging.getLogger("aiohttp.access"),
-            keepalive_timeout=settings.idle_timeout_seconds,
-            shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
-            handler_cancellation=True,
-        )
+        self.open = OpenConnections()
         self.addresses: list[str] = []
         self._listeners: list[asyncio.Server] = []
 
+    def _protocol(self, finished: Callable[[int], None]) -> HttpProtocol:
+        return HttpProtocol(
+            self.app, idle_timeout=self.settings.idle_timeout_seconds, connections=self.open, finished=finished
+        )
+
     async def start(self, sockets: Sequence[socket.socket]) -> None:
-        await self.runner.setup()
-        handlers = self.runner.server
-        assert handlers is not None  # set by setup()
         for sock in sockets:
             listener = await serve_with_deadlines(
-                handlers,
+                self._protocol,
                 sock,
                 header_timeout=self.settings.header_timeout_seconds,
                 write_timeout=self.settings.write_timeout_seconds,
@@ -237,4 +227,4 @@ class WebServer:
         for listener in self._listeners:
             listener.close()
         self._listeners.clear()
-        await self.runner.cleanup()
+        await self.open.shutdown(SHUTDOWN_GRACE_SECONDS)

@@ -1,6 +1,6 @@
-"""Connection bounds aiohttp does not have: request-header and write timeouts, the connection cap, HTTP/1 only.
+"""Connection bounds around the HTTP protocol: request-header and write timeouts, the connection cap, HTTP/1 only.
 
-Every connection's protocol is wrapped (:class:`DeadlineProtocol`):
+Every connection's HTTP protocol (web/protocol.py) is wrapped (:class:`DeadlineProtocol`):
 
 - a request whose headers are not complete within the read (header) timeout, counted from its first byte
   or from the connection's start, closes the connection;
@@ -15,7 +15,7 @@ Every connection's protocol is wrapped (:class:`DeadlineProtocol`):
   (:mod:`.connections`);
 - a request line that is not HTTP/1.x is answered ``505`` with an HTTP/1.1 status line, as Go's server does.
 
-Idle keep-alive connections are aiohttp's own ``keepalive_timeout``.
+Idle keep-alive connections are the HTTP protocol's own (``--web.idle-timeout``).
 """
 
 from __future__ import annotations
@@ -30,13 +30,8 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from aiohttp.abc import AbstractAccessLogger
-from aiohttp.web_request import BaseRequest
-from aiohttp.web_response import StreamResponse
-
 from nvidia_gpu_exporter.exposition.selfmetrics import ConnectionStats
 from nvidia_gpu_exporter.web.connections import LISTEN_BACKLOG, Connections
-from nvidia_gpu_exporter.web.tlsbuffer import create_tls_server
 
 if TYPE_CHECKING:
     import ssl  # imported by TLS only (support/sslgate.py)
@@ -44,11 +39,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HEADER_END = b"\r\n\r\n"
-WRITE_BUFFER_HIGH_BYTES = 16 * 1024  # the process's send buffer per connection, before aiohttp waits
+WRITE_BUFFER_HIGH_BYTES = 16 * 1024  # the process's send buffer per connection, before the writer waits
 SEND_BUFFER_BYTES = 256 * 1024  # SO_SNDBUF (Linux doubles it): what the kernel queues per connection
 WRITE_POLL_MAX_SECONDS = 1.0  # how often a pending write is checked for progress, at most
 REFUSAL_LINGER_SECONDS = 0.5  # a refused client gets this long to send its request before the close
-MAX_REQUEST_LINE_BYTES = 8190  # aiohttp's own limit; a longer line is its 400, not ours to judge
+MAX_REQUEST_LINE_BYTES = 8190  # the HTTP protocol's limit (protocol.MAX_LINE_BYTES): a longer line is its 400
 _VERSION = re.compile(rb"HTTP/(\d+)\.\d+")
 
 
@@ -104,21 +99,26 @@ else:
         return 0
 
 
-class DeadlineProtocol(asyncio.Protocol):
-    """Forwards everything to aiohttp's protocol while enforcing the bounds of the module docstring.
+ProtocolFactory = Callable[[Callable[[int], None]], asyncio.Protocol]
 
-    One timer per connection at most, and none while it is idle.
+
+class DeadlineProtocol(asyncio.Protocol):
+    """Forwards everything to the HTTP protocol while enforcing the bounds of the module docstring.
+
+    ``inner`` makes the HTTP protocol, given the callback it calls with each response's status once the response
+    is all in the transport (:meth:`response_finished`). One timer per connection at most, and none while it is
+    idle.
     """
 
     def __init__(
         self,
-        inner: asyncio.Protocol,
+        inner: ProtocolFactory,
         loop: asyncio.AbstractEventLoop,
         header_timeout: float,
         write_timeout: float,
         connections: Connections | None = None,
     ) -> None:
-        self.inner = inner
+        self.inner = inner(self.response_finished)
         self.loop = loop
         self.header_timeout = header_timeout
         self.write_timeout = write_timeout
@@ -126,13 +126,13 @@ class DeadlineProtocol(asyncio.Protocol):
         self.stats = connections.stats if connections is not None else ConnectionStats()
         self.transport: asyncio.Transport | None = None
         self._fd = -1
-        self._served = False  # aiohttp's protocol saw connection_made
+        self._served = False  # the HTTP protocol saw connection_made
         self._refusing = False  # answered by this class; waiting for the request before closing
         self._tail = b""
         self._line: bytes | None = b""  # the current request line while it is incomplete
         self._header_started: float | None = None  # an incomplete request header began at this time
         self._requests = 0  # complete request headers received
-        self._answered = 0  # responses aiohttp finished writing (ResponseHooks)
+        self._answered = 0  # responses the HTTP protocol finished writing (response_finished)
         self._idle_since: float | None = None
         self._last_status: int | None = None  # of the latest finished response: who leaves first at the cap
         self._write_progress: float | None = None  # while a write is watched: when it last made progress
@@ -167,7 +167,7 @@ class DeadlineProtocol(asyncio.Protocol):
             self.transport.close()
 
     def response_finished(self, status: int) -> None:
-        """aiohttp wrote a whole response into the transport: what is left unsent is watched from now."""
+        """The HTTP protocol wrote a whole response into the transport: what is left unsent is watched from now."""
         self._answered += 1
         self._last_status = status
         self._idle_since = self.loop.time()
@@ -367,19 +367,8 @@ def _peer(transport: asyncio.BaseTransport) -> str:
     return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else ""
 
 
-class ResponseHooks(AbstractAccessLogger):
-    """aiohttp's access-log hook, used only to learn when a response is finished (nothing is logged: the Go
-    exporter writes no access log either)."""
-
-    def log(self, request: BaseRequest, response: StreamResponse, time: float) -> None:
-        transport = request.transport
-        protocol = transport.get_protocol() if transport is not None else None
-        if isinstance(protocol, DeadlineProtocol):
-            protocol.response_finished(response.status)
-
-
 async def serve_with_deadlines(
-    factory: Callable[[], asyncio.Protocol],
+    factory: ProtocolFactory,
     sock: socket.socket,
     *,
     header_timeout: float,
@@ -387,7 +376,7 @@ async def serve_with_deadlines(
     ssl_context: ssl.SSLContext | None = None,
     connections: Connections | None = None,
 ) -> asyncio.Server:
-    """Serve ``sock`` with ``factory``'s protocols (aiohttp's ``Server``), each wrapped in :class:`DeadlineProtocol`.
+    """Serve ``sock`` with ``factory``'s protocols (web/protocol.py's), each wrapped in :class:`DeadlineProtocol`.
 
     With TLS the handshake is bounded like the request headers (asyncio's default would be 60 s); TLS
     listeners come from :mod:`~nvidia_gpu_exporter.web.tlsbuffer`, the one module that reaches into asyncio.
@@ -396,10 +385,12 @@ async def serve_with_deadlines(
     loop = asyncio.get_running_loop()
 
     def deadline_factory() -> asyncio.Protocol:
-        return DeadlineProtocol(factory(), loop, header_timeout, write_timeout, connections)
+        return DeadlineProtocol(factory, loop, header_timeout, write_timeout, connections)
 
     if ssl_context is None:
         return await loop.create_server(deadline_factory, sock=sock, backlog=LISTEN_BACKLOG)
+    from nvidia_gpu_exporter.web.tlsbuffer import create_tls_server  # noqa: PLC0415 - only with TLS (issue 16)
+
     return await create_tls_server(
         deadline_factory,
         sock,

@@ -11,12 +11,11 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiohttp import web
-
 from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.model.snapshot import Snapshot
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
 from nvidia_gpu_exporter.model.xids import describe
+from nvidia_gpu_exporter.web.http import Request, Response
 
 
 def _meaning(code: int) -> dict[str, str]:
@@ -82,9 +81,9 @@ def build_report(snapshot: Snapshot) -> dict[str, Any]:
     }
 
 
-def xids_handler(collector: Collector) -> Callable[[web.Request], Awaitable[web.Response]]:
-    async def handle(_: web.Request) -> web.Response:
+def xids_handler(collector: Collector) -> Callable[[Request], Awaitable[Response]]:
+    async def handle(_: Request) -> Response:
         report = build_report(collector.no_result())
-        return web.Response(text=json.dumps(report, indent=2) + "\n", content_type="application/json")
+        return Response(text=json.dumps(report, indent=2) + "\n", content_type="application/json")
 
     return handle

@@ -1,0 +1,254 @@
+"""The web layer's own request/response API and router: what every handler sees, whatever parses the bytes.
+
+:class:`Request` is a parsed HTTP/1.x request (method, percent-decoded path, query, headers, the client's
+address and certificate); :class:`Response` a status, headers and a body held as parts (``bytes`` each) that
+the server writes in order without joining them (web/body.py). :class:`App` routes GET (and the HEAD it
+implies) by exact path, runs the middlewares around the chosen handler and applies the response hooks; an
+unknown path raises :class:`NotFound` and a known path asked with another method :class:`MethodNotAllowed`,
+for a middleware (``server.go_style_errors``) to answer. The connection side is web/protocol.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, overload
+from urllib.parse import parse_qsl, unquote
+
+Handler = Callable[["Request"], Awaitable["Response"]]
+Middleware = Callable[["Request", Handler], Awaitable["Response"]]
+ResponseHook = Callable[["Request", "Response"], None]
+
+
+class Headers:
+    """Request headers, looked up by name whatever its case; values decoded as UTF-8 (undecodable bytes kept as
+    surrogate escapes, so nothing a client sends can make a lookup raise)."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Iterable[tuple[str, str]] = ()) -> None:
+        self._items: list[tuple[str, str]] = [(name.lower(), value) for name, value in items]
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        """The first value of ``name``, or ``default``."""
+        key = name.lower()
+        for item_name, value in self._items:
+            if item_name == key:
+                return value
+        return default
+
+    def getall(self, name: str) -> list[str]:
+        key = name.lower()
+        return [value for item_name, value in self._items if item_name == key]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def items(self) -> list[tuple[str, str]]:
+        """Every header in arrival order, names lower-cased."""
+        return list(self._items)
+
+
+class Query:
+    """The query string's parameters in order; a key may repeat (``?target=a&target=b``)."""
+
+    __slots__ = ("_pairs",)
+
+    def __init__(self, query_string: str) -> None:
+        self._pairs = parse_qsl(query_string, keep_blank_values=True) if query_string else []
+
+    @overload
+    def get(self, key: str) -> str | None: ...
+    @overload
+    def get(self, key: str, default: str) -> str: ...
+    def get(self, key: str, default: str | None = None) -> str | None:
+        """The first value of ``key``, or ``default``."""
+        for name, value in self._pairs:
+            if name == key:
+                return value
+        return default
+
+    def getall(self, key: str) -> list[str]:
+        return [value for name, value in self._pairs if name == key]
+
+    def __contains__(self, key: object) -> bool:
+        return any(name == key for name, _ in self._pairs)
+
+
+class Request:
+    """One request, as a handler sees it. ``transport`` is the connection's (None for an in-process request)."""
+
+    __slots__ = ("_query", "headers", "method", "path", "query_string", "target", "transport", "version")
+
+    def __init__(
+        self,
+        method: str,
+        target: str,
+        headers: Headers,
+        *,
+        version: str = "1.1",
+        transport: asyncio.BaseTransport | None = None,
+    ) -> None:
+        self.method = method
+        self.target = target  # as sent: origin form ``/path?query`` or absolute form ``http://host/path?query``
+        self.headers = headers
+        self.version = version
+        self.transport = transport
+        path, _, self.query_string = _origin_form(target).partition("?")
+        self.path = unquote(path, errors="surrogateescape")
+        self._query: Query | None = None
+
+    @property
+    def query(self) -> Query:
+        if self._query is None:
+            self._query = Query(self.query_string)
+        return self._query
+
+    @property
+    def remote(self) -> str | None:
+        """The client's IP address (None when unknown)."""
+        peer = self.transport.get_extra_info("peername") if self.transport is not None else None
+        if isinstance(peer, (tuple, list)) and peer:
+            return str(peer[0])
+        return None
+
+    @property
+    def peercert(self) -> dict[str, Any] | None:
+        """The client's verified TLS certificate (``ssl.SSLSocket.getpeercert()``'s form), None without one."""
+        certificate = self.transport.get_extra_info("peercert") if self.transport is not None else None
+        return certificate if isinstance(certificate, dict) and certificate else None
+
+
+def _origin_form(target: str) -> str:
+    """The ``/path?query`` of a request target (an absolute-form target's authority dropped)."""
+    if target.startswith("/"):
+        return target
+    scheme, separator, rest = target.partition("://")
+    if separator and scheme.lower() in ("http", "https"):
+        slash = rest.find("/")
+        if slash < 0:
+            question = rest.find("?")
+            return "/" if question < 0 else "/" + rest[question:]
+        return rest[slash:]
+    return target  # ``*`` (OPTIONS) or anything else: matches no route
+
+
+def make_request(method: str, path: str, headers: Mapping[str, str] | None = None) -> Request:
+    """A request built in process (tests, tools): no connection behind it."""
+    return Request(method, path, Headers((headers or {}).items()))
+
+
+class Response:
+    """A status, headers (in order, names as written) and the body's parts.
+
+    ``text`` is encoded with ``charset`` (UTF-8 by default) and typed ``text/plain`` unless ``content_type`` says
+    otherwise; ``body`` is bytes or a sequence of parts, typed only when ``content_type`` is given. A
+    ``Content-Type`` in ``headers`` wins over both. ``Content-Length`` and ``Date`` are the server's to add.
+    """
+
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(
+        self,
+        status: int = 200,
+        *,
+        text: str | None = None,
+        body: bytes | Sequence[bytes] = b"",
+        content_type: str | None = None,
+        charset: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.status = status
+        self.headers: dict[str, str] = dict(headers or {})
+        if text is not None:
+            charset = charset or "utf-8"
+            content_type = content_type or "text/plain"
+            self.body: tuple[bytes, ...] = (text.encode(charset),)
+        else:
+            self.body = (body,) if isinstance(body, bytes) else tuple(body)
+        if content_type is not None and not any(name.lower() == "content-type" for name in self.headers):
+            self.headers["Content-Type"] = f"{content_type}; charset={charset}" if charset else content_type
+
+    @property
+    def content_length(self) -> int:
+        return sum(len(part) for part in self.body)
+
+    @property
+    def content_type(self) -> str:
+        """The media type, without parameters (``text/plain``); empty when untyped."""
+        for name, value in self.headers.items():
+            if name.lower() == "content-type":
+                return value.split(";", 1)[0].strip()
+        return ""
+
+    def joined(self) -> bytes:
+        """The whole body in one piece (for a caller that reads it in process, not for the wire)."""
+        return b"".join(self.body)
+
+    @property
+    def text(self) -> str:
+        return self.joined().decode("utf-8", "replace")
+
+
+class NotFound(Exception):
+    """No route has this path."""
+
+
+class MethodNotAllowed(Exception):
+    """The path is routed, not for this method."""
+
+    def __init__(self, allowed: Iterable[str]) -> None:
+        super().__init__("method not allowed")
+        self.allowed = tuple(sorted(allowed))
+
+
+class App:
+    """Exact-path routes, middlewares (the first listed is the outermost) and hooks run on every response."""
+
+    def __init__(self, middlewares: Iterable[Middleware] = ()) -> None:
+        self.middlewares: list[Middleware] = list(middlewares)
+        self.on_response_prepare: list[ResponseHook] = []
+        self._routes: dict[str, dict[str, Handler]] = {}
+        self._chain: tuple[tuple[Middleware, ...], Handler] | None = None  # the middlewares composed, once
+
+    def add_get(self, path: str, handler: Handler, *, allow_head: bool = True) -> None:
+        """Route GET ``path`` to ``handler``, and HEAD too unless ``allow_head`` is False (answered without a body)."""
+        methods = self._routes.setdefault(path, {})
+        if "GET" in methods:
+            raise ValueError(f"a GET route for {path} already exists")
+        methods["GET"] = handler
+        if allow_head:
+            methods["HEAD"] = handler
+
+    def routes(self) -> dict[str, tuple[str, ...]]:
+        """Each routed path and its methods."""
+        return {path: tuple(methods) for path, methods in self._routes.items()}
+
+    async def _route(self, request: Request) -> Response:
+        methods = self._routes.get(request.path)
+        if methods is None:
+            raise NotFound
+        handler = methods.get(request.method)
+        if handler is None:
+            raise MethodNotAllowed(methods)
+        return await handler(request)
+
+    async def handle(self, request: Request) -> Response:
+        """The response to ``request``: routed through every middleware, then through the response hooks."""
+        middlewares = tuple(self.middlewares)
+        if self._chain is None or self._chain[0] != middlewares:  # composed again only if the list changed
+            handler: Handler = self._route
+            for middleware in reversed(middlewares):
+                handler = _bind(middleware, handler)
+            self._chain = (middlewares, handler)
+        response = await self._chain[1](request)
+        for hook in self.on_response_prepare:
+            hook(request, response)
+        return response
+
+
+def _bind(middleware: Middleware, handler: Handler) -> Handler:
+    async def bound(request: Request) -> Response:
+        return await middleware(request, handler)
+
+    return bound

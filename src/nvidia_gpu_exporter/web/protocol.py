@@ -1,0 +1,417 @@
+"""HTTP/1.1 connections on asyncio, parsed by h11 (public API only): one request at a time, in order.
+
+For each connection (:class:`HttpProtocol`):
+
+- requests are parsed by h11 and answered one at a time, in order (pipelined requests wait in h11's buffer;
+  past :data:`MAX_PIPELINED_BYTES` of them, reading pauses until the current one is answered);
+- a malformed request is answered ``400`` (a head over :data:`MAX_HEADER_BYTES` ``431``) and the connection
+  closed; so is a request line or a header line over :data:`MAX_LINE_BYTES`, or more than :data:`MAX_HEADERS`
+  headers (aiohttp's limits, which this server replaced);
+- a request body is read and discarded (no route takes one); one over :data:`MAX_DISCARDED_BODY_BYTES` is not
+  read further and the connection closes after the answer (Go discards up to 256 KiB the same way).
+  ``Expect: 100-continue`` is answered ``100 Continue`` at once;
+- HTTP/1.0 (answered with an ``HTTP/1.0`` status line; h11 has no HTTP/1.0 keep-alive) and
+  ``Connection: close`` close after the answer; keep-alive connections with no request close after
+  the idle timeout (``--web.idle-timeout``; 0: never);
+- a client that goes away (or half-closes) cancels its request's handler;
+- bodies are written in :data:`~.body.CHUNK_BYTES` chunks straight from the response's shared parts, waiting for
+  the transport to drain between them (:func:`~.body.chunks`), so no connection holds a copy of a large body.
+
+Request-header and write deadlines, the connection cap and the HTTP-version check are
+:class:`~.timeouts.DeadlineProtocol`'s, which wraps this protocol. (:class:`OpenConnections` keeps every open
+connection for the graceful shutdown of :class:`~.server.WebServer`.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from collections.abc import Callable
+from http import HTTPStatus
+from typing import cast
+
+import h11
+
+from nvidia_gpu_exporter.web.body import CHUNK_BYTES, chunks
+from nvidia_gpu_exporter.web.http import App, Headers, Request, Response
+
+log = logging.getLogger(__name__)
+
+MAX_HEADER_BYTES = 64 * 1024  # the request line and headers together; h11 answers 431 past it
+MAX_LINE_BYTES = 8190  # the request line, and each header line: aiohttp's limit, kept
+MAX_HEADERS = 128  # aiohttp's limit, kept
+MAX_DISCARDED_BODY_BYTES = 256 * 1024  # a request body read (and dropped) to keep the connection; Go's figure
+MAX_PIPELINED_BYTES = 64 * 1024  # requests buffered behind the one being answered before reading pauses
+
+_WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_date_cache: tuple[int, bytes] = (0, b"")
+
+
+def http_date(now: float | None = None) -> bytes:
+    """The ``Date`` header's value (RFC 9110 IMF-fixdate), computed once a second."""
+    global _date_cache  # noqa: PLW0603 - a one-entry cache shared by every connection
+    second = int(time.time() if now is None else now)
+    if _date_cache[0] == second:
+        return _date_cache[1]
+    t = time.gmtime(second)
+    value = (
+        f"{_WEEKDAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year} "
+        f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT"
+    ).encode("ascii")
+    _date_cache = (second, value)
+    return value
+
+
+_REASONS: dict[int, bytes] = {}
+
+
+def reason(status: int) -> bytes:
+    """The status line's reason phrase (``Not Found``), as Go and aiohttp write it."""
+    phrase = _REASONS.get(status)
+    if phrase is None:
+        try:
+            phrase = HTTPStatus(status).phrase.encode("ascii")
+        except ValueError:
+            phrase = b""
+        _REASONS[status] = phrase
+    return phrase
+
+
+def _error_body(status: int) -> tuple[int, bytes]:
+    reasons = {400: "Bad Request", 431: "Request Header Fields Too Large", 500: "Internal Server Error"}
+    return status, f"{status} {reasons.get(status, 'Bad Request')}\n".encode("ascii")
+
+
+class OpenConnections:
+    """Every open connection of a server, for its graceful shutdown."""
+
+    def __init__(self) -> None:
+        self.open: set[HttpProtocol] = set()
+        self.closing = False
+        self.requests = 0  # requests whose handler started, over the server's life
+
+    async def shutdown(self, grace: float) -> None:
+        """Close idle connections now; let requests in flight finish within ``grace`` seconds, then cut them."""
+        self.closing = True
+        for connection in list(self.open):
+            connection.close_when_idle()
+        busy = [connection.handler for connection in self.open if connection.handler is not None]
+        if busy:
+            await asyncio.wait(busy, timeout=grace)
+        for connection in list(self.open):
+            connection.stop()
+
+
+class HttpProtocol(asyncio.Protocol):
+    """One HTTP/1.x connection (see the module docstring). ``finished`` is told each response's status once it is
+    all in the transport."""
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        idle_timeout: float,
+        connections: OpenConnections,
+        finished: Callable[[int], None] | None = None,
+    ) -> None:
+        self.app = app
+        self.idle_timeout = idle_timeout
+        self.connections = connections
+        self.finished = finished
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+        self.handler: asyncio.Task[None] | None = None
+        self._body_bytes = 0
+        self._discarding = False  # the body is over the bound: nothing more is read, the connection closes
+        self._close_after = False  # close once the current response is out
+        self._paused_reading = False
+        self._write_paused = False
+        self._drained: asyncio.Future[None] | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+
+    # -- asyncio ------------------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            # A response goes out in several writes (head, chunks): without TCP_NODELAY, Nagle's algorithm holds
+            # the last one until the client's delayed ACK, 40 ms per scrape (aiohttp set it too).
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.connections.open.add(self)
+        if self.connections.closing:
+            transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self._discarding or self.transport is None:
+            return
+        self._cancel_idle()
+        self.h11.receive_data(data)
+        self._process()
+
+    def eof_received(self) -> bool | None:
+        return None  # the transport closes: a request in flight is cancelled (connection_lost)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.connections.open.discard(self)
+        self._cancel_idle()
+        if self.handler is not None:
+            self.handler.cancel()
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_exception(ConnectionResetError("the client went away"))
+            self._drained.exception()  # retrieved: nobody else may be waiting
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    # -- the shutdown's hooks -----------------------------------------------------------------------------
+
+    def close_when_idle(self) -> None:
+        """Stop after the request in flight (if any); close at once otherwise."""
+        self._close_after = True
+        if self.handler is None and self.transport is not None:
+            self.transport.close()
+
+    def stop(self) -> None:
+        """The grace period is over: a request still in flight is cut; an answered one's last bytes still go out."""
+        if self.transport is None:
+            return
+        if self.handler is not None:
+            self.handler.cancel()
+            self.transport.abort()
+        else:
+            self.transport.close()
+
+    # -- requests -----------------------------------------------------------------------------------------
+
+    def _process(self) -> None:
+        """Take the events h11 has parsed: start a request's handler, read and drop its body."""
+        connection = self.h11
+        while self.transport is not None:
+            try:
+                event = connection.next_event()
+            except h11.RemoteProtocolError as error:
+                self._bad_request(error.error_status_hint, str(error))
+                return
+            if event is h11.NEED_DATA:
+                if self.handler is None and connection.their_state is h11.IDLE and not connection.trailing_data[0]:
+                    self._arm_idle()
+                return
+            if event is h11.PAUSED:
+                self._pause_if_flooded()
+                return
+            if isinstance(event, h11.Request):
+                if not self._start(event):
+                    return
+            elif isinstance(event, h11.Data):
+                self._body_bytes += len(event.data)
+                if self._body_bytes > MAX_DISCARDED_BODY_BYTES:
+                    self._discarding = True
+                    self._close_after = True
+                    if self.handler is None:  # answered already: nothing more to wait for
+                        self.transport.close()
+                    return
+            elif isinstance(event, h11.EndOfMessage):
+                if self.handler is None:
+                    self._next_cycle()
+            elif isinstance(event, h11.ConnectionClosed):
+                self.transport.close()
+                return
+
+    def _start(self, event: h11.Request) -> bool:
+        """Check the request's lines against the limits and start its handler; False when refused."""
+        target = event.target
+        if len(target) + len(event.method) + 10 > MAX_LINE_BYTES:
+            self._bad_request(400, "request line too long")
+            return False
+        if len(event.headers) > MAX_HEADERS:
+            self._bad_request(400, "too many headers")
+            return False
+        size = len(target) + len(event.method) + 12  # h11 bounds an incomplete head only: a whole one is checked here
+        if size + sum(len(name) + len(value) + 4 for name, value in event.headers) > MAX_HEADER_BYTES:
+            self._bad_request(431, "request head too large")
+            return False
+        items = []
+        framing = 0
+        for name, value in event.headers:
+            if len(name) + len(value) + 2 > MAX_LINE_BYTES:
+                self._bad_request(400, "header line too long")
+                return False
+            if name in (b"content-length", b"transfer-encoding"):
+                framing |= 1 if name == b"content-length" else 2
+            items.append((name.decode("ascii", "surrogateescape"), value.decode("utf-8", "surrogateescape")))
+        if framing == 3:  # RFC 9112 6.1: a smuggling pattern; refused, as aiohttp and Go do
+            self._bad_request(400, "both Content-Length and Transfer-Encoding")
+            return False
+        request = Request(
+            event.method.decode("ascii", "surrogateescape"),
+            target.decode("utf-8", "surrogateescape"),
+            Headers(items),
+            version=event.http_version.decode("ascii"),
+            transport=self.transport,
+        )
+        self._body_bytes = 0
+        if self.h11.they_are_waiting_for_100_continue:
+            self._write(self.h11.send(h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue")))
+        self.connections.requests += 1
+        self.handler = self.loop.create_task(self._respond(request))
+        return True
+
+    async def _respond(self, request: Request) -> None:
+        try:
+            try:
+                response = await self.app.handle(request)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a handler's bug: the client gets a 500, the process a log line
+                log.exception("error handling a request", extra={"path": request.path[:200]})
+                status, body = _error_body(500)
+                response = Response(status, body=body, content_type="text/plain", charset="utf-8")
+            await self._send(request, response)
+        except (asyncio.CancelledError, ConnectionError):
+            return  # the client went away, or the server shuts down: nothing left to answer
+        except Exception:  # a response h11 refuses (a header value with a line break): cut, never hang
+            log.exception("error writing a response", extra={"path": request.path[:200]})
+            if self.transport is not None:
+                self.transport.abort()
+            return
+        finally:
+            self.handler = None
+        if self.transport is None:
+            return
+        if self._close_after or self.h11.our_state is h11.MUST_CLOSE:
+            self.transport.close()
+        elif self.h11.their_state is h11.DONE:
+            self._next_cycle()
+
+    async def _send(self, request: Request, response: Response) -> None:
+        length = response.content_length
+        headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in response.headers.items()]
+        headers.append((b"Content-Length", str(length).encode("ascii")))
+        headers.append((b"Date", http_date()))
+        if self._close_after:
+            headers.append((b"Connection", b"close"))
+        head = self.h11.send(h11.Response(status_code=response.status, headers=headers, reason=reason(response.status)))
+        assert head is not None
+        if request.version == "1.0":  # h11 always says HTTP/1.1; an HTTP/1.0 client gets its own version, as from Go
+            head = b"HTTP/1.0" + head[8:]
+        if request.method == "HEAD" or length == 0:
+            self._write(head + self._end())
+        elif length <= CHUNK_BYTES:  # one write, one copy of a small body (the socket takes it at once)
+            data = self.h11.send_with_data_passthrough(h11.Data(data=b"".join(response.body))) or []
+            self._write(b"".join((head, *data, self._end())))
+        else:  # one chunk per write, waiting for the client between them (the head rides with the first)
+            pending: list[bytes | memoryview] = [head]
+            for chunk in chunks(response.body):
+                # h11 passes a Data event's bytes-like object through untouched: a view stays a view, not a copy
+                pending += self.h11.send_with_data_passthrough(h11.Data(data=cast(bytes, chunk))) or ()
+                self._write_lines(pending)
+                pending = []
+                if self._write_paused:
+                    await self._drain()
+            self._write_lines([self._end()])
+        if self.finished is not None:
+            self.finished(response.status)
+
+    def _end(self) -> bytes:
+        end = self.h11.send(h11.EndOfMessage())
+        return end or b""
+
+    def _write_lines(self, pieces: list[bytes | memoryview]) -> None:
+        """One write of ``pieces`` (one ``sendmsg`` on Python >= 3.12; joined, about a chunk, before)."""
+        if self.transport is None:
+            raise ConnectionResetError("the client went away")
+        pieces = [piece for piece in pieces if piece]
+        if len(pieces) == 1:
+            self.transport.write(pieces[0])
+        elif pieces:
+            self.transport.writelines(pieces)
+
+    def _write(self, data: bytes | memoryview) -> None:
+        if self.transport is None:
+            raise ConnectionResetError("the client went away")
+        self.transport.write(data)
+
+    async def _drain(self) -> None:
+        if self.transport is None:
+            raise ConnectionResetError("the client went away")
+        self._drained = self.loop.create_future()
+        try:
+            await self._drained
+        finally:
+            self._drained = None
+
+    def _next_cycle(self) -> None:
+        """Both sides are done: take the next request (pipelined ones are already in h11's buffer)."""
+        try:
+            self.h11.start_next_cycle()
+        except h11.LocalProtocolError:
+            if self.transport is not None:
+                self.transport.close()
+            return
+        if self._paused_reading and self.transport is not None:
+            self._paused_reading = False
+            self.transport.resume_reading()
+        self._process()
+
+    def _pause_if_flooded(self) -> None:
+        """A client pipelining more than :data:`MAX_PIPELINED_BYTES` behind its request: stop reading for now."""
+        if not self._paused_reading and len(self.h11.trailing_data[0]) > MAX_PIPELINED_BYTES and self.transport:
+            self._paused_reading = True
+            self.transport.pause_reading()
+
+    def _bad_request(self, status: int, reason: str) -> None:
+        """Answer a malformed request (when no response is under way) and close."""
+        transport = self.transport
+        assert transport is not None
+        log.error("bad request from a client", extra={"remote": _peer(transport), "err": reason[:200]})
+        if self.handler is None and self.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+            status, body = _error_body(status if status in (400, 431) else 400)
+            head = (
+                f"HTTP/1.1 {status} {body.decode('ascii')[4:].strip()}\r\n"
+                f"Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: {len(body)}\r\n"
+                "\r\n"
+            ).encode("ascii")
+            transport.write(head + body)
+            if self.finished is not None:
+                self.finished(status)
+        self._discarding = True
+        transport.close()
+
+    # -- keep-alive ---------------------------------------------------------------------------------------
+
+    def _arm_idle(self) -> None:
+        if self._close_after and self.transport is not None:
+            self.transport.close()
+            return
+        if self.idle_timeout > 0 and self._idle_timer is None:
+            self._idle_timer = self.loop.call_later(self.idle_timeout, self._idle_expired)
+
+    def _cancel_idle(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+
+    def _idle_expired(self) -> None:
+        self._idle_timer = None
+        if self.handler is None and self.transport is not None:
+            log.debug("closing an idle keep-alive connection")
+            self.transport.close()
+
+
+def _peer(transport: asyncio.BaseTransport) -> str:
+    peer = transport.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else ""
