@@ -278,18 +278,8 @@ def at_rest(scenario: Scenario, rest: float) -> tuple[float, float, float]:
         exporter.stop()
 
 
-AIOHTTP_CLIENT = re.compile(
-    r"aiohttp\.(client\w*|connector|tracing|cookiejar|resolver|formdata|multipart|payload_streamer|"
-    r"_cookie_helpers|abc)$"
-)
-
-
 def group(module: str) -> str:
-    if AIOHTTP_CLIENT.match(module):
-        return "aiohttp (client side: client*, connector, tracing, cookiejar, resolver, multipart, ...)"
     top = module.split(".", maxsplit=1)[0]
-    if top == "aiohttp":
-        return "aiohttp (the rest: server, http parser/writer, helpers)"
     if top in {"pynvml", "_ctypes", "ctypes"}:
         return "pynvml + ctypes"
     if top in {"ssl", "_ssl"}:
@@ -303,7 +293,8 @@ def group(module: str) -> str:
 
 def import_breakdown(scenario: Scenario, directory: Path, top: int) -> None:
     dump = directory / "imports.json"
-    exporter = start(scenario.args, {**scenario.env, "FOOTPRINT_IMPORTS": str(dump)}, python_args=("-c", IMPORT_HOOK))
+    env = {**scenario.env, "FOOTPRINT_IMPORTS": str(dump)}
+    exporter = start(scenario.args, env, scenario.client, python_args=("-c", IMPORT_HOOK))
     try:
         connection = exporter.client.connect(exporter.address)
         first_scrape(exporter, connection)
@@ -557,8 +548,8 @@ def main() -> None:
             results = sorted((at_rest(scenario, args.rest) for _ in range(args.rounds)), key=lambda result: result[2])
             listening, took, rss = results[len(results) // 2]
             print(f"| {scenario.name} | {listening:.2f} s | {took:.2f} s | {rss:.1f} MiB |")
-        import_breakdown(configurations[0], directory, args.top)
-        import_breakdown(configurations[2], directory, args.top)
+        for scenario in configurations[:3]:  # exec, exec with TLS + basic auth, nvml
+            import_breakdown(scenario, directory, args.top)
         if not args.skip_scaling:
             print_scaling(scaling(library, args.collections, args.cached), args.collections, args.cached)
         flat(args.scrapes)

@@ -4,7 +4,9 @@ hatchling hook hatch_build.py), read back by the version block, ``unknown`` wher
 from __future__ import annotations
 
 import json
+import platform
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -149,3 +151,16 @@ def test_installed_reads_the_record_through_the_package_loader(
                 archive.write(path, path.relative_to(tree).as_posix())
     monkeypatch.syspath_prepend(str(entry))
     assert buildinfo.installed(name) == expected
+
+
+def test_machine_names_the_architecture_as_platform_would_in_gos_spelling() -> None:
+    raw = platform.machine().lower()
+    assert buildinfo.machine() == {"x86_64": "amd64", "aarch64": "arm64"}.get(raw, raw)
+
+
+def test_python_version_is_platforms_without_loading_it() -> None:
+    assert buildinfo.python_version() == platform.python_version()
+
+
+def test_operating_system_is_gos_name_for_it() -> None:
+    assert buildinfo.operating_system() == ("windows" if sys.platform == "win32" else sys.platform)

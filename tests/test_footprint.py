@@ -77,6 +77,9 @@ OPTIONAL = (
     "hmac",
     "importlib.resources",  # the build record is read through the package's loader (support/buildinfo.py)
     "zipfile",
+    "platform",  # only `--version` names the machine (cli.version_text)
+    "datetime",  # the build date is formatted at build time (buildinfo.from_source); PyYAML's constructor loads it
+    "encodings.idna",  # a str host makes getaddrinfo encode it with the idna codec (unicodedata, stringprep)
 )
 
 EXEC = ("--nvidia-smi-command", fake_smi_command(CAPTURE))
@@ -98,7 +101,7 @@ CASES = [
     pytest.param(
         Case(
             EXEC,
-            ("bcrypt", "yaml", "nvidia_gpu_exporter.support.strictyaml"),
+            ("bcrypt", "yaml", "datetime", "nvidia_gpu_exporter.support.strictyaml"),
             web_config=USERS,
         ),
         id="web-config-users-load-yaml-and-bcrypt",
@@ -106,7 +109,7 @@ CASES = [
     pytest.param(
         Case(
             EXEC,
-            ("ssl", "_ssl", "bcrypt", "yaml", "nvidia_gpu_exporter.support.strictyaml"),
+            ("ssl", "_ssl", "bcrypt", "yaml", "datetime", "nvidia_gpu_exporter.support.strictyaml"),
             web_config=f"tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n{USERS}",
             tls=True,
         ),

@@ -14,7 +14,7 @@ from async_helpers import bounded, run
 from hostile.web_hostile import open_client, serving, web_settings
 from nvidia_gpu_exporter.web.body import CHUNK_BYTES, chunks
 from nvidia_gpu_exporter.web.http import App, Request, Response, make_request
-from nvidia_gpu_exporter.web.protocol import MAX_DISCARDED_BODY_BYTES, MAX_HEADER_BYTES, http_date
+from nvidia_gpu_exporter.web.protocol import MAX_DISCARDED_BODY_BYTES, MAX_HEADER_BYTES, http_date, reason
 from nvidia_gpu_exporter.web.server import go_style_errors
 
 PARTS = (b"head\n", b"x" * (2 * CHUNK_BYTES + 100), b"tail\n")  # a body of shared parts over two chunks
@@ -277,3 +277,17 @@ def test_a_chunk_inside_one_part_is_a_view_of_it_not_a_copy() -> None:
 def test_the_date_header_is_an_imf_fixdate() -> None:
     assert http_date(0) == b"Thu, 01 Jan 1970 00:00:00 GMT"
     assert http_date(1_796_083_200) == b"Tue, 01 Dec 2026 00:00:00 GMT"
+
+
+@pytest.mark.parametrize(
+    ("status", "phrase"),
+    [
+        pytest.param(404, b"Not Found", id="404-not-found"),
+        pytest.param(413, b"Request Entity Too Large", id="413-gos-text-not-python-3.13s-content-too-large"),
+        pytest.param(414, b"Request URI Too Long", id="414-without-pythons-hyphen"),
+        pytest.param(505, b"HTTP Version Not Supported", id="505"),
+        pytest.param(599, b"status code 599", id="unknown-status-as-go-writes-it"),
+    ],
+)
+def test_the_reason_phrase_is_gos_status_text(status: int, phrase: bytes) -> None:
+    assert reason(status) == phrase

@@ -8,7 +8,6 @@ imports asyncio, which would import ``ssl``: ``app`` is imported after it.
 from __future__ import annotations
 
 import logging
-import platform
 import sys
 from collections.abc import Sequence
 
@@ -36,14 +35,12 @@ def version_text(build: BuildInfo | None = None) -> str:
     (``support/buildinfo.py``); what a build did not record (an editable install, a build without git) reads
     ``unknown``."""
     info = buildinfo.installed() if build is None else build
-    machine = platform.machine().lower()
-    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
     return (
         f"{PROGRAM}, version {__version__} (branch: {info.branch}, revision: {info.revision})\n"
         f"  build user:       {buildinfo.UNKNOWN}\n"
         f"  build date:       {info.date}\n"
-        f"  python version:   {platform.python_version()}\n"
-        f"  platform:         {sys.platform.replace('win32', 'windows')}/{arch}\n"
+        f"  python version:   {buildinfo.python_version()}\n"
+        f"  platform:         {buildinfo.operating_system()}/{buildinfo.machine()}\n"
         f"  tags:             {buildinfo.UNKNOWN}\n"
     )
 

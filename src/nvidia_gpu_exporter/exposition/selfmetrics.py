@@ -9,8 +9,6 @@ and are simply absent elsewhere.
 from __future__ import annotations
 
 import os
-import platform
-import sys
 import time
 from dataclasses import dataclass, field
 
@@ -32,6 +30,7 @@ from nvidia_gpu_exporter.exposition.families import (
     PROCESS_VIRTUAL_MEMORY,
 )
 from nvidia_gpu_exporter.exposition.text import format_value, render_family
+from nvidia_gpu_exporter.support import buildinfo
 from nvidia_gpu_exporter.support.buildinfo import BuildInfo
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -61,19 +60,14 @@ class HandlerStats:
         self.requests[key] = self.requests.get(key, 0) + 1
 
 
-def _machine() -> str:
-    machine = platform.machine().lower()
-    return {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
-
-
 def build_info_values(build: BuildInfo) -> tuple[str, ...]:
     """The labels of ``nvidia_gpu_exporter_build_info`` (BUILD_INFO's order): the branch and revision ``--version``
     prints (``unknown`` where the build recorded none, as the Go exporter's revision reads then)."""
     return (
         build.branch,
-        _machine(),
-        sys.platform.replace("win32", "windows"),
-        platform.python_version(),
+        buildinfo.machine(),
+        buildinfo.operating_system(),
+        buildinfo.python_version(),
         build.revision,
         "",
         __version__,

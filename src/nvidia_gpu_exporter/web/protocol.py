@@ -30,7 +30,6 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from http import HTTPStatus
 from typing import cast
 
 import h11
@@ -66,19 +65,41 @@ def http_date(now: float | None = None) -> bytes:
     return value
 
 
-_REASONS: dict[int, bytes] = {}
+# Go's http.StatusText for every status this server can answer; Python's HTTPStatus spells some differently
+# (413 is "Content Too Large" from Python 3.13, 414 "Request-URI Too Long") and costs an enum of 60 members.
+_REASONS: dict[int, bytes] = {
+    100: b"Continue",
+    200: b"OK",
+    202: b"Accepted",
+    204: b"No Content",
+    301: b"Moved Permanently",
+    302: b"Found",
+    304: b"Not Modified",
+    400: b"Bad Request",
+    401: b"Unauthorized",
+    403: b"Forbidden",
+    404: b"Not Found",
+    405: b"Method Not Allowed",
+    406: b"Not Acceptable",
+    408: b"Request Timeout",
+    409: b"Conflict",
+    413: b"Request Entity Too Large",
+    414: b"Request URI Too Long",
+    415: b"Unsupported Media Type",
+    429: b"Too Many Requests",
+    431: b"Request Header Fields Too Large",
+    500: b"Internal Server Error",
+    501: b"Not Implemented",
+    502: b"Bad Gateway",
+    503: b"Service Unavailable",
+    504: b"Gateway Timeout",
+    505: b"HTTP Version Not Supported",
+}
 
 
 def reason(status: int) -> bytes:
-    """The status line's reason phrase (``Not Found``), as Go and aiohttp write it."""
-    phrase = _REASONS.get(status)
-    if phrase is None:
-        try:
-            phrase = HTTPStatus(status).phrase.encode("ascii")
-        except ValueError:
-            phrase = b""
-        _REASONS[status] = phrase
-    return phrase
+    """The status line's reason phrase (``Not Found``) as Go writes it; ``status code N`` where Go has none."""
+    return _REASONS.get(status) or f"status code {status}".encode("ascii")
 
 
 def _error_body(status: int) -> tuple[int, bytes]:

@@ -157,7 +157,9 @@ def bind_socket(address: str, network: str = "tcp") -> socket.socket:
             ("::", port), family=socket.AF_INET6, dualstack_ipv6=network == "tcp", reuse_port=False
         )
     try:
-        infos = socket.getaddrinfo(host, port, families[network], socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+        # An ASCII host goes as bytes: a str would be encoded with the idna codec, which loads unicodedata.
+        name = host.encode("ascii") if host.isascii() else host
+        infos = socket.getaddrinfo(name, port, families[network], socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
     except OSError as error:
         raise ListenError(f"listen {network} {address}: {error}") from error
     last_error: OSError | None = None
