@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# The exporters and fake nvidia-smis the tests start (hundreds) read their bytecode from one cache outside the
+# checkout. Where the environment says PYTHONDONTWRITEBYTECODE (this project's CI machines do), each of them would
+# compile every module it imports from source: 0.44 s of CPU per fake nvidia-smi run instead of 0.08 s. An
+# installed exporter has its bytecode (pip compiles at install), so this makes the children start as it does.
+def _share_bytecode() -> None:
+    if "PYTHONPYCACHEPREFIX" in os.environ or not hasattr(os, "getuid"):
+        return
+    cache = os.path.join(tempfile.gettempdir(), f"nvge-test-pycache-{os.getuid()}")
+    os.makedirs(cache, mode=0o700, exist_ok=True)
+    if os.stat(cache).st_uid != os.getuid():  # somebody else's directory: never run bytecode it holds
+        return
+    os.environ["PYTHONPYCACHEPREFIX"] = cache
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+
+_share_bytecode()
 
 from harness import Exporter, start_exporter
 from k8s_fakes import FakeKubelet, short_socket_dir
