@@ -12,6 +12,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness import Exporter, start_exporter
+from k8s_fakes import FakeKubelet, short_socket_dir
+
+
 # The exporters and fake nvidia-smis the tests start (hundreds) read their bytecode from one cache outside the
 # checkout. Where the environment says PYTHONDONTWRITEBYTECODE (this project's CI machines do), each of them would
 # compile every module it imports from source: 0.44 s of CPU per fake nvidia-smi run instead of 0.08 s. An
@@ -28,9 +32,6 @@ def _share_bytecode() -> None:
 
 
 _share_bytecode()
-
-from harness import Exporter, start_exporter
-from k8s_fakes import FakeKubelet, short_socket_dir
 
 # Fixture modules every test module may use without importing them: the fake libnvidia-ml (built on first use).
 pytest_plugins = ["nvml_fixtures"]
