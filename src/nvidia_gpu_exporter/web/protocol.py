@@ -47,7 +47,7 @@ MAX_PIPELINED_BYTES = 64 * 1024  # requests buffered behind the one being answer
 
 _WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-_date_cache: tuple[int, bytes] = (0, b"")
+_date_cache: tuple[int, bytes] = (-1, b"")  # no second yet: 0 is the epoch, a valid date
 
 
 def http_date(now: float | None = None) -> bytes:
