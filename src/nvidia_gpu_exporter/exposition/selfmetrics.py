@@ -1,9 +1,10 @@
 """The exporter's own families outside ``nvidia_smi_*``: build info, process resources, HTTP handler counters.
 
 These change on every request (the handler counters do by definition), so they are rendered per scrape
-and spliced around the cached ``nvidia_smi_*`` block; their headers are rendered once, so a scrape costs
-one read of ``/proc/self/stat`` and a few string joins. Process figures come from ``/proc/self`` on Linux
-and are simply absent elsewhere.
+and spliced around the cached ``nvidia_smi_*`` block; their headers are rendered once, and each group of
+lines is kept until one of its values changes (the ``process_*`` ones are read at most once a second, the
+connection counters rarely move), so a scrape of a busy exporter renders only the request counters. Process
+figures come from ``/proc/self`` on Linux and are simply absent elsewhere.
 """
 
 from __future__ import annotations
@@ -106,6 +107,12 @@ PROCESS_REFRESH_SECONDS = 1.0
 _process_cache: tuple[float, dict[str, float]] | None = None
 
 
+def format_count(count: int) -> str:
+    """A counter's value as Go writes ``float64(count)``: the integer itself below 1e6 (Go's ``%g`` switches to an
+    exponent at 1e6), :func:`format_value` from there."""
+    return str(count) if 0 <= count < 1_000_000 else format_value(float(count))
+
+
 def process_values() -> dict[str, float]:
     """``process_*`` values, read from ``/proc`` at most once a second (a scrape storm reads them once)."""
     global _process_cache  # noqa: PLW0603 - a one-slot cache of a process-wide reading
@@ -141,7 +148,8 @@ def read_process_values() -> dict[str, float]:
 
 
 class SelfMetrics:
-    """Renders the self families of one exporter; the static parts are rendered once."""
+    """Renders the self families of one exporter; the static parts are rendered once, each group of value lines
+    again only when one of its values changed."""
 
     def __init__(self, build_info: tuple[str, ...]) -> None:
         info = BUILD_INFO.family()
@@ -153,36 +161,63 @@ class SelfMetrics:
         self._connections_header = HTTP_CONNECTIONS.header()
         self._closed_header = HTTP_CONNECTIONS_CLOSED.header()
         self._incomplete_header = HTTP_RESPONSES_INCOMPLETE.header()
+        # (the values a group was rendered from, its text): compared by value, except the process readings,
+        # which process_values() hands out as one dict per reading (held here, so its identity is never reused)
+        self._before: tuple[tuple[object, ...], str] | None = None
+        self._process: tuple[dict[str, float], str] | None = None
+        self._handler: tuple[tuple[object, ...], str] | None = None
 
     def before_nvidia_smi(self, stats: HandlerStats) -> str:
         """Families sorting before ``nvidia_smi_``: build info and the HTTP server's connections."""
         connections = stats.connections
+        key = (connections.open, tuple(connections.closed.items()), connections.responses_incomplete)
+        if self._before is not None and self._before[0] == key:
+            return self._before[1]
         parts = [
             self.build_info_text,
-            f"{self._connections_header}{HTTP_CONNECTIONS.name} {format_value(float(connections.open))}\n",
+            f"{self._connections_header}{HTTP_CONNECTIONS.name} {format_count(connections.open)}\n",
             self._closed_header,
         ]
         parts += [
-            f'{HTTP_CONNECTIONS_CLOSED.name}{{reason="{reason}"}} {format_value(float(count))}\n'
+            f'{HTTP_CONNECTIONS_CLOSED.name}{{reason="{reason}"}} {format_count(count)}\n'
             for reason, count in sorted(connections.closed.items())
         ]
-        incomplete = format_value(float(connections.responses_incomplete))
+        incomplete = format_count(connections.responses_incomplete)
         parts.append(f"{self._incomplete_header}{HTTP_RESPONSES_INCOMPLETE.name} {incomplete}\n")
-        return "".join(parts)
+        text = "".join(parts)
+        self._before = (key, text)
+        return text
 
     def after_nvidia_smi(self, stats: HandlerStats) -> str:
         """Families sorting after ``nvidia_smi_`` (``process_*``, ``promhttp_*``), in name order."""
-        parts = [f"{_HEADERS[name]}{name} {format_value(value)}\n" for name, value in sorted(process_values().items())]
-        parts.append(self._errors_header)
+        return self._process_lines() + self._handler_lines(stats) + self._requests_lines(stats)
+
+    def _process_lines(self) -> str:
+        values = process_values()
+        if self._process is not None and self._process[0] is values:
+            return self._process[1]
+        text = "".join(f"{_HEADERS[name]}{name} {format_value(value)}\n" for name, value in sorted(values.items()))
+        self._process = (values, text)
+        return text
+
+    def _handler_lines(self, stats: HandlerStats) -> str:
+        key = (tuple(stats.errors.items()), stats.in_flight)
+        if self._handler is not None and self._handler[0] == key:
+            return self._handler[1]
+        parts = [self._errors_header]
         parts += [
-            f'{HANDLER_ERRORS.name}{{cause="{cause}"}} {format_value(float(count))}\n'
+            f'{HANDLER_ERRORS.name}{{cause="{cause}"}} {format_count(count)}\n'
             for cause, count in sorted(stats.errors.items())
         ]
-        in_flight = format_value(float(stats.in_flight))
-        parts.append(f"{self._in_flight_header}{HANDLER_IN_FLIGHT.name} {in_flight}\n")
-        parts.append(self._requests_header)
-        parts += [
-            f'{HANDLER_REQUESTS.name}{{code="{code}"}} {format_value(float(count))}\n'
+        parts.append(f"{self._in_flight_header}{HANDLER_IN_FLIGHT.name} {format_count(stats.in_flight)}\n")
+        text = "".join(parts)
+        self._handler = (key, text)
+        return text
+
+    def _requests_lines(self, stats: HandlerStats) -> str:
+        """The request counters: one of them moves with every scrape, so they are rendered each time."""
+        lines = [
+            f'{HANDLER_REQUESTS.name}{{code="{code}"}} {format_count(count)}\n'
             for code, count in sorted(stats.requests.items())
         ]
-        return "".join(parts)
+        return self._requests_header + "".join(lines)
