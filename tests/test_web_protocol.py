@@ -169,6 +169,30 @@ def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() -> Non
     assert closed
 
 
+def test_the_idle_timeout_counts_from_the_last_response_not_the_first() -> None:
+    """Requests at 0, 0.6 and 1.2 s with a 1 s idle timeout: the connection serves all three (the deadline set
+    after the first response has moved), then closes once idle."""
+
+    async def main() -> tuple[list[bytes], bytes]:
+        async with serving(app(), web_settings(idle_timeout_seconds=1.0)) as server:
+            reader, writer = await open_client(server)
+            answers = []
+            for pause in (0.0, 0.6, 0.6):
+                await asyncio.sleep(pause)
+                writer.write(get())
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+                length = int(re.search(rb"Content-Length: (\d+)", head).group(1))  # type: ignore[union-attr]
+                await asyncio.wait_for(reader.readexactly(length), 5)
+                answers.append(head)
+            rest = await asyncio.wait_for(reader.read(), 5)  # the end, once the idle timeout has passed
+            writer.close()
+            return [status for answer in answers for status in statuses(answer)], rest
+
+    answered, rest = run(main)
+    assert answered == [b"HTTP/1.1 200 OK"] * 3
+    assert rest == b""
+
+
 def test_a_client_that_leaves_cancels_its_handler() -> None:
     async def main() -> bool:
         entered, cancelled = asyncio.Event(), asyncio.Event()

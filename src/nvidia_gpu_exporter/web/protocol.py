@@ -154,6 +154,7 @@ class HttpProtocol(asyncio.Protocol):
         self._write_paused = False
         self._drained: asyncio.Future[None] | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._idle_deadline: float | None = None  # idle since a response: closes at this loop time
 
     # -- asyncio ------------------------------------------------------------------------------------------
 
@@ -183,7 +184,7 @@ class HttpProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self.connections.open.discard(self)
-        self._cancel_idle()
+        self._stop_idle()
         if self.handler is not None:
             self.handler.cancel()
         if self._drained is not None and not self._drained.done():
@@ -414,20 +415,37 @@ class HttpProtocol(asyncio.Protocol):
 
     # -- keep-alive ---------------------------------------------------------------------------------------
 
+    # A keep-alive connection goes idle after every response: rather than a new timer each time (and a cancelled
+    # one left in the loop's heap per request), one timer is kept and the deadline moved; when it fires before the
+    # current deadline it re-arms for it, and when the connection is busy (no deadline) it retires.
+
     def _arm_idle(self) -> None:
         if self._close_after and self.transport is not None:
             self.transport.close()
             return
-        if self.idle_timeout > 0 and self._idle_timer is None:
-            self._idle_timer = self.loop.call_later(self.idle_timeout, self._idle_expired)
+        if self.idle_timeout > 0 and self._idle_deadline is None:
+            self._idle_deadline = self.loop.time() + self.idle_timeout
+            if self._idle_timer is None:
+                self._idle_timer = self.loop.call_at(self._idle_deadline, self._idle_expired)
 
     def _cancel_idle(self) -> None:
+        self._idle_deadline = None  # the timer, if any, retires when it fires
+
+    def _stop_idle(self) -> None:
+        self._idle_deadline = None
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
 
     def _idle_expired(self) -> None:
         self._idle_timer = None
+        deadline = self._idle_deadline
+        if deadline is None:
+            return
+        if self.loop.time() < deadline:  # idle again since this timer was set: wait for the current deadline
+            self._idle_timer = self.loop.call_at(deadline, self._idle_expired)
+            return
+        self._idle_deadline = None
         if self.handler is None and self.transport is not None:
             log.debug("closing an idle keep-alive connection")
             self.transport.close()
