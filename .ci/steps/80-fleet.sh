@@ -31,15 +31,10 @@ export PROMETHEUS_BIN_DIR="$tools/root/usr/bin"
 echo "tools installed in $(( $(date +%s) - started ))s"
 
 status=0
-# -m 'slow or not slow': every test of these files, the load test (the only slow one) included. The load test
-# runs alone, after the rest: beside it, its 50 sessions of the fake nvidia-smi starved the Prometheus test's 1 s
-# scrapes on two cores (CI, 2026-12-02), a contention of the test machine, not of the exporter.
-load_test=tests/test_fleet_ssh.py::test_fifty_targets_share_one_pooled_connection_and_all_answer
+# -m 'slow or not slow': every test of these files, the load test (the only slow one) included.
 .venv/bin/python -m pytest tests/test_fleet_ssh.py tests/test_fleet_targets.py tests/test_fleet_probe_refusals.py \
-    tests/test_fleet_connection_drop.py -m 'slow or not slow' --deselect "$load_test" -q -rs --durations=3 \
+    tests/test_fleet_connection_drop.py -m 'slow or not slow' -q -rs --durations=3 --junitxml="$tools/junit.xml" \
     2>&1 | tee "$out" || status=$?
-.venv/bin/python -m pytest "$load_test" -n 0 -m 'slow or not slow' -q -rs --junitxml="$tools/junit.xml" \
-    2>&1 | tee -a "$out" || status=$?
 if ! grep -q 'name="test_fifty_targets_share_one_pooled_connection_and_all_answer"' "$tools/junit.xml"; then
     echo "the 50-target load test did not run" >&2
     exit 1
