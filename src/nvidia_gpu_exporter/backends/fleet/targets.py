@@ -123,22 +123,18 @@ def _nonempty_text(node: YamlNode) -> str:
     return text
 
 
-def _policy(node: YamlNode) -> HostKeyPolicy:
-    text = node.text()
-    try:
-        return HostKeyPolicy(text)
-    except ValueError:
-        allowed = ", ".join(policy.value for policy in HostKeyPolicy)
-        raise node.fail(f"must be one of {allowed}, got {go_quote(text)}") from None
+def _choice(kind: type[Enum]) -> Callable[[YamlNode], object]:
+    """A reader of one of ``kind``'s values (``host_key_policy``, ``shell``); anything else names them all."""
 
+    def read(node: YamlNode) -> object:
+        text = node.text()
+        try:
+            return kind(text)
+        except ValueError:
+            allowed = ", ".join(member.value for member in kind)
+            raise node.fail(f"must be one of {allowed}, got {go_quote(text)}") from None
 
-def _shell(node: YamlNode) -> RemoteShell:
-    text = node.text()
-    try:
-        return RemoteShell(text)
-    except ValueError:
-        allowed = ", ".join(shell.value for shell in RemoteShell)
-        raise node.fail(f"must be one of {allowed}, got {go_quote(text)}") from None
+    return read
 
 
 def _port(node: YamlNode) -> int:
@@ -154,10 +150,10 @@ _READERS: dict[str, Callable[[YamlNode], object]] = {
     "port": _port,
     "identity_file": _nonempty_text,
     "known_hosts": _nonempty_text,
-    "host_key_policy": _policy,
+    "host_key_policy": _choice(HostKeyPolicy),
     "jump_host": _nonempty_text,
     "command": _nonempty_text,
-    "shell": _shell,
+    "shell": _choice(RemoteShell),
     "timeout": _duration_seconds,
     "connect_timeout": _duration_seconds,
     "fields": _nonempty_text,
