@@ -697,20 +697,25 @@ def test_scoop_manifest_refuses_bad_inputs(repository: str, wheel: str, message:
         stack.scoop_manifest(repository, tmp_path / wheel)
 
 
-def test_scoop_manifest_command_runs_without_pyyaml(tmp_path: Path) -> None:
-    # The release build's environment (packaging/build-tools.txt) has no PyYAML; the manifest needs none.
-    wheel = fake_wheel(tmp_path)
+def build_stack_without_pyyaml(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``deploy/build_stack.py args`` where importing PyYAML fails, as in the release build's environment."""
     shadow = tmp_path / "shadow"
     shadow.mkdir()
     (shadow / "yaml.py").write_text("raise ImportError('no PyYAML here')\n", encoding="utf-8")
-    result = subprocess.run(
-        [sys.executable, str(REPO / "deploy" / "build_stack.py"), "--scoop-manifest", "a/b", str(wheel)],
+    return subprocess.run(
+        [sys.executable, str(DEPLOY / "build_stack.py"), *args],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
         env={"PYTHONPATH": str(shadow), "PATH": "/usr/bin:/bin"},
     )
+
+
+def test_scoop_manifest_command_runs_without_pyyaml(tmp_path: Path) -> None:
+    # The release build's environment (packaging/build-tools.txt) has no PyYAML; the manifest needs none.
+    wheel = fake_wheel(tmp_path)
+    result = build_stack_without_pyyaml(tmp_path, "--scoop-manifest", "a/b", str(wheel))
     assert (result.returncode, result.stderr) == (0, "")
     assert json.loads(result.stdout)["hash"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
 
@@ -819,26 +824,9 @@ def test_winget_manifests_refuse_bad_inputs(repository: str, archive: str, messa
 def test_winget_manifests_command_writes_the_three_files_without_pyyaml(tmp_path: Path) -> None:
     # The Windows build job's Python has no PyYAML either.
     archive = fake_windows_zip(tmp_path)
-    shadow = tmp_path / "shadow"
-    shadow.mkdir()
-    (shadow / "yaml.py").write_text("raise ImportError('no PyYAML here')\n", encoding="utf-8")
     out = tmp_path / "out"
     out.mkdir()
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(DEPLOY / "build_stack.py"),
-            "--winget-manifests",
-            WINGET_REPOSITORY,
-            str(archive),
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={"PYTHONPATH": str(shadow), "PATH": "/usr/bin:/bin"},
-    )
+    result = build_stack_without_pyyaml(tmp_path, "--winget-manifests", WINGET_REPOSITORY, str(archive), str(out))
     assert (result.returncode, result.stderr) == (0, "")
     names = sorted(path.name for path in out.iterdir())
     assert names == sorted(result.stdout.split()) == sorted(winget_set(tmp_path))
