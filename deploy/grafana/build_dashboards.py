@@ -371,6 +371,33 @@ ANY_RED: Steps = [(None, "green"), (1.0, "red")]
 TIMELINE = {"fillOpacity": 80, "lineWidth": 0}
 
 
+def timeseries(
+    title: str,
+    lines: Sequence[tuple[str, str]],
+    *,
+    width: int = 12,
+    unit: str = "",
+    min: float | None = 0,
+    max: float | None = None,
+    thresholds: Steps | None = None,
+    description: str = "",
+) -> Panel:
+    """A time series panel: a range query per `(expression, legend)` in `lines`, its axis from 0 unless `min` says
+    otherwise; `thresholds`, where given, are drawn as lines across it."""
+    return Panel(
+        title,
+        "timeseries",
+        [Target(expr, legend) for expr, legend in lines],
+        width=width,
+        unit=unit,
+        description=description,
+        min=min,
+        max=max,
+        thresholds=thresholds or [],
+        custom={"thresholdsStyle": {"mode": "line"}} if thresholds else {},
+    )
+
+
 def detail_items() -> list[Item]:
     s, n = DETAIL, DETAIL_NODE
     return [
@@ -450,54 +477,44 @@ def detail_items() -> list[Item]:
             description="A power cap, thermal or hardware slowdown holds the clocks down.",
         ),
         Row("Utilization and memory"),
-        Panel(
+        timeseries(
             "Utilization",
-            "timeseries",
             [
-                Target(f"nvidia_smi_utilization_gpu_ratio{{{s}}}", "GPU"),
-                Target(f"nvidia_smi_utilization_memory_ratio{{{s}}}", "memory controller"),
-                Target(f"nvidia_smi_utilization_encoder_ratio{{{s}}}", "encoder"),
-                Target(f"nvidia_smi_utilization_decoder_ratio{{{s}}}", "decoder"),
+                (f"nvidia_smi_utilization_gpu_ratio{{{s}}}", "GPU"),
+                (f"nvidia_smi_utilization_memory_ratio{{{s}}}", "memory controller"),
+                (f"nvidia_smi_utilization_encoder_ratio{{{s}}}", "encoder"),
+                (f"nvidia_smi_utilization_decoder_ratio{{{s}}}", "decoder"),
             ],
             unit="percentunit",
-            min=0,
             max=1,
         ),
-        Panel(
+        timeseries(
             "Memory",
-            "timeseries",
             [
-                Target(f"nvidia_smi_memory_used_bytes{{{s}}}", "used"),
-                Target(f"nvidia_smi_memory_reserved_bytes{{{s}}}", "reserved"),
-                Target(f"nvidia_smi_memory_total_bytes{{{s}}}", "total"),
+                (f"nvidia_smi_memory_used_bytes{{{s}}}", "used"),
+                (f"nvidia_smi_memory_reserved_bytes{{{s}}}", "reserved"),
+                (f"nvidia_smi_memory_total_bytes{{{s}}}", "total"),
             ],
             unit="bytes",
-            min=0,
         ),
         Row("Temperature, power and energy"),
-        Panel(
+        timeseries(
             "Temperature",
-            "timeseries",
-            [
-                Target(f"nvidia_smi_temperature_gpu{{{s}}}", "core"),
-                Target(f"nvidia_smi_temperature_memory{{{s}}}", "memory (HBM)"),
-            ],
+            [(f"nvidia_smi_temperature_gpu{{{s}}}", "core"), (f"nvidia_smi_temperature_memory{{{s}}}", "memory (HBM)")],
             width=8,
             unit="celsius",
             thresholds=TEMPERATURE,
-            custom={"thresholdsStyle": {"mode": "line"}},
+            min=None,
         ),
-        Panel(
+        timeseries(
             "Power",
-            "timeseries",
             [
-                Target(f"nvidia_smi_power_draw_watts{{{s}}}", "draw"),
-                Target(f"rate(nvidia_smi_energy_joules_total{{{s}}}[$__rate_interval])", "from the energy counter"),
-                Target(f"nvidia_smi_enforced_power_limit_watts{{{s}}}", "enforced limit"),
+                (f"nvidia_smi_power_draw_watts{{{s}}}", "draw"),
+                (f"rate(nvidia_smi_energy_joules_total{{{s}}}[$__rate_interval])", "from the energy counter"),
+                (f"nvidia_smi_enforced_power_limit_watts{{{s}}}", "enforced limit"),
             ],
             width=8,
             unit="watt",
-            min=0,
             description="The sampled draw against the average from the energy counter (NVML and demo backends).",
         ),
         Panel(
@@ -510,18 +527,16 @@ def detail_items() -> list[Item]:
             thresholds=ALWAYS_GREEN,
         ),
         Row("Clocks and throttling"),
-        Panel(
+        timeseries(
             "Clocks",
-            "timeseries",
             [
-                Target(f"nvidia_smi_clocks_current_graphics_clock_hz{{{s}}}", "graphics"),
-                Target(f"nvidia_smi_clocks_current_sm_clock_hz{{{s}}}", "SM"),
-                Target(f"nvidia_smi_clocks_current_memory_clock_hz{{{s}}}", "memory"),
-                Target(f"nvidia_smi_clocks_current_video_clock_hz{{{s}}}", "video"),
-                Target(f"nvidia_smi_clocks_max_graphics_clock_hz{{{s}}}", "graphics max"),
+                (f"nvidia_smi_clocks_current_graphics_clock_hz{{{s}}}", "graphics"),
+                (f"nvidia_smi_clocks_current_sm_clock_hz{{{s}}}", "SM"),
+                (f"nvidia_smi_clocks_current_memory_clock_hz{{{s}}}", "memory"),
+                (f"nvidia_smi_clocks_current_video_clock_hz{{{s}}}", "video"),
+                (f"nvidia_smi_clocks_max_graphics_clock_hz{{{s}}}", "graphics max"),
             ],
             unit="hertz",
-            min=0,
         ),
         Panel(
             "Throttle reasons",
@@ -532,14 +547,10 @@ def detail_items() -> list[Item]:
             custom=TIMELINE,
             options={"showValue": "never", "mergeValues": True, "rowHeight": 0.8},
         ),
-        Panel(
+        timeseries(
             "Time throttled per second",
-            "timeseries",
             [
-                Target(
-                    f"rate(nvidia_smi_clocks_event_reasons_counters_{name}_seconds{{{s}}}[$__rate_interval])",
-                    legend,
-                )
+                (f"rate(nvidia_smi_clocks_event_reasons_counters_{name}_seconds{{{s}}}[$__rate_interval])", legend)
                 for name, legend in [
                     ("sw_power_cap", "SW power cap"),
                     ("sw_thermal_slowdown", "SW thermal"),
@@ -549,7 +560,6 @@ def detail_items() -> list[Item]:
                 ]
             ],
             unit="percentunit",
-            min=0,
             description="From the driver's cumulative counters (drivers 535 and later).",
         ),
         Panel(
@@ -562,15 +572,13 @@ def detail_items() -> list[Item]:
             description="P0 is full performance, P8 and above idle.",
         ),
         Row("PCIe"),
-        Panel(
+        timeseries(
             "PCIe throughput",
-            "timeseries",
             [
-                Target(f"nvidia_smi_pcie_throughput_tx_bytes_per_second{{{s}}}", "TX"),
-                Target(f"nvidia_smi_pcie_throughput_rx_bytes_per_second{{{s}}}", "RX"),
+                (f"nvidia_smi_pcie_throughput_tx_bytes_per_second{{{s}}}", "TX"),
+                (f"nvidia_smi_pcie_throughput_rx_bytes_per_second{{{s}}}", "RX"),
             ],
             unit="Bps",
-            min=0,
         ),
         Panel(
             "PCIe link",
@@ -604,20 +612,16 @@ def detail_items() -> list[Item]:
             width=6,
             thresholds=ANY_RED,
         ),
-        Panel(
+        timeseries(
             "ECC errors",
-            "timeseries",
             [
-                Target(f"nvidia_smi_ecc_errors_corrected_volatile_total{{{s}}}", "corrected"),
-                Target(f"nvidia_smi_ecc_errors_uncorrected_volatile_total{{{s}}}", "uncorrected"),
+                (f"nvidia_smi_ecc_errors_corrected_volatile_total{{{s}}}", "corrected"),
+                (f"nvidia_smi_ecc_errors_uncorrected_volatile_total{{{s}}}", "uncorrected"),
             ],
-            min=0,
         ),
-        Panel(
+        timeseries(
             "XID errors by code",
-            "timeseries",
-            [Target(f"nvidia_smi_xid_errors_total{{{s}}}", "Xid {{xid}}")],
-            min=0,
+            [(f"nvidia_smi_xid_errors_total{{{s}}}", "Xid {{xid}}")],
             description="From the kernel log, every XID since boot; from NVML events, those since the exporter "
             "started (docs/health.md).",
         ),
@@ -653,12 +657,10 @@ def detail_items() -> list[Item]:
             description="Needs --collect.compute-apps, and hostPID in Kubernetes.",
             transformations=[organize(("Time", "job", "instance", "uuid"), {"Value": "memory"})],
         ),
-        Panel(
+        timeseries(
             "Process memory",
-            "timeseries",
-            [Target(f"nvidia_smi_compute_app_used_memory_bytes{{{s}}}", "{{process_name}} ({{pid}})")],
+            [(f"nvidia_smi_compute_app_used_memory_bytes{{{s}}}", "{{process_name}} ({{pid}})")],
             unit="bytes",
-            min=0,
         ),
         Row("MIG"),
         mig_inventory_table("MIG devices", s),
@@ -678,32 +680,19 @@ def detail_items() -> list[Item]:
             thresholds=PERCENT,
             options={"displayMode": "gradient", "orientation": "horizontal"},
         ),
-        Panel(
-            "MIG SM activity",
-            "timeseries",
-            [Target(by_mig(f"nvidia_smi_mig_sm_activity_ratio{{{s}}}", s), "GI {{gpu_instance_id}} {{profile}}")],
-            width=8,
-            unit="percentunit",
-            min=0,
-            max=1,
-        ),
-        Panel(
-            "MIG tensor activity",
-            "timeseries",
-            [Target(by_mig(f"nvidia_smi_mig_tensor_activity_ratio{{{s}}}", s), "GI {{gpu_instance_id}} {{profile}}")],
-            width=8,
-            unit="percentunit",
-            min=0,
-            max=1,
-        ),
-        Panel(
-            "MIG SM occupancy",
-            "timeseries",
-            [Target(by_mig(f"nvidia_smi_mig_sm_occupancy_ratio{{{s}}}", s), "GI {{gpu_instance_id}} {{profile}}")],
-            width=8,
-            unit="percentunit",
-            min=0,
-            max=1,
+        *(
+            timeseries(
+                f"MIG {what}",
+                [(by_mig(f"nvidia_smi_mig_{metric}_ratio{{{s}}}", s), "GI {{gpu_instance_id}} {{profile}}")],
+                width=8,
+                unit="percentunit",
+                max=1,
+            )
+            for what, metric in (
+                ("SM activity", "sm_activity"),
+                ("tensor activity", "tensor_activity"),
+                ("SM occupancy", "sm_occupancy"),
+            )
         ),
         Row("Exporter"),
         Panel(
@@ -730,28 +719,24 @@ def detail_items() -> list[Item]:
             unit="s",
             thresholds=[(None, "green"), (300.0, "red")],
         ),
-        Panel(
+        timeseries(
             "Collection duration and failures",
-            "timeseries",
             [
-                Target(f"nvidia_smi_last_collect_duration_seconds{{{n}}}", "duration (s)"),
-                Target(f"rate(nvidia_smi_failed_scrapes_total{{{n}}}[$__rate_interval])", "failures per second"),
+                (f"nvidia_smi_last_collect_duration_seconds{{{n}}}", "duration (s)"),
+                (f"rate(nvidia_smi_failed_scrapes_total{{{n}}}[$__rate_interval])", "failures per second"),
             ],
-            min=0,
         ),
-        Panel(
+        timeseries(
             "Utilization vs. power",
-            "timeseries",
             [
-                Target(f"nvidia_smi_utilization_gpu_ratio{{{s}}}", "GPU utilization"),
-                Target(
+                (f"nvidia_smi_utilization_gpu_ratio{{{s}}}", "GPU utilization"),
+                (
                     f"nvidia_smi_power_draw_watts{{{s}}} / nvidia_smi_enforced_power_limit_watts{{{s}}}",
                     "power of limit",
                 ),
             ],
             width=24,
             unit="percentunit",
-            min=0,
         ),
     ]
 
@@ -823,74 +808,43 @@ def fleet_items() -> list[Item]:
             ],
         ),
         Row("Utilization and memory"),
-        Panel(
+        timeseries(
             "GPU utilization",
-            "timeseries",
-            [Target(by_gpu(f"nvidia_smi_utilization_gpu_ratio{{{s}}}", s), legend)],
+            [(by_gpu(f"nvidia_smi_utilization_gpu_ratio{{{s}}}", s), legend)],
             unit="percentunit",
-            min=0,
             max=1,
         ),
-        Panel(
+        timeseries(
             "Memory allocated",
-            "timeseries",
-            [
-                Target(
-                    by_gpu(f"nvidia_smi_memory_used_bytes{{{s}}} / nvidia_smi_memory_total_bytes{{{s}}}", s),
-                    legend,
-                )
-            ],
+            [(by_gpu(f"nvidia_smi_memory_used_bytes{{{s}}} / nvidia_smi_memory_total_bytes{{{s}}}", s), legend)],
             unit="percentunit",
-            min=0,
             max=1,
         ),
         Row("Temperature, power and energy"),
-        Panel(
+        timeseries(
             "Temperature",
-            "timeseries",
-            [Target(by_gpu(f"nvidia_smi_temperature_gpu{{{s}}}", s), legend)],
+            [(by_gpu(f"nvidia_smi_temperature_gpu{{{s}}}", s), legend)],
             width=8,
             unit="celsius",
+            min=None,
             thresholds=TEMPERATURE,
-            custom={"thresholdsStyle": {"mode": "line"}},
         ),
-        Panel(
-            "Power draw",
-            "timeseries",
-            [Target(by_gpu(f"nvidia_smi_power_draw_watts{{{s}}}", s), legend)],
-            width=8,
-            unit="watt",
-            min=0,
-        ),
-        Panel(
+        timeseries("Power draw", [(by_gpu(f"nvidia_smi_power_draw_watts{{{s}}}", s), legend)], width=8, unit="watt"),
+        timeseries(
             "Power per node (energy counter)",
-            "timeseries",
-            [
-                Target(
-                    f"sum by (instance) (rate(nvidia_smi_energy_joules_total{{{s}}}[$__rate_interval]))",
-                    "{{instance}}",
-                )
-            ],
+            [(f"sum by (instance) (rate(nvidia_smi_energy_joules_total{{{s}}}[$__rate_interval]))", "{{instance}}")],
             width=8,
             unit="watt",
-            min=0,
         ),
         Row("Clocks and throttling"),
-        Panel(
-            "SM clock",
-            "timeseries",
-            [Target(by_gpu(f"nvidia_smi_clocks_current_sm_clock_hz{{{s}}}", s), legend)],
-            width=8,
-            unit="hertz",
-            min=0,
+        timeseries(
+            "SM clock", [(by_gpu(f"nvidia_smi_clocks_current_sm_clock_hz{{{s}}}", s), legend)], width=8, unit="hertz"
         ),
-        Panel(
+        timeseries(
             "Memory clock",
-            "timeseries",
-            [Target(by_gpu(f"nvidia_smi_clocks_current_memory_clock_hz{{{s}}}", s), legend)],
+            [(by_gpu(f"nvidia_smi_clocks_current_memory_clock_hz{{{s}}}", s), legend)],
             width=8,
             unit="hertz",
-            min=0,
         ),
         Panel(
             "Throttled GPUs",
@@ -903,12 +857,10 @@ def fleet_items() -> list[Item]:
             options={"showValue": "never", "mergeValues": True, "rowHeight": 0.8},
         ),
         Row("ECC and XID"),
-        Panel(
+        timeseries(
             "Uncorrectable ECC errors",
-            "timeseries",
-            [Target(by_gpu(f"nvidia_smi_ecc_errors_uncorrected_volatile_total{{{s}}}", s), legend)],
+            [(by_gpu(f"nvidia_smi_ecc_errors_uncorrected_volatile_total{{{s}}}", s), legend)],
             width=8,
-            min=0,
         ),
         Panel(
             "XID errors in the time range",
@@ -935,15 +887,13 @@ def fleet_items() -> list[Item]:
             options={"showValue": "never", "mergeValues": True, "rowHeight": 0.8},
         ),
         Row("Node health"),
-        Panel(
+        timeseries(
             "GPUs on the PCI bus and visible to the driver",
-            "timeseries",
             [
-                Target(f"sum by (instance) (nvidia_smi_gpus_expected{{{n}}})", "{{instance}} on the bus"),
-                Target(f"count by (instance) (nvidia_smi_gpu_info{{{n}}})", "{{instance}} visible"),
+                (f"sum by (instance) (nvidia_smi_gpus_expected{{{n}}})", "{{instance}} on the bus"),
+                (f"count by (instance) (nvidia_smi_gpu_info{{{n}}})", "{{instance}} visible"),
             ],
             width=8,
-            min=0,
             description="sysfs's NVIDIA GPUs against those nvidia-smi or NVML reports: a gap is a GPU left to "
             "vfio-pci, without a driver, or fallen off the bus.",
         ),
@@ -977,13 +927,7 @@ def fleet_items() -> list[Item]:
             options={"displayMode": "gradient", "orientation": "horizontal"},
             description="Needs --collect.compute-apps, and hostPID in Kubernetes.",
         ),
-        Panel(
-            "Processes per GPU",
-            "timeseries",
-            [Target(by_gpu(f"nvidia_smi_compute_apps{{{s}}}", s), legend)],
-            width=8,
-            min=0,
-        ),
+        timeseries("Processes per GPU", [(by_gpu(f"nvidia_smi_compute_apps{{{s}}}", s), legend)], width=8),
         Panel(
             "MIG memory used",
             "bargauge",
@@ -1000,35 +944,26 @@ def fleet_items() -> list[Item]:
             options={"displayMode": "gradient", "orientation": "horizontal"},
         ),
         mig_inventory_table("MIG instances", s),
-        Panel(
+        timeseries(
             "MIG SM activity",
-            "timeseries",
             [
-                Target(
+                (
                     by_mig(f"nvidia_smi_mig_sm_activity_ratio{{{s}}}", s),
                     "{{instance}} GI {{gpu_instance_id}} {{profile}}",
                 )
             ],
             unit="percentunit",
-            min=0,
             max=1,
         ),
         Row("Exporters"),
-        Panel(
-            "Collection duration",
-            "timeseries",
-            [Target(f"nvidia_smi_last_collect_duration_seconds{{{n}}}", "{{instance}}")],
-            unit="s",
-            min=0,
+        timeseries(
+            "Collection duration", [(f"nvidia_smi_last_collect_duration_seconds{{{n}}}", "{{instance}}")], unit="s"
         ),
-        Panel(
+        timeseries(
             "Seconds since the last successful collection",
-            "timeseries",
-            [Target(f"time() - nvidia_smi_last_collect_success_timestamp_seconds{{{n}}}", "{{instance}}")],
+            [(f"time() - nvidia_smi_last_collect_success_timestamp_seconds{{{n}}}", "{{instance}}")],
             unit="s",
-            min=0,
             thresholds=[(None, "green"), (300.0, "red")],
-            custom={"thresholdsStyle": {"mode": "line"}},
         ),
     ]
 
