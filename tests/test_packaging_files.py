@@ -194,6 +194,161 @@ def test_lock_check_catches_a_broken_kubernetes_lock(tmp_path: Path) -> None:
     assert update_lock.lock_problems(extra, repeated, also=LOCK) == ["repeats h11, pinned by requirements.lock"]
 
 
+WINDOWS_REQUIREMENTS = REPO / "packaging" / "windows" / "requirements.txt"
+
+
+def _block(text: str, name: str) -> str:
+    """The ``name==version \\`` line of a hashed lock with its hash lines."""
+    match = re.search(rf"^{re.escape(name)}==.*?(?=^\S|\Z)", text, re.M | re.S)
+    assert match is not None, name
+    return match.group(0)
+
+
+def _locked(lock: Path, name: str) -> str:
+    return _block(lock.read_text(encoding="utf-8"), name).split("==", 1)[1].split()[0]
+
+
+def _without(name: str) -> str:
+    text = WINDOWS_REQUIREMENTS.read_text(encoding="utf-8")
+    return text.replace(_block(text, name), "")
+
+
+def _repinned(name: str, version: str) -> str:
+    return re.sub(
+        rf"^{re.escape(name)}==\S+", f"{name}=={version}", WINDOWS_REQUIREMENTS.read_text("utf-8"), flags=re.M
+    )
+
+
+@pytest.mark.parametrize(
+    ("windows", "problems"),
+    [
+        pytest.param(lambda: WINDOWS_REQUIREMENTS.read_text("utf-8"), lambda: [], id="as-committed"),
+        pytest.param(
+            lambda: _without("bcrypt"),
+            lambda: [f"lacks bcrypt (the Windows wheel of requirements.lock's bcrypt=={_locked(LOCK, 'bcrypt')})"],
+            id="a-compiled-package-of-the-lock-missing",
+        ),
+        pytest.param(
+            lambda: _repinned("pyyaml", "5.4.1"),
+            lambda: [f"pins pyyaml==5.4.1, requirements.lock pins pyyaml=={_locked(LOCK, 'pyyaml')}"],
+            id="a-compiled-package-at-another-version-than-the-lock",
+        ),
+        pytest.param(
+            lambda: WINDOWS_REQUIREMENTS.read_text("utf-8") + _block(LOCK.read_text("utf-8"), "h11"),
+            lambda: ["repeats h11, pinned by requirements.lock"],
+            id="a-pure-pin-of-the-lock-repeated",
+        ),
+        pytest.param(lambda: _without("pywin32"), lambda: ["lacks pywin32"], id="the-windows-extra-missing"),
+        pytest.param(
+            lambda: _repinned("pyinstaller", "5.13.2"),
+            lambda: ["pins pyinstaller==5.13.2, outside <7,>=6.22.3"],
+            id="the-build-tool-out-of-range",
+        ),
+    ],
+)
+def test_lock_check_of_the_windows_requirements(windows: Any, problems: Any, tmp_path: Path) -> None:
+    update_lock = _update_lock()
+    extra = update_lock.extra_requirements(REPO / "pyproject.toml", "windows")
+    path = tmp_path / "requirements.txt"
+    path.write_text(windows(), encoding="utf-8")
+    assert update_lock.windows_problems(extra, path, LOCK) == problems()
+
+
+@pytest.mark.parametrize(
+    ("contents", "message"),
+    [
+        pytest.param(None, "packaging/windows/requirements.txt is missing", id="missing"),
+        pytest.param(lambda: _without("pywin32"), "packaging/windows/requirements.txt lacks pywin32", id="broken"),
+    ],
+)
+def test_lock_check_fails_on_the_windows_requirements(
+    contents: Any, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    update_lock = _update_lock()
+    # A copy of what --check reads, under a root of its own, with the Windows file as the case has it.
+    (tmp_path / "packaging" / "windows").mkdir(parents=True)
+    (tmp_path / "pyproject.toml").write_bytes((REPO / "pyproject.toml").read_bytes())
+    monkeypatch.setattr(update_lock, "ROOT", tmp_path)
+    for constant, lock in (("LOCK", LOCK), ("KUBERNETES_LOCK", KUBERNETES_LOCK), ("FLEET_LOCK", FLEET_LOCK)):
+        copy = tmp_path / "packaging" / lock.name
+        copy.write_bytes(lock.read_bytes())
+        monkeypatch.setattr(update_lock, constant, copy)
+    windows = tmp_path / "packaging" / "windows" / "requirements.txt"
+    monkeypatch.setattr(update_lock, "WINDOWS_REQUIREMENTS", windows)
+    if contents is not None:
+        windows.write_text(contents(), encoding="utf-8")
+    assert update_lock.main(["--check"]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_windows_requirements_are_what_the_generator_renders() -> None:
+    """The committed file is in the generated form: its own pins, rendered by update_lock, give it back."""
+    update_lock = _update_lock()
+    text = WINDOWS_REQUIREMENTS.read_text(encoding="utf-8")
+    sections: list[dict[str, tuple[str, list[str]]]] = []
+    for line in text.splitlines():
+        if line + "\n" in update_lock.WINDOWS_SECTIONS:
+            sections.append({})
+        elif pin := re.match(r"([a-z0-9-]+)==(\S+) \\$", line):
+            hashes: list[str] = []
+            sections[-1][pin[1]] = (pin[2], hashes)
+        elif digest := re.match(r"    --hash=sha256:([0-9a-f]{64})", line):
+            hashes.append(digest[1])
+    assert len(sections) == len(update_lock.WINDOWS_SECTIONS)
+    assert update_lock.render_windows(*sections) == text
+
+
+def _fake_wheel(directory: Path, name: str, version: str, requires: list[str]) -> Path:
+    import zipfile
+
+    wheel = directory / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    metadata += "".join(f"Requires-Dist: {requirement}\n" for requirement in requires)
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(f"{name.replace('-', '_')}-{version}.dist-info/METADATA", metadata)
+    return wheel
+
+
+def test_windows_resolution_pins_the_locks_compiled_versions_and_follows_windows_markers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    update_lock = _update_lock()
+    index = {  # a fake index: name -> (version, Requires-Dist)
+        "bcrypt": ("9.9.9", []),
+        "pywin32": ("312", []),
+        "pyinstaller": (
+            "6.22.3",
+            [
+                "pefile>=2022.5.30; sys_platform == 'win32'",
+                "macholib>=1.8; sys_platform == 'darwin'",
+                "importlib-metadata>=4.6; python_version < '3.10'",
+                "h11>=0.1",
+                "altgraph",
+            ],
+        ),
+        "pefile": ("2024.8.26", []),
+        "altgraph": ("0.17.5", []),
+    }
+    asked: list[tuple[str, bool]] = []
+
+    def download(requirement: str, destination: Path, **options: Any) -> Path:
+        name = re.match(r"[a-z0-9-]+", requirement)
+        assert name is not None
+        asked.append((requirement, options.get("windows", False)))
+        version, requires = index[name[0]]
+        return _fake_wheel(destination, name[0], version, requires)
+
+    monkeypatch.setattr(update_lock, "pip_download", download)
+    core = {"bcrypt": ("5.0.0", ["aa"]), "h11": ("0.16.0", ["bb"])}
+    extra = update_lock.extra_requirements(REPO / "pyproject.toml", "windows")
+    compiled, windows_extra, tools = update_lock.resolve_windows(core, extra, tmp_path)
+    assert ("bcrypt==5.0.0", True) in asked  # the lock's version, whatever the index's latest
+    assert all(windows for _, windows in asked)
+    assert set(compiled) == {"bcrypt"}
+    assert set(windows_extra) == {"pywin32"}  # its marker is sys_platform == 'win32'
+    assert set(tools) == {"pyinstaller", "pefile", "altgraph"}  # not macholib, importlib-metadata, nor the lock's h11
+
+
 def test_image_command_launcher_runs_the_exporter() -> None:
     """`kubectl exec ds/NAME -- nvidia_gpu_exporter doctor` needs this executable on the shell-less image's PATH."""
     text = LAUNCHER.read_text(encoding="utf-8")

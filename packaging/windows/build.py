@@ -15,7 +15,8 @@ The release workflow (.github/workflows/release.yml, job ``windows``) runs it on
 from the sdist and compares (docs/windows.md).
 
 Reproducible by construction, not by luck: PyInstaller's own inputs are pinned (packaging/windows/requirements.txt,
-the wheel, the CPython patch release), ``PYTHONHASHSEED=0`` (PyInstaller's documented condition for a
+which packaging/update_lock.py writes with the other locks; the wheel; the CPython patch release),
+``PYTHONHASHSEED=0`` (PyInstaller's documented condition for a
 reproducible build), ``SOURCE_DATE_EPOCH`` (PyInstaller writes it as the executable's PE build timestamp; taken
 from the tree, as packaging/build-release.sh does, when unset), and the zip is written here with sorted entries, one
 fixed time and fixed attributes, whatever the files' times and the builder's umask.
