@@ -1,0 +1,354 @@
+"""web/fastpath.py against h11, the parser of record: a request head the fast path accepts is one h11 parses to
+the same method, target, version, headers and keep-alive decision (a property test over valid and near-valid
+heads); the response head it writes is the one h11's ``send`` writes; and on a connection, a fast-path request
+keeps the protocol's order and h11's handling of what follows it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import h11
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from async_helpers import bounded, run
+from hostile.web_hostile import open_client, serving, web_settings
+from nvidia_gpu_exporter.web.fastpath import MAX_HEAD_BYTES, MAX_HEADERS, parse_head, response_head
+from nvidia_gpu_exporter.web.http import App, Request, Response
+from nvidia_gpu_exporter.web.protocol import http_date, reason
+
+PROMETHEUS = (
+    b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:9835\r\nUser-Agent: Prometheus/2.53.0\r\n"
+    b"Accept: application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.2,*/*;q=0.1\r\n"
+    b"Accept-Encoding: gzip\r\nX-Prometheus-Scrape-Timeout-Seconds: 10\r\n\r\n"
+)
+
+
+def h11_request(data: bytes) -> tuple[h11.Request, bool]:
+    """What h11 parses from ``data`` (all of it one request without a body) and whether it keeps the connection
+    alive after answering it."""
+    connection = h11.Connection(h11.SERVER)
+    connection.receive_data(data)
+    request = connection.next_event()
+    assert isinstance(request, h11.Request)
+    assert isinstance(connection.next_event(), h11.EndOfMessage)
+    assert connection.next_event() is h11.NEED_DATA  # nothing after the head
+    connection.send(h11.Response(status_code=200, headers=[(b"Content-Length", b"0")]))
+    connection.send(h11.EndOfMessage())
+    return request, connection.our_state is not h11.MUST_CLOSE
+
+
+# -- request heads ------------------------------------------------------------------------------------------
+
+_NAMES = st.sampled_from(
+    [
+        b"Host",
+        b"host",
+        b"HOST",
+        b"Connection",
+        b"connection",
+        b"Accept",
+        b"User-Agent",
+        b"X-A",
+        b"Content-Length",
+        b"Transfer-Encoding",
+        b"Expect",
+        b"Upgrade",
+        b"Bad Name",
+        b"",
+        b"X\x00",
+        b"X\x7f",
+        b"\xe9",
+        b" Host",
+    ]
+)
+_SEPARATORS = st.sampled_from([b":", b": ", b":\t", b" :", b":  ", b"\t:", b": \t "])
+_VALUES = st.one_of(
+    st.sampled_from(
+        [
+            b"x",
+            b"close",
+            b"Close",
+            b"keep-alive, close",
+            b"keep-alive,CLOSE ",
+            b"closed",
+            b"upgrade",
+            b"0",
+            b"a\tb",
+            b"a  b",
+            b"\x80\xff",
+            b"",
+            b"a\x01b",
+            b"a\x7fb",
+            b"a\x00b",
+            b"a\rb",
+            b"a\nb",
+            b"a\x0bb",
+            b"100-continue",
+            b"x" * (MAX_HEAD_BYTES - 10),
+        ]
+    ),
+    st.binary(max_size=12),
+)
+_ENDINGS = st.sampled_from([b"\r\n", b"\r\n", b"\r\n", b"\n", b"\r", b"\r\n ", b"\r\n\t"])
+_HEADER_LINE = st.tuples(_NAMES, _SEPARATORS, _VALUES, _ENDINGS).map(b"".join)
+_REQUEST_LINE = st.tuples(
+    st.sampled_from([b"GET", b"HEAD", b"get", b"POST", b"OPTIONS", b"G\x00T", b""]),
+    st.sampled_from([b" ", b" ", b"  ", b"\t"]),
+    st.one_of(
+        st.sampled_from([b"/", b"/metrics", b"/a?b=c&d", b"*", b"http://x/y", b"/\x7f", b"/a b", b"/\xc3\xa9", b"//"]),
+        st.binary(max_size=8).map(lambda tail: b"/" + tail),
+    ),
+    st.sampled_from([b" ", b" ", b"  "]),
+    st.sampled_from([b"HTTP/1.1", b"HTTP/1.1", b"HTTP/1.0", b"http/1.1", b"HTTP/2.0", b"HTTP/1.1 ", b"HTTP/11"]),
+    _ENDINGS,
+).map(b"".join)
+_CHAOTIC = st.tuples(
+    st.sampled_from([b"", b"", b"", b"\r\n", b"\n"]),  # blank lines before the request line
+    _REQUEST_LINE,
+    st.lists(_HEADER_LINE, max_size=6),
+    st.sampled_from([b"\r\n", b"\r\n", b"\n", b"", b"\r\n\r\n", b"\r\nGET / HTTP/1.1\r\n"]),  # the end, and after it
+).map(lambda parts: parts[0] + parts[1] + b"".join(parts[2]) + parts[3])
+_VALID_LINE = st.tuples(
+    st.sampled_from([b"Accept", b"User-Agent", b"Connection", b"connection", b"X-A", b"x-b", b"HOST"]),
+    st.sampled_from([b":", b": ", b":\t", b":  "]),
+    st.sampled_from([b"x", b"close", b"Close, keep-alive", b"keep-alive", b"a b", b"\x80", b"", b"*/*;q=0.1"]),
+    st.sampled_from([b"", b" ", b"\t"]),
+).map(lambda parts: b"".join(parts) + b"\r\n")
+_VALID = st.tuples(
+    st.sampled_from([b"GET", b"HEAD"]),
+    st.sampled_from([b"/", b"/metrics", b"/a?b=c&d=%20", b"/-/healthy", b"//x"]),
+    st.lists(_VALID_LINE, min_size=1, max_size=6),
+).map(lambda parts: parts[0] + b" " + parts[1] + b" HTTP/1.1\r\n" + b"".join(parts[2]) + b"\r\n")
+
+
+@st.composite
+def _near_valid(draw: st.DrawFn) -> bytes:
+    """A valid head (its Host line first, or none, or another one among the rest), maybe with one byte changed or
+    inserted."""
+    head = draw(_VALID)
+    if draw(st.integers(0, 9)):
+        head = head.replace(b"\r\n", b"\r\nHost: h\r\n", 1)
+    if draw(st.booleans()):
+        at = draw(st.integers(0, len(head)))
+        byte = draw(st.sampled_from([b" ", b"\t", b"\r", b"\n", b"\x00", b"\x01", b"\x7f", b"\xff", b":", b"A", b"a"]))
+        head = head[:at] + byte + head[at + draw(st.integers(0, 1)) :]
+    return head
+
+
+_HEADS = st.one_of(_near_valid(), _CHAOTIC)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_HEADS)
+@example(PROMETHEUS)
+@example(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, Close\r\n\r\n")
+@example(b"HEAD / HTTP/1.1\r\nHost:\r\n\r\n")
+def test_a_head_the_fast_path_accepts_is_parsed_by_h11_to_the_same_request(data: bytes) -> None:
+    fast = parse_head(data)
+    if fast is None:
+        return  # h11's: the protocol hands it over whole
+    request, keep_alive = h11_request(data)
+    assert (fast.method, fast.target) == (request.method.decode(), request.target.decode())
+    assert request.http_version == b"1.1"
+    assert fast.headers == [
+        (name.decode("ascii"), value.decode("utf-8", "surrogateescape")) for name, value in request.headers
+    ]
+    assert fast.keep_alive is keep_alive
+
+
+@pytest.mark.parametrize(
+    ("data", "keep_alive"),
+    [
+        pytest.param(PROMETHEUS, True, id="a-prometheus-scrape"),
+        pytest.param(b"HEAD /-/healthy HTTP/1.1\r\nhost: x\r\n\r\n", True, id="head-lower-case-host"),
+        pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", False, id="connection-close"),
+        pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\nX-A:\t a \t\r\n\r\n", True, id="ows-around-a-value"),
+        pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\nX-A: \x80\xff\r\n\r\n", True, id="obs-text-value"),
+    ],
+)
+def test_the_common_request_takes_the_fast_path(data: bytes, keep_alive: bool) -> None:
+    fast = parse_head(data)
+    assert fast is not None
+    assert fast.keep_alive is keep_alive
+
+
+def _head(headers: bytes, line: bytes = b"GET / HTTP/1.1") -> bytes:
+    return line + b"\r\n" + headers + b"\r\n"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(_head(b"X-A: x\r\n"), id="no-host"),
+        pytest.param(_head(b"Host: x\r\nHost: y\r\n"), id="two-hosts"),
+        pytest.param(_head(b"Host: x\r\nContent-Length: 0\r\n"), id="content-length"),
+        pytest.param(_head(b"Host: x\r\nTransfer-Encoding: chunked\r\n"), id="transfer-encoding"),
+        pytest.param(_head(b"Host: x\r\nExpect: 100-continue\r\n"), id="expect"),
+        pytest.param(_head(b"Host: x\r\nUpgrade: h2c\r\n"), id="upgrade"),
+        pytest.param(_head(b"Host: x\r\n", b"GET / HTTP/1.0"), id="http-1.0"),
+        pytest.param(_head(b"Host: x\r\n", b"POST / HTTP/1.1"), id="post"),
+        pytest.param(_head(b"Host: x\r\n", b"GET http://x/ HTTP/1.1"), id="absolute-form"),
+        pytest.param(_head(b"Host: x\r\nX-A: a\r\n b\r\n"), id="obs-fold"),
+        pytest.param(_head(b"Host : x\r\n"), id="space-before-colon"),
+        pytest.param(b"GET / HTTP/1.1\nHost: x\n\n", id="bare-lf"),
+        pytest.param(_head(b"Host: x\r\nX-A: a\x01b\r\n"), id="control-byte"),
+        pytest.param(b"\r\n" + _head(b"Host: x\r\n"), id="blank-line-first"),
+        pytest.param(_head(b"Host: x\r\n") + _head(b"Host: x\r\n"), id="two-requests"),
+        pytest.param(_head(b"Host: x\r\n")[:-2], id="incomplete"),
+        pytest.param(_head(b"Host: x\r\nX-A: " + b"a" * MAX_HEAD_BYTES + b"\r\n"), id="over-the-line-limit"),
+        pytest.param(_head(b"Host: x\r\n" + b"X: a\r\n" * MAX_HEADERS), id="over-the-header-count"),
+    ],
+)
+def test_anything_else_is_left_to_h11(data: bytes) -> None:
+    assert parse_head(data) is None
+
+
+# -- response heads -----------------------------------------------------------------------------------------
+
+
+def h11_response_head(
+    status: int, headers: list[tuple[str, str]], length: int, date: bytes, *, request_close: bool, server_close: bool
+) -> bytes:
+    """What web/protocol.py has h11 write for this response (its header list) after a GET."""
+    connection = h11.Connection(h11.SERVER)
+    connection.receive_data(_head(b"Host: x\r\n" + (b"Connection: close\r\n" if request_close else b"")))
+    connection.next_event()
+    encoded = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]
+    encoded += [(b"Content-Length", str(length).encode()), (b"Date", date)]
+    if server_close:
+        encoded.append((b"Connection", b"close"))
+    head = connection.send(h11.Response(status_code=status, headers=encoded, reason=reason(status)))
+    assert head is not None
+    return head
+
+
+_TEXT = [("Content-Type", "text/plain; charset=utf-8")]
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "length"),
+    [
+        pytest.param(200, [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")], 43_000, id="metrics"),
+        pytest.param(200, [("Content-Type", "text/plain"), ("Content-Encoding", "gzip")], 9_000, id="gzip"),
+        pytest.param(404, _TEXT, 19, id="not-found"),
+        pytest.param(405, [*_TEXT, ("Allow", "GET, HEAD")], 19, id="method-not-allowed"),
+        pytest.param(503, _TEXT, 40, id="unavailable"),
+        pytest.param(599, [], 0, id="status-without-reason"),
+        pytest.param(200, [("x-lower", "a\tb  c"), ("X-Obs", "caf\xe9")], 1, id="odd-but-valid-headers"),
+        pytest.param(204, [], 0, id="no-content"),
+    ],
+)
+@pytest.mark.parametrize(
+    ("request_close", "server_close"),
+    [
+        pytest.param(False, False, id="keep-alive"),
+        pytest.param(True, False, id="closed-by-the-request"),
+        pytest.param(False, True, id="closed-by-the-server"),
+        pytest.param(True, True, id="closed-by-both"),
+    ],
+)
+def test_the_fast_response_head_is_h11s(
+    status: int, headers: list[tuple[str, str]], length: int, request_close: bool, server_close: bool
+) -> None:
+    date = http_date(0)
+    expected = h11_response_head(status, headers, length, date, request_close=request_close, server_close=server_close)
+    assert response_head(status, reason(status), headers, length, date, close=request_close or server_close) == expected
+
+
+@pytest.mark.parametrize(
+    ("status", "headers"),
+    [
+        pytest.param(199, [], id="status-under-200"),
+        pytest.param(1000, [], id="status-over-999"),
+        pytest.param(200, [("Connection", "close")], id="connection-rewritten-by-h11"),
+        pytest.param(200, [("content-length", "5")], id="content-length-checked-by-h11"),
+        pytest.param(200, [("Transfer-Encoding", "chunked")], id="transfer-encoding"),
+        pytest.param(200, [("Host", "x")], id="host-written-first-by-h11"),
+        pytest.param(200, [("X-A", " a")], id="leading-space-refused-by-h11"),
+        pytest.param(200, [("X-A", "a\r\nX-B: b")], id="line-break-refused-by-h11"),
+        pytest.param(200, [("X-A", "a\x00")], id="nul-refused-by-h11"),
+        pytest.param(200, [("X A", "a")], id="bad-name-refused-by-h11"),
+        pytest.param(200, [("X-A", "\u2603")], id="not-latin-1"),
+    ],
+)
+def test_a_response_h11_treats_specially_is_left_to_h11(status: int, headers: list[tuple[str, str]]) -> None:
+    assert response_head(status, reason(status), headers, 0, http_date(0), close=False) is None
+
+
+# -- on a connection ----------------------------------------------------------------------------------------
+
+
+async def _fast_then_pipelined() -> tuple[bytes, list[str]]:
+    """A fast-path request (alone in its read) whose handler waits; a second request arrives meanwhile."""
+    started, release = asyncio.Event(), asyncio.Event()
+    order: list[str] = []
+
+    async def slow(_: Request) -> Response:
+        order.append("slow started")
+        started.set()
+        await release.wait()
+        order.append("slow answered")
+        return Response(text="slow\n")
+
+    async def fast(_: Request) -> Response:
+        order.append("next started")
+        return Response(text="next\n", headers={"Connection": "close"})  # h11 writes this one, and closes
+
+    app = App()
+    app.add_get("/slow", slow)
+    app.add_get("/next", fast)
+    async with serving(app, web_settings()) as server:
+        reader, writer = await open_client(server)
+        writer.write(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        await bounded(started.wait())
+        writer.write(b"GET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+        await bounded(writer.drain())
+        await asyncio.sleep(0.05)  # the second request is read (and must wait) before the first is answered
+        release.set()
+        data = await bounded(reader.read(-1))  # to the end: the server closes after /next
+        writer.close()
+    return data, order
+
+
+def test_a_request_behind_a_fast_path_one_waits_for_its_answer_then_h11_serves_it() -> None:
+    data, order = run(_fast_then_pipelined)
+    assert order == ["slow started", "slow answered", "next started"]
+    first, second = data.split(b"HTTP/1.1 200 OK\r\n")[1:]
+    assert first.endswith(b"\r\n\r\nslow\n")
+    assert b"Connection: close\r\n" in second
+    assert second.endswith(b"\r\n\r\nnext\n")
+
+
+async def _one(headers: dict[str, str]) -> tuple[bytes, bool]:
+    async def handler(_: Request) -> Response:
+        return Response(text="x\n", headers=headers)
+
+    app = App()
+    app.add_get("/", handler)
+    async with serving(app, web_settings()) as server:
+        reader, writer = await open_client(server)
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = await bounded(reader.readuntil(b"x\n"))
+        try:
+            closed = await asyncio.wait_for(reader.read(1), 0.3) == b""
+        except asyncio.TimeoutError:
+            closed = False
+        writer.close()
+    return data, closed
+
+
+@pytest.mark.parametrize(
+    ("headers", "in_head", "closes"),
+    [
+        pytest.param({}, b"Content-Length: 2\r\nDate: ", False, id="plain-kept-alive"),
+        pytest.param({"Connection": "close"}, b"OK\r\nConnection: close\r\nContent-Type", True, id="h11-closes"),
+    ],
+)
+def test_a_fast_path_request_gets_h11s_answer_and_connection_fate(
+    headers: dict[str, str], in_head: bytes, closes: bool
+) -> None:
+    data, closed = run(lambda: _one(headers))
+    assert in_head in data
+    assert closed is closes
