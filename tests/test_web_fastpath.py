@@ -6,6 +6,7 @@ keeps the protocol's order and h11's handling of what follows it."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
 import h11
 import pytest
@@ -14,9 +15,10 @@ from hypothesis import strategies as st
 
 from async_helpers import bounded, run
 from hostile.web_hostile import open_client, serving, web_settings
+from nvidia_gpu_exporter.web.body import CHUNK_BYTES, ONE_WRITE_BYTES
 from nvidia_gpu_exporter.web.fastpath import MAX_HEAD_BYTES, MAX_HEADERS, parse_head, response_head
 from nvidia_gpu_exporter.web.http import App, Request, Response
-from nvidia_gpu_exporter.web.protocol import http_date, reason
+from nvidia_gpu_exporter.web.protocol import HttpProtocol, OpenConnections, http_date, reason
 
 PROMETHEUS = (
     b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:9835\r\nUser-Agent: Prometheus/2.53.0\r\n"
@@ -352,3 +354,65 @@ def test_a_fast_path_request_gets_h11s_answer_and_connection_fate(
     data, closed = run(lambda: _one(headers))
     assert in_head in data
     assert closed is closes
+
+
+# -- writes per response ------------------------------------------------------------------------------------
+
+
+class RecordingTransport(asyncio.Transport):
+    """A transport that takes every write at once and records each one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(bytes(data))
+
+    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
+        self.writes.append(b"".join(bytes(data) for data in list_of_data))
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def _writes(size: int, request: bytes) -> list[bytes]:
+    body = (b"a" * 5, b"b" * (size - 10), b"c" * 5)  # shared parts, as a cached scrape's
+
+    async def handler(_: Request) -> Response:
+        return Response(body=body, content_type="text/plain")
+
+    app = App()
+    app.add_get("/", handler)
+    protocol = HttpProtocol(app, idle_timeout=0, connections=OpenConnections())
+    transport = RecordingTransport()
+    protocol.connection_made(transport)
+    protocol.data_received(request)
+    assert protocol.handler is not None
+    await bounded(protocol.handler)
+    assert b"".join(transport.writes).endswith(b"\r\n\r\n" + b"".join(body))
+    return transport.writes
+
+
+_FAST = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+_BY_H11 = b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+
+
+@pytest.mark.parametrize("request_bytes", [pytest.param(_FAST, id="fast-path"), pytest.param(_BY_H11, id="h11")])
+@pytest.mark.parametrize(
+    ("size", "writes"),
+    [
+        pytest.param(43_000, 1, id="a-scrape-of-a-few-gpus-in-one-write"),
+        pytest.param(ONE_WRITE_BYTES, 1, id="one-write-up-to-its-bound"),
+        pytest.param(ONE_WRITE_BYTES + 1, ONE_WRITE_BYTES // CHUNK_BYTES + 1, id="chunked-past-it"),
+    ],
+)
+def test_a_small_body_goes_out_with_its_head_in_one_write(request_bytes: bytes, size: int, writes: int) -> None:
+    assert len(run(lambda: _writes(size, request_bytes))) == writes

@@ -14,8 +14,9 @@ For each connection (:class:`HttpProtocol`):
   ``Connection: close`` close after the answer; keep-alive connections with no request close after
   the idle timeout (``--web.idle-timeout``; 0: never);
 - a client that goes away (or half-closes) cancels its request's handler;
-- bodies are written in :data:`~.body.CHUNK_BYTES` chunks straight from the response's shared parts, waiting for
-  the transport to drain between them (:func:`~.body.chunks`), so no connection holds a copy of a large body.
+- a body of at most :data:`~.body.ONE_WRITE_BYTES` goes out with its head in one write; a larger one in
+  :data:`~.body.CHUNK_BYTES` chunks straight from the response's shared parts, waiting for the transport to drain
+  between them (:func:`~.body.chunks`), so no connection holds a copy of a large body.
 
 Request-header and write deadlines, the connection cap and the HTTP-version check are
 :class:`~.timeouts.DeadlineProtocol`'s, which wraps this protocol. (:class:`OpenConnections` keeps every open
@@ -34,7 +35,7 @@ from typing import cast
 
 import h11
 
-from nvidia_gpu_exporter.web.body import CHUNK_BYTES, chunks
+from nvidia_gpu_exporter.web.body import ONE_WRITE_BYTES, chunks
 from nvidia_gpu_exporter.web.fastpath import FastRequest, parse_head, response_head
 from nvidia_gpu_exporter.web.http import App, Headers, Request, Response
 
@@ -378,7 +379,7 @@ class HttpProtocol(asyncio.Protocol):
         assert head is not None
         if request.method == "HEAD" or length == 0:
             self._write(head + _end(connection))
-        elif length <= CHUNK_BYTES:  # one write, one copy of a small body (the socket takes it at once)
+        elif length <= ONE_WRITE_BYTES:  # one write, one copy of a small body (the socket takes it at once)
             data = _data(connection, b"".join(response.body))
             self._write(b"".join((head, *data, _end(connection))))
         else:  # one chunk per write, waiting for the client between them (the head rides with the first)
