@@ -416,3 +416,15 @@ _BY_H11 = b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
 )
 def test_a_small_body_goes_out_with_its_head_in_one_write(request_bytes: bytes, size: int, writes: int) -> None:
     assert len(run(lambda: _writes(size, request_bytes))) == writes
+
+
+def test_the_header_cache_answers_like_a_first_check_when_full() -> None:
+    date = http_date(0)
+    for number in range(200):  # past the cache's bound: emptied and refilled on the way
+        headers = [("X-N", str(number))] if number % 3 else [("X-N", f" {number}")]  # every third one h11's
+        expected = (
+            None
+            if number % 3 == 0
+            else h11_response_head(200, headers, 1, date, request_close=False, server_close=False)
+        )
+        assert response_head(200, b"OK", headers, 1, date, close=False) == expected

@@ -41,6 +41,26 @@ _RESPONSE_NAME = re.compile(r"[-!#$%&'*+.^_`|~0-9a-zA-Z]+")
 _RESPONSE_VALUE = re.compile(r"(?:[^\x00 \t\n\r\x0b\x0c]+(?:[ \t]+[^\x00 \t\n\r\x0b\x0c]+)*)?")
 # Response headers h11 rewrites (framing, Connection) or moves (Host, written first): h11 writes those.
 _RESPONSE_SPECIAL = frozenset(("content-length", "transfer-encoding", "connection", "host"))
+# Each header set checked and encoded once (a handful of content types, error pages' Allow): bounded, emptied
+# when full. None: a set h11 must write.
+_LINES_CACHE: dict[tuple[tuple[str, str], ...], bytes | None] = {}
+_LINES_CACHE_MAX = 64
+
+
+def _header_lines(headers: tuple[tuple[str, str], ...]) -> bytes | None:
+    lines = []
+    for name, value in headers:
+        if (
+            _RESPONSE_NAME.fullmatch(name) is None
+            or _RESPONSE_VALUE.fullmatch(value) is None
+            or name.lower() in _RESPONSE_SPECIAL
+        ):
+            return None
+        lines.append(f"{name}: {value}\r\n")
+    try:
+        return "".join(lines).encode("latin-1")
+    except UnicodeEncodeError:
+        return None
 
 
 class FastRequest:
@@ -89,18 +109,14 @@ def response_head(
     close``; None where h11 must write it (see the module docstring)."""
     if not 200 <= status <= 999:  # h11's range for a final response
         return None
-    lines = []
-    for name, value in headers:
-        if (
-            _RESPONSE_NAME.fullmatch(name) is None
-            or _RESPONSE_VALUE.fullmatch(value) is None
-            or name.lower() in _RESPONSE_SPECIAL
-        ):
-            return None
-        lines.append(f"{name}: {value}\r\n")
+    key = tuple(headers)
     try:
-        text = "".join(lines).encode("latin-1")
-    except UnicodeEncodeError:
+        text = _LINES_CACHE[key]
+    except KeyError:
+        if len(_LINES_CACHE) >= _LINES_CACHE_MAX:
+            _LINES_CACHE.clear()
+        text = _LINES_CACHE[key] = _header_lines(key)
+    if text is None:
         return None
     return b"HTTP/1.1 %d %s\r\n%sContent-Length: %d\r\nDate: %s\r\n%s\r\n" % (
         status,

@@ -313,7 +313,7 @@ class HttpProtocol(asyncio.Protocol):
     def _start_fast(self, fast: FastRequest, head: bytes) -> None:
         """Start the handler of a request :func:`~.fastpath.parse_head` read (h11 stays idle meanwhile)."""
         self._fast = (fast, head)
-        request = Request(fast.method, fast.target, Headers(fast.headers), transport=self.transport)
+        request = Request(fast.method, fast.target, Headers.lowered(fast.headers), transport=self.transport)
         self.connections.requests += 1
         self.handler = self.loop.create_task(self._respond(request))
 
@@ -344,9 +344,11 @@ class HttpProtocol(asyncio.Protocol):
             self._fast = None
             if self._close_after or must_close:
                 self.transport.close()
-            else:  # h11 is idle: it takes what came during this request (if anything), else the connection idles
+            elif self.h11.trailing_data[0]:  # h11 is idle: it takes what came during this request
                 self._resume_reading()
                 self._process()
+            else:
+                self._arm_idle()
         elif self._close_after or self.h11.our_state is h11.MUST_CLOSE:
             self.transport.close()
         elif self.h11.their_state is h11.DONE:
