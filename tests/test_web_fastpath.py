@@ -19,6 +19,7 @@ from nvidia_gpu_exporter.web.body import CHUNK_BYTES, ONE_WRITE_BYTES
 from nvidia_gpu_exporter.web.fastpath import MAX_HEAD_BYTES, MAX_HEADERS, parse_head, response_head
 from nvidia_gpu_exporter.web.http import App, Request, Response
 from nvidia_gpu_exporter.web.protocol import HttpProtocol, OpenConnections, http_date, reason
+from nvidia_gpu_exporter.web.timeouts import VERSION_NOT_SUPPORTED, DeadlineProtocol
 
 PROMETHEUS = (
     b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:9835\r\nUser-Agent: Prometheus/2.53.0\r\n"
@@ -428,3 +429,64 @@ def test_the_header_cache_answers_like_a_first_check_when_full() -> None:
             else h11_response_head(200, headers, 1, date, request_close=False, server_close=False)
         )
         assert response_head(200, b"OK", headers, 1, date, close=False) == expected
+
+
+# -- the deadline protocol's reading of the common request ----------------------------------------------------
+
+
+class _Inner(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.received: list[bytes] = []
+
+    def data_received(self, data: bytes) -> None:
+        self.received.append(data)
+
+
+class _DeadlineTransport(RecordingTransport):
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def abort(self) -> None:
+        self.closed = True
+
+
+async def _deadline_state(reads: list[bytes]) -> tuple[int, bool, list[bytes], bool]:
+    inner = _Inner()
+    protocol = DeadlineProtocol(lambda _: inner, asyncio.get_running_loop(), header_timeout=10, write_timeout=10)
+    transport = _DeadlineTransport()
+    protocol.connection_made(transport)
+    for data in reads:
+        protocol.data_received(data)
+    pending = protocol._header_started is not None
+    if protocol._timer is not None:
+        protocol._timer.cancel()
+    return protocol._requests, pending, transport.writes, inner.received == reads
+
+
+_GET = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("reads", "requests", "header_pending"),
+    [
+        pytest.param([_GET], 1, False, id="one-head-alone"),
+        pytest.param([b"GET"], 0, True, id="three-bytes-of-a-head"),
+        pytest.param([_GET[:-1], b"\n"], 1, False, id="header-end-split-across-reads"),
+        pytest.param([_GET[:-2], b"\r\n"], 1, False, id="blank-line-in-its-own-read"),
+        pytest.param([_GET + b"GET /"], 1, True, id="the-next-head-begun"),
+        pytest.param([_GET + _GET], 2, False, id="two-heads-in-one-read"),
+        pytest.param([b"\r\n" + _GET], 1, False, id="blank-line-before-the-head"),
+        pytest.param([_GET, _GET], 2, False, id="two-reads-of-one-head-each"),
+        pytest.param([b"GET / HTTP/1.0\r\n\r\n"], 1, False, id="http-1.0"),
+    ],
+)
+def test_each_request_head_is_counted_once_and_its_deadline_kept(
+    reads: list[bytes], requests: int, header_pending: bool
+) -> None:
+    assert run(lambda: _deadline_state(reads)) == (requests, header_pending, [], True)
+
+
+def test_a_head_alone_in_its_read_naming_http_2_is_still_refused() -> None:
+    _, _, writes, passed_on = run(lambda: _deadline_state([b"GET / HTTP/2.0\r\nHost: x\r\n\r\n"]))
+    assert writes == [VERSION_NOT_SUPPORTED]
+    assert not passed_on

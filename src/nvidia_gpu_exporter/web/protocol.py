@@ -381,7 +381,9 @@ class HttpProtocol(asyncio.Protocol):
         assert head is not None
         if request.method == "HEAD" or length == 0:
             self._write(head + _end(connection))
-        elif length <= ONE_WRITE_BYTES:  # one write, one copy of a small body (the socket takes it at once)
+        elif length <= ONE_WRITE_BYTES and connection is None:  # one write, one copy of a small body
+            self._write(b"".join((head, *response.body)))
+        elif length <= ONE_WRITE_BYTES:  # the same through h11 (the socket takes it at once)
             data = _data(connection, b"".join(response.body))
             self._write(b"".join((head, *data, _end(connection))))
         else:  # one chunk per write, waiting for the client between them (the head rides with the first)
