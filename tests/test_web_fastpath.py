@@ -490,3 +490,38 @@ def test_a_head_alone_in_its_read_naming_http_2_is_still_refused() -> None:
     _, _, writes, passed_on = run(lambda: _deadline_state([b"GET / HTTP/2.0\r\nHost: x\r\n\r\n"]))
     assert writes == [VERSION_NOT_SUPPORTED]
     assert not passed_on
+
+
+class _FullTransport(RecordingTransport):
+    """A transport whose client reads nothing: every write leaves it over its high-water mark."""
+
+    protocol: asyncio.Protocol
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        super().write(data)
+        self.protocol.pause_writing()
+
+
+async def _writes_behind_a_stalled_client(size: int) -> tuple[int, int]:
+    async def handler(_: Request) -> Response:
+        return Response(body=(b"x" * size,), content_type="text/plain")
+
+    app = App()
+    app.add_get("/", handler)
+    protocol = HttpProtocol(app, idle_timeout=0, connections=OpenConnections())
+    transport = _FullTransport()
+    transport.protocol = protocol
+    protocol.connection_made(transport)
+    protocol.data_received(_GET * 3)  # pipelined
+    for _ in range(20):  # the loop turns: only a drain lets the next response go
+        await asyncio.sleep(0)
+    stalled = len(transport.writes)
+    protocol.resume_writing()
+    for _ in range(20):
+        await asyncio.sleep(0)
+    return stalled, len(transport.writes)
+
+
+@pytest.mark.parametrize("size", [pytest.param(40, id="small"), pytest.param(43_000, id="a-scrape")])
+def test_a_client_that_reads_nothing_holds_one_response_in_the_process_not_each_pipelined_one(size: int) -> None:
+    assert run(lambda: _writes_behind_a_stalled_client(size)) == (1, 2)

@@ -395,6 +395,8 @@ class HttpProtocol(asyncio.Protocol):
                 if self._write_paused:
                     await self._drain()
             self._write_lines([_end(connection)])
+        if self._write_paused:  # the client is behind: its next (pipelined) response waits, as a next chunk would
+            await self._drain()
         if self.finished is not None:
             self.finished(status)
         return must_close or (connection is not None and connection.our_state is h11.MUST_CLOSE)
