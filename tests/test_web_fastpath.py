@@ -525,3 +525,34 @@ async def _writes_behind_a_stalled_client(size: int) -> tuple[int, int]:
 @pytest.mark.parametrize("size", [pytest.param(40, id="small"), pytest.param(43_000, id="a-scrape")])
 def test_a_client_that_reads_nothing_holds_one_response_in_the_process_not_each_pipelined_one(size: int) -> None:
     assert run(lambda: _writes_behind_a_stalled_client(size)) == (1, 2)
+
+
+async def _answer_to_reads(reads: list[bytes]) -> bytes:
+    async def handler(_: Request) -> Response:
+        return Response(text="x\n")
+
+    app = App()
+    app.add_get("/", handler)
+    protocol = HttpProtocol(app, idle_timeout=0, connections=OpenConnections())
+    transport = RecordingTransport()
+    protocol.connection_made(transport)
+    for data in reads:
+        protocol.data_received(data)
+        if protocol.handler is not None:
+            await bounded(protocol.handler)
+    return b"".join(transport.writes)
+
+
+@pytest.mark.parametrize(
+    ("reads", "status"),
+    [
+        pytest.param([_GET[:10], _GET[10:]], b"HTTP/1.1 200 OK", id="a-head-in-two-reads"),
+        # the second read alone would be a fast-path head, but h11 holds the start of a head it continues
+        pytest.param([b"GET / HTTP/1.1\r\nHost: x\r\nX-A: a\r\n", _GET], b"HTTP/1.1 400 Bad Request", id="continued"),
+        pytest.param([_GET, b"GET / HTTP/1.1\r\nHost: x\r\n", b"X-A: a\r\n\r\n"], b"HTTP/1.1 200 OK", id="after-one"),
+    ],
+)
+def test_a_read_that_continues_what_h11_holds_is_h11s(reads: list[bytes], status: bytes) -> None:
+    answer = run(lambda: _answer_to_reads(reads))
+    assert answer.startswith(status)
+    assert answer.count(b"HTTP/1.1 ") == (1 if len(reads) < 3 else 2)
