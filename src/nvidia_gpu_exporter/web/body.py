@@ -7,6 +7,11 @@ chunks), a connection holds at most about one chunk plus the transport's high-wa
 themselves (the cached block above all) stay shared with every other scrape of the same snapshot: a chunk cut
 from one part is a ``memoryview`` of it; only pieces smaller than a chunk are joined into one (a copy of at most
 a chunk, which the socket usually takes at once).
+
+A body of at most :data:`ONE_WRITE_BYTES` (a scrape of a few GPUs) is written with its head in one write instead:
+one system call, not one per chunk. The kernel's send buffer (web/timeouts.py's ``SEND_BUFFER_BYTES``) takes a
+response that small whole even from a client that reads nothing, so what such a client can make the process hold
+is at most one write: :data:`ONE_WRITE_BYTES` and a head.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 CHUNK_BYTES = 16 * 1024
+ONE_WRITE_BYTES = 64 * 1024  # a body up to this size goes out with its head in one write (a copy of it)
 
 
 def chunks(parts: Sequence[bytes]) -> Iterator[bytes | memoryview]:

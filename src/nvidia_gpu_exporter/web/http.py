@@ -29,6 +29,13 @@ class Headers:
     def __init__(self, items: Iterable[tuple[str, str]] = ()) -> None:
         self._items: list[tuple[str, str]] = [(name.lower(), value) for name, value in items]
 
+    @classmethod
+    def lowered(cls, items: list[tuple[str, str]]) -> Headers:
+        """Headers from ``items`` whose names are lower-case already (kept, not copied)."""
+        headers = cls.__new__(cls)
+        headers._items = items
+        return headers
+
     def get(self, name: str, default: str | None = None) -> str | None:
         """The first value of ``name``, or ``default``."""
         key = name.lower()

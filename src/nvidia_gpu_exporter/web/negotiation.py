@@ -9,6 +9,7 @@ echoed in the ``Content-Type``: every name served is a legacy name, so no escapi
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from nvidia_gpu_exporter.exposition.openmetrics import CONTENT_TYPE_0_0_1, CONTENT_TYPE_1_0_0
@@ -65,6 +66,7 @@ def _entries(header: str) -> list[_Entry]:
     return sorted(entries, key=lambda entry: (-entry.quality, entry.wildcards))
 
 
+@functools.lru_cache(maxsize=32)  # a scraper sends the same header every time; each answer is immutable
 def negotiate(accept: str | None) -> Negotiated:
     """The format for a scrape with this ``Accept`` header (``None`` when there is none)."""
     escaping = ""

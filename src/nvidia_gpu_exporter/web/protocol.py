@@ -14,8 +14,9 @@ For each connection (:class:`HttpProtocol`):
   ``Connection: close`` close after the answer; keep-alive connections with no request close after
   the idle timeout (``--web.idle-timeout``; 0: never);
 - a client that goes away (or half-closes) cancels its request's handler;
-- bodies are written in :data:`~.body.CHUNK_BYTES` chunks straight from the response's shared parts, waiting for
-  the transport to drain between them (:func:`~.body.chunks`), so no connection holds a copy of a large body.
+- a body of at most :data:`~.body.ONE_WRITE_BYTES` goes out with its head in one write; a larger one in
+  :data:`~.body.CHUNK_BYTES` chunks straight from the response's shared parts, waiting for the transport to drain
+  between them (:func:`~.body.chunks`), so no connection holds a copy of a large body.
 
 Request-header and write deadlines, the connection cap and the HTTP-version check are
 :class:`~.timeouts.DeadlineProtocol`'s, which wraps this protocol. (:class:`OpenConnections` keeps every open
@@ -29,12 +30,13 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import cast
 
 import h11
 
-from nvidia_gpu_exporter.web.body import CHUNK_BYTES, chunks
+from nvidia_gpu_exporter.web.body import ONE_WRITE_BYTES, chunks
+from nvidia_gpu_exporter.web.fastpath import FastRequest, parse_head, response_head
 from nvidia_gpu_exporter.web.http import App, Headers, Request, Response
 
 log = logging.getLogger(__name__)
@@ -155,6 +157,7 @@ class HttpProtocol(asyncio.Protocol):
         self._drained: asyncio.Future[None] | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._idle_deadline: float | None = None  # idle since a response: closes at this loop time
+        self._fast: tuple[FastRequest, bytes] | None = None  # the fast-path request being answered, and its head
 
     # -- asyncio ------------------------------------------------------------------------------------------
 
@@ -175,7 +178,22 @@ class HttpProtocol(asyncio.Protocol):
         if self._discarding or self.transport is None:
             return
         self._cancel_idle()
-        self.h11.receive_data(data)
+        connection = self.h11
+        if self._fast is not None:  # a fast-path request is being answered: what follows waits, as in h11's buffer
+            connection.receive_data(data)
+            self._pause_if_flooded()
+            return
+        if (
+            self.handler is None
+            and connection.their_state is h11.IDLE
+            and connection.our_state is h11.IDLE
+            and not connection.trailing_data[0]
+        ):
+            fast = parse_head(data)
+            if fast is not None:
+                self._start_fast(fast, data)
+                return
+        connection.receive_data(data)
         self._process()
 
     def eof_received(self) -> bool | None:
@@ -292,7 +310,15 @@ class HttpProtocol(asyncio.Protocol):
         self.handler = self.loop.create_task(self._respond(request))
         return True
 
+    def _start_fast(self, fast: FastRequest, head: bytes) -> None:
+        """Start the handler of a request :func:`~.fastpath.parse_head` read (h11 stays idle meanwhile)."""
+        self._fast = (fast, head)
+        request = Request(fast.method, fast.target, Headers.lowered(fast.headers), transport=self.transport)
+        self.connections.requests += 1
+        self.handler = self.loop.create_task(self._respond(request))
+
     async def _respond(self, request: Request) -> None:
+        must_close = False
         try:
             try:
                 response = await self.app.handle(request)
@@ -302,7 +328,7 @@ class HttpProtocol(asyncio.Protocol):
                 log.exception("error handling a request", extra={"path": request.path[:200]})
                 status, body = _error_body(500)
                 response = Response(status, body=body, content_type="text/plain", charset="utf-8")
-            await self._send(request, response)
+            must_close = await self._send(request, response)
         except (asyncio.CancelledError, ConnectionError):
             return  # the client went away, or the server shuts down: nothing left to answer
         except Exception:  # a response h11 refuses (a header value with a line break): cut, never hang
@@ -314,43 +340,66 @@ class HttpProtocol(asyncio.Protocol):
             self.handler = None
         if self.transport is None:
             return
-        if self._close_after or self.h11.our_state is h11.MUST_CLOSE:
+        if self._fast is not None:
+            self._fast = None
+            if self._close_after or must_close:
+                self.transport.close()
+            elif self.h11.trailing_data[0]:  # h11 is idle: it takes what came during this request
+                self._resume_reading()
+                self._process()
+            else:
+                self._arm_idle()
+        elif self._close_after or self.h11.our_state is h11.MUST_CLOSE:
             self.transport.close()
         elif self.h11.their_state is h11.DONE:
             self._next_cycle()
 
-    async def _send(self, request: Request, response: Response) -> None:
+    async def _send(self, request: Request, response: Response) -> bool:
+        """Write ``response``; True when the connection must close after it (a fast-path request's keep-alive)."""
         length = response.content_length
-        headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in response.headers.items()]
-        headers.append((b"Content-Length", str(length).encode("ascii")))
-        headers.append((b"Date", http_date()))
-        if self._close_after:
-            headers.append((b"Connection", b"close"))
-        head = self.h11.send(h11.Response(status_code=response.status, headers=headers, reason=reason(response.status)))
+        status = response.status
+        connection: h11.Connection | None = self.h11
+        head = None
+        must_close = False
+        if self._fast is not None:
+            fast, request_head = self._fast
+            must_close = not fast.keep_alive
+            close = must_close or self._close_after
+            head = response_head(status, reason(status), response.headers.items(), length, http_date(), close=close)
+            # A response h11 would rewrite or refuse: h11 of record writes it, for the same request head.
+            connection = None if head is not None else _replayed(request_head)
+        if connection is not None:
+            headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in response.headers.items()]
+            headers.append((b"Content-Length", str(length).encode("ascii")))
+            headers.append((b"Date", http_date()))
+            if self._close_after:
+                headers.append((b"Connection", b"close"))
+            head = connection.send(h11.Response(status_code=status, headers=headers, reason=reason(status)))
+            assert head is not None
+            if request.version == "1.0":  # h11 always says HTTP/1.1; an HTTP/1.0 client gets its own, as from Go
+                head = b"HTTP/1.0" + head[8:]
         assert head is not None
-        if request.version == "1.0":  # h11 always says HTTP/1.1; an HTTP/1.0 client gets its own version, as from Go
-            head = b"HTTP/1.0" + head[8:]
         if request.method == "HEAD" or length == 0:
-            self._write(head + self._end())
-        elif length <= CHUNK_BYTES:  # one write, one copy of a small body (the socket takes it at once)
-            data = self.h11.send_with_data_passthrough(h11.Data(data=b"".join(response.body))) or []
-            self._write(b"".join((head, *data, self._end())))
+            self._write(head + _end(connection))
+        elif length <= ONE_WRITE_BYTES and connection is None:  # one write, one copy of a small body
+            self._write(b"".join((head, *response.body)))
+        elif length <= ONE_WRITE_BYTES:  # the same through h11 (the socket takes it at once)
+            data = _data(connection, b"".join(response.body))
+            self._write(b"".join((head, *data, _end(connection))))
         else:  # one chunk per write, waiting for the client between them (the head rides with the first)
             pending: list[bytes | memoryview] = [head]
             for chunk in chunks(response.body):
-                # h11 passes a Data event's bytes-like object through untouched: a view stays a view, not a copy
-                pending += self.h11.send_with_data_passthrough(h11.Data(data=cast(bytes, chunk))) or ()
+                pending += _data(connection, chunk)
                 self._write_lines(pending)
                 pending = []
                 if self._write_paused:
                     await self._drain()
-            self._write_lines([self._end()])
+            self._write_lines([_end(connection)])
+        if self._write_paused:  # the client is behind: its next (pipelined) response waits, as a next chunk would
+            await self._drain()
         if self.finished is not None:
-            self.finished(response.status)
-
-    def _end(self) -> bytes:
-        end = self.h11.send(h11.EndOfMessage())
-        return end or b""
+            self.finished(status)
+        return must_close or (connection is not None and connection.our_state is h11.MUST_CLOSE)
 
     def _write_lines(self, pieces: list[bytes | memoryview]) -> None:
         """One write of ``pieces`` (one ``sendmsg`` on Python >= 3.12; joined, about a chunk, before)."""
@@ -384,10 +433,13 @@ class HttpProtocol(asyncio.Protocol):
             if self.transport is not None:
                 self.transport.close()
             return
+        self._resume_reading()
+        self._process()
+
+    def _resume_reading(self) -> None:
         if self._paused_reading and self.transport is not None:
             self._paused_reading = False
             self.transport.resume_reading()
-        self._process()
 
     def _pause_if_flooded(self) -> None:
         """A client pipelining more than :data:`MAX_PIPELINED_BYTES` behind its request: stop reading for now."""
@@ -449,6 +501,30 @@ class HttpProtocol(asyncio.Protocol):
         if self.handler is None and self.transport is not None:
             log.debug("closing an idle keep-alive connection")
             self.transport.close()
+
+
+def _replayed(request_head: bytes) -> h11.Connection:
+    """An h11 connection that has read ``request_head`` (a fast-path request's), ready for its response."""
+    connection = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+    connection.receive_data(request_head)
+    for _ in range(2):  # the Request, then its (empty) body's EndOfMessage
+        connection.next_event()
+    return connection
+
+
+def _data(connection: h11.Connection | None, data: bytes | memoryview) -> Sequence[bytes | memoryview]:
+    """A body piece as written: through h11 when it writes the response, which passes a bytes-like object through
+    untouched (a view stays a view, not a copy); as it is otherwise (Content-Length framing adds nothing)."""
+    if connection is None:
+        return (data,)
+    return connection.send_with_data_passthrough(h11.Data(data=cast(bytes, data))) or []
+
+
+def _end(connection: h11.Connection | None) -> bytes:
+    """The end of a body: h11 checks that it wrote Content-Length bytes; nothing to write with that framing."""
+    if connection is None:
+        return b""
+    return connection.send(h11.EndOfMessage()) or b""
 
 
 def _peer(transport: asyncio.BaseTransport) -> str:

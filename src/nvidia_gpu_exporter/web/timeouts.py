@@ -61,6 +61,8 @@ TOO_MANY_CONNECTIONS = _plain_response("503 Service Unavailable", "too many open
 
 def unsupported_version(line: bytes) -> bool:
     """Whether a request line names an HTTP version other than 1.x (``GET / HTTP/2.0``, ``HTTP/0.9``)."""
+    if line.endswith((b" HTTP/1.1\r", b" HTTP/1.1")):  # the common line, whatever precedes its last word
+        return False
     words = line.rstrip(b"\r").split(b" ")
     match = _VERSION.fullmatch(words[-1]) if len(words) == 3 else None
     return match is not None and match.group(1) != b"1"
@@ -285,6 +287,22 @@ class DeadlineProtocol(asyncio.Protocol):
             self._refused_data(data)
             return
         if not data:
+            return
+        if (
+            self._line == b""  # a new request line, with no header end split across reads
+            and not self._tail
+            and data[0] not in b"\r\n"
+            and data.endswith(HEADER_END)
+            and data.find(HEADER_END) == len(data) - len(HEADER_END)
+            and not unsupported_version(data[: data.find(b"\n")])
+        ):
+            # The common read: one whole request head and nothing after it, HTTP/1.x. What the general path below
+            # works out for it, in one scan: one more request, no header pending, the next line not begun.
+            self._idle_since = self.loop.time()
+            self._requests += 1
+            self._header_started = None
+            self._arm()
+            self.inner.data_received(data)
             return
         if self._bad_request_line(data):
             if self._requests > self._answered and self.transport is not None:
