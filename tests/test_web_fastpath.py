@@ -148,6 +148,8 @@ _HEADS = st.one_of(_near_valid(), _CHAOTIC)
 @example(PROMETHEUS)
 @example(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, Close\r\n\r\n")
 @example(b"HEAD / HTTP/1.1\r\nHost:\r\n\r\n")
+@example(b"GET / HTTP/1.1\r\nHost: x\r\nX-A:" + b" \t" * 8 + b"a \t  b" + b"\t " * 8 + b"\r\n\r\n")
+@example(b"GET / HTTP/1.1\r\nHost: x\r\nX-A:" + b" \t" * 4000 + b"x\r\n\r")
 def test_a_head_the_fast_path_accepts_is_parsed_by_h11_to_the_same_request(data: bytes) -> None:
     fast = parse_head(data)
     if fast is None:
@@ -169,6 +171,7 @@ def test_a_head_the_fast_path_accepts_is_parsed_by_h11_to_the_same_request(data:
         pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", False, id="connection-close"),
         pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\nX-A:\t a \t\r\n\r\n", True, id="ows-around-a-value"),
         pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\nX-A: \x80\xff\r\n\r\n", True, id="obs-text-value"),
+        pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\nX-A:  a \t b\t\t\r\n\r\n", True, id="runs-of-blanks-in-a-value"),
     ],
 )
 def test_the_common_request_takes_the_fast_path(data: bytes, keep_alive: bool) -> None:
