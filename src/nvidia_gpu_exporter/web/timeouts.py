@@ -45,6 +45,7 @@ WRITE_POLL_MAX_SECONDS = 1.0  # how often a pending write is checked for progres
 REFUSAL_LINGER_SECONDS = 0.5  # a refused client gets this long to send its request before the close
 MAX_REQUEST_LINE_BYTES = 8190  # the HTTP protocol's limit (protocol.MAX_LINE_BYTES): a longer line is its 400
 _VERSION = re.compile(rb"HTTP/(\d+)\.\d+")
+_NEXT_REQUEST_LINE = re.compile(rb"\r\n\r\n[\r\n]*")  # a head's end and the blank lines that may follow it
 
 
 def _plain_response(status: str, text: str) -> bytes:
@@ -331,14 +332,18 @@ class DeadlineProtocol(asyncio.Protocol):
         self.inner.data_received(data)
 
     def _pipelined_bad_line(self, stream: bytes) -> bool:
-        """Judge the request line after each header end in ``stream``; the last may continue in later data."""
-        position = stream.find(HEADER_END)
-        while position >= 0:
-            start = position + len(HEADER_END)
+        """Judge the request line after each header end in ``stream``; the last may continue in later data.
+
+        Each line is judged alone (up to its line break), once, with the blank lines before it skipped in one
+        match: judging a line's length of ``stream`` after each header end made a read of 64 Ki blank lines
+        (``\\r\\n\\r\\n`` repeated) judge 528 MB, 4.5 s of event loop."""
+        for end in _NEXT_REQUEST_LINE.finditer(stream):
+            start = end.end()
+            stop = start + MAX_REQUEST_LINE_BYTES + 2
+            newline = stream.find(b"\n", start, stop)
             self._line = b""
-            if self._bad_request_line(stream[start : start + MAX_REQUEST_LINE_BYTES + 2]):
+            if self._bad_request_line(stream[start : newline + 1 if newline >= 0 else stop]):
                 return True
-            position = stream.find(HEADER_END, start)
         return False
 
     def _bad_request_line(self, data: bytes) -> bool:
