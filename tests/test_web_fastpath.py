@@ -481,6 +481,11 @@ _GET = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
         pytest.param([b"\r\n" + _GET], 1, False, id="blank-line-before-the-head"),
         pytest.param([_GET, _GET], 2, False, id="two-reads-of-one-head-each"),
         pytest.param([b"GET / HTTP/1.0\r\n\r\n"], 1, False, id="http-1.0"),
+        # h11 also ends a head at a blank line after a bare LF (and at CRLF LF, LF CRLF)
+        pytest.param([b"GET / HTTP/1.1\nHost: x\n\n"], 1, False, id="bare-lf-head"),
+        pytest.param([b"GET / HTTP/1.1\r\nHost: x\r\n\n"], 1, False, id="crlf-lines-lf-blank-line"),
+        pytest.param([b"GET / HTTP/1.1\nHost: x\n", b"\n"], 1, False, id="bare-lf-end-split-across-reads"),
+        pytest.param([b"GET / HTTP/1.1\nHost: x\n\n" + _GET], 2, False, id="a-bare-lf-head-then-a-crlf-one"),
     ],
 )
 def test_each_request_head_is_counted_once_and_its_deadline_kept(

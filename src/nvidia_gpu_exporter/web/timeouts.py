@@ -38,14 +38,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HEADER_END = b"\r\n\r\n"
+HEADER_END = b"\r\n\r\n"  # the common end of a request head
+# Every end of a request head that h11, the parser of record, takes: a blank line after a line, each line break
+# CRLF or a bare LF (RFC 9112 2.2). Counting CRLF CRLF alone, a head ending otherwise never ended here: the header
+# deadline ran on through its answer (a slow one was cut) and the request after it skipped the version check.
+HEAD_END = re.compile(rb"\n\r?\n")
+TAIL_BYTES = 2  # what a read keeps of its end, for a head end split across reads (at most 3 bytes long)
 WRITE_BUFFER_HIGH_BYTES = 16 * 1024  # the process's send buffer per connection, before the writer waits
 SEND_BUFFER_BYTES = 256 * 1024  # SO_SNDBUF (Linux doubles it): what the kernel queues per connection
 WRITE_POLL_MAX_SECONDS = 1.0  # how often a pending write is checked for progress, at most
 REFUSAL_LINGER_SECONDS = 0.5  # a refused client gets this long to send its request before the close
 MAX_REQUEST_LINE_BYTES = 8190  # the HTTP protocol's limit (protocol.MAX_LINE_BYTES): a longer line is its 400
 _VERSION = re.compile(rb"HTTP/(\d+)\.\d+")
-_NEXT_REQUEST_LINE = re.compile(rb"\r\n\r\n[\r\n]*")  # a head's end and the blank lines that may follow it
+_NEXT_REQUEST_LINE = re.compile(rb"\n\r?\n[\r\n]*")  # a head's end and the blank lines that may follow it
 
 
 def _plain_response(status: str, text: str) -> bytes:
@@ -256,11 +261,11 @@ class DeadlineProtocol(asyncio.Protocol):
     def _refused_data(self, data: bytes) -> None:
         """Discard what a refused client sends; close once its request headers are in."""
         stream = self._tail + data
-        if HEADER_END in stream:
+        if HEAD_END.search(stream) is not None:
             if self.transport is not None:
                 self.transport.close()
             return
-        self._tail = stream[-(len(HEADER_END) - 1) :]
+        self._tail = stream[-TAIL_BYTES:]
 
     # -- protocol ---------------------------------------------------------------------------------------
 
@@ -294,7 +299,8 @@ class DeadlineProtocol(asyncio.Protocol):
             and not self._tail
             and data[0] not in b"\r\n"
             and data.endswith(HEADER_END)
-            and data.find(HEADER_END) == len(data) - len(HEADER_END)
+            and data.find(b"\n\r\n") == len(data) - 3  # no head end before it (HEAD_END), in two quick scans
+            and b"\n\n" not in data
             and not unsupported_version(data[: data.find(b"\n")])
         ):
             # The common read: one whole request head and nothing after it, HTTP/1.x. What the general path below
@@ -315,19 +321,20 @@ class DeadlineProtocol(asyncio.Protocol):
         now = self.loop.time()
         self._idle_since = now
         stream = self._tail + data
-        ends = stream.count(HEADER_END)
+        pieces = HEAD_END.split(stream)  # the heads' ends found as h11 finds them: leftmost, one after another
+        ends = len(pieces) - 1
         if ends:
             self._requests += ends
-            rest = stream[stream.rfind(HEADER_END) + len(HEADER_END) :]
+            rest = pieces[-1]
             self._header_started = now if rest else None
-            self._tail = rest[-(len(HEADER_END) - 1) :]
+            self._tail = rest[-TAIL_BYTES:]
             if self._pipelined_bad_line(stream) and self.transport is not None:
                 self.transport.abort()  # pipelined behind a request still to be answered: no room for a 505
                 return
         else:
             if self._header_started is None:
                 self._header_started = now
-            self._tail = stream[-(len(HEADER_END) - 1) :]
+            self._tail = stream[-TAIL_BYTES:]
         self._arm()
         self.inner.data_received(data)
 
