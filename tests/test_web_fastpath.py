@@ -444,6 +444,9 @@ class _Inner(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.received.append(data)
 
+    def answering(self) -> bool:
+        return False
+
 
 class _DeadlineTransport(RecordingTransport):
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:

@@ -58,3 +58,42 @@ def test_the_header_deadline_stops_when_the_head_ends(eol: bytes, blank: bytes) 
     answer = run(lambda: _answer(data, header_timeout=0.2, delay=0.5))
     assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
     assert answer.endswith(b"hello\n")
+
+
+async def _after_bodies_that_look_like_head_ends(body: bytes) -> bytes:
+    """At a cap of 2 connections, both held by clients whose request body (never finished) holds a head's end
+    after their answer came; then a third client asks."""
+
+    async def hello(_: Request) -> Response:
+        return Response(text="hello\n")
+
+    app = App()
+    app.add_get("/", hello)
+    async with serving(app, web_settings(max_connections=2)) as server:
+        held = []
+        for _ in range(2):
+            reader, writer = await open_client(server)
+            writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+            await bounded(reader.readuntil(b"hello\n"))
+            writer.write(body)  # part of the body: no request, whatever it looks like
+            await bounded(writer.drain())
+            held.append(writer)
+        await asyncio.sleep(0.05)  # the bodies are read
+        reader, writer = await open_client(server)
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        answer = await bounded(reader.read(-1))
+        for each in [*held, writer]:
+            each.close()
+    return answer
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b"x", id="plain"),
+        pytest.param(b"\r\n\r\n", id="crlf-crlf"),
+        pytest.param(b"a\n\nb", id="lf-lf"),
+    ],
+)
+def test_a_body_that_looks_like_a_head_end_leaves_its_connection_evictable(body: bytes) -> None:
+    assert run(lambda: _after_bodies_that_look_like_head_ends(body)).startswith(b"HTTP/1.1 200 OK\r\n")

@@ -217,6 +217,12 @@ class HttpProtocol(asyncio.Protocol):
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
 
+    def answering(self) -> bool:
+        """Whether this connection owes its client a response: a request's handler runs, or requests (or the start
+        of one, which the header deadline bounds) wait in h11's buffer. A request body still to come is not: its
+        answer is out (no route reads one)."""
+        return self.handler is not None or bool(self.h11.trailing_data[0])
+
     # -- the shutdown's hooks -----------------------------------------------------------------------------
 
     def close_when_idle(self) -> None:

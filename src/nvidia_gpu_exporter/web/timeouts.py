@@ -28,7 +28,7 @@ import socket
 import struct
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from nvidia_gpu_exporter.exposition.selfmetrics import ConnectionStats
 from nvidia_gpu_exporter.web.connections import LISTEN_BACKLOG, Connections
@@ -107,7 +107,20 @@ else:
         return 0
 
 
-ProtocolFactory = Callable[[Callable[[int], None]], asyncio.Protocol]
+class HttpConnection(Protocol):
+    """The HTTP protocol a :class:`DeadlineProtocol` wraps (web/protocol.py's): asyncio's protocol methods, and
+    whether it owes the client a response."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None: ...
+    def data_received(self, data: bytes) -> None: ...
+    def eof_received(self) -> bool | None: ...
+    def connection_lost(self, exc: Exception | None) -> None: ...
+    def pause_writing(self) -> None: ...
+    def resume_writing(self) -> None: ...
+    def answering(self) -> bool: ...
+
+
+ProtocolFactory = Callable[[Callable[[int], None]], HttpConnection]
 
 
 class DeadlineProtocol(asyncio.Protocol):
@@ -157,7 +170,10 @@ class DeadlineProtocol(asyncio.Protocol):
         return transport.get_write_buffer_size() + kernel_unsent_bytes(self._fd)
 
     def idle_since(self) -> float | None:
-        if self._refusing or self._requests > self._answered or self.unsent_bytes() > 0:
+        """Since when nothing is due on this connection, for the cap; None while busy. Busy is the HTTP protocol's
+        word, not the count of heads read here: that count takes a request body's bytes that look like a head's
+        end for a request, which made a connection busy for ever (its client held a cap's slot past eviction)."""
+        if self._refusing or self.inner.answering() or self.unsent_bytes() > 0:
             return None
         return self._idle_since
 
