@@ -97,3 +97,33 @@ async def _after_bodies_that_look_like_head_ends(body: bytes) -> bytes:
 )
 def test_a_body_that_looks_like_a_head_end_leaves_its_connection_evictable(body: bytes) -> None:
     assert run(lambda: _after_bodies_that_look_like_head_ends(body)).startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+async def _after_a_body_that_never_comes(head: bytes) -> bytes:
+    """The answer to ``head`` and what follows it until the server closes (idle timeout 0.2 s)."""
+
+    async def hello(_: Request) -> Response:
+        return Response(text="hello\n")
+
+    app = App()
+    app.add_get("/", hello)
+    async with serving(app, web_settings(idle_timeout_seconds=0.2)) as server:
+        reader, writer = await open_client(server)
+        writer.write(head)
+        await bounded(writer.drain())
+        answer = await bounded(reader.read(-1))  # to the end: the server must close
+        writer.close()
+    return answer
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", id="no-body"),
+        pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n", id="content-length-never-sent"),
+        pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n12345", id="half-the-body"),
+        pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n", id="a-chunk-never-sent"),
+    ],
+)
+def test_a_connection_waiting_for_a_body_after_its_answer_closes_after_the_idle_timeout(head: bytes) -> None:
+    assert run(lambda: _after_a_body_that_never_comes(head)).startswith(b"HTTP/1.1 200 OK\r\n")
