@@ -444,6 +444,9 @@ class _Inner(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.received.append(data)
 
+    def answering(self) -> bool:
+        return False
+
 
 class _DeadlineTransport(RecordingTransport):
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
@@ -481,6 +484,11 @@ _GET = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
         pytest.param([b"\r\n" + _GET], 1, False, id="blank-line-before-the-head"),
         pytest.param([_GET, _GET], 2, False, id="two-reads-of-one-head-each"),
         pytest.param([b"GET / HTTP/1.0\r\n\r\n"], 1, False, id="http-1.0"),
+        # h11 also ends a head at a blank line after a bare LF (and at CRLF LF, LF CRLF)
+        pytest.param([b"GET / HTTP/1.1\nHost: x\n\n"], 1, False, id="bare-lf-head"),
+        pytest.param([b"GET / HTTP/1.1\r\nHost: x\r\n\n"], 1, False, id="crlf-lines-lf-blank-line"),
+        pytest.param([b"GET / HTTP/1.1\nHost: x\n", b"\n"], 1, False, id="bare-lf-end-split-across-reads"),
+        pytest.param([b"GET / HTTP/1.1\nHost: x\n\n" + _GET], 2, False, id="a-bare-lf-head-then-a-crlf-one"),
     ],
 )
 def test_each_request_head_is_counted_once_and_its_deadline_kept(
@@ -559,3 +567,40 @@ def test_a_read_that_continues_what_h11_holds_is_h11s(reads: list[bytes], status
     answer = run(lambda: _answer_to_reads(reads))
     assert answer.startswith(status)
     assert answer.count(b"HTTP/1.1 ") == (1 if len(reads) < 3 else 2)
+
+
+async def _bytes_judged(data: bytes) -> tuple[int, int]:
+    """How many bytes the request-line check was given for one read of ``data``, and the requests counted."""
+    inner = _Inner()
+    protocol = DeadlineProtocol(lambda _: inner, asyncio.get_running_loop(), header_timeout=10, write_timeout=10)
+    protocol.connection_made(_DeadlineTransport())
+    judged = 0
+    judge = protocol._bad_request_line
+
+    def counting(piece: bytes) -> bool:
+        nonlocal judged
+        judged += len(piece)
+        return judge(piece)
+
+    protocol._bad_request_line = counting  # type: ignore[method-assign,assignment]
+    protocol.data_received(data)
+    if protocol._timer is not None:
+        protocol._timer.cancel()
+    return judged, protocol._requests
+
+
+_READ = 256 * 1024  # what asyncio reads from a socket at once
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(b"\r\n\r\n" * (_READ // 4), id="blank-lines"),  # 4.5 s of event loop per read, when each
+        pytest.param(_GET + b"\r\n\r\n" * (_READ // 4), id="blank-lines-behind-a-head"),  # was judged 8 KB on
+        pytest.param(_GET * (_READ // len(_GET)), id="pipelined-heads"),
+    ],
+)
+def test_the_request_line_check_reads_each_byte_of_a_read_a_bounded_number_of_times(data: bytes) -> None:
+    judged, requests = run(lambda: _bytes_judged(data))
+    assert requests == data.count(b"\r\n\r\n")
+    assert judged <= 3 * len(data)

@@ -11,8 +11,8 @@ For each connection (:class:`HttpProtocol`):
   read further and the connection closes after the answer (Go discards up to 256 KiB the same way).
   ``Expect: 100-continue`` is answered ``100 Continue`` at once;
 - HTTP/1.0 (answered with an ``HTTP/1.0`` status line; h11 has no HTTP/1.0 keep-alive) and
-  ``Connection: close`` close after the answer; keep-alive connections with no request close after
-  the idle timeout (``--web.idle-timeout``; 0: never);
+  ``Connection: close`` close after the answer; keep-alive connections with no request, or answered and
+  waiting for the rest of a request body, close after the idle timeout (``--web.idle-timeout``; 0: never);
 - a client that goes away (or half-closes) cancels its request's handler;
 - a body of at most :data:`~.body.ONE_WRITE_BYTES` goes out with its head in one write; a larger one in
   :data:`~.body.CHUNK_BYTES` chunks straight from the response's shared parts, waiting for the transport to drain
@@ -217,6 +217,12 @@ class HttpProtocol(asyncio.Protocol):
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
 
+    def answering(self) -> bool:
+        """Whether this connection owes its client a response: a request's handler runs, or requests (or the start
+        of one, which the header deadline bounds) wait in h11's buffer. A request body still to come is not: its
+        answer is out (no route reads one)."""
+        return self.handler is not None or bool(self.h11.trailing_data[0])
+
     # -- the shutdown's hooks -----------------------------------------------------------------------------
 
     def close_when_idle(self) -> None:
@@ -247,7 +253,10 @@ class HttpProtocol(asyncio.Protocol):
                 self._bad_request(error.error_status_hint, str(error))
                 return
             if event is h11.NEED_DATA:
-                if self.handler is None and connection.their_state is h11.IDLE and not connection.trailing_data[0]:
+                if self.handler is None and (
+                    connection.their_state is h11.SEND_BODY  # answered: the rest of the body is idle time
+                    or (connection.their_state is h11.IDLE and not connection.trailing_data[0])
+                ):
                     self._arm_idle()
                 return
             if event is h11.PAUSED:
@@ -353,6 +362,8 @@ class HttpProtocol(asyncio.Protocol):
             self.transport.close()
         elif self.h11.their_state is h11.DONE:
             self._next_cycle()
+        else:  # answered before its body came: waiting for the rest is idle (nothing else ever closed it)
+            self._arm_idle()
 
     async def _send(self, request: Request, response: Response) -> bool:
         """Write ``response``; True when the connection must close after it (a fast-path request's keep-alive)."""

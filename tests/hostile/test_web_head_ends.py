@@ -1,0 +1,129 @@
+"""Request heads that end as h11 (the parser of record) allows, not only in CRLF CRLF: a bare LF, or a mix
+(RFC 9112 2.2 lets a recipient take LF for CRLF, and h11 does). The connection bounds (web/timeouts.py) must see
+those heads end where h11 does, or the HTTP-version check skips the request after one, the header deadline keeps
+running through its answer, and the request counts drift."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from async_helpers import bounded, run
+from hostile.web_hostile import open_client, serving, web_settings
+from nvidia_gpu_exporter.web.http import App, Request, Response
+
+_ENDINGS = [
+    pytest.param(b"\r\n", b"\r\n", id="crlf"),
+    pytest.param(b"\n", b"\n", id="bare-lf"),
+    pytest.param(b"\r\n", b"\n", id="crlf-lines-lf-blank-line"),
+    pytest.param(b"\n", b"\r\n", id="lf-lines-crlf-blank-line"),
+]
+
+
+def _head(version: bytes, eol: bytes, blank: bytes, *, close: bool = False) -> bytes:
+    connection = b"Connection: close" + eol if close else b""  # answered or not, the connection then ends
+    return b"GET / " + version + eol + b"Host: x" + eol + connection + blank
+
+
+async def _answer(data: bytes, *, header_timeout: float = 10.0, delay: float = 0.0) -> bytes:
+    async def hello(_: Request) -> Response:
+        await asyncio.sleep(delay)
+        return Response(text="hello\n")
+
+    app = App()
+    app.add_get("/", hello)
+    async with serving(app, web_settings(header_timeout_seconds=header_timeout)) as server:
+        reader, writer = await open_client(server)
+        writer.write(data)
+        await bounded(writer.drain())
+        try:
+            answer = await bounded(reader.read(-1))
+        except ConnectionError:
+            answer = b"reset"
+        writer.close()
+    return answer
+
+
+@pytest.mark.parametrize(("eol", "blank"), _ENDINGS)
+def test_a_request_naming_http_2_pipelined_after_a_head_is_never_answered_200(eol: bytes, blank: bytes) -> None:
+    data = _head(b"HTTP/1.1", eol, blank) + _head(b"HTTP/2.0", eol, blank, close=True)
+    assert b"200 OK" not in run(lambda: _answer(data))
+
+
+@pytest.mark.parametrize(("eol", "blank"), _ENDINGS)
+def test_the_header_deadline_stops_when_the_head_ends(eol: bytes, blank: bytes) -> None:
+    # the answer takes longer than the header timeout: a deadline still running would cut it
+    data = _head(b"HTTP/1.1", eol, blank, close=True)
+    answer = run(lambda: _answer(data, header_timeout=0.2, delay=0.5))
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert answer.endswith(b"hello\n")
+
+
+async def _after_bodies_that_look_like_head_ends(body: bytes) -> bytes:
+    """At a cap of 2 connections, both held by clients whose request body (never finished) holds a head's end
+    after their answer came; then a third client asks."""
+
+    async def hello(_: Request) -> Response:
+        return Response(text="hello\n")
+
+    app = App()
+    app.add_get("/", hello)
+    async with serving(app, web_settings(max_connections=2)) as server:
+        held = []
+        for _ in range(2):
+            reader, writer = await open_client(server)
+            writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+            await bounded(reader.readuntil(b"hello\n"))
+            writer.write(body)  # part of the body: no request, whatever it looks like
+            await bounded(writer.drain())
+            held.append(writer)
+        await asyncio.sleep(0.05)  # the bodies are read
+        reader, writer = await open_client(server)
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        answer = await bounded(reader.read(-1))
+        for each in [*held, writer]:
+            each.close()
+    return answer
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b"x", id="plain"),
+        pytest.param(b"\r\n\r\n", id="crlf-crlf"),
+        pytest.param(b"a\n\nb", id="lf-lf"),
+    ],
+)
+def test_a_body_that_looks_like_a_head_end_leaves_its_connection_evictable(body: bytes) -> None:
+    assert run(lambda: _after_bodies_that_look_like_head_ends(body)).startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+async def _after_a_body_that_never_comes(head: bytes) -> bytes:
+    """The answer to ``head`` and what follows it until the server closes (idle timeout 0.2 s)."""
+
+    async def hello(_: Request) -> Response:
+        return Response(text="hello\n")
+
+    app = App()
+    app.add_get("/", hello)
+    async with serving(app, web_settings(idle_timeout_seconds=0.2)) as server:
+        reader, writer = await open_client(server)
+        writer.write(head)
+        await bounded(writer.drain())
+        answer = await bounded(reader.read(-1))  # to the end: the server must close
+        writer.close()
+    return answer
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", id="no-body"),
+        pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n", id="content-length-never-sent"),
+        pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n12345", id="half-the-body"),
+        pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n", id="a-chunk-never-sent"),
+    ],
+)
+def test_a_connection_waiting_for_a_body_after_its_answer_closes_after_the_idle_timeout(head: bytes) -> None:
+    assert run(lambda: _after_a_body_that_never_comes(head)).startswith(b"HTTP/1.1 200 OK\r\n")
