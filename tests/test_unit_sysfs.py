@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 from pathlib import Path
 
@@ -190,6 +191,45 @@ def test_at_most_limit_entries_are_read(tmp_path: Path) -> None:
     result = scan(str(root), limit=3)
     assert result.truncated
     assert len(result.inventory.functions) == 3
+
+
+def _unreadable_vendor_and_stray_entry(root: Path) -> None:
+    _unreadable_vendor(root)
+    _stray_entry(root)
+
+
+INTERNING_TREES: dict[str, tuple[list[FakeFunction], object]] = {
+    "NVIDIA GPUs, an NVSwitch and another vendor's device": (
+        [gpu("0000:3b:00.0"), gpu("0000:5e:00.0", driver=None), nvswitch("0000:c4:00.0"), other("0000:00:01.0")],
+        None,
+    ),
+    "entries skipped as unreadable or no PCI address": (
+        [gpu("0000:3b:00.0"), gpu("0000:5e:00.0", driver="vfio-pci")],
+        _unreadable_vendor_and_stray_entry,
+    ),
+}
+
+
+@pytest.mark.parametrize(("tree", "breakage"), INTERNING_TREES.values(), ids=INTERNING_TREES.keys())
+def test_a_scan_interns_no_string(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tree: list[FakeFunction], breakage: object
+) -> None:
+    """Every collection scans: a part interned per scan (pathlib interns every path part) dies with the scan, and
+    that churn of the interpreter's interned-string table once doubled the table, ~1 MiB kept (BENCHMARKS.md,
+    "A timed soak")."""
+    root = make_sysfs(tmp_path, tree)
+    if callable(breakage):
+        breakage(root)
+    interned: list[str] = []
+    real_intern = sys.intern
+
+    def recording_intern(text: str) -> str:
+        interned.append(text)
+        return real_intern(text)
+
+    monkeypatch.setattr(sys, "intern", recording_intern)
+    scan(str(root))
+    assert interned == []
 
 
 def test_the_default_limit_bounds_a_huge_tree(tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from nvidia_gpu_exporter.health.reader import kernel_clock
 from nvidia_gpu_exporter.health.source import KernelXidSource
 from nvidia_gpu_exporter.health.sysfs import SysfsScanner
 from nvidia_gpu_exporter.preflight import StartupError, checked
+from nvidia_gpu_exporter.support import garbage
 from nvidia_gpu_exporter.web.config import WebConfig, WebConfigError
 from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
 from nvidia_gpu_exporter.web.security import Security
@@ -477,11 +478,16 @@ async def serve(config: Config, web_config: WebConfig | None = None) -> int:
     server = WebServer(app, settings, security, endpoint.stats.connections)
     collector_started = True
     collector.start()
+    collecting_garbage: asyncio.Task[None] | None = None
     try:
         await server.start(sockets)
+        garbage.settle_startup()
+        collecting_garbage = asyncio.create_task(garbage.collect_periodically(), name="garbage-collection")
         await stop.wait()
         log.info("Shutting down")
     finally:
+        if collecting_garbage is not None:
+            collecting_garbage.cancel()
         await collector.aclose()
         await server.stop()
         await backend.aclose()

@@ -243,7 +243,7 @@ def check_pci(options: NodeOptions, probe: GpuProbe) -> CheckResult:
     title = "GPUs on the PCI bus visible to the driver"
     sysfs = under_root(options.root, "sys")
     directory = devices_directory(str(sysfs))
-    if not directory.is_dir():
+    if not os.path.isdir(directory):
         return CheckResult(
             "pci",
             title,

@@ -19,7 +19,6 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TypeVar
 
 from nvidia_gpu_exporter.model.pci import smi_bus_id
@@ -62,33 +61,38 @@ class SysfsScan:
     truncated: bool = False
 
 
-def devices_directory(root: str) -> Path:
-    return Path(root) / "bus" / "pci" / "devices"
+# Paths are plain strings joined with os.path.join, never pathlib: pathlib interns every part of every path it
+# parses, and a scan's parts (the bus addresses) die with the scan, so each collection removed and re-added
+# entries of the interpreter's interned-string table until that table doubled, ~1 MiB of RSS kept for good
+# (BENCHMARKS.md, "A timed soak").
+def devices_directory(root: str) -> str:
+    return os.path.join(root, "bus", "pci", "devices")
 
 
-def read_attribute(path: Path) -> str:
+def read_attribute(path: str) -> str:
     """A small ASCII attribute file, stripped; ValueError when it is too long or not ASCII."""
-    with path.open("rb") as attribute:
+    name = os.path.basename(path)
+    with open(path, "rb") as attribute:
         data = attribute.read(MAX_ATTRIBUTE_BYTES + 1)
     if len(data) > MAX_ATTRIBUTE_BYTES:
-        raise ValueError(f"{path.name}: longer than {MAX_ATTRIBUTE_BYTES} bytes")
+        raise ValueError(f"{name}: longer than {MAX_ATTRIBUTE_BYTES} bytes")
     try:
         return data.decode("ascii").strip()
     except UnicodeDecodeError:
-        raise ValueError(f"{path.name}: not ASCII text") from None
+        raise ValueError(f"{name}: not ASCII text") from None
 
 
-def read_hex(path: Path) -> int:
+def read_hex(path: str) -> int:
     text = read_attribute(path)
     if not _HEX.fullmatch(text):
-        raise ValueError(f"{path.name}: not a hex number: {text[:20]!r}")
+        raise ValueError(f"{os.path.basename(path)}: not a hex number: {text[:20]!r}")
     return int(text, 16)
 
 
-def bound_driver(entry: Path) -> str:
+def bound_driver(entry: str) -> str:
     """The name of the driver bound to the function (its ``driver`` link's last part), or ``none``."""
     try:
-        target = os.readlink(entry / "driver")
+        target = os.readlink(os.path.join(entry, "driver"))
     except FileNotFoundError:
         return NO_DRIVER
     except OSError:
@@ -97,26 +101,26 @@ def bound_driver(entry: Path) -> str:
     return name if _DRIVER_NAME.fullmatch(name) else UNKNOWN_DRIVER
 
 
-def read_function(entry: Path, bus_id: str) -> PciFunction | None:
+def read_function(entry: str, bus_id: str) -> PciFunction | None:
     """The function if it is an NVIDIA GPU or NVSwitch, else ``None``; OSError or ValueError when unreadable.
 
     Only the vendor is read for every function: another vendor's costs one read."""
-    if read_hex(entry / "vendor") != NVIDIA_VENDOR:
+    if read_hex(os.path.join(entry, "vendor")) != NVIDIA_VENDOR:
         return None
-    subclass = read_hex(entry / "class") >> 8
+    subclass = read_hex(os.path.join(entry, "class")) >> 8
     if subclass in GPU_CLASSES:
         kind = PciKind.GPU
     elif subclass == NVSWITCH_CLASS:
         kind = PciKind.NVSWITCH
     else:
         return None  # the audio, USB and UCSI functions of consumer boards
-    device = read_hex(entry / "device")
+    device = read_hex(os.path.join(entry, "device"))
     return PciFunction(bus_id, kind, f"0x{device:04x}", bound_driver(entry))
 
 
 def _reason(error: OSError | ValueError) -> str:
     if isinstance(error, OSError):
-        name = Path(error.filename).name if isinstance(error.filename, str) else ""
+        name = os.path.basename(error.filename) if isinstance(error.filename, str) else ""
         return f"{name}: {error.strerror or error}" if name else str(error.strerror or error)
     return str(error)
 
@@ -142,7 +146,7 @@ def scan(root: str, limit: int = MAX_FUNCTIONS) -> SysfsScan:
     # Bus order; of two spellings of one address (garbage, but possible in a copied tree) the kernel's shorter wins.
     for bus_id, name in sorted(addressed, key=lambda pair: (pair[0], len(pair[1]), pair[1])):
         try:
-            function = read_function(directory / name, bus_id)
+            function = read_function(os.path.join(directory, name), bus_id)
         except (OSError, ValueError) as error:
             skipped.append(Skipped(name, _reason(error)))
             continue
@@ -245,7 +249,7 @@ class SysfsScanner:
         return self._running is None or self._running.done()
 
     async def pci_inventory(self) -> PciInventory | None:
-        directory = str(devices_directory(self.root))
+        directory = devices_directory(self.root)
         if not self.idle:
             self._report(("stuck",), "the sysfs scan did not return: no PCI reading until it does", directory)
             return None

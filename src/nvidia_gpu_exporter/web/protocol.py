@@ -201,6 +201,11 @@ class HttpProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        # ``finished`` is a bound method of the DeadlineProtocol that holds this protocol: a reference cycle
+        # through the h11 state, the transport and its socket. Broken here, a closed connection is freed at once;
+        # left, each one waited for the next full garbage collection, and RSS crept between those by a few KiB
+        # a second under steady reconnections (BENCHMARKS.md, "A timed soak").
+        self.finished = None
         self.connections.open.discard(self)
         self._stop_idle()
         if self.handler is not None:
@@ -250,6 +255,10 @@ class HttpProtocol(asyncio.Protocol):
             try:
                 event = connection.next_event()
             except h11.RemoteProtocolError as error:
+                # h11 raises it from inside its own ``except`` block, so its frame holds the error that holds the
+                # traceback that holds that frame (and ours, and this protocol with its buffers): a cycle per bad
+                # request, freed only by a full garbage collection. Dropping the traceback breaks it.
+                error.__traceback__ = None
                 self._bad_request(error.error_status_hint, str(error))
                 return
             if event is h11.NEED_DATA:
