@@ -447,6 +447,9 @@ class _Inner(asyncio.Protocol):
     def answering(self) -> bool:
         return False
 
+    def responding(self) -> bool:
+        return False
+
 
 class _DeadlineTransport(RecordingTransport):
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:

@@ -60,6 +60,22 @@ def test_the_header_deadline_stops_when_the_head_ends(eol: bytes, blank: bytes) 
     assert answer.endswith(b"hello\n")
 
 
+@pytest.mark.parametrize(
+    "partial",
+    [
+        pytest.param(b"GET / HT", id="a-request-line-begun"),
+        pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\n", id="a-head-without-its-blank-line"),
+    ],
+)
+def test_a_head_begun_behind_a_slow_answer_waits_for_that_answer_before_its_deadline_runs(partial: bytes) -> None:
+    # Go reads the next request, and starts its ReadHeaderTimeout, once the response before it is written: a
+    # client that pipelines the start of its next request gets the slow answer whole, then is cut for the rest
+    data = _head(b"HTTP/1.1", b"\r\n", b"\r\n") + partial
+    answer = run(lambda: _answer(data, header_timeout=0.2, delay=0.5))
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert answer.endswith(b"hello\n")
+
+
 async def _after_bodies_that_look_like_head_ends(body: bytes) -> bytes:
     """At a cap of 2 connections, both held by clients whose request body (never finished) holds a head's end
     after their answer came; then a third client asks."""

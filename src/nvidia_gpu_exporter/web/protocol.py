@@ -228,6 +228,11 @@ class HttpProtocol(asyncio.Protocol):
         answer is out (no route reads one)."""
         return self.handler is not None or bool(self.h11.trailing_data[0])
 
+    def responding(self) -> bool:
+        """Whether a request's handler runs or its response is being written: a head begun behind it waits, and
+        its header deadline with it."""
+        return self.handler is not None
+
     # -- the shutdown's hooks -----------------------------------------------------------------------------
 
     def close_when_idle(self) -> None:

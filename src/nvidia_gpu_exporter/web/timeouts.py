@@ -108,8 +108,8 @@ else:
 
 
 class HttpConnection(Protocol):
-    """The HTTP protocol a :class:`DeadlineProtocol` wraps (web/protocol.py's): asyncio's protocol methods, and
-    whether it owes the client a response."""
+    """The HTTP protocol a :class:`DeadlineProtocol` wraps (web/protocol.py's): asyncio's protocol methods,
+    whether it owes the client a response, and whether one is being made or written now."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None: ...
     def data_received(self, data: bytes) -> None: ...
@@ -118,6 +118,7 @@ class HttpConnection(Protocol):
     def pause_writing(self) -> None: ...
     def resume_writing(self) -> None: ...
     def answering(self) -> bool: ...
+    def responding(self) -> bool: ...
 
 
 ProtocolFactory = Callable[[Callable[[int], None]], HttpConnection]
@@ -195,6 +196,9 @@ class DeadlineProtocol(asyncio.Protocol):
         self._answered += 1
         self._last_status = status
         self._idle_since = self.loop.time()
+        if self._header_started is not None:  # a head begun behind this response: its clock starts now, as Go's
+            self._header_started = self._idle_since
+            self._arm()
         if self.unsent_bytes() > 0:
             self._watch_write()
 
@@ -209,7 +213,10 @@ class DeadlineProtocol(asyncio.Protocol):
     def _next_deadline(self) -> float | None:
         deadlines = []
         if self._header_started is not None and self.header_timeout > 0:
-            deadlines.append(self._header_started + self.header_timeout)
+            deadline = self._header_started + self.header_timeout
+            if self.inner.responding():  # looked at again later: the clock restarts when the response is out
+                deadline = max(deadline, self.loop.time() + self.header_timeout)
+            deadlines.append(deadline)
         if self._write_progress is not None:
             deadlines.append(self.loop.time() + min(self.write_timeout / 4, WRITE_POLL_MAX_SECONDS))
         return min(deadlines) if deadlines else None
@@ -230,7 +237,11 @@ class DeadlineProtocol(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         now = self.loop.time()
-        if self._header_started is not None and 0 < self.header_timeout <= now - self._header_started:
+        if (
+            self._header_started is not None
+            and 0 < self.header_timeout <= now - self._header_started
+            and not self.inner.responding()  # the response before the head is the write timeout's to bound
+        ):
             log.debug("closing a connection: request headers not received in time")
             self.stats.closed["header_timeout"] += 1
             transport.abort()
