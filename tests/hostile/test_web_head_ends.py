@@ -143,3 +143,76 @@ async def _after_a_body_that_never_comes(head: bytes) -> bytes:
 )
 def test_a_connection_waiting_for_a_body_after_its_answer_closes_after_the_idle_timeout(head: bytes) -> None:
     assert run(lambda: _after_a_body_that_never_comes(head)).startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+async def _bytes_trickled_before_the_close(head: bytes, limit: int) -> int:
+    """After the answer to ``head``, one body byte every 0.1 s (idle timeout 0.3 s): how many the client sent
+    before the server closed, or ``limit`` if it never did."""
+
+    async def hello(_: Request) -> Response:
+        return Response(text="hello\n")
+
+    app = App()
+    app.add_get("/", hello)
+    async with serving(app, web_settings(idle_timeout_seconds=0.3)) as server:
+        reader, writer = await open_client(server)
+        writer.write(head)
+        await bounded(reader.readuntil(b"hello\n"))
+        sent = 0
+        while sent < limit:
+            try:
+                closed = await asyncio.wait_for(reader.read(1), timeout=0.1)
+            except asyncio.TimeoutError:
+                closed = None
+            if closed == b"":
+                break
+            writer.write(b"1")
+            sent += 1
+        writer.close()
+    return sent
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n", id="content-length"),
+        pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n100000\r\n", id="one-chunk"),
+    ],
+)
+def test_a_body_trickled_after_its_answer_does_not_move_the_idle_deadline(head: bytes) -> None:
+    # the idle timeout counts from the answer: a byte now and then of a body no route reads never extends it
+    assert run(lambda: _bytes_trickled_before_the_close(head, limit=30)) < 10
+
+
+async def _a_request_behind_the_rest_of_a_body() -> bytes:
+    """A request whose body ends in the same read as the next request's head (answered within 0.1 s); then the
+    connection sits idle for half the idle timeout after that answer, and asks again: by then a deadline kept
+    from the first answer would have closed it."""
+
+    async def hello(request: Request) -> Response:
+        if request.path == "/slow":
+            await asyncio.sleep(0.1)
+        return Response(text="hello\n")
+
+    app = App()
+    app.add_get("/", hello)
+    app.add_get("/slow", hello)
+    async with serving(app, web_settings(idle_timeout_seconds=0.8)) as server:
+        reader, writer = await open_client(server)
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n")
+        await bounded(reader.readuntil(b"hello\n"))
+        await asyncio.sleep(0.5)
+        writer.write(b"12GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")  # the body's end, and a request behind it
+        await bounded(reader.readuntil(b"hello\n"))
+        await asyncio.sleep(0.4)  # idle since the second answer, half the idle timeout
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        try:
+            answer = await bounded(reader.read(-1))
+        except ConnectionError:
+            answer = b"reset"
+        writer.close()
+    return answer
+
+
+def test_the_idle_deadline_counts_from_the_last_answer_after_a_body_ends_beside_a_request() -> None:
+    assert run(_a_request_behind_the_rest_of_a_body).startswith(b"HTTP/1.1 200 OK\r\n")

@@ -177,8 +177,13 @@ class HttpProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._discarding or self.transport is None:
             return
-        self._cancel_idle()
         connection = self.h11
+        if (
+            self.handler is not None
+            or connection.their_state is not h11.SEND_BODY
+            or connection.our_state is not h11.DONE
+        ):
+            self._cancel_idle()  # the rest of a body whose request is answered is idle time: its bytes move nothing
         if self._fast is not None:  # a fast-path request is being answered: what follows waits, as in h11's buffer
             connection.receive_data(data)
             self._pause_if_flooded()
@@ -330,6 +335,7 @@ class HttpProtocol(asyncio.Protocol):
         if self.h11.they_are_waiting_for_100_continue:
             self._write(self.h11.send(h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue")))
         self.connections.requests += 1
+        self._cancel_idle()  # a request that came behind the rest of a body: the connection is busy again
         self.handler = self.loop.create_task(self._respond(request))
         return True
 
