@@ -99,6 +99,11 @@ class Exporter:
     def log(self) -> str:
         return "\n".join(self.stderr_lines)
 
+    def logged(self, text: str) -> list[str]:
+        """The log lines holding ``text``, once there is one (the log is read by a thread: a line written just
+        before an answer may be read just after it)."""
+        return wait_until(lambda: [line for line in self.stderr_lines if text in line], f"a log line with {text!r}")
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         """SIGTERM and wait (generously: teardown under a loaded CI machine is not what tests measure)."""
         if self.process.poll() is None:

@@ -73,8 +73,7 @@ def check_flood(handle: Exporter, flooded: Flooded, stream: str) -> None:
     assert sample_value(flooded.body, "nvidia_smi_last_collect_success") == 0
     assert flooded.peak_kib < RSS_BUDGET_KIB
     assert all(status == 200 for status in flooded.health_statuses), flooded.health_statuses
-    failures = [line for line in handle.stderr_lines if "failed to collect metrics" in line]
-    assert failures, handle.log[-2000:]
+    failures = handle.logged("failed to collect metrics")
     assert f"more than {DEFAULT_MAX_OUTPUT_BYTES} bytes on {stream}" in failures[-1]
     assert "--collect.max-output-bytes" in failures[-1]
     assert max(len(line) for line in handle.stderr_lines) < LOG_LINE_BUDGET
