@@ -26,13 +26,22 @@ def _head(version: bytes, eol: bytes, blank: bytes, *, close: bool = False) -> b
     return b"GET / " + version + eol + b"Host: x" + eol + connection + blank
 
 
-async def _answer(data: bytes, *, header_timeout: float = 10.0, delay: float = 0.0) -> bytes:
-    async def hello(_: Request) -> Response:
-        await asyncio.sleep(delay)
+def _hello_app(delays: dict[str, float] | None = None) -> App:
+    """``GET /`` (and each path of ``delays``) answering ``hello``, after the path's delay in seconds."""
+    waits = delays or {}
+
+    async def hello(request: Request) -> Response:
+        await asyncio.sleep(waits.get(request.path, 0.0))
         return Response(text="hello\n")
 
     app = App()
-    app.add_get("/", hello)
+    for path in {"/", *waits}:
+        app.add_get(path, hello)
+    return app
+
+
+async def _answer(data: bytes, *, header_timeout: float = 10.0, delay: float = 0.0) -> bytes:
+    app = _hello_app({"/": delay})
     async with serving(app, web_settings(header_timeout_seconds=header_timeout)) as server:
         reader, writer = await open_client(server)
         writer.write(data)
@@ -80,12 +89,7 @@ async def _after_bodies_that_look_like_head_ends(body: bytes) -> bytes:
     """At a cap of 2 connections, both held by clients whose request body (never finished) holds a head's end
     after their answer came; then a third client asks."""
 
-    async def hello(_: Request) -> Response:
-        return Response(text="hello\n")
-
-    app = App()
-    app.add_get("/", hello)
-    async with serving(app, web_settings(max_connections=2)) as server:
+    async with serving(_hello_app(), web_settings(max_connections=2)) as server:
         held = []
         for _ in range(2):
             reader, writer = await open_client(server)
@@ -118,12 +122,7 @@ def test_a_body_that_looks_like_a_head_end_leaves_its_connection_evictable(body:
 async def _after_a_body_that_never_comes(head: bytes) -> bytes:
     """The answer to ``head`` and what follows it until the server closes (idle timeout 0.2 s)."""
 
-    async def hello(_: Request) -> Response:
-        return Response(text="hello\n")
-
-    app = App()
-    app.add_get("/", hello)
-    async with serving(app, web_settings(idle_timeout_seconds=0.2)) as server:
+    async with serving(_hello_app(), web_settings(idle_timeout_seconds=0.2)) as server:
         reader, writer = await open_client(server)
         writer.write(head)
         await bounded(writer.drain())
@@ -149,12 +148,7 @@ async def _bytes_trickled_before_the_close(head: bytes, limit: int) -> int:
     """After the answer to ``head``, one body byte every 0.1 s (idle timeout 0.3 s): how many the client sent
     before the server closed, or ``limit`` if it never did."""
 
-    async def hello(_: Request) -> Response:
-        return Response(text="hello\n")
-
-    app = App()
-    app.add_get("/", hello)
-    async with serving(app, web_settings(idle_timeout_seconds=0.3)) as server:
+    async with serving(_hello_app(), web_settings(idle_timeout_seconds=0.3)) as server:
         reader, writer = await open_client(server)
         writer.write(head)
         await bounded(reader.readuntil(b"hello\n"))
@@ -189,15 +183,7 @@ async def _a_request_behind_the_rest_of_a_body() -> bytes:
     connection sits idle for half the idle timeout after that answer, and asks again: by then a deadline kept
     from the first answer would have closed it."""
 
-    async def hello(request: Request) -> Response:
-        if request.path == "/slow":
-            await asyncio.sleep(0.1)
-        return Response(text="hello\n")
-
-    app = App()
-    app.add_get("/", hello)
-    app.add_get("/slow", hello)
-    async with serving(app, web_settings(idle_timeout_seconds=0.8)) as server:
+    async with serving(_hello_app({"/slow": 0.1}), web_settings(idle_timeout_seconds=0.8)) as server:
         reader, writer = await open_client(server)
         writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n")
         await bounded(reader.readuntil(b"hello\n"))
