@@ -97,6 +97,10 @@ def statuses(data: bytes) -> list[bytes]:
         ),
         pytest.param(get(version="HTTP/1.0"), b"HTTP/1.0 200 OK", True, id="http10-answered-in-kind-and-closed"),
         pytest.param(get(headers="Connection: close\r\n"), b"HTTP/1.1 200 OK", True, id="connection-close-closes"),
+        pytest.param(
+            get(headers="Connection: close\r\n") + get(), b"HTTP/1.1 200 OK", True, id="pipelined-after-close-dropped"
+        ),
+        pytest.param(get(version="HTTP/1.0") + get(), b"HTTP/1.0 200 OK", True, id="pipelined-after-http10-dropped"),
         pytest.param(get("/broken"), b"HTTP/1.1 500 Internal Server Error", False, id="handler-bug-500"),
     ],
 )
@@ -158,6 +162,46 @@ def test_a_request_body_is_discarded_within_its_bound(body: bytes, closes: bool)
     assert data.startswith(b"HTTP/1.1 200 OK"), data[:200]
     assert (b"hello ['next']" in data) is not closes
     assert closed is closes
+
+
+async def answer_read_late(data: bytes) -> bytes:
+    """Send ``data`` at once, read only after the server has answered and closed: what reaches the client."""
+    async with serving(app(), web_settings()) as server:
+        reader, writer = await open_client(server)
+        writer.write(data)
+        await bounded(writer.drain())
+        await asyncio.sleep(0.3)  # the server answers and closes meanwhile, with the rest of data unread
+        try:
+            return await bounded(reader.read())
+        except ConnectionResetError:
+            return b"reset"
+        finally:
+            writer.close()
+
+
+_TRAILING = b"x" * 65536  # sent behind the request that ends the connection, never read by the server
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        pytest.param(get(headers="Connection: close\r\n") + _TRAILING, b"HTTP/1.1 200 OK", id="connection-close"),
+        pytest.param(b"FOO\r\n\r\n" + _TRAILING, b"HTTP/1.1 400 Bad Request", id="bad-request"),
+        pytest.param(get(version="HTTP/2.0") + _TRAILING, b"HTTP/1.1 505", id="unsupported-version"),
+        pytest.param(
+            get(headers=f"Content-Length: {2 * MAX_DISCARDED_BODY_BYTES}\r\n") + b"b" * (2 * MAX_DISCARDED_BODY_BYTES),
+            b"HTTP/1.1 200 OK",
+            id="body-over-its-bound",
+        ),
+    ],
+)
+def test_the_last_answer_is_not_lost_to_a_reset_by_what_the_client_sent_after_it(
+    request_bytes: bytes, status: bytes
+) -> None:
+    """Closing with the client's bytes unread resets the connection, and the reset destroys the answer waiting in
+    the client's kernel: the server half-closes first and drops what still comes, as Go's server does."""
+    data = run(lambda: answer_read_late(request_bytes))
+    assert data.startswith(status), data[:200]
 
 
 def test_expect_100_continue_is_answered_before_the_request() -> None:

@@ -7,6 +7,9 @@ For each connection (:class:`HttpProtocol`):
 - a malformed request is answered ``400`` (a head over :data:`MAX_HEADER_BYTES` ``431``) and the connection
   closed; so is a request line or a header line over :data:`MAX_LINE_BYTES`, or more than :data:`MAX_HEADERS`
   headers (aiohttp's limits, which this server replaced);
+- a request naming an HTTP version other than 1.x (``GET / HTTP/2.0``, ``HTTP/0.9``) is answered ``505`` with an
+  HTTP/1.1 status line and the connection closed, as Go's server does; a pipelined one in its turn, after the
+  responses before it (a version Go cannot parse, such as ``HTTP/12.0``, is malformed: ``400``, as in Go);
 - a request body is read and discarded (no route takes one); one over :data:`MAX_DISCARDED_BODY_BYTES` is not
   read further and the connection closes after the answer (Go discards up to 256 KiB the same way).
   ``Expect: 100-continue`` is answered ``100 Continue`` at once;
@@ -18,9 +21,9 @@ For each connection (:class:`HttpProtocol`):
   :data:`~.body.CHUNK_BYTES` chunks straight from the response's shared parts, waiting for the transport to drain
   between them (:func:`~.body.chunks`), so no connection holds a copy of a large body.
 
-Request-header and write deadlines, the connection cap and the HTTP-version check are
-:class:`~.timeouts.DeadlineProtocol`'s, which wraps this protocol. (:class:`OpenConnections` keeps every open
-connection for the graceful shutdown of :class:`~.server.WebServer`.)
+Request-header and write deadlines and the connection cap are :class:`~.timeouts.DeadlineProtocol`'s, which
+wraps this protocol. (:class:`OpenConnections` keeps every open connection for the graceful shutdown of
+:class:`~.server.WebServer`.)
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ MAX_LINE_BYTES = 8190  # the request line, and each header line: aiohttp's limit
 MAX_HEADERS = 128  # aiohttp's limit, kept
 MAX_DISCARDED_BODY_BYTES = 256 * 1024  # a request body read (and dropped) to keep the connection; Go's figure
 MAX_PIPELINED_BYTES = 64 * 1024  # requests buffered behind the one being answered before reading pauses
+RST_AVOIDANCE_SECONDS = 0.5  # after the last answer, how long what the client still sends is read and dropped (Go's)
 
 _WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
@@ -104,6 +108,12 @@ def reason(status: int) -> bytes:
     return _REASONS.get(status) or f"status code {status}".encode("ascii")
 
 
+VERSION_NOT_SUPPORTED = (
+    b"HTTP/1.1 505 HTTP Version Not Supported\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"
+    b"Content-Length: 28\r\n\r\nunsupported protocol version"
+)
+
+
 def _error_body(status: int) -> tuple[int, bytes]:
     reasons = {400: "Bad Request", 431: "Request Header Fields Too Large", 500: "Internal Server Error"}
     return status, f"{status} {reasons.get(status, 'Bad Request')}\n".encode("ascii")
@@ -156,6 +166,7 @@ class HttpProtocol(asyncio.Protocol):
         self._write_paused = False
         self._drained: asyncio.Future[None] | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._linger: asyncio.TimerHandle | None = None  # the last answer is out: the close after the client's bytes
         self._idle_deadline: float | None = None  # idle since a response: closes at this loop time
         self._fast: tuple[FastRequest, bytes] | None = None  # the fast-path request being answered, and its head
 
@@ -213,6 +224,9 @@ class HttpProtocol(asyncio.Protocol):
         self.finished = None
         self.connections.open.discard(self)
         self._stop_idle()
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
         if self.handler is not None:
             self.handler.cancel()
         if self._drained is not None and not self._drained.done():
@@ -262,6 +276,7 @@ class HttpProtocol(asyncio.Protocol):
         """Take the events h11 has parsed: start a request's handler, read and drop its body."""
         connection = self.h11
         while self.transport is not None:
+            state = connection.their_state
             try:
                 event = connection.next_event()
             except h11.RemoteProtocolError as error:
@@ -269,6 +284,14 @@ class HttpProtocol(asyncio.Protocol):
                 # traceback that holds that frame (and ours, and this protocol with its buffers): a cycle per bad
                 # request, freed only by a full garbage collection. Dropping the traceback breaks it.
                 error.__traceback__ = None
+                if state is h11.MUST_CLOSE:
+                    # Bytes behind the client's last request (``Connection: close``, HTTP/1.0): dropped, as Go drops
+                    # them, and that request still answered (taken for a bad request, it was cut unanswered).
+                    self._close_after = True
+                    self._discarding = True
+                    if self.handler is None:
+                        self._close_after_answer()
+                    return
                 self._bad_request(error.error_status_hint, str(error))
                 return
             if event is h11.NEED_DATA:
@@ -290,7 +313,7 @@ class HttpProtocol(asyncio.Protocol):
                     self._discarding = True
                     self._close_after = True
                     if self.handler is None:  # answered already: nothing more to wait for
-                        self.transport.close()
+                        self._close_after_answer()
                     return
             elif isinstance(event, h11.EndOfMessage):
                 if self.handler is None:
@@ -301,6 +324,9 @@ class HttpProtocol(asyncio.Protocol):
 
     def _start(self, event: h11.Request) -> bool:
         """Check the request's lines against the limits and start its handler; False when refused."""
+        if not event.http_version.startswith(b"1."):  # h11 reads one digit each side of the dot, as Go does
+            self._answer_and_close(505, VERSION_NOT_SUPPORTED)
+            return False
         target = event.target
         if len(target) + len(event.method) + 10 > MAX_LINE_BYTES:
             self._bad_request(400, "request line too long")
@@ -372,14 +398,14 @@ class HttpProtocol(asyncio.Protocol):
         if self._fast is not None:
             self._fast = None
             if self._close_after or must_close:
-                self.transport.close()
+                self._close_after_answer()
             elif self.h11.trailing_data[0]:  # h11 is idle: it takes what came during this request
                 self._resume_reading()
                 self._process()
             else:
                 self._arm_idle()
         elif self._close_after or self.h11.our_state is h11.MUST_CLOSE:
-            self.transport.close()
+            self._close_after_answer()
         elif self.h11.their_state is h11.DONE:
             self._next_cycle()
         else:  # answered before its body came: waiting for the rest is idle (nothing else ever closed it)
@@ -483,18 +509,40 @@ class HttpProtocol(asyncio.Protocol):
         transport = self.transport
         assert transport is not None
         log.error("bad request from a client", extra={"remote": _peer(transport), "err": reason[:200]})
+        status, body = _error_body(status if status in (400, 431) else 400)
+        head = (
+            f"HTTP/1.1 {status} {body.decode('ascii')[4:].strip()}\r\n"
+            f"Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: {len(body)}\r\n"
+            "\r\n"
+        ).encode("ascii")
+        self._answer_and_close(status, head + body)
+
+    def _answer_and_close(self, status: int, answer: bytes) -> None:
+        """Write ``answer`` (when no response is under way: a request cut mid-response gets no second one), read
+        nothing more, and close."""
+        transport = self.transport
+        assert transport is not None
         if self.handler is None and self.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-            status, body = _error_body(status if status in (400, 431) else 400)
-            head = (
-                f"HTTP/1.1 {status} {body.decode('ascii')[4:].strip()}\r\n"
-                f"Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: {len(body)}\r\n"
-                "\r\n"
-            ).encode("ascii")
-            transport.write(head + body)
+            transport.write(answer)
             if self.finished is not None:
                 self.finished(status)
+        self._close_after_answer()
+
+    def _close_after_answer(self) -> None:
+        """Close once the answer is out: FIN first, then what the client still sends (a pipelined request, the rest
+        of a body) is read and dropped until it closes too, or for :data:`RST_AVOIDANCE_SECONDS`. Closed with its
+        bytes unread, the connection was reset, and a reset can destroy the answer before the client reads it (a
+        bad request's 400 was lost that way); Go's server waits the same way. Over TLS the close is at once (its
+        transport cannot half-close), as before."""
+        transport = self.transport
         self._discarding = True
-        transport.close()
+        if transport is None or self._linger is not None:
+            return
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()  # after what is still buffered
+        self._linger = self.loop.call_later(RST_AVOIDANCE_SECONDS, transport.close)
 
     # -- keep-alive ---------------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Connection bounds around the HTTP protocol: request-header and write timeouts, the connection cap, HTTP/1 only.
+"""Connection bounds around the HTTP protocol: request-header and write timeouts, the connection cap.
 
 Every connection's HTTP protocol (web/protocol.py) is wrapped (:class:`DeadlineProtocol`):
 
@@ -12,8 +12,7 @@ Every connection's HTTP protocol (web/protocol.py) is wrapped (:class:`DeadlineP
 - each connection's send buffers are small (:data:`WRITE_BUFFER_HIGH_BYTES` in the process,
   :data:`SEND_BUFFER_BYTES` in the kernel), so a client that never reads holds little memory;
 - at ``--web.max-connections`` a new connection makes the idlest one leave, or is answered 503
-  (:mod:`.connections`);
-- a request line that is not HTTP/1.x is answered ``505`` with an HTTP/1.1 status line, as Go's server does.
+  (:mod:`.connections`).
 
 Idle keep-alive connections are the HTTP protocol's own (``--web.idle-timeout``).
 """
@@ -41,16 +40,13 @@ log = logging.getLogger(__name__)
 HEADER_END = b"\r\n\r\n"  # the common end of a request head
 # Every end of a request head that h11, the parser of record, takes: a blank line after a line, each line break
 # CRLF or a bare LF (RFC 9112 2.2). Counting CRLF CRLF alone, a head ending otherwise never ended here: the header
-# deadline ran on through its answer (a slow one was cut) and the request after it skipped the version check.
+# deadline ran on through its answer (a slow one was cut).
 HEAD_END = re.compile(rb"\n\r?\n")
 TAIL_BYTES = 2  # what a read keeps of its end, for a head end split across reads (at most 3 bytes long)
 WRITE_BUFFER_HIGH_BYTES = 16 * 1024  # the process's send buffer per connection, before the writer waits
 SEND_BUFFER_BYTES = 256 * 1024  # SO_SNDBUF (Linux doubles it): what the kernel queues per connection
 WRITE_POLL_MAX_SECONDS = 1.0  # how often a pending write is checked for progress, at most
 REFUSAL_LINGER_SECONDS = 0.5  # a refused client gets this long to send its request before the close
-MAX_REQUEST_LINE_BYTES = 8190  # the HTTP protocol's limit (protocol.MAX_LINE_BYTES): a longer line is its 400
-_VERSION = re.compile(rb"HTTP/(\d+)\.\d+")
-_NEXT_REQUEST_LINE = re.compile(rb"\n\r?\n[\r\n]*")  # a head's end and the blank lines that may follow it
 
 
 def _plain_response(status: str, text: str) -> bytes:
@@ -61,17 +57,7 @@ def _plain_response(status: str, text: str) -> bytes:
     ).encode("ascii") + body
 
 
-VERSION_NOT_SUPPORTED = _plain_response("505 HTTP Version Not Supported", "unsupported protocol version")
 TOO_MANY_CONNECTIONS = _plain_response("503 Service Unavailable", "too many open connections, try again later\n")
-
-
-def unsupported_version(line: bytes) -> bool:
-    """Whether a request line names an HTTP version other than 1.x (``GET / HTTP/2.0``, ``HTTP/0.9``)."""
-    if line.endswith((b" HTTP/1.1\r", b" HTTP/1.1")):  # the common line, whatever precedes its last word
-        return False
-    words = line.rstrip(b"\r").split(b" ")
-    match = _VERSION.fullmatch(words[-1]) if len(words) == 3 else None
-    return match is not None and match.group(1) != b"1"
 
 
 if sys.platform == "linux":
@@ -151,10 +137,7 @@ class DeadlineProtocol(asyncio.Protocol):
         self._served = False  # the HTTP protocol saw connection_made
         self._refusing = False  # answered by this class; waiting for the request before closing
         self._tail = b""
-        self._line: bytes | None = b""  # the current request line while it is incomplete
         self._header_started: float | None = None  # an incomplete request header began at this time
-        self._requests = 0  # complete request headers received
-        self._answered = 0  # responses the HTTP protocol finished writing (response_finished)
         self._idle_since: float | None = None
         self._last_status: int | None = None  # of the latest finished response: who leaves first at the cap
         self._write_progress: float | None = None  # while a write is watched: when it last made progress
@@ -193,7 +176,6 @@ class DeadlineProtocol(asyncio.Protocol):
 
     def response_finished(self, status: int) -> None:
         """The HTTP protocol wrote a whole response into the transport: what is left unsent is watched from now."""
-        self._answered += 1
         self._last_status = status
         self._idle_since = self.loop.time()
         if self._header_started is not None:  # a head begun behind this response: its clock starts now, as Go's
@@ -321,76 +303,27 @@ class DeadlineProtocol(asyncio.Protocol):
             return
         if not data:
             return
-        if (
-            self._line == b""  # a new request line, with no header end split across reads
-            and not self._tail
-            and data[0] not in b"\r\n"
-            and data.endswith(HEADER_END)
-            and data.find(b"\n\r\n") == len(data) - 3  # no head end before it (HEAD_END), in two quick scans
-            and b"\n\n" not in data
-            and not unsupported_version(data[: data.find(b"\n")])
-        ):
-            # The common read: one whole request head and nothing after it, HTTP/1.x. What the general path below
-            # works out for it, in one scan: one more request, no header pending, the next line not begun.
-            self._idle_since = self.loop.time()
-            self._requests += 1
+        now = self.loop.time()
+        self._idle_since = now
+        if not self._tail and len(data) > 4 and data.endswith(HEADER_END) and data[-5] != 0x0A:
+            # The common read: it ends with a request head (no LF before its CRLF CRLF, so HEAD_END's leftmost
+            # scan below would end there too). What that scan works out for it: no header pending, nothing kept.
             self._header_started = None
             self._arm()
             self.inner.data_received(data)
             return
-        if self._bad_request_line(data):
-            if self._requests > self._answered and self.transport is not None:
-                self.transport.abort()  # a response is still due on this connection: no room for ours
-                return
-            self._refuse(VERSION_NOT_SUPPORTED)
-            self._refused_data(data)
-            return
-        now = self.loop.time()
-        self._idle_since = now
         stream = self._tail + data
         pieces = HEAD_END.split(stream)  # the heads' ends found as h11 finds them: leftmost, one after another
-        ends = len(pieces) - 1
-        if ends:
-            self._requests += ends
+        if len(pieces) > 1:
             rest = pieces[-1]
             self._header_started = now if rest else None
             self._tail = rest[-TAIL_BYTES:]
-            if self._pipelined_bad_line(stream) and self.transport is not None:
-                self.transport.abort()  # pipelined behind a request still to be answered: no room for a 505
-                return
         else:
             if self._header_started is None:
                 self._header_started = now
             self._tail = stream[-TAIL_BYTES:]
         self._arm()
         self.inner.data_received(data)
-
-    def _pipelined_bad_line(self, stream: bytes) -> bool:
-        """Judge the request line after each header end in ``stream``; the last may continue in later data.
-
-        Each line is judged alone (up to its line break), once, with the blank lines before it skipped in one
-        match: judging a line's length of ``stream`` after each header end made a read of 64 Ki blank lines
-        (``\\r\\n\\r\\n`` repeated) judge 528 MB, 4.5 s of event loop."""
-        for end in _NEXT_REQUEST_LINE.finditer(stream):
-            start = end.end()
-            stop = start + MAX_REQUEST_LINE_BYTES + 2
-            newline = stream.find(b"\n", start, stop)
-            self._line = b""
-            if self._bad_request_line(stream[start : newline + 1 if newline >= 0 else stop]):
-                return True
-        return False
-
-    def _bad_request_line(self, data: bytes) -> bool:
-        """Feed the current request line; True when it is complete and not HTTP/1.x."""
-        if self._line is None:
-            return False
-        line = self._line + data if self._line else data.lstrip(b"\r\n")  # blank lines may precede a request
-        end = line.find(b"\n")
-        if end < 0:
-            self._line = line if len(line) <= MAX_REQUEST_LINE_BYTES else None
-            return False
-        self._line = None
-        return unsupported_version(line[:end])
 
     def eof_received(self) -> bool | None:
         if self._refusing:
