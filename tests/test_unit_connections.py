@@ -15,6 +15,7 @@ from nvidia_gpu_exporter.web.connections import (
     ANSWERED_ERROR,
     ANSWERED_SUCCESS,
     ASKING,
+    EVICTION_BATCH,
     OPENING,
     STALE,
     Connections,
@@ -26,13 +27,16 @@ GRACE = 2.0
 
 @dataclass(eq=False)  # registered by identity, as the real protocols are
 class FakeConnection:
-    """A connection as the registry sees it: idle since ``idle`` (None: busy), its latest status, unread bytes."""
+    """A connection as the registry sees it: idle since ``idle`` (None: busy), its latest status, unread bytes, and
+    bytes of a response still in the kernel; ``kernel_asked`` counts the questions to the kernel (syscalls)."""
 
     name: str
     idle: float | None = NOW
     status: int | None = None
     waiting: bool = False
+    unsent: bool = False
     evicted: bool = False
+    kernel_asked: int = 0
 
     def idle_since(self) -> float | None:
         return self.idle
@@ -41,7 +45,12 @@ class FakeConnection:
         return self.status
 
     def request_waiting(self) -> bool:
+        self.kernel_asked += 1
         return self.waiting
+
+    def unsent_in_kernel(self) -> bool:
+        self.kernel_asked += 1
+        return self.unsent
 
     def evict(self) -> None:
         self.evicted = True
@@ -51,8 +60,10 @@ def registry(limit: int) -> Connections:
     return Connections(limit, ConnectionStats(), grace=GRACE, clock=lambda: NOW)
 
 
-def idle_for(seconds: float, *, status: int | None = None, waiting: bool = False, name: str = "") -> FakeConnection:
-    return FakeConnection(name, NOW - seconds, status, waiting)
+def idle_for(
+    seconds: float, *, status: int | None = None, waiting: bool = False, unsent: bool = False, name: str = ""
+) -> FakeConnection:
+    return FakeConnection(name, NOW - seconds, status, waiting, unsent)
 
 
 @pytest.mark.parametrize(
@@ -115,13 +126,17 @@ def test_at_the_cap_the_lower_standing_makes_room(leaves: FakeConnection, stays:
     ],
 )
 def test_among_equals_the_idlest_makes_room(status: int | None, waiting: bool, idle: float) -> None:
-    idlest = idle_for(idle + 0.5, status=status, waiting=waiting)
-    other = idle_for(idle, status=status, waiting=waiting)
-    connections = registry(2)
-    assert connections.admit(other)
-    assert connections.admit(idlest)
+    """One more connection of a standing than a batch, each idle a little longer than the one before: those that
+    leave are the idlest (one of most standings, a batch of stale or error-answered ones), the least idle stays."""
+    equals = [idle_for(idle + number / 100, status=status, waiting=waiting) for number in range(EVICTION_BATCH + 1)]
+    connections = registry(len(equals))
+    for connection in equals:
+        assert connections.admit(connection)
     assert connections.admit(FakeConnection("new", idle=None))
-    assert (idlest.evicted, other.evicted) == (True, False)
+    evicted = [connection.evicted for connection in reversed(equals)]  # the idlest first
+    batched = (status is None and not waiting and idle > GRACE) or status == 401  # stale or error-answered
+    count = EVICTION_BATCH if batched else 1
+    assert evicted == [True] * count + [False] * (len(equals) - count)
 
 
 def test_connections_leave_in_the_order_of_their_standing() -> None:
@@ -154,3 +169,51 @@ def test_when_every_connection_is_busy_the_new_one_is_refused() -> None:
     assert not connections.admit(idle_for(0))
     assert not busy.evicted
     assert connections.stats.closed == {"evicted": 0, "header_timeout": 0, "refused": 1}
+
+
+def test_a_connection_whose_response_the_kernel_still_holds_is_busy() -> None:
+    """Idle as far as the process knows (its buffer empty), but its client has not taken the response from the
+    kernel: it is not evicted, the next idle one is, even of a higher standing."""
+    unsent = idle_for(GRACE + 60, unsent=True)
+    success = idle_for(1, status=200)
+    connections = registry(2)
+    assert connections.admit(unsent)
+    assert connections.admit(success)
+    assert connections.admit(FakeConnection("new", idle=None))
+    assert (unsent.evicted, success.evicted) == (False, True)
+
+
+def test_a_full_cap_asks_the_kernel_about_a_few_candidates_not_every_connection() -> None:
+    """The ranking is by what the process knows; the kernel (a syscall each) is asked only about the connections
+    that would leave. Asking about each of 256 connections per new one was most of the event loop's time in a
+    wrong-password flood over the cap (BENCHMARKS.md)."""
+    connections = registry(256)
+    flood = [idle_for(1 + number / 1000, status=401) for number in range(256)]
+    for connection in flood:
+        assert connections.admit(connection)
+    assert connections.admit(FakeConnection("new", idle=None))
+    assert sum(connection.kernel_asked for connection in flood) <= 2 * EVICTION_BATCH
+
+
+def test_connections_answered_an_error_leave_in_a_batch_those_answered_a_success_one_by_one() -> None:
+    """A flood over the cap reconnects as fast as its connections are closed: making room for the next ones
+    with the same ranking pays one ranking per batch. A success-answered connection (Prometheus') is never
+    closed for room not needed yet."""
+    connections = registry(EVICTION_BATCH + 4)
+    errors = [idle_for(10 + number, status=429) for number in range(EVICTION_BATCH + 2)]
+    successes = [idle_for(100 + number, status=200) for number in range(2)]
+    for connection in [*errors, *successes]:
+        assert connections.admit(connection)
+    assert connections.admit(FakeConnection("new", idle=None))
+    assert (
+        sorted(connection.idle or 0 for connection in errors if connection.evicted)
+        == sorted(connection.idle or 0 for connection in errors)[:EVICTION_BATCH]
+    )
+    assert not any(connection.evicted for connection in successes)
+    assert connections.stats.closed["evicted"] == EVICTION_BATCH
+    assert len(connections) == 5
+    only_successes = registry(2)
+    for connection in (successes := [idle_for(100, status=200), idle_for(50, status=200)]):
+        assert only_successes.admit(connection)
+    assert only_successes.admit(FakeConnection("new", idle=None))
+    assert [connection.evicted for connection in successes] == [True, False]

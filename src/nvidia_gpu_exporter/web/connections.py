@@ -10,10 +10,16 @@ response was an error (a 401, a 429, a 404: a flood of wrong passwords); one jus
 time to send its request yet; one that never got a response but whose request the kernel holds unread (accepted
 in the same batch as a flood's connections, its bytes not read yet); and only then one whose latest response was
 a success (Prometheus' keep-alive connection between two scrapes). Among equals, the one idle the longest.
+
+A stale or error-answered connection leaves with up to :data:`EVICTION_BATCH` - 1 others of its standing: a flood
+over the cap reconnects as fast as its connections close, and the ranking (a pass over every open connection) is
+then paid once per batch instead of once per connection. The ranking is by what the process knows; the kernel is
+asked (a syscall each: unsent response bytes, an unread request) only about the connections about to leave.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
 from collections.abc import Callable
@@ -32,6 +38,8 @@ FD_RESERVE = 3 * LISTEN_BACKLOG + 64
 NEW_CONNECTION_GRACE_SECONDS = 2.0
 # A connection's standing at the cap (see the module docstring); the lowest leaves first.
 STALE, ANSWERED_ERROR, OPENING, ASKING, ANSWERED_SUCCESS = 0, 1, 2, 3, 4
+# How many stale or error-answered connections one new connection at the cap may make leave, at most.
+EVICTION_BATCH = 16
 
 
 def fit_to_fd_limit(limit: int, soft_limit: int | None) -> int:
@@ -62,13 +70,16 @@ class Connection(Protocol):
     """What the registry needs of a connection (``timeouts.DeadlineProtocol``)."""
 
     def idle_since(self) -> float | None:
-        """When it became idle (no request in progress, nothing unsent), or None while it is not."""
+        """When it became idle (no request in progress, nothing in the process's buffer), or None while it is not."""
 
     def last_status(self) -> int | None:
         """The HTTP status of its latest finished response, or None when it has had none."""
 
     def request_waiting(self) -> bool:
         """Whether bytes from the client wait unread in the kernel."""
+
+    def unsent_in_kernel(self) -> bool:
+        """Whether bytes of a response wait in the kernel for the client: an idle connection that is not."""
 
     def evict(self) -> None:
         """Close it to make room for a new connection."""
@@ -95,17 +106,18 @@ class Connections:
         return len(self._open)
 
     def admit(self, connection: Connection) -> bool:
-        """Register a new connection, evicting an idle one at the cap (see the module docstring); False: refuse it
+        """Register a new connection, evicting idle ones at the cap (see the module docstring); False: refuse it
         (all are busy)."""
         if self.limit > 0 and len(self._open) >= self.limit:
-            victim = self._victim()
-            if victim is None:
+            victims = self._victims()
+            if not victims:
                 self.stats.closed["refused"] += 1
                 log.warning("refused a connection: every connection is busy", extra={"limit": self.limit})
                 return False
-            self.release(victim)
-            self.stats.closed["evicted"] += 1
-            victim.evict()
+            for victim in victims:
+                self.release(victim)
+                self.stats.closed["evicted"] += 1
+                victim.evict()
         self._open[connection] = None
         self.stats.open = len(self._open)
         return True
@@ -114,25 +126,47 @@ class Connections:
         self._open.pop(connection, None)
         self.stats.open = len(self._open)
 
-    def standing(self, connection: Connection, idle_since: float, now: float) -> int:
-        """Where an idle connection stands at the cap: its latest response, or whether its first request is coming."""
+    def standing(self, connection: Connection, idle_since: float, now: float, *, ask_kernel: bool = True) -> int:
+        """Where an idle connection stands at the cap: its latest response, or whether its first request is coming.
+        Without ``ask_kernel`` an unread request is not seen: a lower bound, ``ASKING`` taken for the others."""
         status = connection.last_status()
         if status is not None:
             return ANSWERED_SUCCESS if status < 400 else ANSWERED_ERROR
-        if connection.request_waiting():
+        if ask_kernel and connection.request_waiting():
             return ASKING
         return OPENING if now - idle_since < self.grace else STALE
 
-    def _victim(self) -> Connection | None:
-        """The idle connection of the lowest standing, idle the longest among those; None when none is idle."""
-        best: Connection | None = None
-        best_key = (0, 0.0)
+    def _victims(self) -> list[Connection]:
+        """The idle connection of the lowest standing, idle the longest among those, and when that standing is
+        stale or error-answered, more of it up to :data:`EVICTION_BATCH`; empty when none is idle.
+
+        Ranked by what the process knows, each a lower bound of the true key (the kernel can only make a
+        connection busy, or raise it to ``ASKING``): candidates are taken lowest first and checked with the kernel,
+        one found higher going back in its true place."""
         now = self.clock()
-        for connection in self._open:
+        ranked: list[tuple[int, float, int, bool, Connection]] = []
+        for order, connection in enumerate(self._open):
             since = connection.idle_since()
-            if since is None:
-                continue
-            key = (self.standing(connection, since, now), since)
-            if best is None or key < best_key:
-                best, best_key = connection, key
-        return best
+            if since is not None:
+                ranked.append(
+                    (self.standing(connection, since, now, ask_kernel=False), since, order, False, connection)
+                )
+        heapq.heapify(ranked)
+        victims: list[Connection] = []
+        batch_standing = ANSWERED_ERROR
+        while ranked:
+            standing, since, order, checked, connection = heapq.heappop(ranked)
+            if victims and (standing > batch_standing or len(victims) >= EVICTION_BATCH):
+                break
+            if not checked:
+                if connection.unsent_in_kernel():
+                    continue  # its client has not taken the response yet: busy
+                true_standing = self.standing(connection, since, now)
+                if true_standing != standing:
+                    heapq.heappush(ranked, (true_standing, since, order, True, connection))
+                    continue
+            victims.append(connection)
+            if standing > ANSWERED_ERROR:
+                break  # one at a time for the others: their room is not taken before it is needed
+            batch_standing = standing
+        return victims

@@ -154,12 +154,21 @@ class DeadlineProtocol(asyncio.Protocol):
         return transport.get_write_buffer_size() + kernel_unsent_bytes(self._fd)
 
     def idle_since(self) -> float | None:
-        """Since when nothing is due on this connection, for the cap; None while busy. Busy is the HTTP protocol's
-        word, not the count of heads read here: that count takes a request body's bytes that look like a head's
-        end for a request, which made a connection busy for ever (its client held a cap's slot past eviction)."""
-        if self._refusing or self.inner.answering() or self.unsent_bytes() > 0:
+        """Since when nothing is due on this connection as far as the process knows, for the cap; None while busy
+        (the HTTP protocol's word, or bytes in the process's buffer). No syscall: the cap ranks every open
+        connection with it, and asks the kernel (:meth:`unsent_in_kernel`) only about those about to leave."""
+        transport = self.transport
+        if (
+            self._refusing
+            or self.inner.answering()
+            or (transport is not None and transport.get_write_buffer_size() > 0)
+        ):
             return None
         return self._idle_since
+
+    def unsent_in_kernel(self) -> bool:
+        """Whether the kernel's send queue still holds bytes for the client (a response it has not taken)."""
+        return kernel_unsent_bytes(self._fd) > 0
 
     def request_waiting(self) -> bool:
         """Whether the kernel holds bytes from the client that the process has not read yet (a request on its way
