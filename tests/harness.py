@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -27,6 +26,7 @@ FIXTURE_CAPTURES = FIXTURES / "captures"
 SHARED = REPO.parent / "shared"
 CONFORMANCE = SHARED / "conformance"
 STARTUP_SECONDS = 30.0
+READER_JOIN_SECONDS = 5.0  # for the stderr pump after the exit (a child that inherited stderr may hold it open)
 # The "Listening on" line in logfmt or in JSON (--log.format=json).
 _LISTENING = re.compile(r'msg="Listening on" address=(\S+)|"msg": "Listening on", "address": "([^"]+)"')
 
@@ -79,6 +79,7 @@ class Exporter:
     process: subprocess.Popen[bytes]
     address: str
     stderr_lines: list[str] = field(default_factory=list)
+    reader: threading.Thread | None = None  # pumps stderr into stderr_lines until the process closes it
 
     @property
     def url(self) -> str:
@@ -109,11 +110,14 @@ class Exporter:
         if self.process.poll() is None:
             self.process.send_signal(sig)
         try:
-            return self.process.wait(timeout)
+            code = self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
             raise
+        if self.reader is not None:  # its last lines may still be in the pipe: stderr_lines is whole after stop
+            self.reader.join(READER_JOIN_SECONDS)
+        return code
 
 
 class StartupFailed(RuntimeError):
@@ -155,7 +159,8 @@ def start_exporter(args: Sequence[str], env: Mapping[str, str] | None = None) ->
                 found.set()
         found.set()
 
-    threading.Thread(target=pump, daemon=True).start()
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
     found.wait(STARTUP_SECONDS)
     if not address:
         try:
@@ -163,9 +168,9 @@ def start_exporter(args: Sequence[str], env: Mapping[str, str] | None = None) ->
         except subprocess.TimeoutExpired:
             process.kill()
             code = process.wait()
-        time.sleep(0.05)
+        reader.join(READER_JOIN_SECONDS)
         raise StartupFailed(code, "\n".join(lines))
-    return Exporter(process, address[0], lines)
+    return Exporter(process, address[0], lines, reader)
 
 
 def run_exporter_to_exit(args: Sequence[str], timeout: float = 60.0) -> tuple[int, str]:

@@ -160,7 +160,7 @@ def test_a_probe_caught_by_a_dropped_connection_fails_and_a_later_probe_succeeds
             interval=POLL_SECONDS * 4,
         )
         assert "nvidia_smi_gpu_info{" in later
-        assert " lost: " in handle.log  # the runner's clean failure, not an unexpected error
+        assert handle.logged(" lost: ")  # the runner's clean failure, not an unexpected error
     finally:
         if shell:
             with contextlib.suppress(ProcessLookupError):

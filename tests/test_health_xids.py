@@ -205,8 +205,8 @@ def test_with_the_default_exec_backend_a_kernel_log_xid_is_served_with_its_proce
         "the followed XID to be counted",
         until=lambda count: count == 2,
     )
-    assert 'msg="XID error in the kernel log"' in handle.log  # a live one is logged, with what it means
-    assert 'meaning="GPU has fallen off the bus" severity=critical' in handle.log
+    assert handle.logged('msg="XID error in the kernel log"')  # a live one is logged, with what it means
+    assert handle.logged('meaning="GPU has fallen off the bus" severity=critical')
 
 
 @pytest.mark.parametrize(

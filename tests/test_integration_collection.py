@@ -200,7 +200,7 @@ def test_startup_runs_are_bounded_by_the_collect_timeout(exporter: StartExporter
     wrapper = Wrapper.create(tmp_path)
     wrapper.set("hang", "")  # every --query-gpu run hangs, the startup mapping query included
     handle = exporter(*wrapper.args(), "--collect.timeout=1s")
-    assert "using the built-in list for field mapping" in handle.log
+    assert handle.logged("using the built-in list for field mapping")
     startup_wrapper = wrapper.pid("wrapper.pid")
     startup_grandchild = wrapper.pid("grandchild.pid")
     wait_until(lambda: process_gone(startup_wrapper), "the hung startup query to be killed", timeout=5)
@@ -221,7 +221,7 @@ def test_command_with_spaces_and_quotes_in_paths_is_split_correctly(exporter: St
 
 def test_missing_binary_still_starts_with_the_built_in_fields(exporter: StartExporter) -> None:
     handle = exporter("--nvidia-smi-command=/nonexistent/nvidia-smi")
-    assert "falling back to the built-in list" in handle.log
+    assert handle.logged("falling back to the built-in list")
     assert "using the built-in list for field mapping" not in handle.log  # no mapping query after that, as in Go
     assert_failed_collection(handle.scrape(), -1)
     assert handle.get("/-/healthy").status == 200
@@ -392,7 +392,7 @@ def test_field_selection(
     for text in absent:
         assert text not in scrape
     if log_line is not None:
-        assert log_line in handle.log
+        assert handle.logged(log_line)
 
 
 def test_explicit_unknown_field_fails_startup() -> None:

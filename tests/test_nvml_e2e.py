@@ -72,7 +72,7 @@ def test_a_gpu_lost_mid_run_fails_collections_until_it_recovers(
         assert "nvidia_smi_gpu_info" not in failed
     assert len(samples(fourth, "nvidia_smi_gpu_info")) == 2
     assert sample_value(fourth, "nvidia_smi_failed_scrapes_total") == 2
-    assert "NVML re-initialized" in handle.log
+    assert handle.logged("NVML re-initialized")
 
 
 def test_shutdown_on_error_exits_1_on_a_lifecycle_error(
@@ -101,8 +101,8 @@ def test_xids_are_counted_and_served_even_while_collections_fail(
     )
     assert sample_value(scrape, "nvidia_smi_last_collect_success") == 0
     assert f'nvidia_smi_xid_last_timestamp_seconds{{uuid="{uuid}",xid="79"}}' in scrape
-    assert "level=warn" in handle.log
-    assert 'msg="XID error"' in handle.log
+    assert handle.logged("level=warn")
+    assert handle.logged('msg="XID error"')
 
 
 def test_mig_families_and_activity_from_the_second_collection(

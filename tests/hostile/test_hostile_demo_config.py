@@ -42,7 +42,7 @@ def test_a_config_replaced_by_a_fifo_fails_each_collection_and_blocks_no_thread(
         threads.append(status_kib(handle.process.pid, "Threads"))  # a count, not KiB: the same "Name: N" form
     print(f"threads after each collection: {threads}")
     assert threads[-1] == threads[0]  # a blocked read would hold one more thread per collection
-    failures = [line for line in handle.stderr_lines if "failed to collect metrics" in line]
+    failures = handle.logged("failed to collect metrics")
     assert failures  # each collection failed (the scrapes say so); the log says why, rate limited
     assert all("not a regular file" in line for line in failures), failures[-1]
 
@@ -53,7 +53,7 @@ def test_a_config_over_the_size_bound_fails_the_collection(exporter: StartExport
     handle = exporter(DEMO, f"--demo-config={config}")
     config.write_bytes(b"#" * (MAX_CONFIG_BYTES + 1))
     assert sample_value(handle.scrape(), "nvidia_smi_last_collect_success") == 0
-    assert f"larger than {MAX_CONFIG_BYTES} bytes" in handle.log
+    assert handle.logged(f"larger than {MAX_CONFIG_BYTES} bytes")
 
 
 @pytest.mark.parametrize("special", ["/dev/zero", "/dev/null"])
@@ -78,4 +78,4 @@ def test_a_capture_replaced_by_a_fifo_fails_the_collection_and_the_loop_keeps_an
     config.write_text(f"capture: {capture}\nseed: 1\n", encoding="utf-8")  # changed: the scene is rebuilt
     assert sample_value(handle.scrape(), "nvidia_smi_last_collect_success") == 0
     assert handle.get("/-/healthy").status == 200
-    assert "not a regular file (a FIFO)" in handle.log
+    assert handle.logged("not a regular file (a FIFO)")
