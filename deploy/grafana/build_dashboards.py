@@ -398,6 +398,31 @@ def timeseries(
     )
 
 
+def gauge(
+    title: str,
+    expr: str,
+    *,
+    unit: str = "percentunit",
+    max: float = 1,
+    thresholds: Steps = PERCENT,
+    mappings: list[Json] | None = None,
+    description: str = "",
+) -> Panel:
+    """A gauge 4 columns (of 24) wide, from 0 to `max`: a ratio unless `unit` says otherwise."""
+    return Panel(
+        title,
+        "gauge",
+        [Target(expr)],
+        width=4,
+        unit=unit,
+        min=0,
+        max=max,
+        thresholds=thresholds,
+        mappings=mappings or [],
+        description=description,
+    )
+
+
 def detail_items() -> list[Item]:
     s, n = DETAIL, DETAIL_NODE
     return [
@@ -410,53 +435,19 @@ def detail_items() -> list[Item]:
             height=4,
             transformations=[organize(("Time", "Value", "__name__"))],
         ),
-        Panel(
+        gauge(
             "GPU utilization",
-            "gauge",
             # Both arms summed: with their label sets equal, `or` adds the N/A arm only where the ratio is absent.
-            [Target(f"sum(nvidia_smi_utilization_gpu_ratio{{{s}}}) or sum(nvidia_smi_gpu_info{{{s}}}) * 0 - 1")],
-            width=4,
-            unit="percentunit",
-            min=0,
-            max=1,
-            thresholds=PERCENT,
+            f"sum(nvidia_smi_utilization_gpu_ratio{{{s}}}) or sum(nvidia_smi_gpu_info{{{s}}}) * 0 - 1",
             mappings=[na_mapping()],
             description="Fraction of time a kernel ran; N/A on MIG-enabled GPUs (see the MIG panels).",
         ),
-        Panel(
-            "Memory allocated",
-            "gauge",
-            [Target(f"nvidia_smi_memory_used_bytes{{{s}}} / nvidia_smi_memory_total_bytes{{{s}}}")],
-            width=4,
-            unit="percentunit",
-            min=0,
-            max=1,
-            thresholds=PERCENT,
-        ),
-        Panel(
-            "Temperature",
-            "gauge",
-            [Target(f"nvidia_smi_temperature_gpu{{{s}}}")],
-            width=4,
-            unit="celsius",
-            min=0,
-            max=100,
-            thresholds=TEMPERATURE,
-        ),
-        Panel(
+        gauge("Memory allocated", f"nvidia_smi_memory_used_bytes{{{s}}} / nvidia_smi_memory_total_bytes{{{s}}}"),
+        gauge("Temperature", f"nvidia_smi_temperature_gpu{{{s}}}", unit="celsius", max=100, thresholds=TEMPERATURE),
+        gauge(
             "Power of limit",
-            "gauge",
-            [
-                Target(
-                    f"nvidia_smi_power_draw_watts{{{s}}} / (nvidia_smi_enforced_power_limit_watts{{{s}}}"
-                    f" or nvidia_smi_power_limit_watts{{{s}}})"
-                )
-            ],
-            width=4,
-            unit="percentunit",
-            min=0,
-            max=1,
-            thresholds=PERCENT,
+            f"nvidia_smi_power_draw_watts{{{s}}} / (nvidia_smi_enforced_power_limit_watts{{{s}}}"
+            f" or nvidia_smi_power_limit_watts{{{s}}})",
         ),
         Panel(
             "Recovery action",
