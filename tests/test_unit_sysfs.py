@@ -23,6 +23,7 @@ from nvidia_gpu_exporter.health.sysfs import (
 )
 from nvidia_gpu_exporter.model.pci import smi_bus_id
 from nvidia_gpu_exporter.model.pcibus import NO_DRIVER, PciFunction, PciInventory, PciKind
+from spies import record_calls
 from sysfs_fakes import (
     CLASS_AUDIO,
     CLASS_VGA,
@@ -220,14 +221,7 @@ def test_a_scan_interns_no_string(
     root = make_sysfs(tmp_path, tree)
     if callable(breakage):
         breakage(root)
-    interned: list[str] = []
-    real_intern = sys.intern
-
-    def recording_intern(text: str) -> str:
-        interned.append(text)
-        return real_intern(text)
-
-    monkeypatch.setattr(sys, "intern", recording_intern)
+    interned = record_calls(monkeypatch, sys, "intern")
     scan(str(root))
     assert interned == []
 

@@ -28,6 +28,7 @@ from nvidia_gpu_exporter.web import timeouts
 from nvidia_gpu_exporter.web.connections import EVICTION_BATCH
 from nvidia_gpu_exporter.web.server import WebServer
 from polling import eventually, wait_until
+from spies import record_calls
 from test_web_listeners import Gate, closed_by_server, gated_app
 
 LIMIT = 3
@@ -138,14 +139,7 @@ def test_a_full_cap_asks_the_kernel_about_the_connections_that_leave_not_about_e
     """A syscall per open connection per new one (is a response still in the kernel's send queue?) was most of the
     event loop's time in a wrong-password flood over the cap (BENCHMARKS.md): a batch of error-answered
     connections leaves, and the kernel is asked about those only."""
-    asked: list[int] = []
-    real = timeouts.kernel_unsent_bytes
-
-    def counting(fd: int) -> int:
-        asked.append(fd)
-        return real(fd)
-
-    monkeypatch.setattr(timeouts, "kernel_unsent_bytes", counting)
+    asked = record_calls(monkeypatch, timeouts, "kernel_unsent_bytes")
     cap = 4 * EVICTION_BATCH
 
     async def main() -> None:
