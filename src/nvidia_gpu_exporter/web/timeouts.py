@@ -136,6 +136,7 @@ class DeadlineProtocol(asyncio.Protocol):
         self._fd = -1
         self._served = False  # the HTTP protocol saw connection_made
         self._refusing = False  # answered by this class; waiting for the request before closing
+        self._half_closed = False  # refused, and the request is in: what comes now is dropped until the close
         self._tail = b""
         self._header_started: float | None = None  # an incomplete request header began at this time
         self._idle_since: float | None = None
@@ -264,8 +265,8 @@ class DeadlineProtocol(asyncio.Protocol):
     # -- refusals ---------------------------------------------------------------------------------------
 
     def _refuse(self, answer: bytes) -> None:
-        """Answer ``answer`` and close once the client's request is in (closing earlier would reset the
-        connection and could lose the answer), or after :data:`REFUSAL_LINGER_SECONDS`."""
+        """Answer ``answer`` and half-close once the client's request is in (closing earlier would reset the
+        connection and could lose the answer); closed after :data:`REFUSAL_LINGER_SECONDS` whatever comes."""
         transport = self.transport
         assert transport is not None
         self._refusing = True
@@ -277,13 +278,22 @@ class DeadlineProtocol(asyncio.Protocol):
         self._timer = self.loop.call_later(REFUSAL_LINGER_SECONDS, transport.abort)
 
     def _refused_data(self, data: bytes) -> None:
-        """Discard what a refused client sends; close once its request headers are in."""
-        stream = self._tail + data
-        if HEAD_END.search(stream) is not None:
-            if self.transport is not None:
-                self.transport.close()
+        """Discard what a refused client sends; once its request headers are in, half-close (over TLS: close).
+
+        Half-closed, what the client still sends is read and dropped until it closes too (:meth:`eof_received`)
+        or the linger ends: closed at once with more of its bytes unread, the connection was reset, and the reset
+        destroyed the answer before a client that read a little later had it."""
+        transport = self.transport
+        if transport is None or self._half_closed:
             return
-        self._tail = stream[-TAIL_BYTES:]
+        stream = self._tail + data
+        if HEAD_END.search(stream) is None:
+            self._tail = stream[-TAIL_BYTES:]
+        elif transport.can_write_eof():
+            transport.write_eof()
+            self._half_closed = True
+        else:
+            transport.close()
 
     # -- protocol ---------------------------------------------------------------------------------------
 
