@@ -108,15 +108,20 @@ def reason(status: int) -> bytes:
     return _REASONS.get(status) or f"status code {status}".encode("ascii")
 
 
-VERSION_NOT_SUPPORTED = (
-    b"HTTP/1.1 505 HTTP Version Not Supported\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"
-    b"Content-Length: 28\r\n\r\nunsupported protocol version"
-)
+def closing_answer(status: int, body: bytes) -> bytes:
+    """A whole plain-text answer after which the connection closes, written without h11 (a refusal, a bad
+    request): its status line is HTTP/1.1's whatever the request said, as Go's server writes them."""
+    return (
+        b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: %d\r\n\r\n"
+        % (status, reason(status), len(body))
+    ) + body
+
+
+VERSION_NOT_SUPPORTED = closing_answer(505, b"unsupported protocol version")
 
 
 def _error_body(status: int) -> tuple[int, bytes]:
-    reasons = {400: "Bad Request", 431: "Request Header Fields Too Large", 500: "Internal Server Error"}
-    return status, f"{status} {reasons.get(status, 'Bad Request')}\n".encode("ascii")
+    return status, b"%d %s\n" % (status, reason(status))
 
 
 class OpenConnections:
@@ -510,12 +515,7 @@ class HttpProtocol(asyncio.Protocol):
         assert transport is not None
         log.error("bad request from a client", extra={"remote": _peer(transport), "err": reason[:200]})
         status, body = _error_body(status if status in (400, 431) else 400)
-        head = (
-            f"HTTP/1.1 {status} {body.decode('ascii')[4:].strip()}\r\n"
-            f"Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: {len(body)}\r\n"
-            "\r\n"
-        ).encode("ascii")
-        self._answer_and_close(status, head + body)
+        self._answer_and_close(status, closing_answer(status, body))
 
     def _answer_and_close(self, status: int, answer: bytes) -> None:
         """Write ``answer`` (when no response is under way: a request cut mid-response gets no second one), read

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from nvidia_gpu_exporter.exposition.selfmetrics import ConnectionStats
 from nvidia_gpu_exporter.web.connections import LISTEN_BACKLOG, Connections
+from nvidia_gpu_exporter.web.protocol import closing_answer
 
 if TYPE_CHECKING:
     import ssl  # imported by TLS only (support/sslgate.py)
@@ -49,15 +50,7 @@ WRITE_POLL_MAX_SECONDS = 1.0  # how often a pending write is checked for progres
 REFUSAL_LINGER_SECONDS = 0.5  # a refused client gets this long to send its request before the close
 
 
-def _plain_response(status: str, text: str) -> bytes:
-    body = text.encode("utf-8")
-    return (
-        f"HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode("ascii") + body
-
-
-TOO_MANY_CONNECTIONS = _plain_response("503 Service Unavailable", "too many open connections, try again later\n")
+TOO_MANY_CONNECTIONS = closing_answer(503, b"too many open connections, try again later\n")
 
 
 if sys.platform == "linux":
