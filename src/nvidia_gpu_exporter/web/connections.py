@@ -153,10 +153,10 @@ class Connections:
                 )
         heapq.heapify(ranked)
         victims: list[Connection] = []
-        batch_standing = ANSWERED_ERROR
-        while ranked:
+        first = STALE  # the first victim's standing: the batch is of that standing only
+        while ranked and len(victims) < EVICTION_BATCH:
             standing, since, order, checked, connection = heapq.heappop(ranked)
-            if victims and (standing > batch_standing or len(victims) >= EVICTION_BATCH):
+            if victims and standing != first:
                 break
             if not checked:
                 if connection.unsent_in_kernel():
@@ -166,7 +166,7 @@ class Connections:
                     heapq.heappush(ranked, (true_standing, since, order, True, connection))
                     continue
             victims.append(connection)
+            first = standing
             if standing > ANSWERED_ERROR:
                 break  # one at a time for the others: their room is not taken before it is needed
-            batch_standing = standing
         return victims
