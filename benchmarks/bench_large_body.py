@@ -1,6 +1,6 @@
 """Sequential scrapes of a large cached body (255 GPUs, both profiles: about 650 KB plain), plain and gzip.
 
-Measures what writing a body as shared parts in 16 KiB chunks (web/body.py) costs against one joined copy
+Measures what writing a body as shared parts in 16 KiB chunks (httpserver/body.py) costs against one joined copy
 per request: run it on two checkouts (``PYTHONPATH=<other>/src``) and compare the medians.
 """
 

@@ -26,7 +26,7 @@ from bench_http import PASSWORD, USER, data_args, make_pki, status_kib, web_conf
 ASYNCIO_BUFFER_LAUNCHER = """\
 import sys
 from nvidia_gpu_exporter import cli
-from nvidia_gpu_exporter.web import tlsbuffer
+from nvidia_gpu_exporter.httpserver import tlsbuffer
 
 tlsbuffer.CompactTLSProtocol.max_size = 256 * 1024
 sys.exit(cli.main())

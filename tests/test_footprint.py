@@ -26,8 +26,8 @@ import trustme
 from conftest import StartExporter
 from harness import FIXTURE_CAPTURES, Exporter, fake_smi_command
 from nvidia_gpu_exporter.config import Config
+from nvidia_gpu_exporter.httpserver.config import TlsSettings, WebConfig
 from nvidia_gpu_exporter.preflight import needs_ssl
-from nvidia_gpu_exporter.web.config import TlsSettings, WebConfig
 from nvml_fixtures import FakeNvmlLibrary
 
 CAPTURE = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
@@ -70,7 +70,7 @@ OPTIONAL = (
     "nvidia_gpu_exporter.web.probe",
     "nvidia_gpu_exporter.web.view",  # the live view (GET / and /view.json), built at its first request
     "nvidia_gpu_exporter.web.landing",
-    "aiohttp",  # a test dependency only: the HTTP layer is web/protocol.py on h11 (its client side alone cost 7 MiB)
+    "aiohttp",  # a test dependency only: the HTTP layer is httpserver/ on h11 (its client side alone cost 7 MiB)
     "multidict",
     "yarl",
     "secrets",  # nothing needs a cryptographic token generator (hmac behind it)

@@ -12,7 +12,7 @@ import pytest
 
 from harness import REPO
 from nvidia_gpu_exporter.config import Config
-from nvidia_gpu_exporter.web.connections import fit_to_fd_limit
+from nvidia_gpu_exporter.httpserver.connections import fit_to_fd_limit
 
 UNIT = REPO / "deploy" / "systemd" / "nvidia_gpu_exporter.service"
 README = REPO / "deploy" / "systemd" / "README.md"

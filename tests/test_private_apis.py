@@ -1,8 +1,8 @@
 """The private APIs the exporter relies on and the dependency ranges pinned for them.
 
 Each private use lives in one module (the NVML bindings' helpers in ``backends/nvml/api.py``, asyncio's TLS
-protocol in ``web/tlsbuffer.py``); h11, the HTTP/1.1 parser, is used through its public API only, from
-``web/protocol.py`` alone, and the behaviour the zero-copy body writing relies on is pinned below (aiohttp,
+protocol in ``httpserver/tlsbuffer.py``); h11, the HTTP/1.1 parser, is used through its public API only, from
+``httpserver/protocol.py`` alone, and the behaviour the zero-copy body writing relies on is pinned below (aiohttp,
 which served HTTP before it, is a test dependency only). These tests fail loudly, naming the
 supported range, when an installed version is outside what pyproject.toml pins or an upgrade removed what
 that module uses, so an upgrade is verified before it ships rather than discovered in production.
@@ -32,7 +32,7 @@ from nvidia_gpu_exporter.backends import BackendSetupError
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.backends.nvml import open_backend
 from nvidia_gpu_exporter.backends.nvml.api import PRIVATE_HELPERS, SUPPORTED_BINDINGS, bindings_problem, exports
-from nvidia_gpu_exporter.web import tlsbuffer
+from nvidia_gpu_exporter.httpserver import tlsbuffer
 from nvml_fixtures import (
     InProcessFake,
     _fake_nvml_fixture,  # noqa: F401
@@ -165,8 +165,8 @@ def _aiohttp_imports(tree: ast.Module) -> list[str]:
     ("finder", "allowed"),
     [
         pytest.param(_private_pynvml_uses, {"backends/nvml/api.py"}, id="pynvml-private-helpers-only-in-nvml-api"),
-        pytest.param(_sslproto_uses, {"web/tlsbuffer.py"}, id="asyncio-sslproto-only-in-tlsbuffer"),
-        pytest.param(_h11_imports, {"web/protocol.py"}, id="h11-only-in-the-http-protocol"),
+        pytest.param(_sslproto_uses, {"httpserver/tlsbuffer.py"}, id="asyncio-sslproto-only-in-tlsbuffer"),
+        pytest.param(_h11_imports, {"httpserver/protocol.py"}, id="h11-only-in-the-http-protocol"),
         pytest.param(_h11_private_uses, set(), id="h11-public-api-only"),
         pytest.param(_aiohttp_imports, set(), id="aiohttp-is-a-test-dependency-only"),
     ],
@@ -182,7 +182,7 @@ def test_each_private_api_is_used_in_one_module_only(
 
 
 def test_h11_hands_a_bodys_view_to_the_transport_without_copying_it() -> None:
-    """web/protocol.py writes a large body as views of its shared parts (web/body.py): h11 must pass a ``Data``
+    """httpserver/protocol.py writes a large body as views of its shared parts (body.py): h11 must pass a ``Data``
     event's object through ``send_with_data_passthrough`` untouched, or every connection would copy the body."""
     import h11
 
@@ -244,7 +244,7 @@ def test_this_python_serves_tls_the_way_it_was_verified_to() -> None:
         return
     first, last = (".".join(map(str, pair)) for pair in tlsbuffer.VERIFIED_PYTHONS)
     assert tlsbuffer.python_verified(), (
-        f"web/tlsbuffer.py subclasses asyncio.sslproto.SSLProtocol, verified on CPython {first} to {last} only; "
+        f"httpserver/tlsbuffer.py subclasses asyncio.sslproto.SSLProtocol, verified on CPython {first} to {last} only; "
         f"this is {sys.implementation.name} {version}: check that max_size still sizes the receive buffer and "
         "that the constructor takes the same parameters, then widen VERIFIED_PYTHONS"
     )

@@ -26,6 +26,7 @@ from nvidia_gpu_exporter.config import Config
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.exposition.naming import derive_name
 from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError, encode
+from nvidia_gpu_exporter.httpserver.http import make_request
 from nvidia_gpu_exporter.model.fields import ValueKind
 from nvidia_gpu_exporter.model.snapshot import (
     Attempt,
@@ -38,7 +39,6 @@ from nvidia_gpu_exporter.model.snapshot import (
     StatusFamily,
 )
 from nvidia_gpu_exporter.model.values import transform_value
-from nvidia_gpu_exporter.web.http import make_request
 from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
 from unit_helpers import query_fields
 

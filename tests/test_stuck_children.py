@@ -28,6 +28,7 @@ from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.config import Config
 from nvidia_gpu_exporter.exposition.families import STUCK_CHILDREN, STUCK_CHILDREN_TOTAL
 from nvidia_gpu_exporter.exposition.metrics import Exposition
+from nvidia_gpu_exporter.httpserver.server import bind_socket
 from nvidia_gpu_exporter.model.fields import IDENTITY_FIELDS
 from nvidia_gpu_exporter.model.snapshot import (
     Attempt,
@@ -39,7 +40,7 @@ from nvidia_gpu_exporter.model.snapshot import (
     StuckChildren,
 )
 from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
-from nvidia_gpu_exporter.web.server import WebServer, bind_socket, build_app
+from nvidia_gpu_exporter.web.server import WebServer, build_app
 from nvml_fixtures import InProcessFake
 from polling import eventually
 from wedged import WedgedDriver

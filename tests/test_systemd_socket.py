@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from harness import FIXTURE_CAPTURES, REPO, fake_smi_command, http_get
-from nvidia_gpu_exporter.web.systemd import SocketActivationError, activation_sockets
+from nvidia_gpu_exporter.httpserver.systemd import SocketActivationError, activation_sockets
 from polling import wait_until
 
 CAPTURE = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"

@@ -1,4 +1,4 @@
-"""``--web.max-connections`` at the cap, without a server (web/connections.py): where each idle connection stands
+"""``--web.max-connections`` at the cap, without a server (httpserver/connections.py): where each idle connection stands
 and which one makes room for a new connection. Issue 13: a connection that never got a response but whose request
 the kernel holds unread (``ASKING``) leaves after one just opened (``OPENING``) and before Prometheus' keep-alive
 connection between two scrapes (``ANSWERED_SUCCESS``); the hostile tests (tests/hostile/test_web_connections.py)
@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from nvidia_gpu_exporter.exposition.selfmetrics import ConnectionStats
-from nvidia_gpu_exporter.web.connections import (
+from nvidia_gpu_exporter.httpserver.connections import (
     ANSWERED_ERROR,
     ANSWERED_SUCCESS,
     ASKING,
@@ -20,6 +19,7 @@ from nvidia_gpu_exporter.web.connections import (
     STALE,
     Connections,
 )
+from nvidia_gpu_exporter.httpserver.stats import ConnectionStats
 
 NOW = 1000.0
 GRACE = 2.0

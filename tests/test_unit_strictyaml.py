@@ -317,7 +317,7 @@ def test_pyyaml_is_imported_only_when_a_document_is_read() -> None:
     modules = (
         "nvidia_gpu_exporter.support.strictyaml",
         "nvidia_gpu_exporter.capture.config",
-        "nvidia_gpu_exporter.web.config",
+        "nvidia_gpu_exporter.httpserver.config",
         "nvidia_gpu_exporter.backends.demo.extras",
         "nvidia_gpu_exporter.fakesmi.cli",
     )

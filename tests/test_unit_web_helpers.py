@@ -7,9 +7,9 @@ import socket
 
 import pytest
 
+from nvidia_gpu_exporter.httpserver.server import ListenError, _split_host_port, bind_socket
 from nvidia_gpu_exporter.web.metrics import accepts_gzip, scrape_budget
 from nvidia_gpu_exporter.web.negotiation import negotiate
-from nvidia_gpu_exporter.web.server import ListenError, _split_host_port, bind_socket
 
 BUDGETS: list[tuple[str | None, float, float | None, str]] = [
     ("10", 0.5, 9.5, "10 with 500ms offset -> 9.5 s"),

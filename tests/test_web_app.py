@@ -25,10 +25,11 @@ from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.config import Config
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.exposition.text import CONTENT_TYPE
+from nvidia_gpu_exporter.httpserver.server import bind_socket
 from nvidia_gpu_exporter.model.fields import IDENTITY_FIELDS
 from nvidia_gpu_exporter.model.snapshot import GpuTable, QueryField, Readings, Snapshot
 from nvidia_gpu_exporter.web.metrics import MetricsEndpoint, accepts_gzip, scrape_budget
-from nvidia_gpu_exporter.web.server import WebServer, bind_socket, build_app
+from nvidia_gpu_exporter.web.server import WebServer, build_app
 from polling import eventually
 
 FIELDS = (*(QueryField(name, name) for name in IDENTITY_FIELDS), QueryField("temperature.gpu", "temperature.gpu"))

@@ -19,10 +19,11 @@ import bcrypt
 import pytest
 
 from async_helpers import WAIT_SECONDS, bounded, run
-from nvidia_gpu_exporter.web.auth import BCRYPT_MAX_PASSWORD_BYTES, BasicAuthenticator
-from nvidia_gpu_exporter.web.http import App, Request, Response
-from nvidia_gpu_exporter.web.security import Security
-from nvidia_gpu_exporter.web.server import WebServer, bind_socket
+from nvidia_gpu_exporter.httpserver.auth import BCRYPT_MAX_PASSWORD_BYTES, BasicAuthenticator
+from nvidia_gpu_exporter.httpserver.http import App, Request, Response
+from nvidia_gpu_exporter.httpserver.security import Security
+from nvidia_gpu_exporter.httpserver.server import bind_socket
+from nvidia_gpu_exporter.web.server import WebServer
 from nvidia_gpu_exporter.web.settings import WebSettings
 
 PASSPHRASE_72 = "correct horse battery staple, then seventy-two bytes of it exactly: ok!!"  # 72 ASCII bytes
@@ -82,7 +83,7 @@ WELL_FORMED = hash_of(SHORT.encode("utf-8"))
 def test_a_malformed_hash_refuses_every_password_and_is_warned_about(
     hashed: str, password: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="nvidia_gpu_exporter.web.auth"):
+    with caplog.at_level(logging.WARNING, logger="nvidia_gpu_exporter.httpserver.auth"):
         authenticator = BasicAuthenticator({"alice": hashed})
     assert [record.getMessage() for record in caplog.records] == [
         "basic_auth_users: not a well-formed bcrypt hash, so this user can never log in"

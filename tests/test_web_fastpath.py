@@ -1,4 +1,4 @@
-"""web/fastpath.py against h11, the parser of record: a request head the fast path accepts is one h11 parses to
+"""httpserver/fastpath.py against h11, the parser of record: a request head the fast path accepts is one h11 parses to
 the same method, target, version, headers and keep-alive decision (a property test over valid and near-valid
 heads); the response head it writes is the one h11's ``send`` writes; and on a connection, a fast-path request
 keeps the protocol's order and h11's handling of what follows it."""
@@ -15,11 +15,17 @@ from hypothesis import strategies as st
 
 from async_helpers import bounded, run
 from hostile.web_hostile import open_client, serving, web_settings
-from nvidia_gpu_exporter.web.body import CHUNK_BYTES, ONE_WRITE_BYTES
-from nvidia_gpu_exporter.web.fastpath import MAX_HEAD_BYTES, MAX_HEADERS, parse_head, response_head
-from nvidia_gpu_exporter.web.http import App, Request, Response
-from nvidia_gpu_exporter.web.protocol import VERSION_NOT_SUPPORTED, HttpProtocol, OpenConnections, http_date, reason
-from nvidia_gpu_exporter.web.timeouts import DeadlineProtocol
+from nvidia_gpu_exporter.httpserver.body import CHUNK_BYTES, ONE_WRITE_BYTES
+from nvidia_gpu_exporter.httpserver.fastpath import MAX_HEAD_BYTES, MAX_HEADERS, parse_head, response_head
+from nvidia_gpu_exporter.httpserver.http import App, Request, Response
+from nvidia_gpu_exporter.httpserver.protocol import (
+    VERSION_NOT_SUPPORTED,
+    HttpProtocol,
+    OpenConnections,
+    http_date,
+    reason,
+)
+from nvidia_gpu_exporter.httpserver.timeouts import DeadlineProtocol
 
 PROMETHEUS = (
     b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:9835\r\nUser-Agent: Prometheus/2.53.0\r\n"
@@ -217,7 +223,7 @@ def test_anything_else_is_left_to_h11(data: bytes) -> None:
 def h11_response_head(
     status: int, headers: list[tuple[str, str]], length: int, date: bytes, *, request_close: bool, server_close: bool
 ) -> bytes:
-    """What web/protocol.py has h11 write for this response (its header list) after a GET."""
+    """What httpserver/protocol.py has h11 write for this response (its header list) after a GET."""
     connection = h11.Connection(h11.SERVER)
     connection.receive_data(_head(b"Host: x\r\n" + (b"Connection: close\r\n" if request_close else b"")))
     connection.next_event()

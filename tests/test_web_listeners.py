@@ -15,9 +15,10 @@ import pytest
 import trustme
 
 from async_helpers import bounded, run
-from nvidia_gpu_exporter.web import server as server_module
-from nvidia_gpu_exporter.web.http import App, Request, Response
-from nvidia_gpu_exporter.web.server import WebServer, bind_socket
+from nvidia_gpu_exporter.httpserver import server as server_module
+from nvidia_gpu_exporter.httpserver.http import App, Request, Response
+from nvidia_gpu_exporter.httpserver.server import bind_socket
+from nvidia_gpu_exporter.web.server import WebServer
 from nvidia_gpu_exporter.web.settings import WebSettings
 
 HEADER_TIMEOUT_SECONDS = 0.3

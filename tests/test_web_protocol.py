@@ -1,4 +1,4 @@
-"""The HTTP/1.1 layer of web/protocol.py and web/http.py, in process over loopback: what aiohttp did for the
+"""The HTTP/1.1 layer of httpserver/protocol.py and http.py, in process over loopback: what aiohttp did for the
 exporter and this layer now does itself (routing with implied HEAD, Go-style errors, the request-size limits,
 request bodies, 100-continue, HTTP/1.0 and ``Connection: close``, keep-alive and its idle timeout, pipelining,
 the response headers), and the request/response API the handlers see."""
@@ -14,10 +14,16 @@ import pytest
 
 from async_helpers import bounded, run
 from hostile.web_hostile import open_client, serving, web_settings
-from nvidia_gpu_exporter.web.body import CHUNK_BYTES, chunks
-from nvidia_gpu_exporter.web.http import App, Request, Response, make_request
-from nvidia_gpu_exporter.web.protocol import MAX_DISCARDED_BODY_BYTES, MAX_HEADER_BYTES, HttpProtocol, http_date, reason
-from nvidia_gpu_exporter.web.server import go_style_errors
+from nvidia_gpu_exporter.httpserver.body import CHUNK_BYTES, chunks
+from nvidia_gpu_exporter.httpserver.http import App, Request, Response, make_request
+from nvidia_gpu_exporter.httpserver.protocol import (
+    MAX_DISCARDED_BODY_BYTES,
+    MAX_HEADER_BYTES,
+    HttpProtocol,
+    http_date,
+    reason,
+)
+from nvidia_gpu_exporter.httpserver.server import go_style_errors
 
 PARTS = (b"head\n", b"x" * (2 * CHUNK_BYTES + 100), b"tail\n")  # a body of shared parts over two chunks
 QUIET_SECONDS = 0.3  # no byte for this long after the answers: the server kept the connection open

@@ -12,8 +12,8 @@ import trustme
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvidia_gpu_exporter.web.auth import BasicAuthenticator, parse_basic_authorization
-from nvidia_gpu_exporter.web.config import (
+from nvidia_gpu_exporter.httpserver.auth import BasicAuthenticator, parse_basic_authorization
+from nvidia_gpu_exporter.httpserver.config import (
     GO_CIPHER_SUITES,
     WebConfigError,
     build_ssl_context,
@@ -21,7 +21,7 @@ from nvidia_gpu_exporter.web.config import (
     load_web_config,
     parse_web_config,
 )
-from nvidia_gpu_exporter.web.security import TokenBucket
+from nvidia_gpu_exporter.httpserver.security import TokenBucket
 
 
 @pytest.fixture(scope="module")
@@ -385,7 +385,7 @@ def test_changed_users_apply_after_a_reload_without_a_restart(tmp_path: Path) ->
     import asyncio
     import os
 
-    from nvidia_gpu_exporter.web.security import Security
+    from nvidia_gpu_exporter.httpserver.security import Security
 
     path = tmp_path / "web.yml"
     old = bcrypt.hashpw(b"old-password", bcrypt.gensalt(4)).decode()
@@ -408,7 +408,7 @@ def test_changed_users_apply_after_a_reload_without_a_restart(tmp_path: Path) ->
 def test_a_broken_edit_keeps_the_previous_settings(tmp_path: Path) -> None:
     import os
 
-    from nvidia_gpu_exporter.web.security import Security
+    from nvidia_gpu_exporter.httpserver.security import Security
 
     path = tmp_path / "web.yml"
     path.write_text("http_server_config:\n  headers:\n    X-Frame-Options: deny\n")

@@ -2,8 +2,8 @@
 # The other end of the dependency ranges pyproject.toml pins where the code relies on a library's behaviour or
 # private parts. The main suite runs the newest releases; this step runs the affected tests again, in a
 # temporary venv, on: bcrypt 4.x (its floor and its newest 4.x: 4.x truncates passwords over 72 bytes where
-# 5.x raises, and web/auth.py must answer alike on both, flood and fail-closed rules included), the nvidia-ml-py floor (the private helpers
-# backends/nvml/api.py uses) and the h11 floor (the HTTP/1.1 parser web/protocol.py builds on, public API only).
+# 5.x raises, and httpserver/auth.py must answer alike on both, flood and fail-closed rules included), the nvidia-ml-py floor (the private helpers
+# backends/nvml/api.py uses) and the h11 floor (the HTTP/1.1 parser httpserver/protocol.py builds on, public API only).
 # The floors are read from the project's own requirements, so raising one in pyproject.toml moves this step.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

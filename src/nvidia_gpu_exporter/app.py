@@ -34,12 +34,13 @@ from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.health.reader import kernel_clock
 from nvidia_gpu_exporter.health.source import KernelXidSource
 from nvidia_gpu_exporter.health.sysfs import SysfsScanner
+from nvidia_gpu_exporter.httpserver.config import WebConfig, WebConfigError
+from nvidia_gpu_exporter.httpserver.security import Security
+from nvidia_gpu_exporter.httpserver.server import ListenError, bind_socket
 from nvidia_gpu_exporter.preflight import StartupError, checked
 from nvidia_gpu_exporter.support import garbage
-from nvidia_gpu_exporter.web.config import WebConfig, WebConfigError
 from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
-from nvidia_gpu_exporter.web.security import Security
-from nvidia_gpu_exporter.web.server import ListenError, WebServer, bind_socket, build_app
+from nvidia_gpu_exporter.web.server import WebServer, build_app
 from nvidia_gpu_exporter.web.settings import WebSettings
 
 if TYPE_CHECKING:
@@ -305,7 +306,7 @@ def build_fleet(config: Config) -> Fleet | None:
 def listen_sockets(config: Config) -> list[socket.socket]:
     """The listening sockets: systemd's (socket activation) or one bound per --web.listen-address."""
     if config.systemd_socket:
-        from nvidia_gpu_exporter.web.systemd import activation_sockets  # noqa: PLC0415 - Linux only
+        from nvidia_gpu_exporter.httpserver.systemd import activation_sockets  # noqa: PLC0415 - Linux only
 
         return list(activation_sockets())
     return [bind_socket(address, config.network) for address in config.listen_addresses]

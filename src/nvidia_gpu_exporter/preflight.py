@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from nvidia_gpu_exporter.config import Config, ConfigError, validate
 from nvidia_gpu_exporter.flags import Action, FlagError, Parsed, parse_args
-from nvidia_gpu_exporter.web.config import WebConfig, WebConfigError, load_web_config
+from nvidia_gpu_exporter.httpserver.config import WebConfig, WebConfigError, load_web_config
 
 
 class StartupError(Exception):
@@ -60,6 +60,6 @@ def needs_ssl(config: Config, web: WebConfig | None) -> bool:
     mode (asyncssh and its crypto stack, kept as a precaution) and the kubelet's PodResources API (grpc, the
     same); ``--kubernetes.process-pods`` reads cgroups and pprof profiles the process: neither touches TLS. A
     reload cannot change the answer: TLS turned on in the web config applies after a restart
-    (``web/security.py``)."""
+    (``httpserver/security.py``)."""
     tls = web is not None and web.tls is not None
     return tls or bool(config.fleet_targets_file) or config.kubernetes_pod_resources

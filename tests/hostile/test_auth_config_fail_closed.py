@@ -16,9 +16,9 @@ import pytest
 
 from conftest import StartExporter
 from harness import run_exporter_to_exit
-from nvidia_gpu_exporter.web.auth import parse_basic_authorization
-from nvidia_gpu_exporter.web.config import WebConfigError, load_web_config
-from nvidia_gpu_exporter.web.security import Security
+from nvidia_gpu_exporter.httpserver.auth import parse_basic_authorization
+from nvidia_gpu_exporter.httpserver.config import WebConfigError, load_web_config
+from nvidia_gpu_exporter.httpserver.security import Security
 
 HASH = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()
 USERS = f"basic_auth_users:\n  alice: {HASH}\n"
@@ -90,7 +90,7 @@ def test_a_reload_that_would_open_the_endpoint_keeps_the_previous_settings(
     security = Security.from_file(str(path))
     path.write_text(edit)
     touch_later(path)
-    with caplog.at_level(logging.WARNING, logger="nvidia_gpu_exporter.web.security"):
+    with caplog.at_level(logging.WARNING, logger="nvidia_gpu_exporter.httpserver.security"):
         assert not security.reload_if_changed()
     assert security.authenticator is not None
     assert asyncio.run(security.authenticator.verify("alice", "secret"))
@@ -103,7 +103,7 @@ def test_a_reload_that_turns_basic_auth_off_applies_and_warns(tmp_path: Path, ca
     security = Security.from_file(str(path))
     path.write_text("http_server_config:\n  headers:\n    X-Frame-Options: deny\n")
     touch_later(path)
-    with caplog.at_level(logging.WARNING, logger="nvidia_gpu_exporter.web.security"):
+    with caplog.at_level(logging.WARNING, logger="nvidia_gpu_exporter.httpserver.security"):
         assert security.reload_if_changed()
     assert security.authenticator is None
     assert [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING] == [
@@ -171,7 +171,7 @@ def test_pprof_needs_authentication_or_an_explicit_flag(
 def test_a_tls_version_openssl_will_refuse_is_said_at_startup(pki: Path, version: str) -> None:
     import ssl
 
-    from nvidia_gpu_exporter.web.config import config_warnings, parse_web_config
+    from nvidia_gpu_exporter.httpserver.config import config_warnings, parse_web_config
 
     if ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).security_level < 1:
         pytest.skip("this OpenSSL's security level allows TLS 1.0 and 1.1")
@@ -191,7 +191,7 @@ def test_inline_pem_loads_without_a_writable_temp_dir(pki: Path, monkeypatch: py
     import sys
     import tempfile
 
-    from nvidia_gpu_exporter.web.config import build_ssl_context, parse_web_config
+    from nvidia_gpu_exporter.httpserver.config import build_ssl_context, parse_web_config
 
     if not hasattr(os, "memfd_create") or not sys.platform.startswith("linux"):
         pytest.skip("needs memfd_create (Linux)")

@@ -14,8 +14,8 @@ import bcrypt
 import pytest
 
 from async_helpers import run
-from nvidia_gpu_exporter.web import auth
-from nvidia_gpu_exporter.web.auth import MAX_PENDING_PER_CLIENT, BasicAuthenticator, Verdict
+from nvidia_gpu_exporter.httpserver import auth
+from nvidia_gpu_exporter.httpserver.auth import MAX_PENDING_PER_CLIENT, BasicAuthenticator, Verdict
 
 FAST = bcrypt.hashpw(b"prometheus-password", bcrypt.gensalt(4)).decode()
 SLOWER = bcrypt.hashpw(b"other-password", bcrypt.gensalt(6)).decode()

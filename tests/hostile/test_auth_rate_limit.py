@@ -15,7 +15,7 @@ import bcrypt
 
 from async_helpers import WAIT_SECONDS, run
 from hostile.web_hostile import serving_hello
-from nvidia_gpu_exporter.web.security import Security
+from nvidia_gpu_exporter.httpserver.security import Security
 
 HASH = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()
 ONE_PER_HOUR = "rate_limit:\n  interval: 1h\n  burst: 1\n"

@@ -16,7 +16,7 @@ import trustme
 
 from async_helpers import WAIT_SECONDS, run
 from hostile.web_hostile import serving_hello
-from nvidia_gpu_exporter.web.security import Security
+from nvidia_gpu_exporter.httpserver.security import Security
 
 MTLS = (
     "tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n  client_ca_file: clients.pem\n"

@@ -24,8 +24,8 @@ from hostile.web_hostile import (
     serving,
     web_settings,
 )
-from nvidia_gpu_exporter.web import timeouts
-from nvidia_gpu_exporter.web.connections import EVICTION_BATCH
+from nvidia_gpu_exporter.httpserver import timeouts
+from nvidia_gpu_exporter.httpserver.connections import EVICTION_BATCH
 from nvidia_gpu_exporter.web.server import WebServer
 from polling import eventually, wait_until
 from spies import record_calls

@@ -1,5 +1,5 @@
 """Request heads that end as h11 (the parser of record) allows, not only in CRLF CRLF: a bare LF, or a mix
-(RFC 9112 2.2 lets a recipient take LF for CRLF, and h11 does). The connection bounds (web/timeouts.py) must see
+(RFC 9112 2.2 lets a recipient take LF for CRLF, and h11 does). The connection bounds (httpserver/timeouts.py) must see
 those heads end where h11 does, or the header deadline keeps running through its answer. (The HTTP-version check is
 h11's own since it moved into the HTTP protocol: the request after such a head is still checked.)"""
 
@@ -11,7 +11,7 @@ import pytest
 
 from async_helpers import bounded, run
 from hostile.web_hostile import open_client, serving, web_settings
-from nvidia_gpu_exporter.web.http import App, Request, Response
+from nvidia_gpu_exporter.httpserver.http import App, Request, Response
 
 _ENDINGS = [
     pytest.param(b"\r\n", b"\r\n", id="crlf"),

@@ -10,7 +10,7 @@ import pytest
 
 from async_helpers import bounded, run
 from hostile.web_hostile import ask, open_client, serving, web_settings
-from nvidia_gpu_exporter.web.http import App, Request, Response
+from nvidia_gpu_exporter.httpserver.http import App, Request, Response
 
 
 def hello_app() -> App:

@@ -16,7 +16,7 @@ import pytest
 
 from async_helpers import bounded, run
 from hostile.web_hostile import ask, content_length, open_client, read_head, serving, web_settings
-from nvidia_gpu_exporter.web.http import App, Request, Response
+from nvidia_gpu_exporter.httpserver.http import App, Request, Response
 from polling import eventually
 from test_web_listeners import tls_contexts  # noqa: F401 - a fixture, used by name
 

@@ -21,9 +21,10 @@ from pathlib import Path
 
 from async_helpers import bounded
 from harness import FIXTURE_CAPTURES, REPO, fake_smi_command, http_get
-from nvidia_gpu_exporter.web.http import App, Request, Response
-from nvidia_gpu_exporter.web.security import Security
-from nvidia_gpu_exporter.web.server import WebServer, bind_socket
+from nvidia_gpu_exporter.httpserver.http import App, Request, Response
+from nvidia_gpu_exporter.httpserver.security import Security
+from nvidia_gpu_exporter.httpserver.server import bind_socket
+from nvidia_gpu_exporter.web.server import WebServer
 from nvidia_gpu_exporter.web.settings import WebSettings
 from polling import wait_until
 

@@ -31,20 +31,12 @@ from nvidia_gpu_exporter.exposition.families import (
     PROCESS_VIRTUAL_MEMORY,
 )
 from nvidia_gpu_exporter.exposition.text import format_value, render_family
+from nvidia_gpu_exporter.httpserver.stats import ConnectionStats
 from nvidia_gpu_exporter.support import buildinfo
 from nvidia_gpu_exporter.support.buildinfo import BuildInfo
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-@dataclass(slots=True)
-class ConnectionStats:
-    """The HTTP server's connections: how many are open, and those it closed or cut itself."""
-
-    open: int = 0
-    closed: dict[str, int] = field(default_factory=lambda: {"evicted": 0, "header_timeout": 0, "refused": 0})
-    responses_incomplete: int = 0
 
 
 @dataclass(slots=True)

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from nvidia_gpu_exporter.collector import Collector
+from nvidia_gpu_exporter.httpserver.http import Request, Response
 from nvidia_gpu_exporter.kubernetes.attribution import AttributionSettings
 from nvidia_gpu_exporter.model.kubernetes import (
     DEVICE_ID_NOT_RECOGNISED,
@@ -27,7 +28,6 @@ from nvidia_gpu_exporter.model.kubernetes import (
 )
 from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, Snapshot, column_of
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
-from nvidia_gpu_exporter.web.http import Request, Response
 
 POD_RESOURCES_OFF = "pod_resources_off"
 PROCESS_PODS_OFF = "process_pods_off"

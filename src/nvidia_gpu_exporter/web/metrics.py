@@ -18,12 +18,12 @@ from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.exposition.openmetrics import OPENMETRICS_EOF, to_openmetrics
 from nvidia_gpu_exporter.exposition.selfmetrics import HandlerStats, SelfMetrics, build_info_values
 from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError, encode
+from nvidia_gpu_exporter.httpserver.http import Request, Response
+from nvidia_gpu_exporter.httpserver.responses import plain_text
 from nvidia_gpu_exporter.model.snapshot import Snapshot
 from nvidia_gpu_exporter.support import buildinfo
-from nvidia_gpu_exporter.web.http import Request, Response
 from nvidia_gpu_exporter.web.negotiation import negotiate
 from nvidia_gpu_exporter.web.payload import Block, gzip_parts, make_block, parts
-from nvidia_gpu_exporter.web.responses import plain_text
 from nvidia_gpu_exporter.web.settings import WebSettings
 
 log = logging.getLogger(__name__)

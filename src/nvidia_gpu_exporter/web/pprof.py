@@ -15,8 +15,8 @@ import sys
 import threading
 import traceback
 
-from nvidia_gpu_exporter.web.http import App, Request, Response
-from nvidia_gpu_exporter.web.responses import plain_text
+from nvidia_gpu_exporter.httpserver.http import App, Request, Response
+from nvidia_gpu_exporter.httpserver.responses import plain_text
 
 MAX_PROFILE_SECONDS = 300.0
 _profile_lock = asyncio.Lock()

@@ -40,11 +40,11 @@ from nvidia_gpu_exporter.exposition.families import PROBE_DURATION, PROBE_SUCCES
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.exposition.openmetrics import OPENMETRICS_EOF, to_openmetrics
 from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError, render_family
+from nvidia_gpu_exporter.httpserver.http import Request, Response
+from nvidia_gpu_exporter.httpserver.responses import plain_text
 from nvidia_gpu_exporter.model.snapshot import QueryField, StatusFamily
-from nvidia_gpu_exporter.web.http import Request, Response
 from nvidia_gpu_exporter.web.metrics import SCRAPE_TIMEOUT_HEADER, scrape_budget
 from nvidia_gpu_exporter.web.negotiation import negotiate
-from nvidia_gpu_exporter.web.responses import plain_text
 from nvidia_gpu_exporter.web.settings import WebSettings
 
 log = logging.getLogger(__name__)

@@ -12,10 +12,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nvidia_gpu_exporter.collector import Collector
+from nvidia_gpu_exporter.httpserver.http import Request, Response
 from nvidia_gpu_exporter.model.snapshot import Snapshot
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
 from nvidia_gpu_exporter.model.xids import describe
-from nvidia_gpu_exporter.web.http import Request, Response
 
 
 def _meaning(code: int) -> dict[str, str]:

@@ -2,10 +2,10 @@
 
 :class:`Request` is a parsed HTTP/1.x request (method, percent-decoded path, query, headers, the client's
 address and certificate); :class:`Response` a status, headers and a body held as parts (``bytes`` each) that
-the server writes in order without joining them (web/body.py). :class:`App` routes GET (and the HEAD it
+the server writes in order without joining them (httpserver/body.py). :class:`App` routes GET (and the HEAD it
 implies) by exact path, runs the middlewares around the chosen handler and applies the response hooks; an
 unknown path raises :class:`NotFound` and a known path asked with another method :class:`MethodNotAllowed`,
-for a middleware (``server.go_style_errors``) to answer. The connection side is web/protocol.py.
+for a middleware (``server.go_style_errors``) to answer. The connection side is httpserver/protocol.py.
 """
 
 from __future__ import annotations

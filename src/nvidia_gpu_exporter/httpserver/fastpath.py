@@ -1,4 +1,4 @@
-"""The common request read, and its response head written, without h11: web/protocol.py's fast path.
+"""The common request read, and its response head written, without h11: httpserver/protocol.py's fast path.
 
 h11 stays the parser of record. :func:`parse_head` accepts only a request head in a strict subset of what h11
 parses, and parses it to what h11 would (tests/test_web_fastpath.py checks it against h11, differentially); any

@@ -38,9 +38,9 @@ from typing import cast
 
 import h11
 
-from nvidia_gpu_exporter.web.body import ONE_WRITE_BYTES, chunks
-from nvidia_gpu_exporter.web.fastpath import FastRequest, parse_head, response_head
-from nvidia_gpu_exporter.web.http import App, Headers, Request, Response
+from nvidia_gpu_exporter.httpserver.body import ONE_WRITE_BYTES, chunks
+from nvidia_gpu_exporter.httpserver.fastpath import FastRequest, parse_head, response_head
+from nvidia_gpu_exporter.httpserver.http import App, Headers, Request, Response
 
 log = logging.getLogger(__name__)
 

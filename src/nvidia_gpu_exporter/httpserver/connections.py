@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from nvidia_gpu_exporter.exposition.selfmetrics import ConnectionStats
+from nvidia_gpu_exporter.httpserver.stats import ConnectionStats
 
 log = logging.getLogger(__name__)
 

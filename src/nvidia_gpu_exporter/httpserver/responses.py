@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from nvidia_gpu_exporter.web.http import Response
+from nvidia_gpu_exporter.httpserver.http import Response
 
 
 def plain_text(text: str, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nvidia_gpu_exporter._go.durations import DurationError, parse_duration
+from nvidia_gpu_exporter.httpserver.bcrypthash import well_formed
 from nvidia_gpu_exporter.support.sslgate import ssl_kept_out
-from nvidia_gpu_exporter.web.bcrypthash import well_formed
 
 if TYPE_CHECKING:
     import ssl

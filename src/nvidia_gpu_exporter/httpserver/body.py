@@ -2,14 +2,14 @@
 
 Handed to the transport in one write, a body the socket does not take stays in the transport's buffer: a
 client that reads nothing pins a whole copy of it per connection (200 such clients held 370 MB of 1.9 MB
-bodies). Written chunk by chunk with flow control (web/protocol.py waits for the transport to drain between
+bodies). Written chunk by chunk with flow control (httpserver/protocol.py waits for the transport to drain between
 chunks), a connection holds at most about one chunk plus the transport's high-water mark, and the parts
 themselves (the cached block above all) stay shared with every other scrape of the same snapshot: a chunk cut
 from one part is a ``memoryview`` of it; only pieces smaller than a chunk are joined into one (a copy of at most
 a chunk, which the socket usually takes at once).
 
 A body of at most :data:`ONE_WRITE_BYTES` (a scrape of a few GPUs) is written with its head in one write instead:
-one system call, not one per chunk. The kernel's send buffer (web/timeouts.py's ``SEND_BUFFER_BYTES``) takes a
+one system call, not one per chunk. The kernel's send buffer (httpserver/timeouts.py's ``SEND_BUFFER_BYTES``) takes a
 response that small whole even from a client that reads nothing, so what such a client can make the process hold
 is at most one write: :data:`ONE_WRITE_BYTES` and a head.
 """

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from nvidia_gpu_exporter.web.auth import BasicAuthenticator, Verdict, parse_basic_authorization
-from nvidia_gpu_exporter.web.config import (
+from nvidia_gpu_exporter.httpserver.auth import BasicAuthenticator, Verdict, parse_basic_authorization
+from nvidia_gpu_exporter.httpserver.config import (
     RateLimit,
     TlsSettings,
     WebConfig,
@@ -27,8 +27,8 @@ from nvidia_gpu_exporter.web.config import (
     fingerprint,
     load_web_config,
 )
-from nvidia_gpu_exporter.web.http import App, Handler, Request, Response
-from nvidia_gpu_exporter.web.responses import plain_text
+from nvidia_gpu_exporter.httpserver.http import App, Handler, Request, Response
+from nvidia_gpu_exporter.httpserver.responses import plain_text
 
 if TYPE_CHECKING:
     import ssl  # imported by TLS only (support/sslgate.py)

@@ -1,6 +1,6 @@
 """Connection bounds around the HTTP protocol: request-header and write timeouts, the connection cap.
 
-Every connection's HTTP protocol (web/protocol.py) is wrapped (:class:`DeadlineProtocol`):
+Every connection's HTTP protocol (httpserver/protocol.py) is wrapped (:class:`DeadlineProtocol`):
 
 - a request whose headers are not complete within the read (header) timeout, counted from its first byte
   or from the connection's start, closes the connection;
@@ -29,9 +29,9 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from nvidia_gpu_exporter.exposition.selfmetrics import ConnectionStats
-from nvidia_gpu_exporter.web.connections import LISTEN_BACKLOG, Connections
-from nvidia_gpu_exporter.web.protocol import closing_answer
+from nvidia_gpu_exporter.httpserver.connections import LISTEN_BACKLOG, Connections
+from nvidia_gpu_exporter.httpserver.protocol import closing_answer
+from nvidia_gpu_exporter.httpserver.stats import ConnectionStats
 
 if TYPE_CHECKING:
     import ssl  # imported by TLS only (support/sslgate.py)
@@ -87,7 +87,7 @@ else:
 
 
 class HttpConnection(Protocol):
-    """The HTTP protocol a :class:`DeadlineProtocol` wraps (web/protocol.py's): asyncio's protocol methods,
+    """The HTTP protocol a :class:`DeadlineProtocol` wraps (httpserver/protocol.py's): asyncio's protocol methods,
     whether it owes the client a response, and whether one is being made or written now."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None: ...
@@ -378,10 +378,10 @@ async def serve_with_deadlines(
     ssl_context: ssl.SSLContext | None = None,
     connections: Connections | None = None,
 ) -> asyncio.Server:
-    """Serve ``sock`` with ``factory``'s protocols (web/protocol.py's), each wrapped in :class:`DeadlineProtocol`.
+    """Serve ``sock`` with ``factory``'s protocols (protocol.py's), each wrapped in :class:`DeadlineProtocol`.
 
     With TLS the handshake is bounded like the request headers (asyncio's default would be 60 s); TLS
-    listeners come from :mod:`~nvidia_gpu_exporter.web.tlsbuffer`, the one module that reaches into asyncio.
+    listeners come from :mod:`~nvidia_gpu_exporter.httpserver.tlsbuffer`, the one module that reaches into asyncio.
     ``connections`` is shared by every listener, so the cap holds for the process.
     """
     loop = asyncio.get_running_loop()
@@ -391,7 +391,7 @@ async def serve_with_deadlines(
 
     if ssl_context is None:
         return await loop.create_server(deadline_factory, sock=sock, backlog=LISTEN_BACKLOG)
-    from nvidia_gpu_exporter.web.tlsbuffer import create_tls_server  # noqa: PLC0415 - only with TLS (issue 16)
+    from nvidia_gpu_exporter.httpserver.tlsbuffer import create_tls_server  # noqa: PLC0415 - only with TLS (issue 16)
 
     return await create_tls_server(
         deadline_factory,

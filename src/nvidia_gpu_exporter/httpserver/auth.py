@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 from types import ModuleType
 
-from nvidia_gpu_exporter.web.bcrypthash import well_formed
+from nvidia_gpu_exporter.httpserver.bcrypthash import well_formed
 
 log = logging.getLogger(__name__)
 
