@@ -17,6 +17,9 @@ from nvidia_gpu_exporter.httpserver.connections import (
     EVICTION_BATCH,
     OPENING,
     STALE,
+    STALLED_BODY,
+    STALLED_HANDSHAKE,
+    STALLED_HEAD,
     Connections,
 )
 from nvidia_gpu_exporter.httpserver.stats import ConnectionStats
@@ -37,9 +40,13 @@ class FakeConnection:
     unsent: bool = False
     evicted: bool = False
     kernel_asked: int = 0
+    stall: int | None = None
 
     def idle_since(self) -> float | None:
         return self.idle
+
+    def stalled(self) -> int | None:
+        return self.stall
 
     def last_status(self) -> int | None:
         return self.status
@@ -61,14 +68,31 @@ def registry(limit: int) -> Connections:
 
 
 def idle_for(
-    seconds: float, *, status: int | None = None, waiting: bool = False, unsent: bool = False, name: str = ""
+    seconds: float,
+    *,
+    status: int | None = None,
+    waiting: bool = False,
+    unsent: bool = False,
+    name: str = "",
+    stall: int | None = None,
 ) -> FakeConnection:
-    return FakeConnection(name, NOW - seconds, status, waiting, unsent)
+    return FakeConnection(name, NOW - seconds, status, waiting, unsent, stall=stall)
 
 
 @pytest.mark.parametrize(
     ("connection", "standing"),
     [
+        pytest.param(idle_for(GRACE, stall=STALLED_HEAD), STALLED_HEAD, id="a-head-begun-the-grace-ago-is-stalled"),
+        pytest.param(
+            idle_for(GRACE, stall=STALLED_HEAD, status=200), STALLED_HEAD, id="a-stalled-head-after-a-success"
+        ),
+        pytest.param(idle_for(GRACE + 5, stall=STALLED_BODY, status=200), STALLED_BODY, id="a-body-owed-after-a-200"),
+        pytest.param(idle_for(GRACE + 5, stall=STALLED_HANDSHAKE), STALLED_HANDSHAKE, id="a-handshake-stalled"),
+        pytest.param(idle_for(GRACE - 0.1, stall=STALLED_HEAD), OPENING, id="a-head-begun-within-the-grace-is-opening"),
+        pytest.param(idle_for(0, stall=STALLED_HANDSHAKE), OPENING, id="a-handshake-just-begun-is-opening"),
+        pytest.param(
+            idle_for(GRACE + 5, stall=STALLED_HEAD, waiting=True), ASKING, id="more-of-a-head-unread-is-asking"
+        ),
         pytest.param(idle_for(GRACE + 1), STALE, id="never-answered-and-silent-past-the-grace-is-stale"),
         pytest.param(idle_for(GRACE), STALE, id="silent-for-exactly-the-grace-is-stale"),
         pytest.param(idle_for(1, status=401), ANSWERED_ERROR, id="latest-response-401-is-an-error"),
@@ -99,6 +123,15 @@ def test_an_idle_connection_stands_by_its_latest_response_or_its_first_request(
 @pytest.mark.parametrize(
     ("leaves", "stays"),
     [
+        pytest.param(
+            idle_for(GRACE, stall=STALLED_HEAD), idle_for(GRACE + 60, stall=STALLED_BODY), id="head-before-body"
+        ),
+        pytest.param(
+            idle_for(GRACE, stall=STALLED_BODY),
+            idle_for(GRACE + 60, stall=STALLED_HANDSHAKE),
+            id="body-before-handshake",
+        ),
+        pytest.param(idle_for(GRACE, stall=STALLED_HANDSHAKE), idle_for(GRACE + 60), id="handshake-before-stale"),
         pytest.param(idle_for(GRACE + 1), idle_for(GRACE + 60, status=401), id="stale-before-error-answered"),
         pytest.param(idle_for(0.5, status=429), idle_for(GRACE - 0.5), id="error-answered-before-just-opened"),
         pytest.param(idle_for(0), idle_for(1, waiting=True), id="just-opened-before-asking"),
@@ -168,7 +201,7 @@ def test_when_every_connection_is_busy_the_new_one_is_refused() -> None:
     assert connections.admit(busy)
     assert not connections.admit(idle_for(0))
     assert not busy.evicted
-    assert connections.stats.closed == {"evicted": 0, "header_timeout": 0, "refused": 1}
+    assert connections.stats.closed == {"body_timeout": 0, "evicted": 0, "header_timeout": 0, "refused": 1}
 
 
 def test_a_connection_whose_response_the_kernel_still_holds_is_busy() -> None:

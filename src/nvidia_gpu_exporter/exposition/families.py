@@ -312,7 +312,8 @@ HTTP_CONNECTIONS_CLOSED = FamilySpec(
     "nvidia_gpu_exporter_http_connections_closed_total",
     "counter",
     "HTTP connections closed by the exporter, by reason: header_timeout (request headers not received in time), "
-    "evicted (idle, closed to make room at --web.max-connections) or refused (answered 503: every connection busy).",
+    "body_timeout (a request body not received in time), evicted (stalled or idle, closed to make room at "
+    "--web.max-connections) or refused (answered 503: every connection busy).",
     ("reason",),
 )
 HTTP_RESPONSES_INCOMPLETE = FamilySpec(

@@ -1,20 +1,23 @@
 """The open connections of every listener, and ``--web.max-connections``: who makes room when it is reached.
 
-Every open connection costs a file descriptor, and the process has only so many (systemd's default soft limit
-is 1,024): without a cap one client could open them all, and every later ``accept()`` would fail. At the cap a
-new connection takes the place of an idle one (no request in progress, nothing left to send), so a flood of
-idle keep-alive connections cannot lock Prometheus out; when every connection is busy the new one is answered
-``503`` and closed. The idle connection that leaves is, in this order: one that never got a response and sent
-nothing for :data:`NEW_CONNECTION_GRACE_SECONDS` (opened and left, or stalled in its headers); one whose latest
-response was an error (a 401, a 429, a 404: a flood of wrong passwords); one just opened that has not had the
-time to send its request yet; one that never got a response but whose request the kernel holds unread (accepted
-in the same batch as a flood's connections, its bytes not read yet); and only then one whose latest response was
-a success (Prometheus' keep-alive connection between two scrapes). Among equals, the one idle the longest.
+Every open connection costs a file descriptor and memory, and the process has only so many descriptors
+(systemd's default soft limit is 1,024): without a cap one client could open them all, and every later ``accept()``
+would fail. Every connection counts from the moment it is accepted, a TLS one while its handshake is still under
+way. At the cap a new connection takes the place of one that owes nothing (no request being answered, nothing left
+to send), so a flood of stalled or idle connections cannot lock Prometheus out; when every connection is busy the
+new one is answered ``503`` and closed. The connection that leaves is, in this order: one stalled in a request head
+(begun :data:`NEW_CONNECTION_GRACE_SECONDS` ago or more and not complete), one stalled in a request body, one stalled
+in its TLS handshake; one that never got a response and sent nothing for the grace (opened and left); one whose
+latest response was an error (a 401, a 429, a 404: a flood of wrong passwords); one just opened, or with a head or
+handshake begun within the grace; one whose request the kernel holds unread (accepted in the same batch as a
+flood's connections, its bytes not read yet); and only then one whose latest response was a success (Prometheus'
+keep-alive connection between two scrapes). Among equals, the one idle (or stalled) the longest.
 
-A stale or error-answered connection leaves with up to :data:`EVICTION_BATCH` - 1 others of its standing: a flood
-over the cap reconnects as fast as its connections close, and the ranking (a pass over every open connection) is
-then paid once per batch instead of once per connection. The ranking is by what the process knows; the kernel is
-asked (a syscall each: unsent response bytes, an unread request) only about the connections about to leave.
+A connection of a standing up to error-answered leaves with up to :data:`EVICTION_BATCH` - 1 others of its
+standing: a flood over the cap reconnects as fast as its connections close, and the ranking (a pass over every open
+connection) is then paid once per batch instead of once per connection. The ranking is by what the process knows;
+the kernel is asked (a syscall each: unsent response bytes, an unread request) only about the connections about to
+leave.
 """
 
 from __future__ import annotations
@@ -37,8 +40,8 @@ FD_RESERVE = 3 * LISTEN_BACKLOG + 64
 # How long a connection that never got a response counts as a client about to send its request.
 NEW_CONNECTION_GRACE_SECONDS = 2.0
 # A connection's standing at the cap (see the module docstring); the lowest leaves first.
-STALE, ANSWERED_ERROR, OPENING, ASKING, ANSWERED_SUCCESS = 0, 1, 2, 3, 4
-# How many stale or error-answered connections one new connection at the cap may make leave, at most.
+STALLED_HEAD, STALLED_BODY, STALLED_HANDSHAKE, STALE, ANSWERED_ERROR, OPENING, ASKING, ANSWERED_SUCCESS = range(8)
+# How many connections of a standing up to ANSWERED_ERROR one new connection at the cap may make leave, at most.
 EVICTION_BATCH = 16
 
 
@@ -70,7 +73,13 @@ class Connection(Protocol):
     """What the registry needs of a connection (``timeouts.DeadlineProtocol``)."""
 
     def idle_since(self) -> float | None:
-        """When it became idle (no request in progress, nothing in the process's buffer), or None while it is not."""
+        """Since when it owes nothing (no request being answered, nothing in the process's buffer) and has shown
+        nothing new: its latest response, its start, or the start of the head, body or handshake it is stalled in;
+        None while it is busy."""
+
+    def stalled(self) -> int | None:
+        """What it waits for from its client: ``STALLED_HEAD``, ``STALLED_BODY`` or ``STALLED_HANDSHAKE`` (since
+        :meth:`idle_since`), or None (idle between requests, or new and silent)."""
 
     def last_status(self) -> int | None:
         """The HTTP status of its latest finished response, or None when it has had none."""
@@ -127,8 +136,14 @@ class Connections:
         self.stats.open = len(self._open)
 
     def standing(self, connection: Connection, idle_since: float, now: float, *, ask_kernel: bool = True) -> int:
-        """Where an idle connection stands at the cap: its latest response, or whether its first request is coming.
-        Without ``ask_kernel`` an unread request is not seen: a lower bound, ``ASKING`` taken for the others."""
+        """Where a connection that owes nothing stands at the cap: what it is stalled in, its latest response, or
+        whether its first request is coming. Without ``ask_kernel`` an unread request is not seen: a lower bound,
+        ``ASKING`` taken for the others."""
+        stalled = connection.stalled()
+        if stalled is not None:
+            if ask_kernel and connection.request_waiting():
+                return ASKING  # more of it has arrived, unread yet
+            return stalled if now - idle_since >= self.grace else OPENING
         status = connection.last_status()
         if status is not None:
             return ANSWERED_SUCCESS if status < 400 else ANSWERED_ERROR
@@ -137,8 +152,8 @@ class Connections:
         return OPENING if now - idle_since < self.grace else STALE
 
     def _victims(self) -> list[Connection]:
-        """The idle connection of the lowest standing, idle the longest among those, and when that standing is
-        stale or error-answered, more of it up to :data:`EVICTION_BATCH`; empty when none is idle.
+        """The idle connection of the lowest standing, idle the longest among those, and when that standing is at
+        most error-answered, more of it up to :data:`EVICTION_BATCH`; empty when none is idle.
 
         Ranked by what the process knows, each a lower bound of the true key (the kernel can only make a
         connection busy, or raise it to ``ASKING``): candidates are taken lowest first and checked with the kernel,
@@ -153,7 +168,7 @@ class Connections:
                 )
         heapq.heapify(ranked)
         victims: list[Connection] = []
-        first = STALE  # the first victim's standing: the batch is of that standing only
+        first = STALLED_HEAD  # the first victim's standing: the batch is of that standing only
         while ranked and len(victims) < EVICTION_BATCH:
             standing, since, order, checked, connection = heapq.heappop(ranked)
             if victims and standing != first:

@@ -2,11 +2,15 @@
 
 For each connection (:class:`HttpProtocol`):
 
-- requests are parsed by h11 and answered one at a time, in order (pipelined requests wait in h11's buffer;
-  past :data:`MAX_PIPELINED_BYTES` of them, reading pauses until the current one is answered);
-- a malformed request is answered ``400`` (a head over :data:`MAX_HEADER_BYTES` ``431``) and the connection
-  closed; so is a request line or a header line over :data:`MAX_LINE_BYTES`, or more than :data:`MAX_HEADERS`
-  headers (aiohttp's limits, which this server replaced);
+- h11 is the one reader of the request bytes: requests are parsed by h11 and answered one at a time, in order
+  (pipelined requests wait in h11's buffer; past :data:`MAX_PIPELINED_BYTES` of them, reading pauses until the
+  current one is answered), and what the connection waits for from its client (:meth:`HttpProtocol.awaiting`: a
+  head, a body, nothing) is read from h11's state, for the deadlines and the connection cap;
+- a malformed request is answered ``400`` (a head over :data:`MAX_HEADER_BYTES` ``431``, whether it came in one
+  read or in many) and the connection closed; so is a request line over :data:`MAX_LINE_BYTES`, a header line whose
+  name, colon and value (optional whitespace not counted) are over it, or more than :data:`MAX_HEADERS` headers
+  (aiohttp's limits, which this server replaced); a request whose handler started before its malformed body was
+  read gets its handler's answer, then the close;
 - a request naming an HTTP version other than 1.x (``GET / HTTP/2.0``, ``HTTP/0.9``) is answered ``505`` with an
   HTTP/1.1 status line and the connection closed, as Go's server does; a pipelined one in its turn, after the
   responses before it (a version Go cannot parse, such as ``HTTP/12.0``, is malformed: ``400``, as in Go);
@@ -14,8 +18,9 @@ For each connection (:class:`HttpProtocol`):
   read further and the connection closes after the answer (Go discards up to 256 KiB the same way).
   ``Expect: 100-continue`` is answered ``100 Continue`` at once;
 - HTTP/1.0 (answered with an ``HTTP/1.0`` status line; h11 has no HTTP/1.0 keep-alive) and
-  ``Connection: close`` close after the answer; keep-alive connections with no request, or answered and
-  waiting for the rest of a request body, close after the idle timeout (``--web.idle-timeout``; 0: never);
+  ``Connection: close`` close after the answer; keep-alive connections with no request close after the idle
+  timeout (``--web.idle-timeout``; 0: never); a request (head and body) still incomplete is the deadline
+  protocol's (:mod:`.timeouts`);
 - a client that goes away (or half-closes) cancels its request's handler;
 - a body of at most :data:`~.body.ONE_WRITE_BYTES` goes out with its head in one write; a larger one in
   :data:`~.body.CHUNK_BYTES` chunks straight from the response's shared parts, waiting for the transport to drain
@@ -39,7 +44,6 @@ from typing import cast
 import h11
 
 from nvidia_gpu_exporter.httpserver.body import ONE_WRITE_BYTES, chunks
-from nvidia_gpu_exporter.httpserver.fastpath import FastRequest, parse_head, response_head
 from nvidia_gpu_exporter.httpserver.http import App, Headers, Request, Response
 
 log = logging.getLogger(__name__)
@@ -50,6 +54,12 @@ MAX_HEADERS = 128  # aiohttp's limit, kept
 MAX_DISCARDED_BODY_BYTES = 256 * 1024  # a request body read (and dropped) to keep the connection; Go's figure
 MAX_PIPELINED_BYTES = 64 * 1024  # requests buffered behind the one being answered before reading pauses
 RST_AVOIDANCE_SECONDS = 0.5  # after the last answer, how long what the client still sends is read and dropped (Go's)
+
+# What a connection waits for from its client (HttpProtocol.awaiting), read from h11's state.
+NOTHING = 0  # idle between requests, a response owed, or closing
+FIRST_HEAD = 1  # a new connection: not a byte of its first request yet
+HEAD = 2  # bytes of a request head, not complete
+BODY = 3  # the rest of a request body
 
 _WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
@@ -173,7 +183,7 @@ class HttpProtocol(asyncio.Protocol):
         self._idle_timer: asyncio.TimerHandle | None = None
         self._linger: asyncio.TimerHandle | None = None  # the last answer is out: the close after the client's bytes
         self._idle_deadline: float | None = None  # idle since a response: closes at this loop time
-        self._fast: tuple[FastRequest, bytes] | None = None  # the fast-path request being answered, and its head
+        self._requests = 0  # requests h11 has parsed on this connection
 
     # -- asyncio ------------------------------------------------------------------------------------------
 
@@ -193,29 +203,9 @@ class HttpProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._discarding or self.transport is None:
             return
-        connection = self.h11
-        if (
-            self.handler is not None
-            or connection.their_state is not h11.SEND_BODY
-            or connection.our_state is not h11.DONE
-        ):
-            self._cancel_idle()  # the rest of a body whose request is answered is idle time: its bytes move nothing
-        if self._fast is not None:  # a fast-path request is being answered: what follows waits, as in h11's buffer
-            connection.receive_data(data)
-            self._pause_if_flooded()
-            return
-        if (
-            self.handler is None
-            and connection.their_state is h11.IDLE
-            and connection.our_state is h11.IDLE
-            and not connection.trailing_data[0]
-        ):
-            fast = parse_head(data)
-            if fast is not None:
-                self._start_fast(fast, data)
-                return
-        connection.receive_data(data)
-        self._process()
+        self._cancel_idle()
+        self.h11.receive_data(data)
+        self._process()  # behind a request being answered, h11 reads the rest of its body and pauses at the next
 
     def eof_received(self) -> bool | None:
         return None  # the transport closes: a request in flight is cancelled (connection_lost)
@@ -246,16 +236,27 @@ class HttpProtocol(asyncio.Protocol):
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
 
-    def answering(self) -> bool:
-        """Whether this connection owes its client a response: a request's handler runs, or requests (or the start
-        of one, which the header deadline bounds) wait in h11's buffer. A request body still to come is not: its
-        answer is out (no route reads one)."""
-        return self.handler is not None or bool(self.h11.trailing_data[0])
-
     def responding(self) -> bool:
-        """Whether a request's handler runs or its response is being written: a head begun behind it waits, and
-        its header deadline with it."""
+        """Whether this connection owes its client a response: a request's handler runs or its response is being
+        written (a head begun behind it waits, and its header deadline with it)."""
         return self.handler is not None
+
+    def awaiting(self) -> int:
+        """What the connection waits for from its client, by h11's state: ``FIRST_HEAD``, ``HEAD``, ``BODY`` or
+        ``NOTHING`` (the module's constants). A request h11 has not parsed yet is a head even when whole (it waits
+        behind the one being answered); bytes behind a request that ends the connection are nothing (dropped)."""
+        if self._discarding:
+            return NOTHING
+        connection = self.h11
+        state = connection.their_state
+        if state is h11.SEND_BODY:
+            return BODY
+        if state is h11.IDLE or state is h11.DONE:
+            if connection.trailing_data[0]:
+                return HEAD
+            if state is h11.IDLE and self._requests == 0:
+                return FIRST_HEAD
+        return NOTHING
 
     # -- the shutdown's hooks -----------------------------------------------------------------------------
 
@@ -282,6 +283,7 @@ class HttpProtocol(asyncio.Protocol):
         connection = self.h11
         while self.transport is not None:
             state = connection.their_state
+            buffered = len(connection.trailing_data[0])
             try:
                 event = connection.next_event()
             except h11.RemoteProtocolError as error:
@@ -300,17 +302,16 @@ class HttpProtocol(asyncio.Protocol):
                 self._bad_request(error.error_status_hint, str(error))
                 return
             if event is h11.NEED_DATA:
-                if self.handler is None and (
-                    connection.their_state is h11.SEND_BODY  # answered: the rest of the body is idle time
-                    or (connection.their_state is h11.IDLE and not connection.trailing_data[0])
-                ):
+                if self.handler is None and connection.their_state is h11.IDLE and not connection.trailing_data[0]:
                     self._arm_idle()
                 return
             if event is h11.PAUSED:
                 self._pause_if_flooded()
                 return
             if isinstance(event, h11.Request):
-                if not self._start(event):
+                self._requests += 1
+                head_bytes = buffered - len(connection.trailing_data[0])  # the head as sent, whole
+                if not self._start(event, head_bytes):
                     return
             elif isinstance(event, h11.Data):
                 self._body_bytes += len(event.data)
@@ -327,26 +328,27 @@ class HttpProtocol(asyncio.Protocol):
                 self.transport.close()
                 return
 
-    def _start(self, event: h11.Request) -> bool:
-        """Check the request's lines against the limits and start its handler; False when refused."""
+    def _start(self, event: h11.Request, head_bytes: int) -> bool:
+        """Check the request against the limits and start its handler; False when refused. ``head_bytes`` is the
+        head's size as sent: h11 bounds an incomplete head only (431 past :data:`MAX_HEADER_BYTES`), and a whole one
+        that came in one read is held to the same bound here, so the answer never depends on the read boundaries."""
         if not event.http_version.startswith(b"1."):  # h11 reads one digit each side of the dot, as Go does
             self._answer_and_close(505, VERSION_NOT_SUPPORTED)
             return False
+        if head_bytes > MAX_HEADER_BYTES:
+            self._bad_request(431, "request head too large")
+            return False
         target = event.target
-        if len(target) + len(event.method) + 10 > MAX_LINE_BYTES:
+        if len(target) + len(event.method) + 10 > MAX_LINE_BYTES:  # h11 takes single spaces only: exact
             self._bad_request(400, "request line too long")
             return False
         if len(event.headers) > MAX_HEADERS:
             self._bad_request(400, "too many headers")
             return False
-        size = len(target) + len(event.method) + 12  # h11 bounds an incomplete head only: a whole one is checked here
-        if size + sum(len(name) + len(value) + 4 for name, value in event.headers) > MAX_HEADER_BYTES:
-            self._bad_request(431, "request head too large")
-            return False
         items = []
         framing = 0
         for name, value in event.headers:
-            if len(name) + len(value) + 2 > MAX_LINE_BYTES:
+            if len(name) + len(value) + 1 > MAX_LINE_BYTES:  # name, colon, value: h11 drops the whitespace
                 self._bad_request(400, "header line too long")
                 return False
             if name in (b"content-length", b"transfer-encoding"):
@@ -364,18 +366,13 @@ class HttpProtocol(asyncio.Protocol):
         )
         self._body_bytes = 0
         if self.h11.they_are_waiting_for_100_continue:
-            self._write(self.h11.send(h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue")))
+            continue_head = self.h11.send(h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue"))
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.write(continue_head or b"")
         self.connections.requests += 1
         self._cancel_idle()  # a request that came behind the rest of a body: the connection is busy again
         self.handler = self.loop.create_task(self._respond(request))
         return True
-
-    def _start_fast(self, fast: FastRequest, head: bytes) -> None:
-        """Start the handler of a request :func:`~.fastpath.parse_head` read (h11 stays idle meanwhile)."""
-        self._fast = (fast, head)
-        request = Request(fast.method, fast.target, Headers.lowered(fast.headers), transport=self.transport)
-        self.connections.requests += 1
-        self.handler = self.loop.create_task(self._respond(request))
 
     async def _respond(self, request: Request) -> None:
         must_close = False
@@ -400,52 +397,31 @@ class HttpProtocol(asyncio.Protocol):
             self.handler = None
         if self.transport is None:
             return
-        if self._fast is not None:
-            self._fast = None
-            if self._close_after or must_close:
-                self._close_after_answer()
-            elif self.h11.trailing_data[0]:  # h11 is idle: it takes what came during this request
-                self._resume_reading()
-                self._process()
-            else:
-                self._arm_idle()
-        elif self._close_after or self.h11.our_state is h11.MUST_CLOSE:
+        if self._close_after or must_close:
             self._close_after_answer()
         elif self.h11.their_state is h11.DONE:
             self._next_cycle()
-        else:  # answered before its body came: waiting for the rest is idle (nothing else ever closed it)
-            self._arm_idle()
+        else:  # answered before its body came: the rest of it is read (and dropped) under the request's deadline
+            self._resume_reading()
+            self._process()
 
     async def _send(self, request: Request, response: Response) -> bool:
-        """Write ``response``; True when the connection must close after it (a fast-path request's keep-alive)."""
+        """Write ``response``; True when the connection must close after it."""
         length = response.content_length
         status = response.status
-        connection: h11.Connection | None = self.h11
-        head = None
-        must_close = False
-        if self._fast is not None:
-            fast, request_head = self._fast
-            must_close = not fast.keep_alive
-            close = must_close or self._close_after
-            head = response_head(status, reason(status), response.headers.items(), length, http_date(), close=close)
-            # A response h11 would rewrite or refuse: h11 of record writes it, for the same request head.
-            connection = None if head is not None else _replayed(request_head)
-        if connection is not None:
-            headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in response.headers.items()]
-            headers.append((b"Content-Length", str(length).encode("ascii")))
-            headers.append((b"Date", http_date()))
-            if self._close_after:
-                headers.append((b"Connection", b"close"))
-            head = connection.send(h11.Response(status_code=status, headers=headers, reason=reason(status)))
-            assert head is not None
-            if request.version == "1.0":  # h11 always says HTTP/1.1; an HTTP/1.0 client gets its own, as from Go
-                head = b"HTTP/1.0" + head[8:]
+        connection = self.h11
+        headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in response.headers.items()]
+        headers.append((b"Content-Length", str(length).encode("ascii")))
+        headers.append((b"Date", http_date()))
+        if self._close_after:
+            headers.append((b"Connection", b"close"))
+        head = connection.send(h11.Response(status_code=status, headers=headers, reason=reason(status)))
         assert head is not None
+        if request.version == "1.0":  # h11 always says HTTP/1.1; an HTTP/1.0 client gets its own, as from Go
+            head = b"HTTP/1.0" + head[8:]
         if request.method == "HEAD" or length == 0:
             self._write(head + _end(connection))
-        elif length <= ONE_WRITE_BYTES and connection is None:  # one write, one copy of a small body
-            self._write(b"".join((head, *response.body)))
-        elif length <= ONE_WRITE_BYTES:  # the same through h11 (the socket takes it at once)
+        elif length <= ONE_WRITE_BYTES:  # one write with its head (the socket takes it at once)
             data = _data(connection, b"".join(response.body))
             self._write(b"".join((head, *data, _end(connection))))
         else:  # one chunk per write, waiting for the client between them (the head rides with the first)
@@ -461,11 +437,11 @@ class HttpProtocol(asyncio.Protocol):
             await self._drain()
         if self.finished is not None:
             self.finished(status)
-        return must_close or (connection is not None and connection.our_state is h11.MUST_CLOSE)
+        return connection.our_state is h11.MUST_CLOSE
 
     def _write_lines(self, pieces: list[bytes | memoryview]) -> None:
         """One write of ``pieces`` (one ``sendmsg`` on Python >= 3.12; joined, about a chunk, before)."""
-        if self.transport is None:
+        if self.transport is None or self.transport.is_closing():
             raise ConnectionResetError("the client went away")
         pieces = [piece for piece in pieces if piece]
         if len(pieces) == 1:
@@ -474,7 +450,9 @@ class HttpProtocol(asyncio.Protocol):
             self.transport.writelines(pieces)
 
     def _write(self, data: bytes | memoryview) -> None:
-        if self.transport is None:
+        # A transport whose send failed (the client reset) is closing until connection_lost, a loop turn later:
+        # asyncio logs a warning for every write past the fifth made meanwhile, for a client that merely left.
+        if self.transport is None or self.transport.is_closing():
             raise ConnectionResetError("the client went away")
         self.transport.write(data)
 
@@ -518,11 +496,15 @@ class HttpProtocol(asyncio.Protocol):
         self._answer_and_close(status, closing_answer(status, body))
 
     def _answer_and_close(self, status: int, answer: bytes) -> None:
-        """Write ``answer`` (when no response is under way: a request cut mid-response gets no second one), read
-        nothing more, and close."""
+        """Write ``answer``, read nothing more, and close; a request whose handler already runs (its body was the
+        malformed part) gets the handler's answer instead, then the close. A request cut mid-response gets none."""
         transport = self.transport
         assert transport is not None
-        if self.handler is None and self.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+        if self.handler is not None:
+            self._close_after = True
+            self._discarding = True
+            return
+        if self.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
             transport.write(answer)
             if self.finished is not None:
                 self.finished(status)
@@ -541,7 +523,11 @@ class HttpProtocol(asyncio.Protocol):
         if not transport.can_write_eof():
             transport.close()
             return
-        transport.write_eof()  # after what is still buffered
+        try:
+            transport.write_eof()  # after what is still buffered
+        except OSError:  # the client reset first (shutdown() of a reset socket fails): nothing left to deliver
+            transport.abort()
+            return
         self._linger = self.loop.call_later(RST_AVOIDANCE_SECONDS, transport.close)
 
     # -- keep-alive ---------------------------------------------------------------------------------------
@@ -582,28 +568,31 @@ class HttpProtocol(asyncio.Protocol):
             self.transport.close()
 
 
-def _replayed(request_head: bytes) -> h11.Connection:
-    """An h11 connection that has read ``request_head`` (a fast-path request's), ready for its response."""
-    connection = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
-    connection.receive_data(request_head)
-    for _ in range(2):  # the Request, then its (empty) body's EndOfMessage
-        connection.next_event()
-    return connection
-
-
-def _data(connection: h11.Connection | None, data: bytes | memoryview) -> Sequence[bytes | memoryview]:
-    """A body piece as written: through h11 when it writes the response, which passes a bytes-like object through
-    untouched (a view stays a view, not a copy); as it is otherwise (Content-Length framing adds nothing)."""
-    if connection is None:
-        return (data,)
+def _data(connection: h11.Connection, data: bytes | memoryview) -> Sequence[bytes | memoryview]:
+    """A body piece as written: h11 passes a bytes-like object through untouched (a view stays a view, not a
+    copy)."""
     return connection.send_with_data_passthrough(h11.Data(data=cast(bytes, data))) or []
 
 
-def _end(connection: h11.Connection | None) -> bytes:
+def _end(connection: h11.Connection) -> bytes:
     """The end of a body: h11 checks that it wrote Content-Length bytes; nothing to write with that framing."""
-    if connection is None:
-        return b""
     return connection.send(h11.EndOfMessage()) or b""
+
+
+class RequestReader:
+    """A request head read by h11 and nothing more: a refused client's, whose answer is out before its request."""
+
+    def __init__(self) -> None:
+        self._parser = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+
+    def head_in(self, data: bytes) -> bool:
+        """Whether ``data`` completes a request head, or shows a malformed one: the request is in."""
+        self._parser.receive_data(data)
+        try:
+            return self._parser.next_event() is not h11.NEED_DATA
+        except h11.RemoteProtocolError as error:
+            error.__traceback__ = None  # h11 raises it inside its own except block: a cycle otherwise
+            return True
 
 
 def _peer(transport: asyncio.BaseTransport) -> str:

@@ -22,15 +22,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import socket
 import struct
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from nvidia_gpu_exporter.httpserver.connections import LISTEN_BACKLOG, Connections
-from nvidia_gpu_exporter.httpserver.protocol import closing_answer
+from nvidia_gpu_exporter.httpserver.connections import (
+    LISTEN_BACKLOG,
+    STALLED_BODY,
+    STALLED_HANDSHAKE,
+    STALLED_HEAD,
+    Connections,
+)
+from nvidia_gpu_exporter.httpserver.protocol import (
+    BODY,
+    HEAD,
+    NOTHING,
+    RequestReader,
+    closing_answer,
+)
 from nvidia_gpu_exporter.httpserver.stats import ConnectionStats
 
 if TYPE_CHECKING:
@@ -38,12 +49,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HEADER_END = b"\r\n\r\n"  # the common end of a request head
-# Every end of a request head that h11, the parser of record, takes: a blank line after a line, each line break
-# CRLF or a bare LF (RFC 9112 2.2). Counting CRLF CRLF alone, a head ending otherwise never ended here: the header
-# deadline ran on through its answer (a slow one was cut).
-HEAD_END = re.compile(rb"\n\r?\n")
-TAIL_BYTES = 2  # what a read keeps of its end, for a head end split across reads (at most 3 bytes long)
 WRITE_BUFFER_HIGH_BYTES = 16 * 1024  # the process's send buffer per connection, before the writer waits
 SEND_BUFFER_BYTES = 256 * 1024  # SO_SNDBUF (Linux doubles it): what the kernel queues per connection
 WRITE_POLL_MAX_SECONDS = 1.0  # how often a pending write is checked for progress, at most
@@ -87,8 +92,8 @@ else:
 
 
 class HttpConnection(Protocol):
-    """The HTTP protocol a :class:`DeadlineProtocol` wraps (httpserver/protocol.py's): asyncio's protocol methods,
-    whether it owes the client a response, and whether one is being made or written now."""
+    """The HTTP protocol a :class:`DeadlineProtocol` wraps (protocol.py's): asyncio's protocol methods, whether a
+    response is being made or written, and what the connection waits for from its client (by h11's state)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None: ...
     def data_received(self, data: bytes) -> None: ...
@@ -96,19 +101,22 @@ class HttpConnection(Protocol):
     def connection_lost(self, exc: Exception | None) -> None: ...
     def pause_writing(self) -> None: ...
     def resume_writing(self) -> None: ...
-    def answering(self) -> bool: ...
     def responding(self) -> bool: ...
+    def awaiting(self) -> int: ...
 
 
 ProtocolFactory = Callable[[Callable[[int], None]], HttpConnection]
+
+_STALLED_IN = {HEAD: STALLED_HEAD, BODY: STALLED_BODY}
 
 
 class DeadlineProtocol(asyncio.Protocol):
     """Forwards everything to the HTTP protocol while enforcing the bounds of the module docstring.
 
     ``inner`` makes the HTTP protocol, given the callback it calls with each response's status once the response
-    is all in the transport (:meth:`response_finished`). One timer per connection at most, and none while it is
-    idle.
+    is all in the transport (:meth:`response_finished`). What the client owes (a head, a body) is the HTTP
+    protocol's word, read from h11 (:meth:`HttpConnection.awaiting`): nothing here reads the request bytes. One timer
+    per connection at most, and none while it is idle.
     """
 
     def __init__(
@@ -126,12 +134,15 @@ class DeadlineProtocol(asyncio.Protocol):
         self.connections = connections
         self.stats = connections.stats if connections is not None else ConnectionStats()
         self.transport: asyncio.Transport | None = None
+        self._raw: asyncio.Transport | None = None  # the TCP transport, from its accept (under TLS's)
         self._fd = -1
+        self._admitted = False
+        self._handshaking = False  # accepted under TLS, the handshake not done yet
         self._served = False  # the HTTP protocol saw connection_made
         self._refusing = False  # answered by this class; waiting for the request before closing
+        self._refused_head: RequestReader | None = None  # reads a refused client's request head
         self._half_closed = False  # refused, and the request is in: what comes now is dropped until the close
-        self._tail = b""
-        self._header_started: float | None = None  # an incomplete request header began at this time
+        self._request_started: float | None = None  # a request (head, then body) the client owes began then
         self._idle_since: float | None = None
         self._last_status: int | None = None  # of the latest finished response: who leaves first at the cap
         self._write_progress: float | None = None  # while a write is watched: when it last made progress
@@ -148,17 +159,29 @@ class DeadlineProtocol(asyncio.Protocol):
         return transport.get_write_buffer_size() + kernel_unsent_bytes(self._fd)
 
     def idle_since(self) -> float | None:
-        """Since when nothing is due on this connection as far as the process knows, for the cap; None while busy
-        (the HTTP protocol's word, or bytes in the process's buffer). No syscall: the cap ranks every open
-        connection with it, and asks the kernel (:meth:`unsent_in_kernel`) only about those about to leave."""
-        transport = self.transport
-        if (
-            self._refusing
-            or self.inner.answering()
-            or (transport is not None and transport.get_write_buffer_size() > 0)
-        ):
+        """Since when this connection owes nothing and has shown nothing new, for the cap: its latest response, or
+        the start of the handshake, head or body it is stalled in; None while busy (a response being made, bytes
+        in the process's buffer). No syscall: the cap ranks every open connection with it, and asks the kernel
+        (:meth:`unsent_in_kernel`) only about those about to leave."""
+        if self._refusing:
             return None
+        if self._handshaking:
+            return self._idle_since
+        transport = self.transport
+        if not self._served or self.inner.responding() or (transport is not None and transport.get_write_buffer_size()):
+            return None
+        if self.inner.awaiting() in _STALLED_IN and self._request_started is not None:
+            return self._request_started
         return self._idle_since
+
+    def stalled(self) -> int | None:
+        """What the client owes, for the cap: a TLS handshake, a request head or a request body (``connections``'
+        standings), or None (nothing, or not a byte yet)."""
+        if self._handshaking:
+            return STALLED_HANDSHAKE
+        if not self._served:
+            return None
+        return _STALLED_IN.get(self.inner.awaiting())
 
     def unsent_in_kernel(self) -> bool:
         """Whether the kernel's send queue still holds bytes for the client (a response it has not taken)."""
@@ -173,21 +196,32 @@ class DeadlineProtocol(asyncio.Protocol):
         return self._last_status
 
     def evict(self) -> None:
-        log.debug("closing an idle connection to make room for a new one")
+        log.debug("closing a connection to make room for a new one")
         if self.transport is not None:
             self.transport.close()
+        elif self._raw is not None:  # a TLS handshake under way
+            self._raw.abort()
 
     def response_finished(self, status: int) -> None:
         """The HTTP protocol wrote a whole response into the transport: what is left unsent is watched from now."""
         self._last_status = status
         self._idle_since = self.loop.time()
-        if self._header_started is not None:  # a head begun behind this response: its clock starts now, as Go's
-            self._header_started = self._idle_since
-            self._arm()
+        self._refresh(self._idle_since)
+        if self.inner.awaiting() == HEAD:  # a head begun behind this response: its clock starts now, as Go's
+            self._request_started = self._idle_since
+        self._arm()
         if self.unsent_bytes() > 0:
             self._watch_write()
 
     # -- deadlines --------------------------------------------------------------------------------------
+
+    def _refresh(self, now: float) -> None:
+        """Follow what the client owes: a request begins with the first byte of its head (or, for the first one,
+        with the connection) and ends once its body is in; its deadline covers both, as Go's read timeout."""
+        if self.inner.awaiting() == NOTHING:
+            self._request_started = None
+        elif self._request_started is None:
+            self._request_started = now
 
     def _watch_write(self) -> None:
         if self.write_timeout > 0 and self._write_progress is None:
@@ -197,8 +231,8 @@ class DeadlineProtocol(asyncio.Protocol):
 
     def _next_deadline(self) -> float | None:
         deadlines = []
-        if self._header_started is not None and self.header_timeout > 0:
-            deadline = self._header_started + self.header_timeout
+        if self._request_started is not None and self.header_timeout > 0:
+            deadline = self._request_started + self.header_timeout
             if self.inner.responding():  # looked at again later: the clock restarts when the response is out
                 deadline = max(deadline, self.loop.time() + self.header_timeout)
             deadlines.append(deadline)
@@ -222,14 +256,22 @@ class DeadlineProtocol(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         now = self.loop.time()
+        self._refresh(now)  # the HTTP protocol may have moved on (a pipelined request answered) since it was read
         if (
-            self._header_started is not None
-            and 0 < self.header_timeout <= now - self._header_started
+            self._request_started is not None
+            and 0 < self.header_timeout <= now - self._request_started
             and not self.inner.responding()  # the response before the head is the write timeout's to bound
         ):
-            log.debug("closing a connection: request headers not received in time")
-            self.stats.closed["header_timeout"] += 1
-            transport.abort()
+            if self.inner.awaiting() == BODY:
+                log.debug("closing a connection: the request body was not received in time")
+                self.stats.closed["body_timeout"] += 1
+            else:
+                log.debug("closing a connection: request headers not received in time")
+                self.stats.closed["header_timeout"] += 1
+            if transport.get_write_buffer_size():
+                transport.abort()
+            else:
+                transport.close()
             return
         if self._write_progress is not None:
             unsent = self.unsent_bytes()
@@ -263,7 +305,8 @@ class DeadlineProtocol(asyncio.Protocol):
         transport = self.transport
         assert transport is not None
         self._refusing = True
-        self._header_started = None
+        self._refused_head = RequestReader()
+        self._request_started = None
         self._write_progress = None
         transport.write(answer)
         if self._timer is not None:
@@ -271,18 +314,18 @@ class DeadlineProtocol(asyncio.Protocol):
         self._timer = self.loop.call_later(REFUSAL_LINGER_SECONDS, transport.abort)
 
     def _refused_data(self, data: bytes) -> None:
-        """Discard what a refused client sends; once its request headers are in, half-close (over TLS: close).
+        """Discard what a refused client sends; once h11 has its request head, half-close (over TLS: close).
 
         Half-closed, what the client still sends is read and dropped until it closes too (:meth:`eof_received`)
         or the linger ends: closed at once with more of its bytes unread, the connection was reset, and the reset
         destroyed the answer before a client that read a little later had it."""
         transport = self.transport
-        if transport is None or self._half_closed:
+        if transport is None or self._half_closed or self._refused_head is None:
             return
-        stream = self._tail + data
-        if HEAD_END.search(stream) is None:
-            self._tail = stream[-TAIL_BYTES:]
-        elif transport.can_write_eof():
+        if not self._refused_head.head_in(data):
+            return
+        self._refused_head = None  # the request is in: its reader's buffer is let go
+        if transport.can_write_eof():
             transport.write_eof()
             self._half_closed = True
         else:
@@ -290,24 +333,49 @@ class DeadlineProtocol(asyncio.Protocol):
 
     # -- protocol ---------------------------------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        now = self.loop.time()
-        self._idle_since = now
+    def accepted(self, transport: asyncio.Transport) -> bool:
+        """The TCP connection is accepted (for TLS, before its handshake): small send buffers, and a place under the
+        cap, evicting another if need be; False when every connection is busy."""
+        self._raw = transport
+        self._idle_since = self.loop.time()
         sock = transport.get_extra_info("socket")
         if sock is not None:
             self._fd = sock.fileno()
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
-        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
         if self.connections is not None and not self.connections.admit(self):
+            return False
+        self._admitted = True
+        return True
+
+    def handshake_started(self, transport: asyncio.Transport) -> bool:
+        """A TLS connection is accepted: it counts under the cap from now, its handshake a stall until done;
+        False when every connection is busy (the caller drops it: there is no plain-text 503 before TLS)."""
+        if not self.accepted(transport):
+            return False
+        self._handshaking = True
+        return True
+
+    def handshake_ended(self) -> None:
+        """The TLS connection closed (after its handshake or during it): its place under the cap is freed, even when
+        a failed handshake never made the HTTP protocol's connection."""
+        self._handshaking = False
+        if self.connections is not None:
+            self.connections.release(self)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
+        if self._handshaking:
+            self._handshaking = False
+        elif not self.accepted(transport):
             self._refuse(TOO_MANY_CONNECTIONS)
             return
-        self._header_started = now  # the first request's headers are awaited from now
-        self._arm()
         self._served = True
         self.inner.connection_made(transport)
+        self._refresh(self.loop.time())  # the first request's head is awaited from now
+        self._arm()
 
     def data_received(self, data: bytes) -> None:
         if self._refusing:
@@ -317,25 +385,9 @@ class DeadlineProtocol(asyncio.Protocol):
             return
         now = self.loop.time()
         self._idle_since = now
-        if not self._tail and len(data) > 4 and data.endswith(HEADER_END) and data[-5] != 0x0A:
-            # The common read: it ends with a request head (no LF before its CRLF CRLF, so HEAD_END's leftmost
-            # scan below would end there too). What that scan works out for it: no header pending, nothing kept.
-            self._header_started = None
-            self._arm()
-            self.inner.data_received(data)
-            return
-        stream = self._tail + data
-        pieces = HEAD_END.split(stream)  # the heads' ends found as h11 finds them: leftmost, one after another
-        if len(pieces) > 1:
-            rest = pieces[-1]
-            self._header_started = now if rest else None
-            self._tail = rest[-TAIL_BYTES:]
-        else:
-            if self._header_started is None:
-                self._header_started = now
-            self._tail = stream[-TAIL_BYTES:]
-        self._arm()
         self.inner.data_received(data)
+        self._refresh(now)
+        self._arm()
 
     def eof_received(self) -> bool | None:
         if self._refusing:
@@ -349,6 +401,8 @@ class DeadlineProtocol(asyncio.Protocol):
         if self.connections is not None:
             self.connections.release(self)
         self.transport = None
+        self._raw = None
+        self._refused_head = None
         if self._served:
             self.inner.connection_lost(exc)
 

@@ -1,4 +1,5 @@
-"""TLS listeners with a 16 KiB receive buffer per connection: the one module that touches ``asyncio.sslproto``.
+"""TLS listeners with a 16 KiB receive buffer per connection, whose handshakes count under the connection cap: the
+one module that touches ``asyncio.sslproto``.
 
 asyncio's TLS protocol (Python >= 3.11) allocates and zero-fills a 256 KiB receive buffer for every connection,
 which the allocator keeps after it closes: 50 TLS scrapers cost about 12 MiB of RSS for it. A client only ever
@@ -8,6 +9,13 @@ way to size the buffer: :class:`CompactTLSProtocol` subclasses the private ``SSL
 ``max_size``. That is done only on the CPython versions it was verified on (:data:`VERIFIED_PYTHONS`) and only
 while the class still has the shape relied on (:func:`sslproto_mismatches`); anywhere else TLS is served by the
 public ``loop.create_server(ssl=...)`` with asyncio's own buffer, which costs memory, never correctness.
+
+The same subclass tells the connection's deadline protocol (:class:`TlsHooks`) when the TCP connection is accepted,
+before its handshake, and when it closes: a connection stalled in its handshake holds an fd and memory, so it counts
+under ``--web.max-connections`` and can be evicted like one stalled in its request head. And as Go's server does, a
+client that speaks plain HTTP to the TLS port (its first five bytes one of Go's HTTP prefixes) is answered
+:data:`PLAIN_HTTP_ANSWER` in plain text and closed, instead of a bare close. On the public path neither holds: its
+handshakes are outside the cap, and plain HTTP gets the close.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import logging
 import socket
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import ssl  # imported by TLS only (support/sslgate.py)
@@ -32,6 +40,22 @@ TLS_RECEIVE_BUFFER_BYTES = 16 * 1024  # one maximal TLS record's plaintext; asyn
 VERIFIED_PYTHONS = ((3, 11), (3, 13))
 # The SSLProtocol constructor parameters passed below, by name.
 SSLPROTOCOL_PARAMETERS = ("loop", "app_protocol", "sslcontext", "waiter", "server_side", "ssl_handshake_timeout")
+# Go's net/http answer to a TLS record header that reads as HTTP, and the five-byte prefixes it takes for HTTP.
+PLAIN_HTTP_ANSWER = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
+HTTP_PREFIXES = frozenset((b"GET /", b"HEAD ", b"POST ", b"PUT /", b"OPTIO"))
+RECORD_HEADER_BYTES = 5
+
+
+@runtime_checkable
+class TlsHooks(Protocol):
+    """What a TLS connection's plaintext protocol (timeouts.py's ``DeadlineProtocol``) is told of the TCP connection
+    under it."""
+
+    def handshake_started(self, transport: asyncio.Transport) -> bool:
+        """Accepted: count it; False when it must be dropped (every connection busy)."""
+
+    def handshake_ended(self) -> None:
+        """The TCP connection closed, whether or not the handshake succeeded."""
 
 
 def sslproto_mismatches() -> list[str]:
@@ -75,9 +99,50 @@ def compact_tls_available() -> bool:
 if sys.version_info >= (3, 11):
 
     class CompactTLSProtocol(asyncio.sslproto.SSLProtocol):
-        """asyncio's TLS protocol with a 16 KiB receive buffer instead of 256 KiB per connection."""
+        """asyncio's TLS protocol with a 16 KiB receive buffer instead of 256 KiB per connection, its TCP connection
+        reported to ``hooks`` from its accept, and plain HTTP answered as Go answers it."""
 
         max_size = TLS_RECEIVE_BUFFER_BYTES
+        hooks: TlsHooks | None = None
+        _tcp: asyncio.Transport | None = None
+        _first_bytes: bytes | None = b""  # the first bytes, until a record header's worth is judged
+        _buffer: memoryview | None = None
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            assert isinstance(transport, asyncio.Transport)
+            self._tcp = transport
+            super().connection_made(transport)
+            if self.hooks is not None and not self.hooks.handshake_started(transport):
+                transport.abort()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            try:
+                super().connection_lost(exc)
+            finally:
+                self._tcp = None
+                self._buffer = None
+                if self.hooks is not None:
+                    self.hooks.handshake_ended()
+
+        def get_buffer(self, n: int) -> memoryview:
+            buffer = super().get_buffer(n)
+            if self._first_bytes is not None:
+                self._buffer = buffer
+            return buffer
+
+        def buffer_updated(self, nbytes: int) -> None:
+            if self._first_bytes is not None and self._buffer is not None:
+                first = self._first_bytes + bytes(
+                    self._buffer[: min(nbytes, RECORD_HEADER_BYTES - len(self._first_bytes))]
+                )
+                self._first_bytes = first if len(first) < RECORD_HEADER_BYTES else None
+                if self._first_bytes is None:
+                    self._buffer = None
+                    if first in HTTP_PREFIXES and self._tcp is not None:
+                        self._tcp.write(PLAIN_HTTP_ANSWER)
+                        self._tcp.close()
+                        return
+            super().buffer_updated(nbytes)
 
 
 def _retrieve_outcome(future: asyncio.Future[object]) -> None:
@@ -101,14 +166,18 @@ async def create_tls_server(
         def tls_factory() -> asyncio.BaseProtocol:
             handshake_done = loop.create_future()  # nobody awaits it: a failed handshake is only logged
             handshake_done.add_done_callback(_retrieve_outcome)
-            return CompactTLSProtocol(
+            plaintext = factory()
+            protocol = CompactTLSProtocol(
                 loop,
-                factory(),
+                plaintext,
                 context,
                 handshake_done,
                 server_side=True,
                 ssl_handshake_timeout=handshake_timeout,  # type: ignore[arg-type]  # typeshed: int only
             )
+            if isinstance(plaintext, TlsHooks):
+                protocol.hooks = plaintext
+            return protocol
 
         return await loop.create_server(tls_factory, sock=sock, backlog=backlog)
     return await loop.create_server(
