@@ -64,3 +64,51 @@ def test_settling_startup_frees_its_cycles_and_freezes_the_survivors() -> None:
     assert freed() is None
     assert gc.get_freeze_count() > 0
     assert kept not in gc.get_objects()  # frozen: full collections no longer traverse it
+
+
+@pytest.mark.parametrize(
+    ("closed_per_tick", "trims"),
+    [
+        pytest.param([0, 0, 0], [False, False, False], id="no-churn-no-trim"),
+        pytest.param([5, 5, 0], [False, False, False], id="a-few-closes-no-trim"),
+        pytest.param([300], [True], id="a-flood-trims-at-once"),
+        pytest.param([100, 100, 100, 0], [False, False, True, False], id="a-flood-trims-past-the-bound"),
+        pytest.param([20, 0, 0], [False, True, False], id="the-end-of-a-burst-trims-once"),
+        pytest.param([300, 20, 0], [True, False, True], id="a-flood-then-its-tail"),
+    ],
+)
+def test_the_heap_is_trimmed_during_and_after_connection_churn(closed_per_tick: list[int], trims: list[bool]) -> None:
+    closed = 0
+    policy = garbage.TrimPolicy(lambda: closed)
+    seen = []
+    for count in closed_per_tick:
+        closed += count
+        seen.append(policy.due())
+    assert seen == trims
+
+
+def test_trimming_the_heap_gives_back_what_a_c_library_freed() -> None:
+    import ctypes
+    import ctypes.util
+    from pathlib import Path
+
+    if not garbage.trim_heap():
+        pytest.skip("no malloc_trim in this C library (glibc only)")
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+
+    def rss_kib() -> int:
+        status = Path("/proc/self/status").read_text(encoding="ascii")
+        return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1])
+
+    blocks = [libc.malloc(40 * 1024) for _ in range(2000)]  # 78 MiB in blocks below mmap's threshold: heap
+    for block in blocks:
+        ctypes.memset(block, 1, 40 * 1024)
+    for block in blocks[:-1]:  # the last one pins the heap's top: free() alone cannot shrink it
+        libc.free(block)
+    before = rss_kib()
+    assert garbage.trim_heap()
+    after = rss_kib()
+    libc.free(blocks[-1])
+    assert before - after > 40 * 1024, (before, after)

@@ -483,7 +483,10 @@ async def serve(config: Config, web_config: WebConfig | None = None) -> int:
     try:
         await server.start(sockets)
         garbage.settle_startup()
-        collecting_garbage = asyncio.create_task(garbage.collect_periodically(), name="garbage-collection")
+        collecting_garbage = asyncio.create_task(
+            garbage.collect_periodically(closed_connections=lambda: server.connections.released),
+            name="garbage-collection",
+        )
         await stop.wait()
         log.info("Shutting down")
     finally:

@@ -110,6 +110,7 @@ class Connections:
         self.grace = grace
         self.clock = clock
         self._open: dict[Connection, None] = {}  # insertion-ordered: the oldest first
+        self.released = 0  # connections that have left, over the server's life (for the heap's trim policy)
 
     def __len__(self) -> int:
         return len(self._open)
@@ -132,7 +133,9 @@ class Connections:
         return True
 
     def release(self, connection: Connection) -> None:
-        self._open.pop(connection, None)
+        if connection in self._open:
+            del self._open[connection]
+            self.released += 1
         self.stats.open = len(self._open)
 
     def standing(self, connection: Connection, idle_since: float, now: float, *, ask_kernel: bool = True) -> int:

@@ -1,0 +1,191 @@
+"""Floods of stalled connections against the exporter (issue 26): what it holds, and whether it keeps answering.
+
+For each attack a child process opens ``--connections`` connections to the exporter (demo backend; over TLS for
+the handshake attacks) and holds them, each stalled where the attack says: after one request line and a header line
+(``head``), silent after connecting (``silent``), after the start of a TLS ClientHello (``handshake``), or silent
+on the TLS port (``tls-silent``). The attacker reopens what the exporter evicts, as
+fast as it can, for ``--seconds``. Meanwhile a prober asks ``/-/healthy`` on a new connection and a keep-alive
+client scrapes ``/metrics`` (as Prometheus does), each every 0.2 s. Printed per attack: the exporter's RSS and
+open fds at rest, at their peak and 15 s after the attack, the probes' and scrapes' worst latency and failures,
+and the evictions. Linux only.
+
+    python benchmarks/bench_stalls.py [--connections 1000] [--seconds 10] [--max-connections 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import re
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_http import make_pki, status_kib, web_config
+from harness import start_exporter
+
+# What each attack's connections send, and whether the exporter serves TLS for it.
+STALLS = {
+    "head": (b"GET /metrics HTTP/1.1\r\nHost: exporter\r\n", False),
+    "silent": (b"", False),
+    "handshake": (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", True),  # a ClientHello's first headers
+    "tls-silent": (b"", True),
+}
+
+# The attacker: holds argv[3] connections to port argv[1], each sent argv[2] (hex), reopening closed ones, until
+# its stdin closes.
+ATTACKER = """\
+import resource, selectors, socket, sys, threading
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(int(sys.argv[3]) + 256, hard), hard))
+port, stall, count = int(sys.argv[1]), bytes.fromhex(sys.argv[2]), int(sys.argv[3])
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+selector = selectors.DefaultSelector()
+def open_one():
+    sock = socket.create_connection(("127.0.0.1", port))
+    if stall:
+        sock.sendall(stall)
+    sock.setblocking(False)
+    selector.register(sock, selectors.EVENT_READ)
+for _ in range(count):
+    open_one()
+print("ready", flush=True)
+while not stop.is_set():
+    for key, _ in selector.select(0.05):
+        try:
+            data = key.fileobj.recv(65536)
+        except OSError:
+            data = b""
+        if not data:
+            selector.unregister(key.fileobj)
+            key.fileobj.close()
+            try:
+                open_one()
+            except OSError:
+                pass
+"""
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+class Clients:
+    """The prober (a new connection per ``/-/healthy``) and the keep-alive scraper of one exporter."""
+
+    def __init__(self, address: str, tls: ssl.SSLContext | None) -> None:
+        host, port = address.rsplit(":", 1)
+        self.host, self.port, self.tls = host, int(port), tls
+        self.scraper = self.connection()
+
+    def connection(self) -> http.client.HTTPConnection:
+        if self.tls is not None:
+            return http.client.HTTPSConnection(self.host, self.port, timeout=10, context=self.tls)
+        return http.client.HTTPConnection(self.host, self.port, timeout=10)
+
+    @staticmethod
+    def get(connection: http.client.HTTPConnection, path: str) -> tuple[float, bytes]:
+        started = time.perf_counter()
+        connection.request("GET", path)
+        response = connection.getresponse()
+        body = response.read()
+        if response.status != 200:
+            raise RuntimeError(response.status)
+        return time.perf_counter() - started, body
+
+    def probe(self) -> float:
+        prober = self.connection()
+        try:
+            return self.get(prober, "/-/healthy")[0]
+        finally:
+            prober.close()
+
+    def scrape(self) -> float:
+        try:
+            return self.get(self.scraper, "/metrics")[0]
+        except (OSError, RuntimeError, http.client.HTTPException):
+            self.scraper.close()  # reconnects at the next request
+            raise
+
+
+def run_attack(attack: str, args: argparse.Namespace, config: Path) -> str:
+    """One attack against a fresh exporter: its table row."""
+    stall, tls = STALLS[attack]
+    tls_args = [f"--web.config.file={config}"] if tls else []
+    exporter = start_exporter(["--collect.backend=demo", f"--web.max-connections={args.max_connections}", *tls_args])
+    try:
+        context = None
+        if tls:
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        clients = Clients(exporter.address, context)
+        pid = exporter.process.pid
+        clients.scrape()
+        time.sleep(1)
+        rest = (status_kib(pid), open_fds(pid))
+        attacker = subprocess.Popen(
+            [sys.executable, "-c", ATTACKER, str(clients.port), stall.hex(), str(args.connections)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+        )
+        worst = {"probe": 0.0, "scrape": 0.0}
+        failures = 0
+        peak = rest
+        deadline = time.monotonic() + args.seconds
+        while time.monotonic() < deadline:
+            for name, measure in (("probe", clients.probe), ("scrape", clients.scrape)):
+                try:
+                    worst[name] = max(worst[name], measure())
+                except (OSError, RuntimeError, http.client.HTTPException):
+                    failures += 1
+            peak = (max(peak[0], status_kib(pid)), max(peak[1], open_fds(pid)))
+            time.sleep(0.2)
+        assert attacker.stdin is not None
+        attacker.stdin.close()
+        attacker.wait(30)
+        time.sleep(15)
+        after = (status_kib(pid), open_fds(pid))
+        body = clients.get(clients.scraper, "/metrics")[1].decode()
+        evicted = re.search(r'http_connections_closed_total\{reason="evicted"\} (\S+)', body)
+        return (
+            f"| {attack} | {rest[0] / 1024:.1f} / {peak[0] / 1024:.1f} / {after[0] / 1024:.1f} MiB "
+            f"| {rest[1]} / {peak[1]} / {after[1]} | {worst['probe'] * 1000:.0f} ms | {worst['scrape'] * 1000:.0f} ms "
+            f"| {failures} | {evicted.group(1) if evicted else '?'} |"
+        )
+    finally:
+        exporter.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--connections", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--max-connections", type=int, default=256)
+    parser.add_argument("--attacks", default=",".join(STALLS))
+    args = parser.parse_args()
+    directory = Path(tempfile.mkdtemp(prefix="bench-stalls-"))
+    cert, key = make_pki(directory)
+    config = web_config(directory, cert, key, auth=False)
+    print(
+        f"{args.connections} stalled connections for {args.seconds:g} s, --web.max-connections={args.max_connections}"
+    )
+    print(
+        "| attack | RSS rest / peak / 15 s after | fds rest / peak / after | probe worst | scrape worst | failures |",
+        end="",
+    )
+    print(" evicted |\n|---|---|---|---:|---:|---:|---:|")
+    for attack in args.attacks.split(","):
+        print(run_attack(attack, args, config), flush=True)
+
+
+if __name__ == "__main__":
+    main()
