@@ -223,6 +223,22 @@ def test_kubernetes_attribution_families_are_documented(request: pytest.FixtureR
     assert undocumented(served) == []
 
 
+def test_web_config_reload_families_are_documented(tmp_path: Path) -> None:
+    """Served only with ``--web.config.file``, which the runs above do not give."""
+    web_config = tmp_path / "web.yml"
+    web_config.write_text("http_server_config:\n  headers:\n    X-Frame-Options: deny\n", encoding="utf-8")
+    handle = start_exporter(("--collect.backend=demo", f"--web.config.file={web_config}"))
+    try:
+        served = scrapes(handle, 1)
+    finally:
+        handle.stop()
+    assert {
+        "nvidia_gpu_exporter_web_config_last_reload_successful",
+        "nvidia_gpu_exporter_web_config_last_reload_success_timestamp_seconds",
+    } <= set(served)
+    assert undocumented(served, "demo") == []
+
+
 def test_every_reserved_name_has_a_documented_family() -> None:
     assert sorted(RESERVED_NAMES - set(DOCUMENTED_FAMILIES)) == []
 

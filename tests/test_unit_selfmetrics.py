@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from nvidia_gpu_exporter._go.floats import format_go_float
 from nvidia_gpu_exporter.exposition import selfmetrics
 from nvidia_gpu_exporter.exposition.selfmetrics import HandlerStats, SelfMetrics, format_count
+from nvidia_gpu_exporter.httpserver.stats import ReloadStats
 
 BUILD = ("main", "amd64", "linux", "3.11", "abc", "", "1.0")
 
@@ -97,3 +98,21 @@ def test_an_unchanged_scrape_renders_the_same_text() -> None:
     metrics = SelfMetrics(BUILD)
     first = metrics.before_nvidia_smi(stats) + metrics.after_nvidia_smi(stats)
     assert metrics.before_nvidia_smi(stats) + metrics.after_nvidia_smi(stats) == first
+
+
+def test_the_web_config_reload_state_is_served_only_with_a_web_config_file() -> None:
+    stats = HandlerStats()
+    metrics = SelfMetrics(BUILD)
+    assert "web_config" not in metrics.before_nvidia_smi(stats)
+    stats.web_config = ReloadStats(1_700_000_000.5)
+    text = metrics.before_nvidia_smi(stats)
+    assert "nvidia_gpu_exporter_web_config_last_reload_successful 1\n" in text
+    assert "nvidia_gpu_exporter_web_config_last_reload_success_timestamp_seconds 1.7000000005e+09\n" in text
+    stats.web_config.failed()
+    text = metrics.before_nvidia_smi(stats)
+    assert "nvidia_gpu_exporter_web_config_last_reload_successful 0\n" in text
+    assert "nvidia_gpu_exporter_web_config_last_reload_success_timestamp_seconds 1.7000000005e+09\n" in text
+    stats.web_config.succeeded(1_700_000_100.0)
+    text = metrics.before_nvidia_smi(stats)
+    assert "nvidia_gpu_exporter_web_config_last_reload_successful 1\n" in text
+    assert "nvidia_gpu_exporter_web_config_last_reload_success_timestamp_seconds 1.7000001e+09\n" in text

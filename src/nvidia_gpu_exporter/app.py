@@ -315,18 +315,26 @@ def listen_sockets(config: Config) -> list[socket.socket]:
 # -- signals --------------------------------------------------------------------------------------------------
 
 
+_SIGHUP_CHECKS: set[asyncio.Task[None]] = set()  # held until done: the loop keeps only weak references to tasks
+
+
 def reload_on_sighup(security: Security) -> None:
-    """SIGHUP: re-read the web config now, as many exporters do, rather than at the next periodic check."""
+    """SIGHUP: re-read the web config now, as many exporters do, rather than at the next periodic check; off the
+    event loop, as the periodic check is (``Security.check``: a file that blocks its reader blocks no route)."""
     if not security.path:
         log.info("received SIGHUP: nothing to reload (no --web.config.file)")
         return
-    log.info("received SIGHUP: reloading the web config", extra={"file": security.path})
-    try:
-        changed = security.reload_if_changed()
-    except OSError as error:  # ssl.SSLError is an OSError
-        log.error("web config reload failed, keeping the previous settings", extra={"err": str(error)})
+    if security.checking:
+        log.info("received SIGHUP: a web config check is already running", extra={"file": security.path})
         return
-    if not changed:
+    log.info("received SIGHUP: reloading the web config", extra={"file": security.path})
+    task = asyncio.get_running_loop().create_task(_check_now(security), name="web-config-sighup")
+    _SIGHUP_CHECKS.add(task)
+    task.add_done_callback(_SIGHUP_CHECKS.discard)
+
+
+async def _check_now(security: Security) -> None:
+    if await security.check() is False:
         log.info("web config unchanged", extra={"file": security.path})
 
 
@@ -475,6 +483,7 @@ async def serve(config: Config, web_config: WebConfig | None = None) -> int:
         from nvidia_gpu_exporter.web.probe import ProbeEndpoint  # noqa: PLC0415 - imports asyncssh
 
         probe = ProbeEndpoint(fleet, settings).handle
+    endpoint.stats.web_config = security.reloads
     app = build_app(endpoint, settings, security, probe)
     server = WebServer(app, settings, security, endpoint.stats.connections)
     collector_started = True

@@ -321,6 +321,17 @@ HTTP_RESPONSES_INCOMPLETE = FamilySpec(
     "counter",
     "HTTP responses cut off because the client read nothing of them for --web.write-timeout.",
 )
+# Served only with --web.config.file, named like Prometheus' own prometheus_config_last_reload_* families.
+WEB_CONFIG_RELOAD_SUCCESSFUL = FamilySpec(
+    "nvidia_gpu_exporter_web_config_last_reload_successful",
+    "gauge",
+    "Whether the last --web.config.file reload attempt was successful (a failed one keeps the previous settings).",
+)
+WEB_CONFIG_RELOAD_SUCCESS_TIMESTAMP = FamilySpec(
+    "nvidia_gpu_exporter_web_config_last_reload_success_timestamp_seconds",
+    "gauge",
+    "Timestamp of the last successful --web.config.file reload (or of its startup read).",
+)
 
 # -- fleet mode (GET /probe?target=<name>, docs/fleet.md): after the target's nvidia_smi_* block ---------------
 
@@ -381,9 +392,11 @@ PROCESS: tuple[FamilySpec, ...] = (
     PROCESS_VIRTUAL_MEMORY,
 )
 HTTP: tuple[FamilySpec, ...] = (HTTP_CONNECTIONS, HTTP_CONNECTIONS_CLOSED, HTTP_RESPONSES_INCOMPLETE)
+WEB_CONFIG: tuple[FamilySpec, ...] = (WEB_CONFIG_RELOAD_SUCCESSFUL, WEB_CONFIG_RELOAD_SUCCESS_TIMESTAMP)
 SELF: tuple[FamilySpec, ...] = (
     BUILD_INFO,
     *HTTP,
+    *WEB_CONFIG,
     *PROCESS,
     HANDLER_REQUESTS,
     HANDLER_IN_FLIGHT,
@@ -399,6 +412,7 @@ WALL_CLOCK_FAMILIES = frozenset(
         XID_LAST_TIMESTAMP.name,
         XID_OCCURRENCE.name,
         SXID_LAST_TIMESTAMP.name,
+        WEB_CONFIG_RELOAD_SUCCESS_TIMESTAMP.name,
     }
 )
 

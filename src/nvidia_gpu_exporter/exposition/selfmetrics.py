@@ -1,4 +1,5 @@
-"""The exporter's own families outside ``nvidia_smi_*``: build info, process resources, HTTP handler counters.
+"""The exporter's own families outside ``nvidia_smi_*``: build info, process resources, HTTP handler counters, the
+web config's reload state.
 
 These change on every request (the handler counters do by definition), so they are rendered per scrape
 and spliced around the cached ``nvidia_smi_*`` block; their headers are rendered once, and each group of
@@ -29,9 +30,11 @@ from nvidia_gpu_exporter.exposition.families import (
     PROCESS_RESIDENT_MEMORY,
     PROCESS_START_TIME,
     PROCESS_VIRTUAL_MEMORY,
+    WEB_CONFIG_RELOAD_SUCCESS_TIMESTAMP,
+    WEB_CONFIG_RELOAD_SUCCESSFUL,
 )
 from nvidia_gpu_exporter.exposition.text import format_value, render_family
-from nvidia_gpu_exporter.httpserver.stats import ConnectionStats
+from nvidia_gpu_exporter.httpserver.stats import ConnectionStats, ReloadStats
 from nvidia_gpu_exporter.support import buildinfo
 from nvidia_gpu_exporter.support.buildinfo import BuildInfo
 
@@ -47,6 +50,7 @@ class HandlerStats:
     in_flight: int = 0
     errors: dict[str, int] = field(default_factory=lambda: {"encoding": 0, "gathering": 0})
     connections: ConnectionStats = field(default_factory=ConnectionStats)
+    web_config: ReloadStats | None = None  # with --web.config.file only
 
     def count(self, status: int) -> None:
         key = str(status)
@@ -153,6 +157,8 @@ class SelfMetrics:
         self._connections_header = HTTP_CONNECTIONS.header()
         self._closed_header = HTTP_CONNECTIONS_CLOSED.header()
         self._incomplete_header = HTTP_RESPONSES_INCOMPLETE.header()
+        self._reload_successful_header = WEB_CONFIG_RELOAD_SUCCESSFUL.header()
+        self._reload_timestamp_header = WEB_CONFIG_RELOAD_SUCCESS_TIMESTAMP.header()
         # (the values a group was rendered from, its text): compared by value, except the process readings,
         # which process_values() hands out as one dict per reading (held here, so its identity is never reused)
         self._before: tuple[tuple[object, ...], str] | None = None
@@ -160,9 +166,12 @@ class SelfMetrics:
         self._handler: tuple[tuple[object, ...], str] | None = None
 
     def before_nvidia_smi(self, stats: HandlerStats) -> str:
-        """Families sorting before ``nvidia_smi_``: build info and the HTTP server's connections."""
+        """Families sorting before ``nvidia_smi_``: build info, the HTTP server's connections, the web config's
+        reload state."""
         connections = stats.connections
-        key = (connections.open, tuple(connections.closed.items()), connections.responses_incomplete)
+        reloads = stats.web_config
+        reload_key = None if reloads is None else (reloads.last_successful, reloads.last_success_timestamp)
+        key = (connections.open, tuple(connections.closed.items()), connections.responses_incomplete, reload_key)
         if self._before is not None and self._before[0] == key:
             return self._before[1]
         parts = [
@@ -176,6 +185,11 @@ class SelfMetrics:
         ]
         incomplete = format_count(connections.responses_incomplete)
         parts.append(f"{self._incomplete_header}{HTTP_RESPONSES_INCOMPLETE.name} {incomplete}\n")
+        if reloads is not None:
+            successful = format_count(int(reloads.last_successful))
+            timestamp = format_value(reloads.last_success_timestamp)
+            parts.append(f"{self._reload_successful_header}{WEB_CONFIG_RELOAD_SUCCESSFUL.name} {successful}\n")
+            parts.append(f"{self._reload_timestamp_header}{WEB_CONFIG_RELOAD_SUCCESS_TIMESTAMP.name} {timestamp}\n")
         text = "".join(parts)
         self._before = (key, text)
         return text

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from nvidia_gpu_exporter._go.durations import DurationError, parse_duration
 from nvidia_gpu_exporter.httpserver.bcrypthash import well_formed
+from nvidia_gpu_exporter.support.files import read_regular_file, refuse_special_file
 from nvidia_gpu_exporter.support.sslgate import ssl_kept_out
 
 if TYPE_CHECKING:
@@ -82,6 +83,11 @@ _TLS_KEYS = (
     "prefer_server_cipher_suites",
     "curve_preferences",
 )
+
+
+# The largest web config file read (at startup and at each reload): far above any real one (a thousand users
+# take about 70 KiB), and small enough that reading and parsing it stays well within a reload's timeout.
+MAX_WEB_CONFIG_BYTES = 1024 * 1024
 
 
 class WebConfigError(ValueError):
@@ -275,22 +281,41 @@ def parse_web_config(
 
 
 def load_web_config(path: str) -> WebConfig:
-    """Read and parse the file; unreadable files are a startup error."""
+    """Read and parse the file; unreadable files are a startup error.
+
+    Only a regular file of at most :data:`MAX_WEB_CONFIG_BYTES` is read (``support/files.py``): a FIFO put in its
+    place would block the reader for ever, a link to /dev/zero would never end.
+    """
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except (OSError, UnicodeDecodeError) as error:
+        text = read_regular_file(path, MAX_WEB_CONFIG_BYTES).decode("utf-8")
+    except OSError as error:
+        raise WebConfigError(f"cannot read web config file {path!r}: {error.strerror or error}") from error
+    except UnicodeDecodeError as error:
         raise WebConfigError(f"cannot read web config file {path!r}: {error}") from error
     config = parse_web_config(text, path, os.path.dirname(os.path.abspath(path)), allow_empty=False)
     # Certificates and keys must load now, not at the first handshake; where ``ssl`` is kept out (a start
     # without TLS, reloading a file that turned it on) they are loaded by the restart that serves TLS.
     if config.tls is not None and not ssl_kept_out():
+        for key, name in tls_files(config):  # ssl opens them itself, and would block on a FIFO: refused first
+            try:
+                refuse_special_file(name)
+            except OSError as error:
+                raise WebConfigError(f"{path}: tls_server_config.{key}: {name!r}: {error.strerror}") from error
         build_ssl_context(config)
     return config
 
 
 def resolve_path(config: WebConfig, name: str) -> str:
     return name if os.path.isabs(name) else os.path.join(config.base_dir, name)
+
+
+def tls_files(config: WebConfig) -> list[tuple[str, str]]:
+    """The files ``tls_server_config`` names: (its key, the path resolved)."""
+    tls = config.tls
+    if tls is None:
+        return []
+    named = (("cert_file", tls.cert_file), ("key_file", tls.key_file), ("client_ca_file", tls.client_ca_file))
+    return [(key, resolve_path(config, name)) for key, name in named if name]
 
 
 def load_chain(context: ssl.SSLContext, config: WebConfig, tls: TlsSettings) -> None:
@@ -407,12 +432,8 @@ def fingerprint(path: str, config: WebConfig | None) -> str:
 
     digest = hashlib.sha256()
     names = [path]
-    if config is not None and config.tls is not None:
-        names += [
-            resolve_path(config, name)
-            for name in (config.tls.cert_file, config.tls.key_file, config.tls.client_ca_file)
-            if name
-        ]
+    if config is not None:
+        names += [name for _, name in tls_files(config)]
     for name in names:
         try:
             status = os.stat(name)

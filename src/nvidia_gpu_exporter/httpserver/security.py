@@ -2,7 +2,8 @@
 
 The file is re-checked every few seconds; users, headers, the rate limit and the certificate files
 (rotated certificates) apply to new connections and requests without a restart. A broken edit is
-logged and the previous settings stay in force.
+logged and the previous settings stay in force. Each check reads on a thread of its own, bounded by a
+timeout, so no file (a FIFO, a hung file system) ever holds the event loop, and no error ends the watcher.
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, TypeVar
 
 from nvidia_gpu_exporter.httpserver.auth import BasicAuthenticator, Verdict, parse_basic_authorization
 from nvidia_gpu_exporter.httpserver.config import (
@@ -29,13 +31,19 @@ from nvidia_gpu_exporter.httpserver.config import (
 )
 from nvidia_gpu_exporter.httpserver.http import App, Handler, Request, Response
 from nvidia_gpu_exporter.httpserver.responses import plain_text
+from nvidia_gpu_exporter.httpserver.stats import ReloadStats
 
 if TYPE_CHECKING:
     import ssl  # imported by TLS only (support/sslgate.py)
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 RELOAD_INTERVAL_SECONDS = 5.0
+# How long the event loop waits for one check's thread before calling the check failed. The thread itself
+# cannot be stopped: no new check starts until it returns (one thread at most, whatever hangs).
+RELOAD_TIMEOUT_SECONDS = 30.0
+RELOAD_FAILED = "web config reload failed, keeping the previous settings"
 MAX_RATE_LIMITED_CLIENTS = 4096  # buckets kept; the least recently seen client's goes first (it restarts full)
 
 
@@ -91,6 +99,54 @@ def _with_policy(tls: TlsSettings, served: TlsSettings) -> TlsSettings:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Staged:
+    """A check's finding, made off the event loop and applied on it: the fingerprint it saw, and the settings
+    to apply (with the TLS context new handshakes switch to, if it changes) or why there are none."""
+
+    fingerprint: str
+    config: WebConfig | None = None
+    context: ssl.SSLContext | None = None
+    error: str = ""
+
+
+def _in_daemon_thread(function: Callable[[], T], name: str) -> asyncio.Future[T]:
+    """``function``'s outcome, computed on a thread of its own. Not the loop's executor: a call that never
+    returns would hold one of its workers for good, and ``asyncio.run`` joins them at exit; a daemon thread
+    holds neither."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: Exception | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]  # None only with an error
+
+    def run() -> None:
+        result: T | None = None
+        error: Exception | None = None
+        try:
+            result = function()
+        except Exception as raised:  # handed to the awaiting side, which logs it
+            error = raised
+        except BaseException as raised:  # SystemExit in a thread ends nothing: said as an error
+            error = RuntimeError(f"{type(raised).__name__}: {raised}")
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits for the answer
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
+
+
+def _describe(error: BaseException) -> str:
+    """An unexpected exception as a log line says it: its type, then its message when it has one."""
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
 def _peer_sans(request: Request) -> set[str]:
     certificate = request.peercert
     if not certificate:
@@ -114,6 +170,9 @@ class Security:
             self.ssl_context.sni_callback = self._select_context
         self._apply(self.config)
         self._fingerprint = fingerprint(path, self.config) if path else ""
+        # Whether the last check that found a change applied it (``None`` without a file: nothing to reload).
+        self.reloads = ReloadStats(time.time()) if path else None
+        self._checking: asyncio.Future[_Staged | None] | None = None
         for warning in config_warnings(self.config):
             log.warning(warning)
 
@@ -181,20 +240,26 @@ class Security:
     # -- reloading --------------------------------------------------------------------------------------
 
     def reload_if_changed(self) -> bool:
-        """Re-read the file when it or a referenced file changed; returns whether new settings apply."""
+        """Check now on the calling thread, blocking it; returns whether new settings apply. The server checks
+        with :meth:`check`, off its event loop."""
         if not self.path:
             return False
+        staged = self._stage()
+        return staged is not None and self._commit(staged)
+
+    def _stage(self) -> _Staged | None:
+        """What a check finds, ``None`` when nothing changed. It reads files and changes nothing, so it may
+        run on another thread than the event loop's (:meth:`check`); :meth:`_commit` applies it there."""
         current = fingerprint(self.path, self.config)
         if current == self._fingerprint:
-            return False
-        self._fingerprint = current
+            return None
         try:
             config = load_web_config(self.path)
         except WebConfigError as error:
-            log.error("web config reload failed, keeping the previous settings", extra={"err": str(error)})
-            return False
+            return _Staged(current, error=str(error))
         if self.config.basic_auth_users and not config.basic_auth_users:
             log.warning("web config reloaded: basic auth is now off, every client gets in")
+        context = None
         if (config.tls is None) != (self.ssl_context is None):
             log.warning("web config: turning TLS on or off applies after a restart")
             config = replace(config, tls=self.config.tls)  # TLS and its client checks stay as they are served
@@ -205,23 +270,78 @@ class Security:
                 log.warning("web config: TLS versions, cipher suites and client auth apply after a restart")
                 config = replace(config, tls=_with_policy(config.tls, old))
             try:
-                self._live_context = build_ssl_context(config)
+                context = build_ssl_context(config)
             except WebConfigError as error:
-                log.error("web config reload failed, keeping the previous settings", extra={"err": str(error)})
-                return False
-        self._apply(config)
-        self._fingerprint = fingerprint(self.path, config)
+                return _Staged(current, error=str(error))
+        return _Staged(fingerprint(self.path, config), config, context)
+
+    def _commit(self, staged: _Staged) -> bool:
+        """Apply what :meth:`_stage` found, on the event loop; returns whether new settings apply."""
+        self._fingerprint = staged.fingerprint  # a broken edit is said once, not at every check
+        if staged.config is None:
+            self._failed(staged.error)
+            return False
+        if staged.context is not None:
+            self._live_context = staged.context
+        self._apply(staged.config)
+        if self.reloads is not None:
+            self.reloads.succeeded(time.time())
         log.info("web config reloaded", extra={"file": self.path})
         return True
+
+    def _failed(self, why: str) -> None:
+        if self.reloads is not None:
+            self.reloads.failed()
+        log.error(RELOAD_FAILED, extra={"file": self.path, "err": why})
+
+    @property
+    def checking(self) -> bool:
+        """Whether a check's thread is still running (one that timed out included)."""
+        return self._checking is not None and not self._checking.done()
+
+    async def check(self, timeout: float = RELOAD_TIMEOUT_SECONDS) -> bool | None:
+        """Check the files on a thread of their own, waiting at most ``timeout`` seconds: ``True`` when new
+        settings apply, ``False`` when nothing changed, ``None`` when the check failed (logged at error, the
+        previous settings stay) or could not start because the previous one has not returned.
+
+        Raises nothing but a cancellation: whatever a check raises (``MemoryError``, a bug) is logged. At most
+        one check runs at a time, so a read that hangs holds one thread, not one per attempt.
+        """
+        if not self.path:
+            return False
+        if self.checking:
+            return None
+        try:
+            self._checking = pending = _in_daemon_thread(self._stage, "web-config-check")
+            done, _ = await asyncio.wait({pending}, timeout=timeout)
+            if not done:
+                pending.add_done_callback(_retrieve)
+                self._failed(
+                    f"reading {self.path} and the files it names took over {timeout:g} s (a hung file system? a file "
+                    "swapped for a FIFO?); the next check starts once that read returns"
+                )
+                return None
+            staged = pending.result()
+            if staged is None:
+                return False
+            return True if self._commit(staged) else None
+        except Exception as error:  # no error ends the watcher: it is said, and the settings stay
+            self._failed(_describe(error))
+            return None
 
     def _select_context(self, connection: ssl.SSLObject, _server_name: str | None, current: ssl.SSLContext) -> None:
         """Hand a new handshake the latest context (called by OpenSSL once the client's hello arrived)."""
         if self._live_context is not None and self._live_context is not current:
             connection.context = self._live_context
 
-    async def watch(self, interval: float = RELOAD_INTERVAL_SECONDS) -> None:
-        """Poll for changes until cancelled."""
+    async def watch(self, interval: float = RELOAD_INTERVAL_SECONDS, timeout: float = RELOAD_TIMEOUT_SECONDS) -> None:
+        """Check for changes every ``interval`` seconds until cancelled (:meth:`check`: no error ends it)."""
         while True:
             await asyncio.sleep(interval)
-            with contextlib.suppress(OSError):  # ssl.SSLError is an OSError
-                self.reload_if_changed()
+            await self.check(timeout)
+
+
+def _retrieve(future: asyncio.Future[_Staged | None]) -> None:
+    """Take the outcome of a check that was given up on, so that asyncio does not report it as never retrieved."""
+    if not future.cancelled():
+        future.exception()

@@ -14,3 +14,19 @@ class ConnectionStats:
         default_factory=lambda: {"body_timeout": 0, "evicted": 0, "header_timeout": 0, "refused": 0}
     )
     responses_incomplete: int = 0
+
+
+@dataclass(slots=True)
+class ReloadStats:
+    """The web config's reloads, as Prometheus reports its own configuration's: whether the last check that found
+    a change applied it, and when one last did (the startup read counts as the first)."""
+
+    last_success_timestamp: float
+    last_successful: bool = True
+
+    def succeeded(self, now: float) -> None:
+        self.last_successful = True
+        self.last_success_timestamp = now
+
+    def failed(self) -> None:
+        self.last_successful = False

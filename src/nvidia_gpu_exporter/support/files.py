@@ -26,11 +26,26 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
     """The file's bytes; an :class:`OSError` whose ``strerror`` says why when it is not a regular file of at
     most ``max_bytes`` (or cannot be read)."""
     with open(os.open(path, _OPEN_FLAGS), "rb") as handle:
-        mode = os.fstat(handle.fileno()).st_mode
-        if not stat.S_ISREG(mode):
-            kind = next((name for is_kind, name in _SPECIAL_FILES if is_kind(mode)), "a special file")
-            raise OSError(errno.EINVAL, f"not a regular file ({kind})", os.fspath(path))
+        _refuse_special(os.fstat(handle.fileno()).st_mode, path)
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes", os.fspath(path))
     return data
+
+
+def refuse_special_file(path: str | os.PathLike[str]) -> None:
+    """The :class:`OSError` :func:`read_regular_file` raises when ``path`` names something other than a regular
+    file, checked by name for a file another library opens itself (``ssl`` loads certificates from paths); a
+    missing or unreadable path is left to that library to report. The file can change between this check and
+    that open, so whoever opens it must still bound the wait (a thread with a timeout)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    _refuse_special(mode, path)
+
+
+def _refuse_special(mode: int, path: str | os.PathLike[str]) -> None:
+    if not stat.S_ISREG(mode):
+        kind = next((name for is_kind, name in _SPECIAL_FILES if is_kind(mode)), "a special file")
+        raise OSError(errno.EINVAL, f"not a regular file ({kind})", os.fspath(path))
