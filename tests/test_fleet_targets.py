@@ -1,4 +1,5 @@
-"""The fleet's targets file (backends/fleet/targets.py): strict schema, inheritance, reloads (docs/fleet.md)."""
+"""The fleet's targets file (backends/fleet/targets.py): strict schema, inheritance (docs/fleet.md); its reloads are
+in test_fleet_wiring.py."""
 
 from __future__ import annotations
 
@@ -94,29 +95,6 @@ def test_a_fifo_in_place_of_the_file_is_refused(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     with pytest.raises(TargetsError, match="not a regular file"):
         load_targets(str(fifo))
-
-
-def test_a_changed_file_is_reloaded_on_a_probe_and_a_broken_one_keeps_the_targets(tmp_path: Path) -> None:
-    pytest.importorskip("asyncssh", reason="the fleet needs asyncssh (pip install '.[fleet]')")
-    from nvidia_gpu_exporter.web.probe import Fleet
-
-    path = tmp_path / "targets.yml"
-    path.write_text("targets: {a: }\n", encoding="utf-8")
-
-    async def scenario() -> tuple[tuple[str, ...], tuple[str, ...]]:
-        fleet = Fleet(str(path))
-        path.write_text("targets: {a: , b: }\n", encoding="utf-8")
-        fleet._checked_at -= 2  # the once-a-second check is due
-        fleet.reload_if_changed()
-        after_good = fleet.names
-        path.write_text("targets: {a: {port: nope}}\n", encoding="utf-8")
-        fleet._checked_at -= 2
-        fleet.reload_if_changed()
-        after_bad = fleet.names
-        await fleet.aclose()
-        return after_good, after_bad
-
-    assert asyncio.run(scenario()) == (("a", "b"), ("a", "b"))
 
 
 # -- the --fleet.* flags -------------------------------------------------------------------------------------

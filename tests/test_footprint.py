@@ -67,6 +67,7 @@ OPTIONAL = (
     "nvidia_gpu_exporter.backends.fleet.ssh",
     "nvidia_gpu_exporter.kubernetes.podresources",  # --kubernetes.pod-resources (config.py reads only its defaults)
     "nvidia_gpu_exporter.kubernetes.devices",
+    "nvidia_gpu_exporter.fleet",  # fleet mode's targets and their collectors, and its /probe route
     "nvidia_gpu_exporter.web.probe",
     "nvidia_gpu_exporter.web.view",  # the live view (GET / and /view.json), built at its first request
     "nvidia_gpu_exporter.web.landing",

@@ -46,9 +46,9 @@ from nvidia_gpu_exporter.web.settings import WebSettings
 if TYPE_CHECKING:
     from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition
     from nvidia_gpu_exporter.exposition.dcgm_counters import Counter
+    from nvidia_gpu_exporter.fleet import Fleet
     from nvidia_gpu_exporter.kubernetes.attribution import AttributionSettings, Attributor, MigLister
     from nvidia_gpu_exporter.model.pcibus import PciSource
-    from nvidia_gpu_exporter.web.probe import Fleet
 
 log = logging.getLogger("nvidia_gpu_exporter.main")
 
@@ -289,7 +289,7 @@ def build_fleet(config: Config) -> Fleet | None:
     except TargetsError as error:
         raise StartupError(f"invalid --fleet.targets-file: {error}") from error
     try:
-        from nvidia_gpu_exporter.web.probe import Fleet  # noqa: PLC0415 - imports asyncssh
+        from nvidia_gpu_exporter.fleet import Fleet  # noqa: PLC0415 - imports asyncssh
     except ImportError as error:
         raise StartupError(
             f"--fleet.targets-file needs the 'fleet' extra (pip install 'nvidia-gpu-exporter[fleet]'): {error.msg}"
@@ -480,7 +480,7 @@ async def serve(config: Config, web_config: WebConfig | None = None) -> int:
         raise StartupError(str(error)) from error
     probe = None
     if fleet is not None:
-        from nvidia_gpu_exporter.web.probe import ProbeEndpoint  # noqa: PLC0415 - imports asyncssh
+        from nvidia_gpu_exporter.web.probe import ProbeEndpoint  # noqa: PLC0415 - fleet mode only
 
         probe = ProbeEndpoint(fleet, settings).handle
     endpoint.stats.web_config = security.reloads
