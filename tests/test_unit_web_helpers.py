@@ -109,6 +109,27 @@ def test_bind_socket_bad_address() -> None:
         bind_socket("localhost", "tcp")
 
 
+@pytest.mark.parametrize(
+    ("form", "network"),
+    [
+        pytest.param(":{port}", "tcp", id="every-interface"),
+        pytest.param(":{port}", "tcp4", id="every-ipv4-interface"),
+        pytest.param("127.0.0.1:{port}", "tcp", id="a-host"),
+    ],
+)
+def test_a_port_in_use_is_said_as_go_says_it_for_every_address_form(form: str, network: str) -> None:
+    """One message shape (issue 30): the every-interface form once read as a Python tuple,
+    ``error while attempting to bind on address ('::', 9835)``."""
+    taken = socket.create_server(("127.0.0.1", 0))  # loopback only; a listener there is in the way of :port too
+    try:
+        address = form.format(port=taken.getsockname()[1])
+        with pytest.raises(ListenError) as caught:
+            bind_socket(address, network).close()
+        assert str(caught.value) == f"listen {network} {address}: bind: address already in use"
+    finally:
+        taken.close()
+
+
 # -- content negotiation (docs/compatibility.md, "Content negotiation") ------------------------------------
 
 TEXT = "text/plain; version=0.0.4; charset=utf-8"

@@ -2,7 +2,7 @@
 # The main suite runs on the machine's python3 only. asyncio changes between releases (wait_for's lost
 # cancellation on 3.10/3.11, a new TLS protocol in 3.11, child watchers in 3.12), so the runner,
 # collector, web and TLS tests also run on the oldest and newest Pythons this machine has of those we support
-# (pyenv's builds; the step says so and passes when there are none). The HTTP protocol and its fast path run
+# (pyenv's builds; the step says so and passes when there are none). The HTTP protocol and its stall handling run
 # here too: a transport's write() buffers a view from 3.12 and a copy before, and writelines() became sendmsg().
 # The byte-parity goldens (tests/test_conformance.py) and the capture-to-exposition runs
 # (tests/test_integration_collection.py, half this step's time when it ran here) are string work asyncio never
@@ -16,7 +16,8 @@ tests=(
     tests/test_collector.py
     tests/test_web_app.py
     tests/test_web_protocol.py
-    tests/test_web_fastpath.py
+    tests/test_web_reads.py
+    tests/hostile/test_web_stalls.py
     tests/test_integration_http.py
     tests/test_integration_tls.py
     tests/test_web_listeners.py

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -64,6 +65,13 @@ def _split_host_port(address: str) -> tuple[str, int]:
     return host, port
 
 
+def _bind_failed(network: str, address: str, error: OSError) -> ListenError:
+    """Go's message for a socket that cannot be bound (``listen tcp :9835: bind: address already in use``), the
+    same for every address form; Python's says ``error while attempting to bind on address ('::', 9835)``."""
+    reason = os.strerror(error.errno) if error.errno else str(error)
+    return ListenError(f"listen {network} {address}: bind: {reason[:1].lower()}{reason[1:]}")
+
+
 def bind_socket(address: str, network: str = "tcp") -> socket.socket:
     """A listening socket for a Go-style ``host:port`` address; an empty host means every interface."""
     if network not in ("tcp", "tcp4", "tcp6"):
@@ -71,11 +79,14 @@ def bind_socket(address: str, network: str = "tcp") -> socket.socket:
     host, port = _split_host_port(address)
     families = {"tcp": socket.AF_UNSPEC, "tcp4": socket.AF_INET, "tcp6": socket.AF_INET6}
     if not host:
-        if network == "tcp4" or (network == "tcp" and not socket.has_dualstack_ipv6()):
-            return socket.create_server(("0.0.0.0", port), family=socket.AF_INET, reuse_port=False)  # noqa: S104
-        return socket.create_server(
-            ("::", port), family=socket.AF_INET6, dualstack_ipv6=network == "tcp", reuse_port=False
-        )
+        try:
+            if network == "tcp4" or (network == "tcp" and not socket.has_dualstack_ipv6()):
+                return socket.create_server(("0.0.0.0", port), family=socket.AF_INET, reuse_port=False)  # noqa: S104
+            return socket.create_server(
+                ("::", port), family=socket.AF_INET6, dualstack_ipv6=network == "tcp", reuse_port=False
+            )
+        except OSError as error:
+            raise _bind_failed(network, address, error) from error
     try:
         # An ASCII host goes as bytes: a str would be encoded with the idna codec, which loads unicodedata.
         name = host.encode("ascii") if host.isascii() else host
@@ -88,7 +99,8 @@ def bind_socket(address: str, network: str = "tcp") -> socket.socket:
             return socket.create_server(sockaddr[:2], family=family)
         except OSError as error:
             last_error = error
-    raise ListenError(f"listen {network} {address}: {last_error}")
+    assert last_error is not None  # getaddrinfo answers at least one address or raises
+    raise _bind_failed(network, address, last_error)
 
 
 def bound_address(sock: socket.socket) -> str:
