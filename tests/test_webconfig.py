@@ -51,7 +51,6 @@ TLS = "tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n"
         (TLS + "  client_auth_type: Sometimes\n", "client_auth_type: unknown 'Sometimes'"),
         (TLS + "  client_auth_type: RequireAnyClientCert\n", "cannot be honoured"),
         (TLS + "  client_auth_type: RequestClientCert\n", "cannot be honoured"),
-        (TLS + "  client_auth_type: RequireAndVerifyClientCert\n", "needs client_ca_file"),
         (TLS + "  client_ca_file: ca.pem\n", "does not verify clients"),
         (TLS + "  client_allowed_sans: [a]\n", "needs client_auth_type RequireAndVerifyClientCert"),
         (TLS + "  min_version: SSL3\n", "min_version: unknown TLS version 'SSL3'"),

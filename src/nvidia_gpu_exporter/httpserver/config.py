@@ -165,8 +165,6 @@ def _parse_tls(node: YamlNode) -> TlsSettings | None:
             "use VerifyClientCertIfGiven or RequireAndVerifyClientCert with client_ca_file"
         )
     verifying = auth in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
-    if verifying and not (settings.client_ca or settings.client_ca_file):
-        raise node.fail(f"client_auth_type {auth} needs client_ca_file")
     if (settings.client_ca or settings.client_ca_file) and not verifying:
         raise node.fail(f"client CA given, but client_auth_type {auth} does not verify clients")
     if settings.client_allowed_sans and auth != "RequireAndVerifyClientCert":
@@ -350,8 +348,10 @@ def build_ssl_context(config: WebConfig) -> ssl.SSLContext:
         try:
             if tls.client_ca_file:
                 context.load_verify_locations(cafile=resolve_path(config, tls.client_ca_file))
-            else:
+            elif tls.client_ca:
                 context.load_verify_locations(cadata=tls.client_ca)
+            else:  # no client CA: Go verifies against the system's roots, and so does OpenSSL's default store
+                context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
         except OSError as error:
             raise WebConfigError(f"{config.source}: tls_server_config: cannot load the client CA: {error}") from error
         context.verify_mode = (

@@ -134,9 +134,14 @@ class Security:
 
     @property
     def authenticates(self) -> bool:
-        """Whether every request must prove who sent it (a password or a verified client certificate)."""
+        """Whether every request must prove who sent it (a password, or a client certificate from the client CA:
+        one any public CA issued, checked against the system's roots, says nothing about who sent it)."""
         tls = self.config.tls
-        verified = tls is not None and tls.client_auth_type == "RequireAndVerifyClientCert"
+        verified = (
+            tls is not None
+            and tls.client_auth_type == "RequireAndVerifyClientCert"
+            and bool(tls.client_ca_file or tls.client_ca)
+        )
         return bool(self.config.basic_auth_users) or verified
 
     @property

@@ -1,0 +1,214 @@
+"""exporter-toolkit's own web tests, rebuilt against this server (docs/compatibility.md, "Deliberate differences").
+
+Every Go exporter reads ``--web.config.file`` through prometheus/exporter-toolkit, whose tests
+(``web/tls_config_test.go``, ``web/handler_test.go``) are the working definition of that file. Each case here
+is named after the toolkit case it mirrors (``TestServerBehaviour/<name>``) and expects the toolkit's
+outcome, on certificates, keys and configs made here. Where Python's ``ssl`` cannot give Go's verdict, the
+case pins the limit docs/compatibility.md states instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ssl
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import trustme
+
+from async_helpers import WAIT_SECONDS, run
+from hostile.web_hostile import serving_hello
+from nvidia_gpu_exporter.httpserver.security import Security
+
+Outcome = int | str  # an HTTP status, or "refused" when the TLS handshake or the connection failed
+
+
+@dataclass(frozen=True)
+class Pki:
+    directory: Path
+    server_ca: trustme.CA  # signs the server's certificate; the clients trust it
+    client_ca: trustme.CA  # signs the clients' certificates; never in the system trust store
+    client: trustme.LeafCert  # SAN client.example, from client_ca
+    other_client: trustme.LeafCert  # SAN other.example, from client_ca
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    directory = tmp_path_factory.mktemp("toolkit")
+    server_ca, client_ca = trustme.CA(), trustme.CA()
+    server = server_ca.issue_cert("127.0.0.1", "localhost")
+    server.private_key_pem.write_to_path(str(directory / "server.key"))
+    server.cert_chain_pems[0].write_to_path(str(directory / "server.crt"))
+    client_ca.cert_pem.write_to_path(str(directory / "client_ca.pem"))
+    return Pki(
+        directory,
+        server_ca,
+        client_ca,
+        client=client_ca.issue_cert("client.example"),
+        other_client=client_ca.issue_cert("other.example"),
+    )
+
+
+TLS = 'tls_server_config:\n  cert_file: "server.crt"\n  key_file: "server.key"\n'
+NO_AUTH_GOOD = TLS + '  client_auth_type: "VerifyClientCertIfGiven"\n'  # the toolkit's web_config_noAuth.good.yml
+
+
+@dataclass(frozen=True)
+class Client:
+    """What a toolkit case's client does: TLS or not, its certificate, versions, suites and credentials."""
+
+    tls: bool = True
+    certificate: str = ""  # a Pki attribute: "client", "other_client"
+    max_version: ssl.TLSVersion | None = None
+    ciphers: tuple[str, ...] = ()  # OpenSSL names, in the client's order of preference
+    credentials: tuple[str, str] | None = None
+    requests: int = 1
+
+    def context(self, pki: Pki) -> ssl.SSLContext | None:
+        if not self.tls:
+            return None
+        context = ssl.create_default_context()
+        pki.server_ca.configure_trust(context)
+        if self.certificate:
+            getattr(pki, self.certificate).configure_cert(context)
+        if self.max_version is not None:
+            with warnings.catch_warnings():  # TLS 1.1 is deprecated: that is what the case tries
+                warnings.simplefilter("ignore", DeprecationWarning)
+                context.maximum_version = self.max_version
+        if self.ciphers:
+            context.maximum_version = ssl.TLSVersion.TLSv1_2  # TLS 1.3 suites are not the client's to pick
+            context.set_ciphers(":".join(self.ciphers))
+        return context
+
+
+@dataclass
+class Answer:
+    outcomes: list[Outcome] = field(default_factory=list)
+    ciphers: list[str] = field(default_factory=list)
+
+
+async def ask(url: str, client: Client, pki: Pki) -> tuple[Outcome, str]:
+    """One ``GET /`` on a new connection: its status (or "refused") and the negotiated cipher."""
+    host, port = url.split("://", 1)[1].rstrip("/").rsplit(":", 1)
+    headers = f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n"
+    if client.credentials is not None:
+        token = base64.b64encode(":".join(client.credentials).encode()).decode()
+        headers += f"Authorization: Basic {token}\r\n"
+    context = client.context(pki)
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, int(port), ssl=context, server_hostname=host if context else None),
+            WAIT_SECONDS,
+        )
+    except (ssl.SSLError, ConnectionError, asyncio.TimeoutError):
+        return "refused", ""
+    try:
+        cipher = writer.get_extra_info("cipher")
+        writer.write((headers + "\r\n").encode())
+        status_line = await asyncio.wait_for(reader.readline(), WAIT_SECONDS)
+    except (ssl.SSLError, ConnectionError, asyncio.TimeoutError):
+        return "refused", ""
+    finally:
+        writer.close()
+    if not status_line:
+        return "refused", ""  # a TLS 1.3 server refuses a client certificate after the client's handshake ended
+    return int(status_line.split()[1]), cipher[0] if cipher else ""
+
+
+def serve_and_ask(
+    pki: Pki, text: str, client: Client, between: Callable[[Security], None] | None = None
+) -> tuple[Answer, Answer]:
+    """Start a server on ``text`` (written next to the certificates), ask as ``client``; if ``between`` is
+    given, run it (a reload) and ask again."""
+    path = pki.directory / "web.yml"
+    path.write_text(text)
+    security = Security.from_file(str(path))
+    before, after = Answer(), Answer()
+
+    async def main() -> None:
+        async with serving_hello(security) as url:
+            for answer in (before, after) if between else (before,):
+                if answer is after:
+                    assert between is not None
+                    between(security)
+                for _ in range(client.requests):
+                    outcome, cipher = await ask(url, client, pki)
+                    answer.outcomes.append(outcome)
+                    answer.ciphers.append(cipher)
+
+    run(main)
+    return before, after
+
+
+# -- TestServerBehaviour --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "client", "outcome"),
+    [
+        pytest.param(NO_AUTH_GOOD, Client(), 200, id="valid tls config yml and tls client"),
+        pytest.param(
+            NO_AUTH_GOOD,
+            Client(max_version=ssl.TLSVersion.TLSv1_1),
+            "refused",
+            id="valid tls config yml with TLS 1.1 client",
+        ),
+        pytest.param(
+            TLS + "  client_auth_type: RequireAndVerifyClientCert\n",
+            Client(),
+            "refused",
+            id="RequireAndVerifyClientCert without client_ca_file and no client certificate (certificate required)",
+        ),
+        pytest.param(
+            NO_AUTH_GOOD,
+            Client(certificate="client"),
+            "refused",
+            id="VerifyClientCertIfGiven without client_ca_file and a certificate the system does not trust",
+        ),
+        pytest.param(
+            TLS + "  client_auth_type: RequireAndVerifyClientCert\n",
+            Client(certificate="client"),
+            "refused",
+            id="RequireAndVerifyClientCert without client_ca_file and a certificate the system does not trust",
+        ),
+        pytest.param(
+            TLS + "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: client_ca.pem\n",
+            Client(certificate="client"),
+            200,
+            id="valid tls config yml and tls client with RequireAndVerifyClientCert (present certificate)",
+        ),
+    ],
+)
+def test_server_behaviour(pki: Pki, text: str, client: Client, outcome: Outcome) -> None:
+    before, _ = serve_and_ask(pki, text, client)
+    assert before.outcomes == [outcome] * client.requests
+
+
+@pytest.mark.parametrize("auth_type", ["VerifyClientCertIfGiven", "RequireAndVerifyClientCert"])
+def test_without_client_ca_file_a_client_certificate_is_verified_against_the_system_trust_store(
+    pki: Pki, monkeypatch: pytest.MonkeyPatch, auth_type: str
+) -> None:
+    """Go verifies against the system roots when ``client_ca_file`` is not given; OpenSSL's system store is
+    the file ``SSL_CERT_FILE`` names, here the client CA."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(pki.directory / "client_ca.pem"))
+    before, _ = serve_and_ask(pki, TLS + f"  client_auth_type: {auth_type}\n", Client(certificate="client"))
+    assert before.outcomes == [200]
+
+
+@pytest.mark.parametrize(
+    ("extra", "authenticates"),
+    [
+        pytest.param("  client_ca_file: client_ca.pem\n", True, id="client-ca-file"),
+        pytest.param("", False, id="system-trust-store-says-nothing-about-who-sent-it"),
+    ],
+)
+def test_only_a_client_ca_makes_verified_client_certificates_enough_for_pprof(
+    pki: Pki, extra: str, authenticates: bool
+) -> None:
+    path = pki.directory / "pprof.yml"
+    path.write_text(TLS + "  client_auth_type: RequireAndVerifyClientCert\n" + extra)
+    assert Security.from_file(str(path)).authenticates is authenticates
