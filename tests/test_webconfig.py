@@ -321,7 +321,7 @@ def test_bcrypt_runs_once_per_working_credentials_then_the_cache_answers() -> No
 
     assert asyncio.run(checks()) == [True] * 5 + [False] * 3 + [False]
     # right once, then cached; wrong passwords are checked every time (never cached: a flood of them could
-    # evict a working credential); the unknown user against the slowest hash.
+    # evict a working credential); the unknown user against the fixed fake hash.
     assert authenticator.bcrypt_checks == 1 + 3 + 1
 
 
@@ -333,6 +333,20 @@ def test_rate_limit_bucket_allows_bursts_then_one_per_interval() -> None:
     assert [bucket.take(), bucket.take(), bucket.take()] == [True, True, False]
     now[0] = 1.0
     assert [bucket.take(), bucket.take()] == [True, False]
+
+
+@pytest.mark.parametrize("text", ["rate_limit:\n  interval: 1s\n  burst: 0\n", "rate_limit:\n  interval: 1s\n"])
+def test_a_burst_of_zero_refuses_every_request_and_says_so_at_start(text: str) -> None:
+    now = [0.0]
+    config = parse_web_config(text)
+    assert config.rate_limit is not None
+    bucket = TokenBucket(config.rate_limit, clock=lambda: now[0])
+    taken = []
+    for second in range(3):
+        now[0] = float(second * 10)
+        taken.append(bucket.take())
+    assert taken == [False, False, False]
+    assert any("rate_limit.burst is 0: every request is refused" in warning for warning in config_warnings(config))
 
 
 def test_zero_rate_limit_interval_disables_it() -> None:

@@ -181,6 +181,18 @@ def serve_and_ask(
             200,
             id="valid tls config yml and tls client with RequireAndVerifyClientCert (present certificate)",
         ),
+        pytest.param(
+            "rate_limit:\n  interval: 0\n  burst: 0\n",
+            Client(tls=False, requests=10),
+            200,
+            id="valid rate limiter (no rate limiter set up) that doesn't block",
+        ),
+        pytest.param(
+            'rate_limit:\n  interval: "1s"\n  burst: 0\n',
+            Client(tls=False, requests=10),
+            429,
+            id="valid rate limiter with an interval of one second (burst 0 refuses every request, as Go's limiter)",
+        ),
     ],
 )
 def test_server_behaviour(pki: Pki, text: str, client: Client, outcome: Outcome) -> None:
@@ -212,3 +224,100 @@ def test_only_a_client_ca_makes_verified_client_certificates_enough_for_pprof(
     path = pki.directory / "pprof.yml"
     path.write_text(TLS + "  client_auth_type: RequireAndVerifyClientCert\n" + extra)
     assert Security.from_file(str(path)).authenticates is authenticates
+
+
+# -- TestUsers and handler_test.go ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def users() -> str:
+    """``basic_auth_users`` of the toolkit's users files: alice, bob, carol, dave (cost 4, to be quick)."""
+    import bcrypt
+
+    lines = [f"  {name}: {bcrypt.hashpw(f'{name}123'.encode(), bcrypt.gensalt(4)).decode()}\n" for name in USERS]
+    return "basic_auth_users:\n" + "".join(lines)
+
+
+USERS = ("alice", "bob", "carol", "dave")
+
+
+@pytest.mark.parametrize(
+    ("tls", "credentials", "outcome"),
+    [
+        pytest.param(False, None, 401, id="without basic auth"),
+        pytest.param(False, ("dave", "dave123"), 200, id="with correct basic auth"),
+        pytest.param(True, None, 401, id="without basic auth and TLS"),
+        pytest.param(True, ("dave", "dave123"), 200, id="with correct basic auth and TLS"),
+        pytest.param(True, ("carol", "carol123"), 200, id="with another correct basic auth and TLS"),
+        pytest.param(True, ("dave", "bob123"), 401, id="with bad password and TLS"),
+        pytest.param(True, ("nonexistent", "nonexistent"), 401, id="with bad username and TLS"),
+    ],
+)
+def test_users(pki: Pki, users: str, tls: bool, credentials: tuple[str, str] | None, outcome: Outcome) -> None:
+    before, _ = serve_and_ask(pki, (TLS if tls else "") + users, Client(tls=tls, credentials=credentials))
+    assert before.outcomes == [outcome]
+
+
+@pytest.mark.parametrize(
+    ("credentials", "outcome"),
+    [
+        pytest.param(("fakeuser", "fakepassword"), 401, id="TestBasicAuthWithFakepassword"),
+        pytest.param(("fakeuser", "fake password: no user has it"), 401, id="the fake hash's own password"),
+        pytest.param(("alice$2b$04$" + "a" * 53, "alice123"), 401, id="TestByPassBasicAuthVuln: a hash in the name"),
+        pytest.param(("alice", "$2b$10$" + "a" * 53 + "alice123"), 401, id="TestByPassBasicAuthVuln: in the password"),
+    ],
+)
+def test_basic_auth_refusals(pki: Pki, users: str, credentials: tuple[str, str], outcome: Outcome) -> None:
+    """Asked twice: the second answer could come from a cache, and must be the same."""
+    before, _ = serve_and_ask(pki, users, Client(tls=False, credentials=credentials, requests=2))
+    assert before.outcomes == [outcome] * 2
+
+
+def test_basic_auth_cache(pki: Pki, users: str) -> None:
+    """TestBasicAuthCache: a working and a wrong password, then many of each at once from one client. Every
+    correct login is let in (from the cache). A wrong one gets 401, or 429 at once when two of that client's
+    checks are already waiting (docs/security.md, "Basic auth"), where Go queues it for a 401."""
+    path = pki.directory / "web.yml"
+    path.write_text(users)
+    security = Security.from_file(str(path))
+    right = Client(tls=False, credentials=("alice", "alice123"))
+    wrong = Client(tls=False, credentials=("alice", "alice1234"))
+
+    async def main() -> tuple[list[Outcome], list[Outcome], list[Outcome]]:
+        async with serving_hello(security) as url:
+            first = [(await ask(url, right, pki))[0], (await ask(url, wrong, pki))[0]]
+            answers = await asyncio.gather(*(ask(url, client, pki) for _ in range(40) for client in (right, wrong)))
+            outcomes = [outcome for outcome, _ in answers]
+            return first, outcomes[0::2], outcomes[1::2]
+
+    first, rights, wrongs = run(main)
+    assert first == [200, 401]
+    assert rights == [200] * 40
+    assert set(wrongs) <= {401, 429}
+    assert 401 in wrongs
+
+
+def test_http_headers(pki: Pki) -> None:
+    """TestHTTPHeaders: the configured headers are on the answer, as written."""
+    headers = {
+        "Strict-Transport-Security": "max-age=31536000; includeSubDomains",
+        "X-Frame-Options": "deny",
+        "X-Content-Type-Options": "nosniff",
+        "X-XSS-Protection": "1",
+    }
+    text = "http_server_config:\n  headers:\n" + "".join(f"    {name}: {value}\n" for name, value in headers.items())
+    path = pki.directory / "web.yml"
+    path.write_text(text)
+    security = Security.from_file(str(path))
+
+    async def main() -> dict[str, str]:
+        async with serving_hello(security) as url:
+            host, port = url.split("://", 1)[1].rstrip("/").rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            head = (await asyncio.wait_for(reader.read(), WAIT_SECONDS)).split(b"\r\n\r\n", 1)[0].decode()
+            writer.close()
+            return dict(line.split(": ", 1) for line in head.split("\r\n")[1:])
+
+    answered = run(main)
+    assert {name: answered.get(name) for name in headers} == headers

@@ -107,7 +107,8 @@ class TlsSettings:
 
 @dataclass(frozen=True, slots=True)
 class RateLimit:
-    """Token bucket: one request per ``interval_seconds``, bursts of ``burst``."""
+    """Token bucket: one request per ``interval_seconds``, bursts of ``burst``; a burst of 0 lets nothing through,
+    as in Go's ``golang.org/x/time/rate`` that exporter-toolkit uses."""
 
     interval_seconds: float
     burst: int
@@ -213,7 +214,8 @@ def _parse_users(node: YamlNode) -> dict[str, str]:
 
 
 def _parse_rate_limit(node: YamlNode) -> RateLimit | None:
-    """One request per ``interval``, bursts of ``burst``; no interval (or 0) means no limit."""
+    """One request per ``interval``, bursts of ``burst``; no interval (or 0) means no limit, a burst of 0 (or none)
+    refuses every request."""
     entries = node.mapping(("interval", "burst"))
     burst = 0
     if "burst" in entries:
@@ -231,7 +233,7 @@ def _parse_rate_limit(node: YamlNode) -> RateLimit | None:
         raise interval_node.fail("must not be negative")
     if interval == 0:
         return None
-    return RateLimit(interval / 1e9, max(burst, 1))
+    return RateLimit(interval / 1e9, burst)
 
 
 def parse_web_config(
@@ -388,6 +390,11 @@ def config_warnings(config: WebConfig) -> list[str]:
     warnings = []
     if config.http2:
         warnings.append("http_server_config.http2: HTTP/2 is not supported; serving HTTP/1.1")
+    if config.rate_limit is not None and config.rate_limit.burst == 0:
+        warnings.append(
+            "rate_limit.burst is 0: every request is refused with 429 Too Many Requests, as exporter-toolkit's "
+            "limiter does; set a burst of 1 or more to let requests through"
+        )
     tls = config.tls
     if tls is not None and tls.min_version in ("TLS10", "TLS11"):
         import ssl  # noqa: PLC0415 - only TLS needs it
