@@ -40,7 +40,7 @@ class Pki:
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     directory = tmp_path_factory.mktemp("toolkit")
     server_ca, client_ca = trustme.CA(), trustme.CA()
-    server = server_ca.issue_cert("127.0.0.1", "localhost")
+    server = server_ca.issue_cert("127.0.0.1", "localhost", key_type=trustme.KeyType.RSA)  # for ECDHE-RSA suites
     server.private_key_pem.write_to_path(str(directory / "server.key"))
     server.cert_chain_pems[0].write_to_path(str(directory / "server.crt"))
     client_ca.cert_pem.write_to_path(str(directory / "client_ca.pem"))
@@ -198,6 +198,52 @@ def serve_and_ask(
 def test_server_behaviour(pki: Pki, text: str, client: Client, outcome: Outcome) -> None:
     before, _ = serve_and_ask(pki, text, client)
     assert before.outcomes == [outcome] * client.requests
+
+
+SOME_CIPHERS = (
+    NO_AUTH_GOOD
+    + "  cipher_suites:\n  - TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256\n  - TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384\n"
+    + "  min_version: TLS12\n  max_version: TLS12\n"
+)
+SOME_CIPHERS_NO_ORDER = (
+    NO_AUTH_GOOD
+    + "  cipher_suites:\n  - TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384\n  - TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256\n"
+    + "  prefer_server_cipher_suites: false\n  min_version: TLS12\n  max_version: TLS12\n"
+)
+AES128, AES256 = "ECDHE-RSA-AES128-GCM-SHA256", "ECDHE-RSA-AES256-GCM-SHA384"
+
+
+@pytest.mark.parametrize(
+    ("text", "ciphers", "outcome", "cipher"),
+    [
+        pytest.param(SOME_CIPHERS, (AES128,), 200, AES128, id="valid tls config yml with some ciphers"),
+        pytest.param(
+            SOME_CIPHERS, ("ECDHE-RSA-AES256-SHA",), "refused", "", id="valid tls config yml with no common cipher"
+        ),
+        pytest.param(
+            SOME_CIPHERS, (AES128, AES256), 200, AES128, id="valid tls config yml with multiple client ciphers"
+        ),
+        pytest.param(
+            SOME_CIPHERS,
+            (AES256, AES128),
+            200,
+            AES128,
+            id="valid tls config yml with multiple client ciphers, server's order wins",
+        ),
+        pytest.param(
+            SOME_CIPHERS_NO_ORDER,
+            (AES128, AES256),
+            200,
+            AES128,
+            id="valid tls config yml with multiple client ciphers, client chooses cipher",
+        ),
+    ],
+)
+def test_server_behaviour_cipher_suites(
+    pki: Pki, text: str, ciphers: tuple[str, ...], outcome: Outcome, cipher: str
+) -> None:
+    before, _ = serve_and_ask(pki, text, Client(ciphers=ciphers))
+    assert (before.outcomes, before.ciphers) == ([outcome], [cipher])
 
 
 @pytest.mark.parametrize("auth_type", ["VerifyClientCertIfGiven", "RequireAndVerifyClientCert"])

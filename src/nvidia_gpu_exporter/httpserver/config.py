@@ -367,6 +367,8 @@ def build_ssl_context(config: WebConfig) -> ssl.SSLContext:
             raise WebConfigError(f"{config.source}: tls_server_config.cipher_suites: {error}") from error
     if tls.prefer_server_cipher_suites:
         context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+    else:  # Python sets it on every server context: false must clear it, so the client's order wins
+        context.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
     if tls.curve_preferences:
         curve = GO_CURVES[tls.curve_preferences[0]]
         try:
