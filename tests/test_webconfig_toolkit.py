@@ -246,6 +246,25 @@ def test_server_behaviour_cipher_suites(
     assert (before.outcomes, before.ciphers) == ([outcome], [cipher])
 
 
+@pytest.mark.parametrize(
+    ("cipher", "outcome"),
+    [
+        pytest.param("ECDHE-RSA-AES128-GCM-SHA256", 200, id="TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"),
+        pytest.param("ECDHE-RSA-CHACHA20-POLY1305", 200, id="TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256"),
+        pytest.param("ECDHE-RSA-AES128-SHA", 200, id="TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA"),
+        pytest.param("ECDHE-RSA-AES256-SHA", 200, id="TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA"),
+        pytest.param("AES128-SHA256", "refused", id="TLS_RSA_WITH_AES_128_CBC_SHA256 (CBC-SHA256: off in Go)"),
+        pytest.param("ECDHE-RSA-AES128-SHA256", "refused", id="TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256 (off in Go)"),
+        pytest.param("AES128-GCM-SHA256", "refused", id="TLS_RSA_WITH_AES_128_GCM_SHA256 (RSA kex: off in Go)"),
+        pytest.param("DHE-RSA-AES128-GCM-SHA256", "refused", id="DHE (not in Go at all)"),
+    ],
+)
+def test_default_tls12_cipher_suites_are_go_s(pki: Pki, cipher: str, outcome: Outcome) -> None:
+    """Without ``cipher_suites``, TLS 1.2 offers Go's default suites (crypto/tls ``defaultCipherSuites``)."""
+    before, _ = serve_and_ask(pki, NO_AUTH_GOOD, Client(ciphers=(cipher,)))
+    assert before.outcomes == [outcome]
+
+
 @pytest.mark.parametrize("auth_type", ["VerifyClientCertIfGiven", "RequireAndVerifyClientCert"])
 def test_without_client_ca_file_a_client_certificate_is_verified_against_the_system_trust_store(
     pki: Pki, monkeypatch: pytest.MonkeyPatch, auth_type: str

@@ -48,6 +48,21 @@ GO_CIPHER_SUITES = {
     "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
     "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
 }
+# Without cipher_suites, TLS 1.2 offers what Go offers: crypto/tls's defaultCipherSuites (Go 1.22 and later),
+# in its preference order. Go leaves out the CBC-SHA256 suites, RSA key exchange and 3DES; it keeps the
+# ECDHE CBC-SHA ones, which Python's own default list drops.
+GO_DEFAULT_CIPHER_SUITES = (
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
+)
 # TLS 1.3 suites are not configurable, in Go as in OpenSSL's cipher string: accepted and ignored.
 GO_TLS13_SUITES = frozenset({"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"})
 GO_CURVES = {"CurveP256": "prime256v1", "CurveP384": "secp384r1", "CurveP521": "secp521r1", "X25519": "X25519"}
@@ -360,11 +375,10 @@ def build_ssl_context(config: WebConfig) -> ssl.SSLContext:
             ssl.CERT_REQUIRED if tls.client_auth_type == "RequireAndVerifyClientCert" else ssl.CERT_OPTIONAL
         )
     suites = [GO_CIPHER_SUITES[suite] for suite in tls.cipher_suites if suite in GO_CIPHER_SUITES]
-    if suites:
-        try:
-            context.set_ciphers(":".join(suites))
-        except ssl.SSLError as error:
-            raise WebConfigError(f"{config.source}: tls_server_config.cipher_suites: {error}") from error
+    try:
+        context.set_ciphers(":".join(suites or (GO_CIPHER_SUITES[suite] for suite in GO_DEFAULT_CIPHER_SUITES)))
+    except ssl.SSLError as error:
+        raise WebConfigError(f"{config.source}: tls_server_config.cipher_suites: {error}") from error
     if tls.prefer_server_cipher_suites:
         context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
     else:  # Python sets it on every server context: false must clear it, so the client's order wins
