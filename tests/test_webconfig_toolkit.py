@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import ssl
 import warnings
 from collections.abc import Callable
@@ -386,3 +387,61 @@ def test_http_headers(pki: Pki) -> None:
 
     answered = run(main)
     assert {name: answered.get(name) for name in headers} == headers
+
+
+# -- TestConfigReloading --------------------------------------------------------------------------------
+
+
+def reload_to(pki: Pki, text: str) -> Callable[[Security], None]:
+    """Between two asks: the file rewritten to ``text`` (a second later, as the watcher sees it) and reloaded."""
+
+    def between(security: Security) -> None:
+        path = pki.directory / "web.yml"
+        path.write_text(text)
+        status = path.stat()
+        os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns + 1_000_000_000))
+        assert security.reload_if_changed()
+
+    return between
+
+
+REQUIRE = TLS + '  client_auth_type: "RequireAndVerifyClientCert"\n'  # web_config_noAuth.good.blocking.yml
+TLS12 = Client(max_version=ssl.TLSVersion.TLSv1_2)
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "client", "outcomes"),
+    [
+        pytest.param(REQUIRE, NO_AUTH_GOOD, Client(), ("refused", 200), id="TestConfigReloading"),
+        pytest.param(NO_AUTH_GOOD, REQUIRE, Client(), (200, "refused"), id="client certificates required at reload"),
+        pytest.param(
+            TLS,
+            REQUIRE + "  client_ca_file: client_ca.pem\n",
+            Client(),
+            (200, "refused"),
+            id="client CA added at reload",
+        ),
+        pytest.param(
+            TLS + "  min_version: TLS13\n", TLS + "  min_version: TLS12\n", TLS12, ("refused", 200), id="min_version"
+        ),
+        pytest.param(TLS, TLS + "  min_version: TLS13\n", TLS12, (200, "refused"), id="min_version raised"),
+        pytest.param(
+            TLS + "  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384]\n",
+            TLS + "  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n",
+            Client(ciphers=(AES128,)),
+            ("refused", 200),
+            id="cipher_suites",
+        ),
+        pytest.param(
+            TLS + "  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n",
+            TLS,
+            Client(ciphers=("ECDHE-RSA-AES128-SHA",)),
+            ("refused", 200),
+            id="cipher_suites removed: Go's defaults again",
+        ),
+    ],
+)
+def test_config_reloading(pki: Pki, first: str, second: str, client: Client, outcomes: tuple[Outcome, Outcome]) -> None:
+    """A TLS policy edit applies to the next connection, as the toolkit reads the file for each handshake."""
+    answers = serve_and_ask(pki, first, client, reload_to(pki, second))
+    assert (*answers[0].outcomes, *answers[1].outcomes) == outcomes

@@ -355,8 +355,6 @@ def build_ssl_context(config: WebConfig) -> ssl.SSLContext:
     tls = config.tls
     assert tls is not None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion[TLS_VERSIONS[tls.min_version]]
-    context.maximum_version = ssl.TLSVersion[TLS_VERSIONS[tls.max_version]]
     try:
         load_chain(context, config, tls)
     except OSError as error:  # ssl.SSLError is an OSError
@@ -371,9 +369,29 @@ def build_ssl_context(config: WebConfig) -> ssl.SSLContext:
                 context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
         except OSError as error:
             raise WebConfigError(f"{config.source}: tls_server_config: cannot load the client CA: {error}") from error
-        context.verify_mode = (
-            ssl.CERT_REQUIRED if tls.client_auth_type == "RequireAndVerifyClientCert" else ssl.CERT_OPTIONAL
-        )
+    set_policy(context, config)
+    return context
+
+
+def set_policy(context: ssl.SSLContext, config: WebConfig) -> None:
+    """Put ``tls_server_config``'s policy on ``context``: versions, client-certificate mode, suites, their order
+    and the curve.
+
+    These are what OpenSSL copies from the listening context into each connection as it is accepted, so a
+    reload sets them on the listening context itself for the next connections; the certificate and the
+    trust store instead come from the context a handshake switches to (security.py).
+    """
+    import ssl  # noqa: PLC0415 - only TLS needs it
+
+    tls = config.tls
+    assert tls is not None
+    context.minimum_version = ssl.TLSVersion[TLS_VERSIONS[tls.min_version]]
+    context.maximum_version = ssl.TLSVersion[TLS_VERSIONS[tls.max_version]]
+    context.verify_mode = {
+        "NoClientCert": ssl.CERT_NONE,
+        "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+        "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+    }[tls.client_auth_type]
     suites = [GO_CIPHER_SUITES[suite] for suite in tls.cipher_suites if suite in GO_CIPHER_SUITES]
     try:
         context.set_ciphers(":".join(suites or (GO_CIPHER_SUITES[suite] for suite in GO_DEFAULT_CIPHER_SUITES)))
@@ -398,7 +416,6 @@ def build_ssl_context(config: WebConfig) -> ssl.SSLContext:
                     "curve_preferences: Python's ssl pins a single curve; only the first one is used",
                     extra={"curve": tls.curve_preferences[0]},
                 )
-    return context
 
 
 def config_warnings(config: WebConfig) -> list[str]:

@@ -1,8 +1,9 @@
 """Applies ``--web.config.file`` to every route: basic auth, client-certificate SANs, rate limit, headers.
 
-The file is re-checked every few seconds; users, headers, the rate limit and the certificate files
-(rotated certificates) apply to new connections and requests without a restart. A broken edit is
-logged and the previous settings stay in force.
+The file is re-checked every few seconds; users, headers, the rate limit, the certificate files (rotated
+certificates) and the TLS policy (client_auth_type, client CA, versions, cipher suites) apply to new
+connections and requests without a restart, as exporter-toolkit reads the file for each handshake. A broken
+edit is logged and the previous settings stay in force.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from typing import TYPE_CHECKING
 from nvidia_gpu_exporter.httpserver.auth import BasicAuthenticator, Verdict, parse_basic_authorization
 from nvidia_gpu_exporter.httpserver.config import (
     RateLimit,
-    TlsSettings,
     WebConfig,
     WebConfigError,
     build_ssl_context,
     config_warnings,
     fingerprint,
     load_web_config,
+    set_policy,
 )
 from nvidia_gpu_exporter.httpserver.http import App, Handler, Request, Response
 from nvidia_gpu_exporter.httpserver.responses import plain_text
@@ -74,23 +75,6 @@ class ClientBuckets:
         return bucket.take()
 
 
-def _policy(tls: TlsSettings) -> tuple[object, ...]:
-    """The TLS settings an existing ``SSLContext`` cannot change safely."""
-    return (tls.client_auth_type, tls.min_version, tls.max_version, tls.cipher_suites, tls.curve_preferences)
-
-
-def _with_policy(tls: TlsSettings, served: TlsSettings) -> TlsSettings:
-    """``tls`` with the policy (:func:`_policy`) it is served with until a restart."""
-    return replace(
-        tls,
-        client_auth_type=served.client_auth_type,
-        min_version=served.min_version,
-        max_version=served.max_version,
-        cipher_suites=served.cipher_suites,
-        curve_preferences=served.curve_preferences,
-    )
-
-
 def _peer_sans(request: Request) -> set[str]:
     certificate = request.peercert
     if not certificate:
@@ -108,7 +92,8 @@ class Security:
         self.ssl_context: ssl.SSLContext | None = build_ssl_context(self.config) if self.config.tls else None
         # The listening socket keeps its first context; each handshake switches to the latest one built at a
         # reload, so a rotated certificate and a removed client CA both apply (a context's trust store can
-        # only grow, so a new context is the only way to take a CA out).
+        # only grow, so a new context is the only way to take a CA out). What a connection copies from the
+        # listening context when accepted (versions, client-certificate mode, suites) a reload sets on it.
         self._live_context = self.ssl_context
         if self.ssl_context is not None:
             self.ssl_context.sni_callback = self._select_context
@@ -204,13 +189,8 @@ class Security:
             log.warning("web config: turning TLS on or off applies after a restart")
             config = replace(config, tls=self.config.tls)  # TLS and its client checks stay as they are served
         elif config.tls is not None and self.ssl_context is not None:
-            old = self.config.tls
-            assert old is not None
-            if _policy(old) != _policy(config.tls):
-                log.warning("web config: TLS versions, cipher suites and client auth apply after a restart")
-                config = replace(config, tls=_with_policy(config.tls, old))
             try:
-                self._live_context = build_ssl_context(config)
+                self._live_context = self._next_context(config)
             except WebConfigError as error:
                 log.error("web config reload failed, keeping the previous settings", extra={"err": str(error)})
                 return False
@@ -218,6 +198,17 @@ class Security:
         self._fingerprint = fingerprint(self.path, config)
         log.info("web config reloaded", extra={"file": self.path})
         return True
+
+    def _next_context(self, config: WebConfig) -> ssl.SSLContext:
+        """The context the next handshakes switch to, with ``config``'s policy set on the listening context."""
+        assert self.ssl_context is not None
+        assert config.tls is not None
+        context = build_ssl_context(config)
+        set_policy(self.ssl_context, config)
+        old = self.config.tls
+        if old is not None and old.curve_preferences and not config.tls.curve_preferences:
+            log.warning("web config: the curve pinned by curve_preferences stays until a restart (ssl cannot unpin)")
+        return context
 
     def _select_context(self, connection: ssl.SSLObject, _server_name: str | None, current: ssl.SSLContext) -> None:
         """Hand a new handshake the latest context (called by OpenSSL once the client's hello arrived)."""
