@@ -46,8 +46,8 @@ TLS = "tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n"
             "tls_server_config:\n  cert_file: a\n  key_file: b\n  colour: red\n",
             'line 4: tls_server_config: unknown key "colour"',
         ),
-        ("tls_server_config:\n  key_file: b\n", "exactly one of cert and cert_file"),
-        ("tls_server_config:\n  cert_file: a\n", "exactly one of key and key_file"),
+        ("tls_server_config:\n  key_file: b\n", "missing one of cert or cert_file"),
+        ("tls_server_config:\n  cert_file: a\n", "missing one of key or key_file"),
         (TLS + "  client_auth_type: Sometimes\n", "client_auth_type: unknown 'Sometimes'"),
         (TLS + "  client_auth_type: RequireAnyClientCert\n", "cannot be honoured"),
         (TLS + "  client_auth_type: RequestClientCert\n", "cannot be honoured"),
@@ -137,7 +137,7 @@ def test_duplicate_keys_are_refused_at_any_depth(text: str, message: str) -> Non
         ),
         pytest.param(
             "tls_server_config:\n  cert_file:\n  key_file:\n",
-            "line 2: tls_server_config: exactly one of cert and cert_file is required",
+            "line 2: tls_server_config: missing one of cert or cert_file",
             id="null-tls-settings-still-ask-for-tls",
         ),
         pytest.param(

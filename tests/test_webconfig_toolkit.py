@@ -23,6 +23,7 @@ import trustme
 
 from async_helpers import WAIT_SECONDS, run
 from hostile.web_hostile import serving_hello
+from nvidia_gpu_exporter.httpserver.config import WebConfigError, config_warnings
 from nvidia_gpu_exporter.httpserver.security import Security
 
 Outcome = int | str  # an HTTP status, or "refused" when the TLS handshake or the connection failed
@@ -445,3 +446,62 @@ def test_config_reloading(pki: Pki, first: str, second: str, client: Client, out
     """A TLS policy edit applies to the next connection, as the toolkit reads the file for each handshake."""
     answers = serve_and_ask(pki, first, client, reload_to(pki, second))
     assert (*answers[0].outcomes, *answers[1].outcomes) == outcomes
+
+
+# -- TestTLSConfigIsEnabled -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "enabled"),
+    [
+        pytest.param(
+            "  min_version: TLS12\n  prefer_server_cipher_suites: true\n", False, id="only non-enabling fields set"
+        ),
+        pytest.param(
+            "  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n  curve_preferences: [X25519]\n"
+            "  max_version: TLS13\n  client_allowed_sans: [client.example]\n",
+            False,
+            id="other non-enabling fields",
+        ),
+        pytest.param('  cert_file: "server.crt"\n  key_file: "server.key"\n', True, id="cert_file and key_file set"),
+        pytest.param(
+            "  client_ca_file: client_ca.pem\n", "missing one of cert or cert_file", id="only client CA file set"
+        ),
+        pytest.param(
+            "  client_auth_type: RequireAndVerifyClientCert\n",
+            "missing one of cert or cert_file",
+            id="only client auth type set",
+        ),
+        pytest.param(
+            '  cert_file: ""\n  key_file: "server.key"\n',
+            "missing one of cert or cert_file",
+            id="invalid config yml (cert path empty)",
+        ),
+        pytest.param(
+            '  cert_file: "server.crt"\n  key_file: ""\n',
+            "missing one of key or key_file",
+            id="invalid config yml (key path empty)",
+        ),
+        pytest.param(
+            "  cert_file:\n  key_file:\n",
+            "missing one of cert or cert_file",
+            id="cert_file and key_file written but empty still ask for TLS (where Go serves plain HTTP)",
+        ),
+    ],
+)
+def test_tls_config_is_enabled(pki: Pki, settings: str, enabled: bool | str) -> None:
+    """Only a certificate, key, client CA or client_auth_type turns TLS on; other settings alone leave the
+    endpoint on plain HTTP, said at warn; TLS asked for without a certificate is a start-up error."""
+    path = pki.directory / "enabled.yml"
+    path.write_text("tls_server_config:\n" + settings)
+    if isinstance(enabled, str):
+        with pytest.raises(WebConfigError, match=enabled):
+            Security.from_file(str(path))
+        return
+    security = Security.from_file(str(path))
+    assert security.tls_enabled is enabled
+    warned = any("serving plain HTTP" in warning for warning in config_warnings(security.config))
+    assert warned is not enabled
+    if not enabled:
+        before, _ = serve_and_ask(pki, "tls_server_config:\n" + settings, Client(tls=False))
+        assert before.outcomes == [200]

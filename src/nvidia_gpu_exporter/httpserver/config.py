@@ -136,6 +136,7 @@ class WebConfig:
     headers: Mapping[str, str] = field(default_factory=dict)
     basic_auth_users: Mapping[str, str] = field(default_factory=dict)
     rate_limit: RateLimit | None = None
+    tls_tuning_only: tuple[str, ...] = ()  # tls_server_config's keys when none of them turns TLS on
     source: str = ""
     base_dir: str = "."
 
@@ -148,11 +149,20 @@ def _strings(node: YamlNode) -> tuple[str, ...]:
     return tuple(item.text() for item in node.items())
 
 
+# The settings that turn TLS on, as exporter-toolkit's TLSConfig.IsEnabled says; the others only tune it.
+_TLS_ENABLING_KEYS = ("cert", "key", "client_ca", "cert_file", "key_file", "client_ca_file", "client_auth_type")
+
+
 def _parse_tls(node: YamlNode) -> TlsSettings | None:
-    """``tls_server_config``; empty means plain HTTP. Unset (null or blank) settings keep their defaults."""
+    """``tls_server_config``; None (plain HTTP) when no setting in it turns TLS on. Unset (null or blank)
+    settings keep their defaults.
+
+    As in exporter-toolkit, only a certificate, key, client CA or ``client_auth_type`` turns TLS on: a block
+    of tuning alone (``min_version``...) leaves plain HTTP (said at warn). Unlike it, one of those keys written
+    with an empty value still asks for TLS, and is refused for the missing certificate: better refused than
+    served in the clear.
+    """
     entries = node.mapping(_TLS_KEYS)
-    if not node.pairs():  # any key, even a null one, asks for TLS: better refused than served in the clear
-        return None
     values: dict[str, Any] = {}
     for name, value in entries.items():
         if name in ("client_allowed_sans", "cipher_suites", "curve_preferences"):
@@ -166,15 +176,28 @@ def _parse_tls(node: YamlNode) -> TlsSettings | None:
     def at(name: str) -> YamlNode:
         return entries.get(name, node)
 
-    if bool(settings.cert) == bool(settings.cert_file):
-        raise node.fail("exactly one of cert and cert_file is required")
-    if bool(settings.key) == bool(settings.key_file):
-        raise node.fail("exactly one of key and key_file is required")
-    if settings.client_ca and settings.client_ca_file:
-        raise node.fail("client_ca and client_ca_file are mutually exclusive")
     auth = settings.client_auth_type
     if auth not in CLIENT_AUTH_TYPES:
         raise at("client_auth_type").fail(f"unknown {auth!r} (one of {', '.join(CLIENT_AUTH_TYPES)})")
+    for name in ("min_version", "max_version"):
+        version = getattr(settings, name)
+        if version not in TLS_VERSIONS:
+            raise at(name).fail(f"unknown TLS version {version!r} (one of {', '.join(TLS_VERSIONS)})")
+    for suite in settings.cipher_suites:
+        if suite not in GO_CIPHER_SUITES and suite not in GO_TLS13_SUITES:
+            raise at("cipher_suites").fail(f"unknown or insecure cipher suite {suite!r}")
+    for curve in settings.curve_preferences:
+        if curve not in GO_CURVES:
+            raise at("curve_preferences").fail(f"unknown curve {curve!r} (one of {', '.join(GO_CURVES)})")
+    if not any(key.written in _TLS_ENABLING_KEYS for key, _ in node.pairs()):  # written, even null or blank
+        return None
+    if not (settings.cert or settings.cert_file):
+        raise node.fail("missing one of cert or cert_file")
+    if not (settings.key or settings.key_file):
+        raise node.fail("missing one of key or key_file")
+    for one, other in (("cert", "cert_file"), ("key", "key_file"), ("client_ca", "client_ca_file")):
+        if getattr(settings, one) and getattr(settings, other):
+            raise node.fail(f"{one} and {other} are mutually exclusive")
     if auth in ("RequestClientCert", "RequireAnyClientCert"):
         raise at("client_auth_type").fail(
             f"{auth} cannot be honoured: Python's ssl module always verifies the client certificates it accepts; "
@@ -185,19 +208,9 @@ def _parse_tls(node: YamlNode) -> TlsSettings | None:
         raise node.fail(f"client CA given, but client_auth_type {auth} does not verify clients")
     if settings.client_allowed_sans and auth != "RequireAndVerifyClientCert":
         raise at("client_allowed_sans").fail("needs client_auth_type RequireAndVerifyClientCert")
-    for name in ("min_version", "max_version"):
-        version = getattr(settings, name)
-        if version not in TLS_VERSIONS:
-            raise at(name).fail(f"unknown TLS version {version!r} (one of {', '.join(TLS_VERSIONS)})")
     order = list(TLS_VERSIONS)
     if order.index(settings.min_version) > order.index(settings.max_version):
         raise node.fail(f"min_version {settings.min_version} is above max_version {settings.max_version}")
-    for suite in settings.cipher_suites:
-        if suite not in GO_CIPHER_SUITES and suite not in GO_TLS13_SUITES:
-            raise at("cipher_suites").fail(f"unknown or insecure cipher suite {suite!r}")
-    for curve in settings.curve_preferences:
-        if curve not in GO_CURVES:
-            raise at("curve_preferences").fail(f"unknown curve {curve!r} (one of {', '.join(GO_CURVES)})")
     return settings
 
 
@@ -274,6 +287,8 @@ def parse_web_config(
         values: dict[str, Any] = {}
         if "tls_server_config" in entries:
             values["tls"] = _parse_tls(entries["tls_server_config"])
+            if values["tls"] is None:
+                values["tls_tuning_only"] = tuple(key.written for key, _ in entries["tls_server_config"].pairs())
         if "http_server_config" in entries:
             http = entries["http_server_config"].mapping(("http2", "headers"))
             if "http2" in http:
@@ -423,6 +438,11 @@ def config_warnings(config: WebConfig) -> list[str]:
     warnings = []
     if config.http2:
         warnings.append("http_server_config.http2: HTTP/2 is not supported; serving HTTP/1.1")
+    if config.tls_tuning_only:
+        warnings.append(
+            f"tls_server_config has {', '.join(config.tls_tuning_only)} but no cert, key, client CA or "
+            "client_auth_type, so it does not turn TLS on: serving plain HTTP, as exporter-toolkit does"
+        )
     if config.rate_limit is not None and config.rate_limit.burst == 0:
         warnings.append(
             "rate_limit.burst is 0: every request is refused with 429 Too Many Requests, as exporter-toolkit's "
