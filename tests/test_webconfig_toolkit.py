@@ -505,3 +505,127 @@ def test_tls_config_is_enabled(pki: Pki, settings: str, enabled: bool | str) -> 
     if not enabled:
         before, _ = serve_and_ask(pki, "tls_server_config:\n" + settings, Client(tls=False))
         assert before.outcomes == [200]
+
+
+# -- TestYAMLFiles --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "cause", "line"),
+    [
+        pytest.param(
+            'tls_server_config:\n  cert_filse: "server.crt"\n',
+            'unknown key "cert_filse"',
+            2,
+            id="invalid config yml (invalid key)",
+        ),
+        pytest.param("hWkNKCp3fvIx3jKnsaBI\nTuEjdwNS8A2vYdFbiKqr\n", "must be a mapping", 1, id="invalid structure"),
+        pytest.param(
+            'tls_server_config:\n  cert_file: ""\n  key_file: ""\n  client_auth_type: "x"\n',
+            "invalid ClientAuth: x",
+            4,
+            id="invalid config yml (cert path and key path empty, invalid ClientAuth)",
+        ),
+        pytest.param(
+            TLS.replace("server.crt", "somefile.crt"),
+            "No such file",
+            0,
+            id="invalid config yml (cert path invalid)",
+        ),
+        pytest.param(
+            TLS.replace("server.key", "somefile.key"), "No such file", 0, id="invalid config yml (key path invalid)"
+        ),
+        pytest.param(
+            TLS + '  client_ca_file: "/dev/null"\n',
+            "client CA's have been configured without a Client Auth Policy",
+            2,
+            id="invalid config yml (invalid ClientAuth)",
+        ),
+        pytest.param(
+            TLS + '  client_auth_type: "RequireAndVerifyClientCert"\n  client_ca_file: "somefile"\n',
+            "No such file",
+            0,
+            id="invalid config yml (invalid ClientCAs filepath)",
+        ),
+        pytest.param(
+            TLS + "basic_auth_users:\n  john: doe\n",
+            "hashedSecret too short to be a bcrypted password",
+            5,
+            id="invalid config yml (invalid user list)",
+        ),
+        pytest.param(
+            TLS + "basic_auth_users:\n  john: $2y$99$" + "a" * 53 + "\n",
+            "cost 99 is outside allowed range (4,31)",
+            5,
+            id="a cost bcrypt refuses",
+        ),
+        pytest.param(
+            TLS + "basic_auth_users:\n  john: x2y$10$" + "a" * 53 + "\n",
+            "bcrypt hashes must start with '$'",
+            5,
+            id="a hash without bcrypt's prefix",
+        ),
+        pytest.param(
+            NO_AUTH_GOOD + "  cipher_suites:\n  - TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA2048\n",
+            "unknown cipher",
+            6,
+            id="invalid config yml (bad cipher)",
+        ),
+        pytest.param(
+            NO_AUTH_GOOD + "  cipher_suites:\n  - TLS_RSA_WITH_RC4_128_SHA\n",
+            "unknown cipher",
+            6,
+            id="an insecure cipher Go does not offer",
+        ),
+        pytest.param(
+            NO_AUTH_GOOD + "  curve_preferences:\n  - CurveP257\n",
+            "unknown curve",
+            6,
+            id="invalid config yml (bad curves)",
+        ),
+        pytest.param(
+            NO_AUTH_GOOD + "  min_version: TLS111\n",
+            "unknown TLS version",
+            5,
+            id="invalid config yml (bad TLS version)",
+        ),
+        pytest.param(
+            "http_server_config:\n  headers:\n    X-Content-Type-Options: sniff\n",
+            "invalid value for X-Content-Type-Options",
+            3,
+            id="invalid X-Content-Type-Options headers config",
+        ),
+        pytest.param(
+            "http_server_config:\n  headers:\n    X-Frame-Options: allow\n",
+            "invalid value for X-Frame-Options",
+            3,
+            id="invalid X-Frame-Options headers config",
+        ),
+        pytest.param(
+            "http_server_config:\n  headers:\n    Content-Type: foo\n",
+            'HTTP header "Content-Type" can not be configured',
+            3,
+            id="HTTP header that can not be overridden",
+        ),
+    ],
+)
+def test_yaml_files(pki: Pki, text: str, cause: str, line: int) -> None:
+    """A start-up error says the toolkit's cause, in its words, with the file, and the line where it has one."""
+    path = pki.directory / "bad.yml"
+    path.write_text(text)
+    with pytest.raises(WebConfigError) as raised:
+        Security.from_file(str(path))
+    message = str(raised.value)
+    assert cause in message
+    assert str(path) in message
+    if line:
+        assert f"line {line}: " in message
+
+
+def test_yaml_files_empty_config_is_refused_where_the_toolkit_serves_plain_http(pki: Pki) -> None:
+    """TestYAMLFiles' ``empty config yml`` is valid for the toolkit; here it is a start-up error
+    (docs/security.md, "The web config file"): empty is more often a half-written file than a wish."""
+    path = pki.directory / "empty.yml"
+    path.write_text("")
+    with pytest.raises(WebConfigError, match="the web config file is empty"):
+        Security.from_file(str(path))

@@ -10,6 +10,7 @@ it. Settings that only tune TLS (a curve list longer than Python can pin, HTTP/2
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nvidia_gpu_exporter._go.durations import DurationError, parse_duration
-from nvidia_gpu_exporter.httpserver.bcrypthash import well_formed
+from nvidia_gpu_exporter.httpserver.bcrypthash import go_refusal, well_formed
 from nvidia_gpu_exporter.support.sslgate import ssl_kept_out
 
 if TYPE_CHECKING:
@@ -178,17 +179,17 @@ def _parse_tls(node: YamlNode) -> TlsSettings | None:
 
     auth = settings.client_auth_type
     if auth not in CLIENT_AUTH_TYPES:
-        raise at("client_auth_type").fail(f"unknown {auth!r} (one of {', '.join(CLIENT_AUTH_TYPES)})")
+        raise at("client_auth_type").fail(f"invalid ClientAuth: {auth} (one of {', '.join(CLIENT_AUTH_TYPES)})")
     for name in ("min_version", "max_version"):
         version = getattr(settings, name)
         if version not in TLS_VERSIONS:
-            raise at(name).fail(f"unknown TLS version {version!r} (one of {', '.join(TLS_VERSIONS)})")
+            raise at(name).fail(f"unknown TLS version: {version} (one of {', '.join(TLS_VERSIONS)})")
     for suite in settings.cipher_suites:
         if suite not in GO_CIPHER_SUITES and suite not in GO_TLS13_SUITES:
-            raise at("cipher_suites").fail(f"unknown or insecure cipher suite {suite!r}")
+            raise at("cipher_suites").fail(f"unknown cipher: {suite} (not one of Go's secure suites)")
     for curve in settings.curve_preferences:
         if curve not in GO_CURVES:
-            raise at("curve_preferences").fail(f"unknown curve {curve!r} (one of {', '.join(GO_CURVES)})")
+            raise at("curve_preferences").fail(f"unknown curve: {curve} (one of {', '.join(GO_CURVES)})")
     if not any(key.written in _TLS_ENABLING_KEYS for key, _ in node.pairs()):  # written, even null or blank
         return None
     if not (settings.cert or settings.cert_file):
@@ -205,7 +206,10 @@ def _parse_tls(node: YamlNode) -> TlsSettings | None:
         )
     verifying = auth in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
     if (settings.client_ca or settings.client_ca_file) and not verifying:
-        raise node.fail(f"client CA given, but client_auth_type {auth} does not verify clients")
+        raise node.fail(
+            f"client CA's have been configured without a Client Auth Policy: client_auth_type {auth} does not "
+            "verify clients (VerifyClientCertIfGiven or RequireAndVerifyClientCert)"
+        )
     if settings.client_allowed_sans and auth != "RequireAndVerifyClientCert":
         raise at("client_allowed_sans").fail("needs client_auth_type RequireAndVerifyClientCert")
     order = list(TLS_VERSIONS)
@@ -216,13 +220,18 @@ def _parse_tls(node: YamlNode) -> TlsSettings | None:
 
 def _parse_headers(node: YamlNode) -> dict[str, str]:
     headers: dict[str, str] = {}
+    for key, _ in node.pairs():
+        if key.written not in ALLOWED_HEADERS:
+            raise key.fail(
+                f"HTTP header {json.dumps(key.written)} can not be configured (one of {', '.join(ALLOWED_HEADERS)})"
+            )
     for name, value in node.mapping(ALLOWED_HEADERS).items():
         text = value.text()
         if not text:
             continue  # blank means unset
         allowed = _HEADER_VALUES.get(name)
         if allowed and text.lower() not in allowed:
-            raise value.fail(f"invalid value {text!r} (one of {', '.join(allowed)})")
+            raise value.fail(f"invalid value for {name}: {text!r} (one of {', '.join(allowed)})")
         if "\n" in text or "\r" in text:
             raise value.fail("must be one line")
         headers[name] = text
@@ -233,10 +242,14 @@ def _parse_users(node: YamlNode) -> dict[str, str]:
     users: dict[str, str] = {}
     for user, hashed in node.pairs():
         text = hashed.text()
+        cause = go_refusal(text.encode("utf-8"))  # the words exporter-toolkit refuses it with, if it does
         if not text.startswith(_BCRYPT_PREFIXES):
-            raise hashed.fail("not a bcrypt hash (expected $2a$/$2b$/$2y$...)")
+            raise hashed.fail(f"not a bcrypt hash (expected $2a$/$2b$/$2y$...){': ' + cause if cause else ''}")
         if not well_formed(text.encode("utf-8")):  # a user who could never log in is a typo, not a setting
-            raise hashed.fail("not a usable bcrypt hash (cost 04 to 31, then 53 characters of salt and digest)")
+            raise hashed.fail(
+                "not a usable bcrypt hash (cost 04 to 31, then 53 characters of salt and digest)"
+                + (f": {cause}" if cause else "")
+            )
         users[user.written] = text
     return users
 
