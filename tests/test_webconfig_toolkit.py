@@ -69,6 +69,7 @@ class Client:
     ciphers: tuple[str, ...] = ()  # OpenSSL names, in the client's order of preference
     credentials: tuple[str, str] | None = None
     requests: int = 1
+    curve: str = ""  # the one curve the client offers (OpenSSL name)
 
     def context(self, pki: Pki) -> ssl.SSLContext | None:
         if not self.tls:
@@ -84,6 +85,8 @@ class Client:
         if self.ciphers:
             context.maximum_version = ssl.TLSVersion.TLSv1_2  # TLS 1.3 suites are not the client's to pick
             context.set_ciphers(":".join(self.ciphers))
+        if self.curve:
+            context.set_ecdh_curve(self.curve)
         return context
 
 
@@ -158,6 +161,12 @@ def serve_and_ask(
             Client(max_version=ssl.TLSVersion.TLSv1_1),
             "refused",
             id="valid tls config yml with TLS 1.1 client",
+        ),
+        pytest.param(
+            TLS + "  min_version: TLS13\n",
+            Client(max_version=ssl.TLSVersion.TLSv1_2),
+            "refused",
+            id="Incompatible TLS version: a TLS 1.2 client, a TLS 1.3 server (a bare close, no alert)",
         ),
         pytest.param(
             TLS + "  client_auth_type: RequireAndVerifyClientCert\n",
@@ -291,6 +300,80 @@ def test_only_a_client_ca_makes_verified_client_certificates_enough_for_pprof(
     path = pki.directory / "pprof.yml"
     path.write_text(TLS + "  client_auth_type: RequireAndVerifyClientCert\n" + extra)
     assert Security.from_file(str(path)).authenticates is authenticates
+
+
+ALL_CIPHERS = (
+    NO_AUTH_GOOD
+    + "  cipher_suites:\n"
+    + "".join(
+        f"  - {suite}\n"
+        for suite in (
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+            "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+            "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+            "TLS_AES_128_GCM_SHA256",
+            "TLS_CHACHA20_POLY1305_SHA256",
+            "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+        )
+    )
+)
+SOME_CURVES = NO_AUTH_GOOD + "  min_version: TLS13\n  curve_preferences:\n  - CurveP521\n"
+ALL_CURVES = NO_AUTH_GOOD + "  curve_preferences: [CurveP256, CurveP384, CurveP521, X25519]\n"
+NO_HTTP2_CIPHER = NO_AUTH_GOOD + "  cipher_suites:\n  - TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384\n  max_version: TLS12\n"
+SANS = TLS + "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: client_ca.pem\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "client", "outcome"),
+    [
+        pytest.param(ALL_CIPHERS, Client(), 200, id="valid tls config yml with all ciphers"),
+        pytest.param(ALL_CURVES, Client(), 200, id="valid tls config yml with all curves"),
+        pytest.param(SOME_CURVES, Client(curve="secp521r1"), 200, id="valid tls config yml with some curves"),
+        pytest.param(
+            SOME_CURVES, Client(curve="secp384r1"), "refused", id="valid tls config yml with no common curves"
+        ),
+        pytest.param(
+            NO_HTTP2_CIPHER + "http_server_config:\n  http2: false\n",
+            Client(),
+            200,
+            id="valid tls config yml with non-http2 ciphers",
+        ),
+        pytest.param(
+            NO_HTTP2_CIPHER,
+            Client(),
+            200,
+            id="non-http2 ciphers but http2 enabled: Go refuses to serve HTTP/2 without its cipher; no HTTP/2 here",
+        ),
+        pytest.param(
+            SANS + "  client_allowed_sans: [one, client.example, two]\n",
+            Client(certificate="client"),
+            200,
+            id="valid tls config yml and tls client with VerifyPeerCertificate (present good SAN DNS entry)",
+        ),
+        pytest.param(
+            SANS + "  client_allowed_sans: [bad]\n",
+            Client(certificate="client"),
+            403,
+            id="present invalid SAN DNS entries: Go fails the handshake; ssl has no verify callback, so 403",
+        ),
+    ],
+)
+def test_server_behaviour_where_python_s_ssl_differs(pki: Pki, text: str, client: Client, outcome: Outcome) -> None:
+    """The toolkit's cases that touch what Python's ``ssl`` does differently (docs/compatibility.md): a single
+    pinned curve (the first), no HTTP/2, and client SANs checked after the handshake."""
+    before, _ = serve_and_ask(pki, text, client)
+    assert before.outcomes == [outcome]
+
+
+@pytest.mark.parametrize("auth_type", ["RequireAnyClientCert", "RequestClientCert"])
+def test_client_auth_types_that_accept_unverified_certificates_are_refused_at_start(pki: Pki, auth_type: str) -> None:
+    """TestServerBehaviour's RequireAnyClientCert cases pass on Go; Python's ``ssl`` verifies every client
+    certificate it accepts, so these types cannot be honoured and the start fails, saying why."""
+    path = pki.directory / "any.yml"
+    path.write_text(TLS + f"  client_auth_type: {auth_type}\n")
+    with pytest.raises(WebConfigError, match=f"{auth_type} cannot be honoured"):
+        Security.from_file(str(path))
 
 
 # -- TestUsers and handler_test.go ----------------------------------------------------------------------
