@@ -276,6 +276,23 @@ def test_default_tls12_cipher_suites_are_go_s(pki: Pki, cipher: str, outcome: Ou
     assert before.outcomes == [outcome]
 
 
+@pytest.mark.parametrize(
+    "inline", [("cert", "key"), ("key",)], ids=["cert and key inline", "cert from file, key inline"]
+)
+def test_valid_tls_config_yml_inline_and_tls_client(pki: Pki, inline: tuple[str, ...]) -> None:
+    """TestServerBehaviour's inline cases: PEM in the file instead of file names."""
+
+    def setting(name: str, path: str) -> str:
+        if name not in inline:
+            return f'  {name}_file: "{path}"\n'
+        pem = (pki.directory / path).read_text().strip()
+        return f"  {name}: |\n" + "".join(f"    {line}\n" for line in pem.splitlines())
+
+    text = "tls_server_config:\n" + setting("cert", "server.crt") + setting("key", "server.key")
+    before, _ = serve_and_ask(pki, text + '  client_auth_type: "VerifyClientCertIfGiven"\n', Client())
+    assert before.outcomes == [200]
+
+
 @pytest.mark.parametrize("auth_type", ["VerifyClientCertIfGiven", "RequireAndVerifyClientCert"])
 def test_without_client_ca_file_a_client_certificate_is_verified_against_the_system_trust_store(
     pki: Pki, monkeypatch: pytest.MonkeyPatch, auth_type: str
