@@ -35,7 +35,6 @@ class Pki:
     server_ca: trustme.CA  # signs the server's certificate; the clients trust it
     client_ca: trustme.CA  # signs the clients' certificates; never in the system trust store
     client: trustme.LeafCert  # SAN client.example, from client_ca
-    other_client: trustme.LeafCert  # SAN other.example, from client_ca
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +50,6 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
         server_ca,
         client_ca,
         client=client_ca.issue_cert("client.example"),
-        other_client=client_ca.issue_cert("other.example"),
     )
 
 
@@ -64,7 +62,7 @@ class Client:
     """What a toolkit case's client does: TLS or not, its certificate, versions, suites and credentials."""
 
     tls: bool = True
-    certificate: str = ""  # a Pki attribute: "client", "other_client"
+    certificate: str = ""  # a Pki attribute: "client"
     max_version: ssl.TLSVersion | None = None
     ciphers: tuple[str, ...] = ()  # OpenSSL names, in the client's order of preference
     credentials: tuple[str, str] | None = None
