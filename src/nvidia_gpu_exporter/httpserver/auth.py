@@ -7,8 +7,9 @@ Built to hold under a flood of wrong passwords (docs/security.md, "Basic auth"):
 - bcrypt runs one check at a time on a thread of its own (a blocked read elsewhere cannot starve it), with
   at most :data:`MAX_PENDING_PER_CLIENT` checks waiting per client and :data:`MAX_PENDING` in all; beyond
   them a request is answered "busy" at once instead of queueing behind the flood;
-- an unknown user is checked against the slowest configured hash, and every uncached check is padded to
-  the time that hash takes, so the answer's timing says neither which users exist nor their hash cost.
+- an unknown user is checked against one fixed fake hash (cost 10), as exporter-toolkit does, so a name
+  that does not exist costs what a cost-10 user's wrong password costs; a known user costs its own hash and
+  nothing more, so a correct login is never made slower by another user's costlier hash.
 
 Nothing secret is logged.
 
@@ -27,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -42,10 +42,11 @@ SUCCESSES_PER_USER = 4  # cached working passwords per user (a rotation may brie
 MAX_PENDING_PER_CLIENT = 2  # uncached checks one client (remote address) may have waiting or running
 MAX_PENDING = 64  # and all clients together
 _BCRYPT_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bcrypt")
-_sleep = asyncio.sleep  # the padding's sleep (tests record it instead of waiting)
 BCRYPT_MAX_PASSWORD_BYTES = 72  # all that bcrypt reads of a password
-# A real cost-10 bcrypt hash of a password nobody uses: an unknown user costs as much as a wrong password.
-_DUMMY_HASH = b"$2b$10$kYZo6ouNp7/44r.knmFEZu3sM8P4glmlnR5vGILaGYtJMOAcmqb7C"
+# What an unknown user is checked against: a real cost-10 bcrypt hash, of FAKE_PASSWORD. Knowing that password
+# gets no one in (an unknown user is refused whatever bcrypt says); it lets tests show exactly that.
+FAKE_PASSWORD = "fake password: no user has it"
+FAKE_HASH = b"$2b$10$ACL8ykhPg4FUD2hSdDugCeJo.iArpF.l96On3q0xPUg/wdrttV0xu"
 
 
 def parse_basic_authorization(header: str | None) -> tuple[str, str] | None:
@@ -76,7 +77,7 @@ def _checkpw(password: bytes, hashed: bytes) -> bool:
     """bcrypt's verdict on the password's first 72 bytes, as Go's bcrypt gives it, whatever bcrypt's version."""
     bcrypt = _bcrypt()
     if not well_formed(hashed):
-        bcrypt.checkpw(password[:BCRYPT_MAX_PASSWORD_BYTES], _DUMMY_HASH)  # as slow as a wrong password
+        bcrypt.checkpw(password[:BCRYPT_MAX_PASSWORD_BYTES], FAKE_HASH)  # as slow as an unknown user
         return False
     try:
         return bool(bcrypt.checkpw(password[:BCRYPT_MAX_PASSWORD_BYTES], hashed))
@@ -90,24 +91,14 @@ class Verdict(Enum):
     BUSY = "busy"  # too many checks waiting: answered at once, without bcrypt (HTTP 429)
 
 
-def _cost(hashed: bytes) -> int:
-    return int(hashed[4:6]) if well_formed(hashed) else 0
-
-
 class BasicAuthenticator:
     """Verifies credentials against ``basic_auth_users``; safe to share between requests on one loop.
 
     ``previous`` (the authenticator a reload replaces) hands over the cached successes of users whose
-    hash did not change. ``floor_seconds`` fixes the padding instead of measuring it (tests).
+    hash did not change.
     """
 
-    def __init__(
-        self,
-        users: Mapping[str, str],
-        *,
-        previous: BasicAuthenticator | None = None,
-        floor_seconds: float | None = None,
-    ) -> None:
+    def __init__(self, users: Mapping[str, str], *, previous: BasicAuthenticator | None = None) -> None:
         self.users = {user: hashed.encode("utf-8") for user, hashed in users.items()}
         if self.users:
             _bcrypt()  # at startup, not at the first login
@@ -117,9 +108,6 @@ class BasicAuthenticator:
                     "basic_auth_users: not a well-formed bcrypt hash, so this user can never log in",
                     extra={"user": user},
                 )
-        usable = [hashed for hashed in self.users.values() if well_formed(hashed)]
-        self._slowest = max(usable, key=_cost) if usable else _DUMMY_HASH
-        self._floor = floor_seconds
         self._successes: dict[str, OrderedDict[bytes, None]] = {}
         if previous is not None:
             for user, digests in previous._successes.items():
@@ -141,7 +129,7 @@ class BasicAuthenticator:
     async def check(self, user: str, password: str, client: str = "") -> Verdict:
         """The verdict on one request's credentials; ``client`` (its remote address) bounds its queue."""
         known = user in self.users
-        hashed = self.users.get(user, self._slowest)
+        hashed = self.users.get(user, FAKE_HASH)
         key = self._key(user, hashed, password)
         successes = self._successes.get(user)
         if known and successes is not None and key in successes:
@@ -152,13 +140,12 @@ class BasicAuthenticator:
         self._pending[client] = self._pending.get(client, 0) + 1
         self._pending_total += 1
         try:
-            matched, seconds = await self._bcrypt(password, hashed)
+            matched = await self._bcrypt(password, hashed)
         finally:
             self._pending_total -= 1
             self._pending[client] -= 1
             if not self._pending[client]:
                 del self._pending[client]
-        await _sleep(max(0.0, await self._floor_seconds() - seconds))
         if not (matched and known):
             return Verdict.DENIED
         cached = self._successes.setdefault(user, OrderedDict())
@@ -167,21 +154,8 @@ class BasicAuthenticator:
             cached.popitem(last=False)
         return Verdict.ALLOWED
 
-    async def _bcrypt(self, password: str, hashed: bytes, *, counted: bool = True) -> tuple[bool, float]:
-        """bcrypt's verdict and how long it took, on the bcrypt thread (one check at a time)."""
-        self.bcrypt_checks += counted
+    async def _bcrypt(self, password: str, hashed: bytes) -> bool:
+        """bcrypt's verdict, on the bcrypt thread (one check at a time)."""
+        self.bcrypt_checks += 1
         secret = password.encode("utf-8", "surrogateescape")
-        loop = asyncio.get_running_loop()
-
-        def timed() -> tuple[bool, float]:
-            started = time.perf_counter()
-            matched = _checkpw(secret, hashed)
-            return matched, time.perf_counter() - started
-
-        return await loop.run_in_executor(_BCRYPT_THREAD, timed)
-
-    async def _floor_seconds(self) -> float:
-        """How long a check of the slowest configured hash takes (measured once, on first use)."""
-        if self._floor is None:
-            _, self._floor = await self._bcrypt("", self._slowest, counted=False)
-        return self._floor
+        return await asyncio.get_running_loop().run_in_executor(_BCRYPT_THREAD, _checkpw, secret, hashed)

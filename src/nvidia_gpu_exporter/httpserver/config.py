@@ -10,6 +10,7 @@ it. Settings that only tune TLS (a curve list longer than Python can pin, HTTP/2
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nvidia_gpu_exporter._go.durations import DurationError, parse_duration
-from nvidia_gpu_exporter.httpserver.bcrypthash import well_formed
+from nvidia_gpu_exporter.httpserver.bcrypthash import go_refusal, well_formed
 from nvidia_gpu_exporter.support.files import read_regular_file, refuse_special_file
 from nvidia_gpu_exporter.support.sslgate import ssl_kept_out
 
@@ -49,6 +50,21 @@ GO_CIPHER_SUITES = {
     "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
     "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
 }
+# Without cipher_suites, TLS 1.2 offers what Go offers: crypto/tls's defaultCipherSuites (Go 1.22 and later),
+# in its preference order. Go leaves out the CBC-SHA256 suites, RSA key exchange and 3DES; it keeps the
+# ECDHE CBC-SHA ones, which Python's own default list drops.
+GO_DEFAULT_CIPHER_SUITES = (
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
+)
 # TLS 1.3 suites are not configurable, in Go as in OpenSSL's cipher string: accepted and ignored.
 GO_TLS13_SUITES = frozenset({"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"})
 GO_CURVES = {"CurveP256": "prime256v1", "CurveP384": "secp384r1", "CurveP521": "secp521r1", "X25519": "X25519"}
@@ -113,7 +129,8 @@ class TlsSettings:
 
 @dataclass(frozen=True, slots=True)
 class RateLimit:
-    """Token bucket: one request per ``interval_seconds``, bursts of ``burst``."""
+    """Token bucket: one request per ``interval_seconds``, bursts of ``burst``; a burst of 0 lets nothing through,
+    as in Go's ``golang.org/x/time/rate`` that exporter-toolkit uses."""
 
     interval_seconds: float
     burst: int
@@ -126,6 +143,7 @@ class WebConfig:
     headers: Mapping[str, str] = field(default_factory=dict)
     basic_auth_users: Mapping[str, str] = field(default_factory=dict)
     rate_limit: RateLimit | None = None
+    tls_tuning_only: tuple[str, ...] = ()  # tls_server_config's keys when none of them turns TLS on
     source: str = ""
     base_dir: str = "."
 
@@ -138,11 +156,20 @@ def _strings(node: YamlNode) -> tuple[str, ...]:
     return tuple(item.text() for item in node.items())
 
 
+# The settings that turn TLS on, as exporter-toolkit's TLSConfig.IsEnabled says; the others only tune it.
+_TLS_ENABLING_KEYS = ("cert", "key", "client_ca", "cert_file", "key_file", "client_ca_file", "client_auth_type")
+
+
 def _parse_tls(node: YamlNode) -> TlsSettings | None:
-    """``tls_server_config``; empty means plain HTTP. Unset (null or blank) settings keep their defaults."""
+    """``tls_server_config``; None (plain HTTP) when no setting in it turns TLS on. Unset (null or blank)
+    settings keep their defaults.
+
+    As in exporter-toolkit, only a certificate, key, client CA or ``client_auth_type`` turns TLS on: a block
+    of tuning alone (``min_version``...) leaves plain HTTP (said at warn). Unlike it, one of those keys written
+    with an empty value still asks for TLS, and is refused for the missing certificate: better refused than
+    served in the clear.
+    """
     entries = node.mapping(_TLS_KEYS)
-    if not node.pairs():  # any key, even a null one, asks for TLS: better refused than served in the clear
-        return None
     values: dict[str, Any] = {}
     for name, value in entries.items():
         if name in ("client_allowed_sans", "cipher_suites", "curve_preferences"):
@@ -156,52 +183,61 @@ def _parse_tls(node: YamlNode) -> TlsSettings | None:
     def at(name: str) -> YamlNode:
         return entries.get(name, node)
 
-    if bool(settings.cert) == bool(settings.cert_file):
-        raise node.fail("exactly one of cert and cert_file is required")
-    if bool(settings.key) == bool(settings.key_file):
-        raise node.fail("exactly one of key and key_file is required")
-    if settings.client_ca and settings.client_ca_file:
-        raise node.fail("client_ca and client_ca_file are mutually exclusive")
     auth = settings.client_auth_type
     if auth not in CLIENT_AUTH_TYPES:
-        raise at("client_auth_type").fail(f"unknown {auth!r} (one of {', '.join(CLIENT_AUTH_TYPES)})")
+        raise at("client_auth_type").fail(f"invalid ClientAuth: {auth} (one of {', '.join(CLIENT_AUTH_TYPES)})")
+    for name in ("min_version", "max_version"):
+        version = getattr(settings, name)
+        if version not in TLS_VERSIONS:
+            raise at(name).fail(f"unknown TLS version: {version} (one of {', '.join(TLS_VERSIONS)})")
+    for suite in settings.cipher_suites:
+        if suite not in GO_CIPHER_SUITES and suite not in GO_TLS13_SUITES:
+            raise at("cipher_suites").fail(f"unknown cipher: {suite} (not one of Go's secure suites)")
+    for curve in settings.curve_preferences:
+        if curve not in GO_CURVES:
+            raise at("curve_preferences").fail(f"unknown curve: {curve} (one of {', '.join(GO_CURVES)})")
+    if not any(key.written in _TLS_ENABLING_KEYS for key, _ in node.pairs()):  # written, even null or blank
+        return None
+    if not (settings.cert or settings.cert_file):
+        raise node.fail("missing one of cert or cert_file")
+    if not (settings.key or settings.key_file):
+        raise node.fail("missing one of key or key_file")
+    for one, other in (("cert", "cert_file"), ("key", "key_file"), ("client_ca", "client_ca_file")):
+        if getattr(settings, one) and getattr(settings, other):
+            raise node.fail(f"{one} and {other} are mutually exclusive")
     if auth in ("RequestClientCert", "RequireAnyClientCert"):
         raise at("client_auth_type").fail(
             f"{auth} cannot be honoured: Python's ssl module always verifies the client certificates it accepts; "
             "use VerifyClientCertIfGiven or RequireAndVerifyClientCert with client_ca_file"
         )
     verifying = auth in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
-    if verifying and not (settings.client_ca or settings.client_ca_file):
-        raise node.fail(f"client_auth_type {auth} needs client_ca_file")
     if (settings.client_ca or settings.client_ca_file) and not verifying:
-        raise node.fail(f"client CA given, but client_auth_type {auth} does not verify clients")
+        raise node.fail(
+            f"client CA's have been configured without a Client Auth Policy: client_auth_type {auth} does not "
+            "verify clients (VerifyClientCertIfGiven or RequireAndVerifyClientCert)"
+        )
     if settings.client_allowed_sans and auth != "RequireAndVerifyClientCert":
         raise at("client_allowed_sans").fail("needs client_auth_type RequireAndVerifyClientCert")
-    for name in ("min_version", "max_version"):
-        version = getattr(settings, name)
-        if version not in TLS_VERSIONS:
-            raise at(name).fail(f"unknown TLS version {version!r} (one of {', '.join(TLS_VERSIONS)})")
     order = list(TLS_VERSIONS)
     if order.index(settings.min_version) > order.index(settings.max_version):
         raise node.fail(f"min_version {settings.min_version} is above max_version {settings.max_version}")
-    for suite in settings.cipher_suites:
-        if suite not in GO_CIPHER_SUITES and suite not in GO_TLS13_SUITES:
-            raise at("cipher_suites").fail(f"unknown or insecure cipher suite {suite!r}")
-    for curve in settings.curve_preferences:
-        if curve not in GO_CURVES:
-            raise at("curve_preferences").fail(f"unknown curve {curve!r} (one of {', '.join(GO_CURVES)})")
     return settings
 
 
 def _parse_headers(node: YamlNode) -> dict[str, str]:
     headers: dict[str, str] = {}
+    for key, _ in node.pairs():
+        if key.written not in ALLOWED_HEADERS:
+            raise key.fail(
+                f"HTTP header {json.dumps(key.written)} can not be configured (one of {', '.join(ALLOWED_HEADERS)})"
+            )
     for name, value in node.mapping(ALLOWED_HEADERS).items():
         text = value.text()
         if not text:
             continue  # blank means unset
         allowed = _HEADER_VALUES.get(name)
         if allowed and text.lower() not in allowed:
-            raise value.fail(f"invalid value {text!r} (one of {', '.join(allowed)})")
+            raise value.fail(f"invalid value for {name}: {text!r} (one of {', '.join(allowed)})")
         if "\n" in text or "\r" in text:
             raise value.fail("must be one line")
         headers[name] = text
@@ -212,16 +248,21 @@ def _parse_users(node: YamlNode) -> dict[str, str]:
     users: dict[str, str] = {}
     for user, hashed in node.pairs():
         text = hashed.text()
+        cause = go_refusal(text.encode("utf-8"))  # the words exporter-toolkit refuses it with, if it does
         if not text.startswith(_BCRYPT_PREFIXES):
-            raise hashed.fail("not a bcrypt hash (expected $2a$/$2b$/$2y$...)")
+            raise hashed.fail(f"not a bcrypt hash (expected $2a$/$2b$/$2y$...){': ' + cause if cause else ''}")
         if not well_formed(text.encode("utf-8")):  # a user who could never log in is a typo, not a setting
-            raise hashed.fail("not a usable bcrypt hash (cost 04 to 31, then 53 characters of salt and digest)")
+            raise hashed.fail(
+                "not a usable bcrypt hash (cost 04 to 31, then 53 characters of salt and digest)"
+                + (f": {cause}" if cause else "")
+            )
         users[user.written] = text
     return users
 
 
 def _parse_rate_limit(node: YamlNode) -> RateLimit | None:
-    """One request per ``interval``, bursts of ``burst``; no interval (or 0) means no limit."""
+    """One request per ``interval``, bursts of ``burst``; no interval (or 0) means no limit, a burst of 0 (or none)
+    refuses every request."""
     entries = node.mapping(("interval", "burst"))
     burst = 0
     if "burst" in entries:
@@ -239,7 +280,7 @@ def _parse_rate_limit(node: YamlNode) -> RateLimit | None:
         raise interval_node.fail("must not be negative")
     if interval == 0:
         return None
-    return RateLimit(interval / 1e9, max(burst, 1))
+    return RateLimit(interval / 1e9, burst)
 
 
 def parse_web_config(
@@ -265,6 +306,8 @@ def parse_web_config(
         values: dict[str, Any] = {}
         if "tls_server_config" in entries:
             values["tls"] = _parse_tls(entries["tls_server_config"])
+            if values["tls"] is None:
+                values["tls_tuning_only"] = tuple(key.written for key, _ in entries["tls_server_config"].pairs())
         if "http_server_config" in entries:
             http = entries["http_server_config"].mapping(("http2", "headers"))
             if "http2" in http:
@@ -365,8 +408,6 @@ def build_ssl_context(config: WebConfig) -> ssl.SSLContext:
     tls = config.tls
     assert tls is not None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion[TLS_VERSIONS[tls.min_version]]
-    context.maximum_version = ssl.TLSVersion[TLS_VERSIONS[tls.max_version]]
     try:
         load_chain(context, config, tls)
     except OSError as error:  # ssl.SSLError is an OSError
@@ -375,21 +416,44 @@ def build_ssl_context(config: WebConfig) -> ssl.SSLContext:
         try:
             if tls.client_ca_file:
                 context.load_verify_locations(cafile=resolve_path(config, tls.client_ca_file))
-            else:
+            elif tls.client_ca:
                 context.load_verify_locations(cadata=tls.client_ca)
+            else:  # no client CA: Go verifies against the system's roots, and so does OpenSSL's default store
+                context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
         except OSError as error:
             raise WebConfigError(f"{config.source}: tls_server_config: cannot load the client CA: {error}") from error
-        context.verify_mode = (
-            ssl.CERT_REQUIRED if tls.client_auth_type == "RequireAndVerifyClientCert" else ssl.CERT_OPTIONAL
-        )
+    set_policy(context, config)
+    return context
+
+
+def set_policy(context: ssl.SSLContext, config: WebConfig) -> None:
+    """Put ``tls_server_config``'s policy on ``context``: versions, client-certificate mode, suites, their order
+    and the curve.
+
+    These are what OpenSSL copies from the listening context into each connection as it is accepted, so a
+    reload sets them on the listening context itself for the next connections; the certificate and the
+    trust store instead come from the context a handshake switches to (security.py).
+    """
+    import ssl  # noqa: PLC0415 - only TLS needs it
+
+    tls = config.tls
+    assert tls is not None
+    context.minimum_version = ssl.TLSVersion[TLS_VERSIONS[tls.min_version]]
+    context.maximum_version = ssl.TLSVersion[TLS_VERSIONS[tls.max_version]]
+    context.verify_mode = {
+        "NoClientCert": ssl.CERT_NONE,
+        "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+        "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+    }[tls.client_auth_type]
     suites = [GO_CIPHER_SUITES[suite] for suite in tls.cipher_suites if suite in GO_CIPHER_SUITES]
-    if suites:
-        try:
-            context.set_ciphers(":".join(suites))
-        except ssl.SSLError as error:
-            raise WebConfigError(f"{config.source}: tls_server_config.cipher_suites: {error}") from error
+    try:
+        context.set_ciphers(":".join(suites or (GO_CIPHER_SUITES[suite] for suite in GO_DEFAULT_CIPHER_SUITES)))
+    except ssl.SSLError as error:
+        raise WebConfigError(f"{config.source}: tls_server_config.cipher_suites: {error}") from error
     if tls.prefer_server_cipher_suites:
         context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+    else:  # Python sets it on every server context: false must clear it, so the client's order wins
+        context.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
     if tls.curve_preferences:
         curve = GO_CURVES[tls.curve_preferences[0]]
         try:
@@ -405,7 +469,6 @@ def build_ssl_context(config: WebConfig) -> ssl.SSLContext:
                     "curve_preferences: Python's ssl pins a single curve; only the first one is used",
                     extra={"curve": tls.curve_preferences[0]},
                 )
-    return context
 
 
 def config_warnings(config: WebConfig) -> list[str]:
@@ -413,6 +476,16 @@ def config_warnings(config: WebConfig) -> list[str]:
     warnings = []
     if config.http2:
         warnings.append("http_server_config.http2: HTTP/2 is not supported; serving HTTP/1.1")
+    if config.tls_tuning_only:
+        warnings.append(
+            f"tls_server_config has {', '.join(config.tls_tuning_only)} but no cert, key, client CA or "
+            "client_auth_type, so it does not turn TLS on: serving plain HTTP, as exporter-toolkit does"
+        )
+    if config.rate_limit is not None and config.rate_limit.burst == 0:
+        warnings.append(
+            "rate_limit.burst is 0: every request is refused with 429 Too Many Requests, as exporter-toolkit's "
+            "limiter does; set a burst of 1 or more to let requests through"
+        )
     tls = config.tls
     if tls is not None and tls.min_version in ("TLS10", "TLS11"):
         import ssl  # noqa: PLC0415 - only TLS needs it

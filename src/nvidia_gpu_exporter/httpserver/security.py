@@ -1,8 +1,9 @@
 """Applies ``--web.config.file`` to every route: basic auth, client-certificate SANs, rate limit, headers.
 
-The file is re-checked every few seconds; users, headers, the rate limit and the certificate files
-(rotated certificates) apply to new connections and requests without a restart. A broken edit is
-logged and the previous settings stay in force. Each check reads on a thread of its own, bounded by a
+The file is re-checked every few seconds; users, headers, the rate limit, the certificate files (rotated
+certificates) and the TLS policy (client_auth_type, client CA, versions, cipher suites) apply to new
+connections and requests without a restart, as exporter-toolkit reads the file for each handshake. A broken
+edit is logged and the previous settings stay in force. Each check reads on a thread of its own, bounded by a
 timeout, so no file (a FIFO, a hung file system) ever holds the event loop, and no error ends the watcher.
 """
 
@@ -21,13 +22,13 @@ from typing import TYPE_CHECKING, TypeVar
 from nvidia_gpu_exporter.httpserver.auth import BasicAuthenticator, Verdict, parse_basic_authorization
 from nvidia_gpu_exporter.httpserver.config import (
     RateLimit,
-    TlsSettings,
     WebConfig,
     WebConfigError,
     build_ssl_context,
     config_warnings,
     fingerprint,
     load_web_config,
+    set_policy,
 )
 from nvidia_gpu_exporter.httpserver.http import App, Handler, Request, Response
 from nvidia_gpu_exporter.httpserver.responses import plain_text
@@ -80,23 +81,6 @@ class ClientBuckets:
         while len(self._buckets) > MAX_RATE_LIMITED_CLIENTS:
             self._buckets.popitem(last=False)
         return bucket.take()
-
-
-def _policy(tls: TlsSettings) -> tuple[object, ...]:
-    """The TLS settings an existing ``SSLContext`` cannot change safely."""
-    return (tls.client_auth_type, tls.min_version, tls.max_version, tls.cipher_suites, tls.curve_preferences)
-
-
-def _with_policy(tls: TlsSettings, served: TlsSettings) -> TlsSettings:
-    """``tls`` with the policy (:func:`_policy`) it is served with until a restart."""
-    return replace(
-        tls,
-        client_auth_type=served.client_auth_type,
-        min_version=served.min_version,
-        max_version=served.max_version,
-        cipher_suites=served.cipher_suites,
-        curve_preferences=served.curve_preferences,
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +148,8 @@ class Security:
         self.ssl_context: ssl.SSLContext | None = build_ssl_context(self.config) if self.config.tls else None
         # The listening socket keeps its first context; each handshake switches to the latest one built at a
         # reload, so a rotated certificate and a removed client CA both apply (a context's trust store can
-        # only grow, so a new context is the only way to take a CA out).
+        # only grow, so a new context is the only way to take a CA out). What a connection copies from the
+        # listening context when accepted (versions, client-certificate mode, suites) a reload sets on it.
         self._live_context = self.ssl_context
         if self.ssl_context is not None:
             self.ssl_context.sni_callback = self._select_context
@@ -193,9 +178,14 @@ class Security:
 
     @property
     def authenticates(self) -> bool:
-        """Whether every request must prove who sent it (a password or a verified client certificate)."""
+        """Whether every request must prove who sent it (a password, or a client certificate from the client CA:
+        one any public CA issued, checked against the system's roots, says nothing about who sent it)."""
         tls = self.config.tls
-        verified = tls is not None and tls.client_auth_type == "RequireAndVerifyClientCert"
+        verified = (
+            tls is not None
+            and tls.client_auth_type == "RequireAndVerifyClientCert"
+            and bool(tls.client_ca_file or tls.client_ca)
+        )
         return bool(self.config.basic_auth_users) or verified
 
     @property
@@ -264,11 +254,6 @@ class Security:
             log.warning("web config: turning TLS on or off applies after a restart")
             config = replace(config, tls=self.config.tls)  # TLS and its client checks stay as they are served
         elif config.tls is not None and self.ssl_context is not None:
-            old = self.config.tls
-            assert old is not None
-            if _policy(old) != _policy(config.tls):
-                log.warning("web config: TLS versions, cipher suites and client auth apply after a restart")
-                config = replace(config, tls=_with_policy(config.tls, old))
             try:
                 context = build_ssl_context(config)
             except WebConfigError as error:
@@ -282,6 +267,7 @@ class Security:
             self._failed(staged.error)
             return False
         if staged.context is not None:
+            self._set_policy(staged.config)
             self._live_context = staged.context
         self._apply(staged.config)
         if self.reloads is not None:
@@ -328,6 +314,16 @@ class Security:
         except Exception as error:  # no error ends the watcher: it is said, and the settings stay
             self._failed(_describe(error))
             return None
+
+    def _set_policy(self, config: WebConfig) -> None:
+        """``config``'s TLS policy set on the listening context (OpenSSL copies it into each connection it accepts),
+        on the event loop: never while a handshake reads it."""
+        assert self.ssl_context is not None
+        assert config.tls is not None
+        set_policy(self.ssl_context, config)
+        old = self.config.tls
+        if old is not None and old.curve_preferences and not config.tls.curve_preferences:
+            log.warning("web config: the curve pinned by curve_preferences stays until a restart (ssl cannot unpin)")
 
     def _select_context(self, connection: ssl.SSLObject, _server_name: str | None, current: ssl.SSLContext) -> None:
         """Hand a new handshake the latest context (called by OpenSSL once the client's hello arrived)."""
