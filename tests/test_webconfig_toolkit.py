@@ -164,7 +164,7 @@ def serve_and_ask(
             TLS + "  min_version: TLS13\n",
             Client(max_version=ssl.TLSVersion.TLSv1_2),
             "refused",
-            id="Incompatible TLS version: a TLS 1.2 client, a TLS 1.3 server (a bare close, no alert)",
+            id="Incompatible TLS version: a TLS 1.2 client, a TLS 1.3 server (refused with the protocol_version alert)",
         ),
         pytest.param(
             TLS + "  client_auth_type: RequireAndVerifyClientCert\n",

@@ -219,3 +219,38 @@ def test_a_client_that_resets_before_or_during_its_answer_is_no_error_in_the_log
         run(main)
     loud = [record for record in caplog.records if record.levelno >= logging.WARNING]
     assert loud == [], [record.getMessage() for record in loud]
+
+
+@needs_compact_tls
+@pytest.mark.parametrize(
+    ("server_minimum", "client_maximum", "alert"),
+    [
+        pytest.param(ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_2, "PROTOCOL_VERSION", id="no-common-version"),
+    ],
+)
+def test_a_failed_handshake_sends_its_alert_before_the_close(
+    server_minimum: ssl.TLSVersion,
+    client_maximum: ssl.TLSVersion,
+    alert: str,
+    tls_pair: tuple[ssl.SSLContext, ssl.SSLContext],
+) -> None:
+    """Go's clients read why (``protocol version not supported``); asyncio's own protocol closed without a word."""
+    server_tls = tls_pair[0]
+    server_tls.minimum_version = server_minimum
+
+    async def main() -> str:
+        client = ssl.create_default_context()
+        client.check_hostname = False
+        client.verify_mode = ssl.CERT_NONE
+        client.maximum_version = client_maximum
+        async with serving(_app(), web_settings(), tls=server_tls) as server:
+            try:
+                await open_client(server, client)
+            except (ssl.SSLError, ConnectionError) as error:
+                return str(error)
+            return "handshake succeeded"
+
+    try:
+        assert alert in run(main)
+    finally:
+        server_tls.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED

@@ -14,14 +14,16 @@ The same subclass tells the connection's deadline protocol (:class:`TlsHooks`) w
 before its handshake, and when it closes: a connection stalled in its handshake holds an fd and memory, so it counts
 under ``--web.max-connections`` and can be evicted like one stalled in its request head. And as Go's server does, a
 client that speaks plain HTTP to the TLS port (its first five bytes one of Go's HTTP prefixes) is answered
-:data:`PLAIN_HTTP_ANSWER` in plain text and closed, instead of a bare close. On the public path neither holds: its
-handshakes are outside the cap, and plain HTTP gets the close.
+:data:`PLAIN_HTTP_ANSWER` in plain text and closed, instead of a bare close; and a failed handshake's alert (no
+common version, a missing client certificate) is sent before the close, as Go sends it. On the public path none
+of this holds: its handshakes are outside the cap, and plain HTTP and a failed handshake get a bare close.
 """
 
 from __future__ import annotations
 
 import asyncio
 import asyncio.sslproto
+import contextlib
 import functools
 import inspect
 import logging
@@ -68,6 +70,9 @@ def sslproto_mismatches() -> list[str]:
         mismatches.append("SSLProtocol is not a BufferedProtocol (it reads into no buffer of its own)")
     if not isinstance(getattr(protocol, "max_size", None), int):
         mismatches.append("SSLProtocol.max_size (the receive buffer's size) is not an int class attribute")
+    for method in ("_on_handshake_complete", "_process_outgoing"):  # a failed handshake's alert is written by them
+        if not callable(getattr(protocol, method, None)):
+            mismatches.append(f"SSLProtocol.{method} is gone")
     parameters = inspect.signature(protocol).parameters
     missing = [name for name in SSLPROTOCOL_PARAMETERS if name not in parameters]
     if missing:
@@ -123,6 +128,15 @@ if sys.version_info >= (3, 11):
                 self._buffer = None
                 if self.hooks is not None:
                     self.hooks.handshake_ended()
+
+        def _on_handshake_complete(self, handshake_exc: BaseException | None) -> None:
+            # asyncio aborts a failed handshake's transport without writing the alert OpenSSL put in the outgoing
+            # BIO: the client saw a reset or an end of file where Go's clients read "protocol version not
+            # supported" or "certificate required". Written first, it goes out before the abort.
+            if handshake_exc is not None and self._tcp is not None and not self._tcp.is_closing():
+                with contextlib.suppress(Exception):
+                    self._process_outgoing()
+            super()._on_handshake_complete(handshake_exc)
 
         def get_buffer(self, n: int) -> memoryview:
             buffer = super().get_buffer(n)
