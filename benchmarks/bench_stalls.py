@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -116,11 +117,32 @@ class Clients:
             raise
 
 
-def run_attack(attack: str, args: argparse.Namespace, config: Path) -> str:
-    """One attack against a fresh exporter: its table row."""
+@dataclass(frozen=True)
+class Outcome:
+    """What one attack did to the exporter: RSS in KiB and open fds at rest, at their peak and 15 s after; the
+    worst probe and scrape in seconds; the probes and scrapes that failed; connections evicted."""
+
+    rss_kib: tuple[int, int, int]
+    fds: tuple[int, int, int]
+    worst_probe: float
+    worst_scrape: float
+    failures: int
+    evicted: str
+
+    def row(self, attack: str) -> str:
+        rest, peak, after = (kib / 1024 for kib in self.rss_kib)
+        return (
+            f"| {attack} | {rest:.1f} / {peak:.1f} / {after:.1f} MiB | {' / '.join(map(str, self.fds))} "
+            f"| {self.worst_probe * 1000:.0f} ms | {self.worst_scrape * 1000:.0f} ms "
+            f"| {self.failures} | {self.evicted} |"
+        )
+
+
+def run_attack(attack: str, connections: int, seconds: float, max_connections: int, config: Path) -> Outcome:
+    """One attack against a fresh exporter (``config``: a web config serving TLS, for the TLS attacks)."""
     stall, tls = STALLS[attack]
     tls_args = [f"--web.config.file={config}"] if tls else []
-    exporter = start_exporter(["--collect.backend=demo", f"--web.max-connections={args.max_connections}", *tls_args])
+    exporter = start_exporter(["--collect.backend=demo", f"--web.max-connections={max_connections}", *tls_args])
     try:
         context = None
         if tls:
@@ -133,14 +155,14 @@ def run_attack(attack: str, args: argparse.Namespace, config: Path) -> str:
         time.sleep(1)
         rest = (status_kib(pid), open_fds(pid))
         attacker = subprocess.Popen(
-            [sys.executable, "-c", ATTACKER, str(clients.port), stall.hex(), str(args.connections)],
+            [sys.executable, "-c", ATTACKER, str(clients.port), stall.hex(), str(connections)],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
         )
         worst = {"probe": 0.0, "scrape": 0.0}
         failures = 0
         peak = rest
-        deadline = time.monotonic() + args.seconds
+        deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             for name, measure in (("probe", clients.probe), ("scrape", clients.scrape)):
                 try:
@@ -156,13 +178,22 @@ def run_attack(attack: str, args: argparse.Namespace, config: Path) -> str:
         after = (status_kib(pid), open_fds(pid))
         body = clients.get(clients.scraper, "/metrics")[1].decode()
         evicted = re.search(r'http_connections_closed_total\{reason="evicted"\} (\S+)', body)
-        return (
-            f"| {attack} | {rest[0] / 1024:.1f} / {peak[0] / 1024:.1f} / {after[0] / 1024:.1f} MiB "
-            f"| {rest[1]} / {peak[1]} / {after[1]} | {worst['probe'] * 1000:.0f} ms | {worst['scrape'] * 1000:.0f} ms "
-            f"| {failures} | {evicted.group(1) if evicted else '?'} |"
+        return Outcome(
+            (rest[0], peak[0], after[0]),
+            (rest[1], peak[1], after[1]),
+            worst["probe"],
+            worst["scrape"],
+            failures,
+            evicted.group(1) if evicted else "?",
         )
     finally:
         exporter.stop()
+
+
+def tls_config(directory: Path) -> Path:
+    """A web config serving TLS with a fresh certificate, in ``directory``."""
+    cert, key = make_pki(directory)
+    return web_config(directory, cert, key, auth=False)
 
 
 def main() -> None:
@@ -172,9 +203,7 @@ def main() -> None:
     parser.add_argument("--max-connections", type=int, default=256)
     parser.add_argument("--attacks", default=",".join(STALLS))
     args = parser.parse_args()
-    directory = Path(tempfile.mkdtemp(prefix="bench-stalls-"))
-    cert, key = make_pki(directory)
-    config = web_config(directory, cert, key, auth=False)
+    config = tls_config(Path(tempfile.mkdtemp(prefix="bench-stalls-")))
     print(
         f"{args.connections} stalled connections for {args.seconds:g} s, --web.max-connections={args.max_connections}"
     )
@@ -184,7 +213,8 @@ def main() -> None:
     )
     print(" evicted |\n|---|---|---|---:|---:|---:|---:|")
     for attack in args.attacks.split(","):
-        print(run_attack(attack, args, config), flush=True)
+        outcome = run_attack(attack, args.connections, args.seconds, args.max_connections, config)
+        print(outcome.row(attack), flush=True)
 
 
 if __name__ == "__main__":
