@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -102,6 +104,56 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.unit)
 
 
+# The end of a run counts the skips by reason in a few lines (pyproject's -r leaves out "s"); `pytest -ra` lists
+# every skip instead. A reason's per-test detail (a path, a parenthesis, what follows its first ": ") is dropped,
+# every path into ../shared reads "../shared", and tools that one CI step installs make one line naming them.
+SKIP_LINES = 8
+_PARENTHESES = re.compile(r"\s*\([^()]*\)")
+_SHARED_PATH = re.compile(r"\S*/shared(?:/\S*)?")
+_CI_STEP = re.compile(r"\.ci/steps/[\w.-]+\.sh")
+_NOT_INSTALLED = re.compile(r" (?:is|are) not installed$")
+
+
+def skip_group(reason: str) -> tuple[str, str]:
+    """The group a skip reason counts under, and what it adds to the group's line (a tool's name, or nothing)."""
+    head = _SHARED_PATH.sub("../shared", _PARENTHESES.sub("", reason).split(": ", 1)[0])
+    step = _CI_STEP.search(reason)
+    if step is not None and _NOT_INSTALLED.search(head):
+        return f"not installed, {step.group()} installs them", _NOT_INSTALLED.sub("", head)
+    return head, ""
+
+
+def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped or terminalreporter.hasopt("s"):
+        return
+    counts: Counter[str] = Counter()
+    members: defaultdict[str, set[str]] = defaultdict(set)
+    for report in skipped:
+        group, member = skip_group(_skip_reason(report))
+        counts[group] += 1
+        if member:
+            members[group].add(member)
+    lines = [
+        (count, f"{group}: {', '.join(sorted(members[group]))}" if members[group] else group)
+        for group, count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    ]
+    if len(lines) > SKIP_LINES:
+        rest = lines[SKIP_LINES - 1 :]
+        lines[SKIP_LINES - 1 :] = [
+            (sum(count for count, _ in rest), f"{len(rest)} more: " + "; ".join(line for _, line in rest))
+        ]
+    terminalreporter.write_sep("=", f"{len(skipped)} skipped, by reason (pytest -ra lists each)")
+    for count, line in lines:
+        terminalreporter.write_line(f"{count:6d}  {line}")
+
+
 @pytest.fixture
 def exporter() -> Iterator[StartExporter]:
     """Factory: ``exporter(*args, env=None)`` starts the real exporter; every one is stopped afterwards."""
@@ -126,7 +178,7 @@ def conformance_dir_or_skip() -> Path:
     return CONFORMANCE
 
 
-__all__: Sequence[str] = ("StartExporter", "conformance_dir_or_skip")
+__all__: Sequence[str] = ("StartExporter", "conformance_dir_or_skip", "skip_group")
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from nvidia_gpu_exporter.exposition.families import BUILD_INFO
 from nvidia_gpu_exporter.exposition.selfmetrics import build_info_values
 from nvidia_gpu_exporter.support import buildinfo
 from nvidia_gpu_exporter.support.buildinfo import UNKNOWN, BuildInfo
+from optional_tools import needs_tool
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 RECORDED = BuildInfo(branch="main", revision=SHA, date="2026-01-02T03:04:05Z")
@@ -59,6 +60,9 @@ def _git(root: Path, *args: str) -> str:
     return subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()
 
 
+needs_git = needs_tool("git", "these tests read the build info from a throwaway git checkout")
+
+
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
     _git(tmp_path, "init", "-q", "-b", "release-1")
@@ -68,6 +72,7 @@ def checkout(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@needs_git
 def test_from_a_git_checkout(checkout: Path) -> None:
     info = buildinfo.from_source(checkout, {"SOURCE_DATE_EPOCH": "1767225600"})
     assert info == BuildInfo(
@@ -75,6 +80,7 @@ def test_from_a_git_checkout(checkout: Path) -> None:
     )
 
 
+@needs_git
 def test_the_environment_wins_over_git(checkout: Path) -> None:
     environ = {buildinfo.ENV_BRANCH: "HEAD", buildinfo.ENV_REVISION: SHA, "SOURCE_DATE_EPOCH": "0"}
     assert buildinfo.from_source(checkout, environ) == BuildInfo("HEAD", SHA, "1970-01-01T00:00:00Z")

@@ -16,6 +16,7 @@ import yaml
 
 from harness import REPO
 from nvidia_gpu_exporter import __version__
+from optional_tools import needs_tool
 
 NFPM = REPO / "packaging" / "nfpm.yaml"
 DOCKERFILE = REPO / "deploy" / "docker" / "Dockerfile"
@@ -49,6 +50,9 @@ def test_no_package_metadata_names_the_go_project(where: str, value: Any) -> Non
 def test_the_package_homepage_comes_from_project_url() -> None:
     assert _nfpm()["homepage"] == "${NFPM_HOMEPAGE}"
     assert "NFPM_HOMEPAGE=$homepage" in (REPO / "packaging" / "build-release.sh").read_text(encoding="utf-8")
+
+
+needs_git = needs_tool("git", "packaging/project-url.sh reads the remote of a throwaway git checkout")
 
 
 def _run_project_url(root: Path, environ: dict[str, str], remote: str | None) -> subprocess.CompletedProcess[str]:
@@ -90,12 +94,14 @@ ADDRESSES: list[tuple[dict[str, str], str | None, str, str]] = [
 
 
 @pytest.mark.parametrize(("environ", "remote", "expected", "rule"), ADDRESSES, ids=[row[3] for row in ADDRESSES])
+@needs_git
 def test_project_url(tmp_path: Path, environ: dict[str, str], remote: str | None, expected: str, rule: str) -> None:
     result = _run_project_url(tmp_path, environ, remote)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == expected, rule
 
 
+@needs_git
 def test_project_url_refuses_what_is_not_a_web_address(tmp_path: Path) -> None:
     result = _run_project_url(tmp_path, {"PROJECT_URL": "nvidia_gpu_exporter"}, None)
     assert result.returncode == 1
@@ -115,13 +121,13 @@ def _ours() -> str:
     return f"{epoch}{__version__}-{config['release']}"
 
 
-@pytest.mark.skipif(shutil.which("dpkg") is None, reason="dpkg is not installed")
+@needs_tool("dpkg")
 def test_the_deb_version_sorts_above_the_go_package() -> None:
     ours = _ours()
     assert subprocess.run(["dpkg", "--compare-versions", ours, "gt", GO_VERSION], check=False).returncode == 0, ours
 
 
-@pytest.mark.skipif(shutil.which("rpm") is None, reason="rpm is not installed")
+@needs_tool("rpm")
 def test_the_rpm_version_sorts_above_the_go_package() -> None:
     ours = _ours()
     script = f'%{{lua: print(rpm.vercmp("{ours}", "{GO_VERSION}-1"))}}'

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness import REPO, load_script
+from optional_tools import needs_tool
 
 EPOCH = 1_700_000_000  # 2023-11-14T22:13:20Z
 
@@ -94,6 +95,9 @@ def test_a_file_that_is_not_a_zip_is_refused_with_its_name(tmp_path: Path) -> No
     assert bogus.read_bytes() == b"not a zip"
 
 
+needs_git = needs_tool("git", "these tests stamp a build from a throwaway git checkout")
+
+
 def _git(root: Path, *args: str) -> None:
     env = {
         **os.environ,
@@ -124,6 +128,7 @@ def _sdist(root: Path, mtime: int) -> Path:
     return root
 
 
+@needs_git
 def test_a_git_checkout_stamps_the_commit_time(tmp_path: Path) -> None:
     assert source_date_epoch.source_date_epoch(_checkout(tmp_path / "repo")) == EPOCH
 
@@ -132,6 +137,7 @@ def test_an_unpacked_sdist_stamps_the_mtime_of_pkg_info(tmp_path: Path) -> None:
     assert source_date_epoch.source_date_epoch(_sdist(tmp_path / "sdist", EPOCH)) == EPOCH
 
 
+@needs_git
 def test_an_sdist_unpacked_inside_another_git_checkout_still_stamps_pkg_info(tmp_path: Path) -> None:
     outer = _checkout(tmp_path / "repo")
     assert source_date_epoch.source_date_epoch(_sdist(outer / "unpacked", EPOCH - 5)) == EPOCH - 5
@@ -144,8 +150,8 @@ NOT_A_SOURCE = "neither an unpacked sdist (no PKG-INFO) nor the top of a git wor
     ("layout", "reason"),
     [
         pytest.param("plain", NOT_A_SOURCE, id="plain-dir"),
-        pytest.param("subdir", NOT_A_SOURCE, id="git-subdir"),
-        pytest.param("empty-repo", "is a git work tree without a commit", id="repo-without-commit"),
+        pytest.param("subdir", NOT_A_SOURCE, id="git-subdir", marks=needs_git),
+        pytest.param("empty-repo", "is a git work tree without a commit", id="repo-without-commit", marks=needs_git),
     ],
 )
 def test_a_tree_without_a_timestamp_is_refused(tmp_path: Path, layout: str, reason: str) -> None:

