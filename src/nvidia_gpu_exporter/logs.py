@@ -165,6 +165,28 @@ class RateLimitedHandler(logging.StreamHandler):  # type: ignore[type-arg]  # ge
         super().handle(summary)
 
 
+# Libraries whose INFO lines are per connection or per request (asyncssh: five for each fleet probe, 30 lines a second
+# for 100 targets at 15 s): their warnings and errors are kept, their INFO and DEBUG shown only at --log.level=debug.
+CHATTY_LIBRARIES = ("asyncssh",)
+# asyncio's warning for every write past the fifth to a connection whose client reset it (a scraper that went away
+# mid-response): nothing an operator can act on, so it is a debug line.
+CLIENT_GONE_MESSAGES = frozenset({"socket.send() raised exception."})
+
+
+class ClientGoneFilter(logging.Filter):
+    """Demotes asyncio's :data:`CLIENT_GONE_MESSAGES` to debug: written only when ``debug`` says debug is on."""
+
+    def __init__(self, debug: bool) -> None:
+        super().__init__()
+        self.debug = debug
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg in CLIENT_GONE_MESSAGES and record.levelno > logging.DEBUG:
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return self.debug
+        return True
+
+
 def configure(level: str = "info", log_format: str = "logfmt", stream: TextIO | None = None) -> logging.Logger:
     """Install one rate-limited stderr handler for every logger of the process (idempotent: replaces an
     earlier one); ``level`` applies to all of them. Returns the root logger."""
@@ -180,6 +202,13 @@ def configure(level: str = "info", log_format: str = "logfmt", stream: TextIO | 
     handler.setFormatter(JsonFormatter() if log_format == "json" else LogfmtFormatter())
     root.addHandler(handler)
     root.setLevel(LEVELS[level])
+    debug = LEVELS[level] <= logging.DEBUG
+    for name in CHATTY_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.NOTSET if debug else logging.WARNING)
+    loop_logger = logging.getLogger("asyncio")
+    for old_filter in [f for f in loop_logger.filters if isinstance(f, ClientGoneFilter)]:
+        loop_logger.removeFilter(old_filter)
+    loop_logger.addFilter(ClientGoneFilter(debug))
     return root
 
 

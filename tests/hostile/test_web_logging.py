@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+from collections.abc import Iterator
 
 import pytest
 
@@ -91,3 +92,47 @@ def test_what_is_suppressed_at_exit_is_still_summed_up() -> None:
     handler.close()
     assert [entry["msg"] for entry in messages(stream)][-1] == "suppressed similar log lines"
     assert messages(stream)[-1]["suppressed"] == 2
+
+
+@pytest.fixture
+def restored_logging() -> Iterator[None]:
+    """The process's logging as it was, after a test that configures it."""
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    loop_logger = logging.getLogger("asyncio")
+    saved_filters = list(loop_logger.filters)
+    chatty = {name: logging.getLogger(name).level for name in logs.CHATTY_LIBRARIES}
+    yield None
+    root.handlers[:] = saved[0]
+    root.setLevel(saved[1])
+    loop_logger.filters[:] = saved_filters
+    for name, level in chatty.items():
+        logging.getLogger(name).setLevel(level)
+
+
+@pytest.mark.usefixtures("restored_logging")
+@pytest.mark.parametrize(
+    ("level", "logger", "record_level", "message", "written"),
+    [
+        # issue 35: a client that closes mid-response was 89 warnings in a 30-minute soak
+        pytest.param(
+            "info", "asyncio", logging.WARNING, "socket.send() raised exception.", None, id="client-gone-quiet"
+        ),
+        pytest.param(
+            "debug", "asyncio", logging.WARNING, "socket.send() raised exception.", "debug", id="client-gone-at-debug"
+        ),
+        pytest.param("info", "asyncio", logging.WARNING, "something else", "warn", id="other-asyncio-warnings-kept"),
+        # issue 30: asyncssh's INFO lines, five per fleet probe
+        pytest.param("info", "asyncssh", logging.INFO, "Opening SSH connection", None, id="ssh-info-quiet"),
+        pytest.param("info", "asyncssh", logging.WARNING, "Host key mismatch", "warn", id="ssh-warnings-kept"),
+        pytest.param("debug", "asyncssh", logging.INFO, "Opening SSH connection", "info", id="ssh-info-at-debug"),
+    ],
+)
+def test_library_lines_an_operator_cannot_act_on_are_debug(
+    level: str, logger: str, record_level: int, message: str, written: str | None
+) -> None:
+    stream = io.StringIO()
+    logs.configure(level, "json", stream)
+    logging.getLogger(logger).log(record_level, message)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [entry["level"] for entry in lines] == ([written] if written else [])
