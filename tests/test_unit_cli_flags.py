@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -672,3 +673,18 @@ READY = {"ready_require_collection": True}
 )
 def test_readiness_validation(changes: dict[str, object], message: str | None) -> None:
     assert problem(**changes) == message
+
+
+@pytest.mark.parametrize(
+    ("backend", "message"),
+    [
+        ("exec", "--web.ready.min-gpus=pci needs the PCI bus from sysfs (Linux) or the demo backend"),
+        ("demo", None),  # the demo simulates its bus
+    ],
+)
+def test_readiness_by_the_pci_bus_needs_sysfs(
+    monkeypatch: pytest.MonkeyPatch, backend: str, message: str | None
+) -> None:
+    monkeypatch.setattr(sys, "platform", "win32")
+    assert problem(**READY, ready_min_gpus="pci", backend=backend) == message
+    assert problem(**READY, ready_min_gpus="2", backend=backend) is None
