@@ -191,13 +191,25 @@ def _local(port: int) -> str:
     return f"127.0.0.1:{port}:{port}"
 
 
+DEMO_CONFIG = "/etc/nvidia_gpu_exporter/demo.yaml"
+DEMO_SCENARIOS = ["lost-gpu", "xid-79", "random-xids"]  # docs/demo.md, "Faults on request": every one, so alerts fire
+
+
+def demo_config() -> dict[str, Any]:
+    """The stack's demo: the default scenario's two GPUs and MIG topology, with every simulated fault turned on
+    (the default demo is a healthy machine, whose alerts would stay quiet)."""
+    instances = [{"gi": 2, "profile": "3g.71gb", "cis": 2, "busy": True}, {"gi": 7, "profile": "1g.18gb"}]
+    return {"extras": {"mig": [{"gpu": 0, "instances": instances}], "scenarios": DEMO_SCENARIOS}}
+
+
 def compose() -> dict[str, Any]:
     exporter = {
         "image": "${NVIDIA_GPU_EXPORTER_IMAGE:-nvidia-gpu-exporter:local}",
         "build": {"context": "../..", "dockerfile": "deploy/docker/Dockerfile"},
-        "command": ["--collect.backend=demo", f"--collect.interval={SCRAPE_INTERVAL}"],
+        "command": ["--collect.backend=demo", f"--demo-config={DEMO_CONFIG}", f"--collect.interval={SCRAPE_INTERVAL}"],
         "restart": "unless-stopped",
         "ports": [_local(EXPORTER_PORT)],
+        "volumes": [f"./demo/demo.yaml:{DEMO_CONFIG}:ro"],
         "user": "65534:65534",
         "read_only": True,
         "cap_drop": ["ALL"],
@@ -579,6 +591,9 @@ def outputs() -> dict[Path, str]:
         COMPOSE / "compose.yaml": _yaml(compose(), compose_header),
         COMPOSE / "compose.gpu.yaml": _yaml(
             compose_gpu(), "# Real GPUs: docker compose -f compose.yaml -f compose.gpu.yaml up -d --build\n"
+        ),
+        COMPOSE / "demo" / "demo.yaml": _yaml(
+            demo_config(), "# The demo's GPUs with every simulated fault on, so the alerts fire (docs/demo.md).\n"
         ),
         COMPOSE / "prometheus" / "prometheus.yml": _yaml(
             prometheus_config(f"nvidia_gpu_exporter:{EXPORTER_PORT}", f"alertmanager:{ALERTMANAGER_PORT}")

@@ -70,6 +70,7 @@ MATRIX: dict[str, dict[str, Any]] = {
         }
     },
     "dashboards": {"grafanaDashboard": {"enabled": True, "annotations": {"grafana_folder": "GPUs"}}},
+    "readiness": {"readiness": {"requireCollection": True, "maxStaleness": "2m", "minGpus": "pci"}},
     "host-pid-compute-apps": {"hostPID": True, "computeApps": {"enabled": True}},
     "host-network": {"hostNetwork": True, "hostPort": {"enabled": True, "port": 19835}},
     "custom-args": {
@@ -449,6 +450,52 @@ def test_rendered_flags_run_the_real_exporter(exporter: StartExporter) -> None:
         ]
         assert handle.get(path).status == 200, path
     assert "nvidia_smi_last_collect_success" in handle.scrape("/gpu/metrics")
+
+
+def test_readiness_values_become_the_flags_the_exporter_accepts() -> None:
+    """readiness.* (docs/compatibility.md, "Readiness") renders --web.ready.* flags that start the exporter; off by
+    default, as the Go exporter's always-ready /-/ready."""
+    assert not [arg for arg in container(chart_objects({}))["args"] if arg.startswith("--web.ready.")]
+    args = container(chart_objects(copy.deepcopy(MATRIX["readiness"])))["args"]
+    ready = [arg for arg in args if arg.startswith("--web.ready.")]
+    assert ready == ["--web.ready.require-collection", "--web.ready.max-staleness=2m", "--web.ready.min-gpus=pci"]
+    config = parse_args(ready).config
+    validate(config)
+    assert (config.ready_require_collection, config.ready_max_staleness_ns, config.ready_min_gpus) == (
+        True,
+        120_000_000_000,
+        "pci",
+    )
+    counted = container(chart_objects({"readiness": {"requireCollection": True, "minGpus": "8"}}))["args"]
+    assert [arg for arg in counted if arg.startswith("--web.ready.")] == [
+        "--web.ready.require-collection",
+        "--web.ready.min-gpus=8",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"readiness": {"maxStaleness": "2m"}}, "need readiness.requireCollection"),
+        ({"readiness": {"minGpus": "pci"}}, "need readiness.requireCollection"),
+    ],
+)
+def test_readiness_conditions_without_require_collection_fail_the_render(values: dict[str, Any], message: str) -> None:
+    assert_render_fails(values, message)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"readiness": {"requireCollection": True, "minGpus": "all"}}, "minGpus"),
+        ({"readiness": {"requireCollection": True, "maxStaleness": "2 minutes"}}, "maxStaleness"),
+        ({"readiness": {"requireCollection": "yes"}}, "requireCollection"),
+        ({"readiness": {"gpus": 8}}, "gpus"),
+    ],
+)
+def test_schema_rejects_bad_readiness_values(values: dict[str, Any], message: str) -> None:
+    assert_render_fails(values, message)
+    assert_lint_reports(values)
 
 
 def test_restricted_check_catches_a_weakened_security_context() -> None:

@@ -312,6 +312,11 @@ def test_the_schema_target_name_pattern_is_the_parsers() -> None:
             "kubernetes.podResources.enabled belongs to",
             id="attribution",
         ),
+        pytest.param(
+            fleet_values(readiness={"requireCollection": True}),
+            "readiness.requireCollection belongs to",
+            id="readiness",
+        ),
     ],
 )
 def test_contradictory_fleet_values_fail_the_render(values: dict[str, Any], message: str) -> None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,11 @@ from nvidia_gpu_exporter.backends.demo.backend import POWER_QUERY_ARGS, DemoBack
 from nvidia_gpu_exporter.backends.demo.extras import (
     DEFAULT_PCIE_RX,
     DEFAULT_PCIE_TX,
+    DEFAULT_SCENARIO,
     DEFAULT_XID_CODES,
     GIB,
     MAX_XIDS_PER_CYCLE,
+    SCENARIOS,
     Bounds,
     ExtrasError,
     ExtrasSpec,
@@ -148,7 +151,7 @@ INSTANCE = "extras:\n  mig:\n    - gpu: 0\n      instances:\n        - "
         pytest.param(
             "extras:\n  bogus: 1",
             'line 2: extras: unknown key "bogus", want one of seed, energy-fallback-power-watts, pcie, mig, xids, '
-            "lost-gpus",
+            "lost-gpus, scenarios",
             id="unknown-top-key",
         ),
         pytest.param(
@@ -372,6 +375,26 @@ INSTANCE = "extras:\n  mig:\n    - gpu: 0\n      instances:\n        - "
             "line 2: extras.lost-gpus: at most 8 lost GPUs, got 9",
             id="lost-gpus-bounded",
         ),
+        pytest.param(
+            "extras:\n  scenarios: [lost-gpu, healthy]",
+            'line 2: extras.scenarios[1]: must be one of lost-gpu, xid-79, random-xids, got "healthy"',
+            id="scenario-unknown",
+        ),
+        pytest.param(
+            "extras:\n  scenarios: [xid-79, xid-79]",
+            'line 2: extras.scenarios[1]: the scenario "xid-79" is listed twice',
+            id="scenario-twice",
+        ),
+        pytest.param(
+            "extras:\n  lost-gpus: [" + ", ".join(["none"] * 8) + "]\n  scenarios: [lost-gpu]",
+            "line 3: extras.scenarios: lost-gpu would lose more than 8 GPUs with extras.lost-gpus",
+            id="scenario-lost-gpus-bounded",
+        ),
+        pytest.param(
+            "extras:\n  scenarios: lost-gpu",
+            'line 2: extras.scenarios: must be a list, got "lost-gpu"',
+            id="scenarios-not-list",
+        ),
     ],
 )
 def test_invalid_extras_name_the_key_path_and_line(config: str, message: str) -> None:
@@ -430,6 +453,41 @@ def test_gpu_indices_are_checked_against_the_simulated_gpus(block: str, count: i
 )
 def test_valid_extras_parse_to_defaults_and_values(block: str, expected: ExtrasSpec) -> None:
     assert extras(block) == expected
+
+
+@pytest.mark.parametrize(
+    ("names", "gpus", "expected"),
+    [
+        pytest.param("[]", 2, ExtrasSpec(), id="none"),
+        pytest.param("[lost-gpu]", 2, ExtrasSpec(lost_gpus=("nvidia",)), id="lost-gpu"),
+        pytest.param("[xid-79]", 2, ExtrasSpec(xid_initial=(XidEventSpec(1, 79, 2),)), id="xid-79-on-the-second-gpu"),
+        pytest.param("[xid-79]", 1, ExtrasSpec(xid_initial=(XidEventSpec(0, 79, 2),)), id="xid-79-on-the-only-gpu"),
+        pytest.param("[random-xids]", 2, ExtrasSpec(xid_interval_seconds=600.0), id="random-xids"),
+    ],
+)
+def test_each_scenario_adds_its_fault(names: str, gpus: int, expected: ExtrasSpec) -> None:
+    spec = extras(f"{{scenarios: {names}}}")
+    assert replace(spec.with_scenarios(gpus), scenarios=()) == expected
+
+
+def test_scenarios_add_to_what_the_config_sets() -> None:
+    spec = extras("{scenarios: [lost-gpu, xid-79, random-xids], lost-gpus: [vfio-pci], xids: {interval: 1m}}")
+    applied = spec.with_scenarios(4)
+    assert applied.lost_gpus == ("vfio-pci", "nvidia")
+    assert applied.xid_initial == (XidEventSpec(1, 79, 2),)
+    assert applied.xid_interval_seconds == 60.0  # the config's interval wins
+
+
+def test_every_scenario_is_documented() -> None:
+    """docs/demo.md's table of faults lists each scenario the code knows, with nothing else."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "demo.md").read_text(encoding="utf-8")
+    section = text.split("## Faults on request", 1)[1].split("\n## ", 1)[0]
+    assert re.findall(r"^\| `([a-z0-9-]+)` \|", section, flags=re.MULTILINE) == list(SCENARIOS)
+
+
+def test_the_default_scenario_simulates_no_fault() -> None:
+    assert (DEFAULT_SCENARIO.xid_initial, DEFAULT_SCENARIO.xid_interval_seconds) == ((), None)
+    assert (DEFAULT_SCENARIO.lost_gpus, DEFAULT_SCENARIO.scenarios) == ((), ())
 
 
 def test_a_config_without_extras_gets_the_plain_defaults() -> None:
@@ -705,7 +763,7 @@ def test_mig_mode_follows_the_topology(tmp_path: Path, config: str, modes: list[
     assert served == modes
 
 
-def test_default_scenario_has_mig_on_gpu_zero_and_an_initial_xid() -> None:
+def test_default_scenario_has_mig_on_gpu_zero_and_no_fault() -> None:
     clock = Clock()
     backend = start(clock=clock)
     readings = collect(backend)
@@ -715,6 +773,16 @@ def test_default_scenario_has_mig_on_gpu_zero_and_an_initial_xid() -> None:
         (uuids[0], 2, "1c.3g.71gb"),
         (uuids[0], 7, "1g.18gb"),
     }
+    assert backend.xid_records() == ()
+    assert backend.scene.spec.xid_interval_seconds is None
+
+
+def test_the_xid_79_and_random_xids_scenarios_bring_back_the_old_default_faults(tmp_path: Path) -> None:
+    """What the default scenario simulated before it became healthy, now named (docs/demo.md, "Faults on request")."""
+    clock = Clock()
+    backend = start(tmp_path, "extras:\n  scenarios: [xid-79, random-xids]\n", clock=clock)
+    readings = collect(backend)
+    uuids = column(backend, readings, "uuid")
     assert backend.xid_records() == (XidRecord(uuids[1], 79, 2, T0),)
     assert backend.scene.spec.xid_interval_seconds == 600.0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -70,9 +71,12 @@ def test_records_are_kmsg_records_in_sequence() -> None:
     assert sequences == [1, 2, 3]
 
 
-def test_the_demo_serves_the_kernel_logs_families_with_its_processes(exporter: StartExporter) -> None:
-    text = exporter("--collect.backend=demo", "--collect.compute-apps").scrape()
-    # The GPU its XID 79s name, and the one the default scenario lost from the bus (no uuid: never named).
+def test_the_demo_serves_the_kernel_logs_families_with_its_processes(exporter: StartExporter, tmp_path: Path) -> None:
+    config = tmp_path / "demo.yaml"
+    config.write_text("extras:\n  scenarios: [lost-gpu, xid-79]\n", encoding="utf-8")
+    handle = exporter("--collect.backend=demo", f"--demo-config={config}", "--collect.compute-apps")
+    text = handle.scrape()
+    # The GPU its XID 79s name, and the one the lost-gpu scenario lost from the bus (no uuid: never named).
     fallen, lost = sorted(series(text, "nvidia_smi_gpu_fallen_off_bus"), key=lambda sample: sample.labels["uuid"])
     assert lost.labels["uuid"] == "unknown"
     occurrences = series(text, "nvidia_smi_xid_occurrence_timestamp_seconds")
@@ -82,3 +86,27 @@ def test_the_demo_serves_the_kernel_logs_families_with_its_processes(exporter: S
     (source,) = series(text, "nvidia_gpu_exporter_xid_source_info")
     assert source.labels == {"source": "demo"}
     assert [float(sample.value) for sample in series(text, "nvidia_smi_xid_errors_total")] == [2.0]
+    # Each fault says that it is simulated: the scenarios when they start, the kernel log's lines as they are read.
+    assert handle.logged('msg="demo scenario on: simulating a fault" scenario=lost-gpu')
+    assert handle.logged('msg="demo scenario on: simulating a fault" scenario=xid-79')
+    assert handle.logged('msg="XID error in the kernel log (simulated by the demo)"')
+    (fallen_line,) = handle.logged('msg="a GPU fell off the bus (simulated by the demo)"')
+    assert "level=warn" in fallen_line
+
+
+def test_the_default_demo_is_healthy(exporter: StartExporter) -> None:
+    """The README promises two simulated GPUs: no XID, no GPU lost, no fault logged (docs/demo.md)."""
+    handle = exporter("--collect.backend=demo", "--collect.compute-apps")
+    text = handle.scrape()
+    assert len(series(text, "nvidia_smi_gpu_info")) == 2
+    assert [float(sample.value) for sample in series(text, "nvidia_smi_gpus_expected")] == [2.0]
+    for family in (
+        "nvidia_smi_xid_errors_total",
+        "nvidia_smi_gpu_fallen_off_bus",
+        "nvidia_smi_xid_occurrence_timestamp_seconds",
+    ):
+        assert not series(text, family), family
+    handle.scrape()
+    handle.stop()
+    assert "level=error" not in handle.log
+    assert "simulating a fault" not in handle.log

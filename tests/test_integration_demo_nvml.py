@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import StartExporter
-from exposition_reader import checked, label_values, sample_value, samples, values_of
+from exposition_reader import checked, label_values, sample_value, samples, series, values_of
 from harness import run_exporter_to_exit, start_exporter
 from polling import wait_until
 
@@ -45,8 +45,6 @@ def zero_config_scrapes() -> tuple[str, str]:
         pytest.param("nvidia_smi_pcie_throughput_rx_bytes_per_second{", id="pcie-rx"),
         pytest.param("nvidia_smi_mig_info{", id="mig-info"),
         pytest.param("nvidia_smi_mig_memory_used_bytes{", id="mig-memory-used"),
-        pytest.param("nvidia_smi_xid_errors_total{", id="xid-errors"),
-        pytest.param("nvidia_smi_xid_last_timestamp_seconds{", id="xid-last-timestamp"),
         pytest.param("nvidia_smi_nvml_return_code 0\n", id="nvml-return-code"),
     ],
 )
@@ -82,10 +80,22 @@ def test_energy_counts_from_zero_and_grows(zero_config_scrapes: tuple[str, str])
     assert all(value > 0 for value in values_of(second, "nvidia_smi_energy_joules_total"))
 
 
-def test_default_scenario_initial_xids(zero_config_scrapes: tuple[str, str]) -> None:
-    first, _ = zero_config_scrapes
+def test_the_zero_config_demo_has_no_xid(zero_config_scrapes: tuple[str, str]) -> None:
+    """A healthy machine by default: XIDs are a scenario (docs/demo.md, "Faults on request")."""
+    for scrape in zero_config_scrapes:
+        assert "nvidia_smi_xid_errors_total{" not in scrape
+        assert "nvidia_smi_xid_last_timestamp_seconds{" not in scrape
+
+
+def test_the_xid_79_scenario_serves_its_initial_xids(exporter: StartExporter, tmp_path: Path) -> None:
+    config = write_config(tmp_path, "extras:\n  scenarios: [xid-79]\n")
+    first = checked(exporter(DEMO, f"--demo-config={config}").scrape())
     (line,) = samples(first, "nvidia_smi_xid_errors_total")
     assert line.endswith('xid="79"} 2')
+    (stamp,) = samples(first, "nvidia_smi_xid_last_timestamp_seconds")
+    assert 'xid="79"' in stamp
+    (second,) = (info.labels["uuid"] for info in series(first, "nvidia_smi_gpu_info") if info.labels["index"] == "1")
+    assert f'uuid="{second}"' in line  # on the second GPU
 
 
 def test_energy_without_a_served_power_column(exporter: StartExporter) -> None:

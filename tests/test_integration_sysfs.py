@@ -91,8 +91,12 @@ def test_no_nvidia_function_means_no_new_line(
     assert handle.log.count(UNREADABLE) == warnings  # once, not once per scrape
 
 
-def test_the_demo_shows_its_simulated_gpus_on_the_bus_and_one_that_fell_off(exporter: StartExporter) -> None:
-    handle = exporter("--collect.backend=demo")
+def test_the_demo_shows_its_simulated_gpus_on_the_bus_and_one_that_fell_off(
+    tmp_path: Path, exporter: StartExporter
+) -> None:
+    config = tmp_path / "demo.yaml"
+    config.write_text("extras:\n  scenarios: [lost-gpu]\n", encoding="utf-8")
+    handle = exporter("--collect.backend=demo", f"--demo-config={config}")
     scrape = handle.scrape()
     visible = label_values(scrape, "nvidia_smi_gpu_info", "pci_bus_id")
     assert sample_value(scrape, "nvidia_smi_gpus_expected") == len(visible) + 1 == 3

@@ -93,6 +93,16 @@ def bind_mounts(service: str) -> Iterator[tuple[Path, str]]:
             yield (COMPOSE / source).resolve(), target
 
 
+def exporter_command() -> list[str]:
+    """The compose file's exporter flags, each bind-mounted file named where it lies on this machine."""
+    mounts = {target: str(source) for source, target in bind_mounts("nvidia_gpu_exporter")}
+    flags = []
+    for flag in compose_file()["services"]["nvidia_gpu_exporter"]["command"]:
+        name, equals, value = flag.partition("=")
+        flags.append(f"{name}={mounts[value]}" if equals and value in mounts else flag)
+    return flags
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Generated from one place
 
@@ -189,6 +199,21 @@ def test_the_exporter_accepts_the_flags_each_stack_gives_it(flags: list[str], ba
     assert preflight.config_to_run(flags).backend.value == backend
 
 
+def test_the_compose_demo_turns_every_simulated_fault_on() -> None:
+    """The default demo is healthy; the stack's demo config turns the faults on, so its alerts fire (docs/stack.md)."""
+    handle = start_exporter(exporter_command())
+    try:  # it collects in the background: the first scrape may come before the first collection
+        text = wait_until(handle.scrape, "a collection", until=lambda scrape: "nvidia_smi_gpu_info{" in scrape)
+        for scenario in stack.DEMO_SCENARIOS:
+            assert handle.logged(f"scenario={scenario}")
+    finally:
+        handle.stop()
+    assert re.search(r'^nvidia_smi_xid_errors_total\{uuid="[^"]+",xid="79"\} 2$', text, flags=re.MULTILINE)
+    assert len(re.findall(r"^nvidia_smi_gpu_info\{", text, flags=re.MULTILINE)) == 2
+    assert re.search(r"^nvidia_smi_gpus_expected 3$", text, flags=re.MULTILINE)  # one GPU lost from the bus
+    assert len(re.findall(r"^nvidia_smi_mig_info\{", text, flags=re.MULTILINE)) == 3  # GI 2 (two CIs), GI 7
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Prometheus and Alertmanager
 
@@ -276,7 +301,7 @@ def test_the_compose_configs_wire_the_exporter_prometheus_and_alertmanager_toget
     config["scrape_configs"] = [job for job in config["scrape_configs"] if job["job_name"] == JOB]
     rules = {f"rules/{RULES_FILE.name}": RULES_FILE.read_text(encoding="utf-8")}
     (tmp_path / "prometheus" / "rules").mkdir(parents=True)
-    handle = start_exporter(compose_file()["services"]["nvidia_gpu_exporter"]["command"])
+    handle = start_exporter(exporter_command())
     try:
         config["scrape_configs"][0]["static_configs"] = [{"targets": [handle.address]}]
         with alertmanager(load_yaml(COMPOSE / "alertmanager" / "alertmanager.yml"), tmp_path / "alertmanager") as am:

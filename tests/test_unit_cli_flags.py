@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -602,3 +603,88 @@ def test_flag_durations_only_raise_duration_error(text: str) -> None:
 @given(st.integers(min_value=-((1 << 63) - 1), max_value=(1 << 63) - 1))
 def test_duration_round_trip(ns: int) -> None:
     assert parse_duration(format_duration(ns)) == ns
+
+
+# -- readiness (--web.ready.*; docs/compatibility.md, "Readiness") ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "attribute", "value"),
+    [
+        (["--web.ready.require-collection"], "ready_require_collection", True),
+        (["--web.ready.max-staleness=2m"], "ready_max_staleness_ns", 120 * SECOND),
+        (["--web.ready.min-gpus", "8"], "ready_min_gpus", "8"),
+        (["--web.ready.min-gpus=pci"], "ready_min_gpus", "pci"),
+    ],
+)
+def test_readiness_flags(argv: list[str], attribute: str, value: object) -> None:
+    assert getattr(parse_args(argv).config, attribute) == value
+
+
+def test_readiness_is_off_by_default() -> None:
+    config = parse_args([]).config
+    assert (config.ready_require_collection, config.ready_max_staleness_ns, config.ready_min_gpus) == (False, 0, "0")
+
+
+READY = {"ready_require_collection": True}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({**READY, "ready_max_staleness_ns": 60 * SECOND, "ready_min_gpus": "8"}, None),
+        ({**READY, "ready_min_gpus": "pci"}, None),
+        ({**READY, "ready_min_gpus": "0"}, None),
+        ({**READY, "ready_max_staleness_ns": 30 * SECOND, "collect_interval_ns": 15 * SECOND}, None),
+        (
+            {"ready_max_staleness_ns": 60 * SECOND},
+            "--web.ready.max-staleness requires --web.ready.require-collection",
+        ),
+        ({"ready_min_gpus": "pci"}, "--web.ready.min-gpus requires --web.ready.require-collection"),
+        ({"ready_min_gpus": "2"}, "--web.ready.min-gpus requires --web.ready.require-collection"),
+        ({**READY, "ready_max_staleness_ns": -SECOND}, "--web.ready.max-staleness must not be negative, got -1s"),
+        (
+            {**READY, "ready_min_gpus": "-1"},
+            "--web.ready.min-gpus must be a number of GPUs (0 or more) or pci, got '-1'",
+        ),
+        (
+            {**READY, "ready_min_gpus": "PCI"},
+            "--web.ready.min-gpus must be a number of GPUs (0 or more) or pci, got 'PCI'",
+        ),
+        (
+            {**READY, "ready_max_staleness_ns": 15 * SECOND, "collect_interval_ns": 15 * SECOND},
+            "--web.ready.max-staleness (15s) must be longer than --collect.interval (15s): every collection would "
+            "be stale before the next one",
+        ),
+    ],
+    ids=[
+        "bound and count",
+        "pci",
+        "count 0",
+        "bound longer than the interval",
+        "bound without require-collection",
+        "pci without require-collection",
+        "count without require-collection",
+        "negative bound",
+        "negative count",
+        "not a count nor pci",
+        "bound no longer than the interval",
+    ],
+)
+def test_readiness_validation(changes: dict[str, object], message: str | None) -> None:
+    assert problem(**changes) == message
+
+
+@pytest.mark.parametrize(
+    ("backend", "message"),
+    [
+        ("exec", "--web.ready.min-gpus=pci needs the PCI bus from sysfs (Linux) or the demo backend"),
+        ("demo", None),  # the demo simulates its bus
+    ],
+)
+def test_readiness_by_the_pci_bus_needs_sysfs(
+    monkeypatch: pytest.MonkeyPatch, backend: str, message: str | None
+) -> None:
+    monkeypatch.setattr(sys, "platform", "win32")
+    assert problem(**READY, ready_min_gpus="pci", backend=backend) == message
+    assert problem(**READY, ready_min_gpus="2", backend=backend) is None

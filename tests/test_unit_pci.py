@@ -4,6 +4,7 @@ collection did, the demo's simulated view and the ``--collect.sysfs-path`` flag 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -168,9 +169,12 @@ def test_an_abandoned_collection_cancels_its_scan() -> None:
 # -- the demo's simulated view -----------------------------------------------------------------------------------
 
 
-def test_the_demo_simulates_one_gpu_function_per_simulated_gpu_and_its_lost_one() -> None:
+def test_the_demo_simulates_one_gpu_function_per_simulated_gpu_and_its_lost_one(tmp_path: Path) -> None:
+    config = tmp_path / "demo.yaml"
+    config.write_text("extras:\n  scenarios: [lost-gpu]\n", encoding="utf-8")
+
     async def main() -> tuple[PciInventory | None, list[str]]:
-        backend = await DemoBackend.start(FieldRequest("AUTO"))
+        backend = await DemoBackend.start(FieldRequest("AUTO"), config_path=str(config))
         readings = await backend.collect()
         columns = [field.qfield for field in backend.fields]
         bus_ids = [row[columns.index("pci.bus_id")] for row in readings.gpus.rows]
@@ -182,6 +186,19 @@ def test_the_demo_simulates_one_gpu_function_per_simulated_gpu_and_its_lost_one(
     assert {(function.kind, function.device_id, function.driver) for function in inventory.functions} == {
         (PciKind.GPU, "0x2335", "nvidia")
     }
+
+
+def test_the_default_demo_loses_no_gpu() -> None:
+    """Without --demo-config the bus lists the simulated GPUs alone: faults are scenarios (docs/demo.md)."""
+
+    async def main() -> tuple[PciInventory | None, int]:
+        backend = await DemoBackend.start(FieldRequest("AUTO"))
+        readings = await backend.collect()
+        return await backend.pci_inventory(), len(readings.gpus.rows)
+
+    inventory, gpus = run(main)
+    assert inventory is not None
+    assert len(inventory.gpus) == gpus == 2
 
 
 @pytest.mark.parametrize(

@@ -21,15 +21,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from nvidia_gpu_exporter import __version__, logs
-from nvidia_gpu_exporter._go.durations import to_seconds
+from nvidia_gpu_exporter._go.durations import format_duration, to_seconds
 from nvidia_gpu_exporter.backends import Backend, BackendSetupError
 from nvidia_gpu_exporter.backends.exec.backend import SmiBackend
 from nvidia_gpu_exporter.backends.exec.command import CommandSplitError, split_command
 from nvidia_gpu_exporter.backends.exec.runner import SmiRunner, SubprocessRunner, UnrunnableCommand
 from nvidia_gpu_exporter.backends.fields import FieldRequest, FieldResolutionError
 from nvidia_gpu_exporter.collector import Collector
+from nvidia_gpu_exporter.config import READY_MIN_GPUS_PCI, Config, Profile, XidSource, min_gpus_count
 from nvidia_gpu_exporter.config import Backend as BackendName
-from nvidia_gpu_exporter.config import Config, Profile, XidSource
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.health.reader import kernel_clock
 from nvidia_gpu_exporter.health.source import KernelXidSource
@@ -40,6 +40,7 @@ from nvidia_gpu_exporter.httpserver.server import ListenError, bind_socket
 from nvidia_gpu_exporter.preflight import StartupError, checked
 from nvidia_gpu_exporter.support import garbage
 from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
+from nvidia_gpu_exporter.web.readiness import Readiness
 from nvidia_gpu_exporter.web.server import WebServer, build_app
 from nvidia_gpu_exporter.web.settings import WebSettings
 
@@ -73,6 +74,18 @@ def web_settings(config: Config) -> WebSettings:
         write_timeout_seconds=to_seconds(config.write_timeout_ns),
         enable_pprof=config.enable_pprof,
         dcgm_health=config.metrics_profile is not Profile.NVIDIA_SMI,
+    )
+
+
+def readiness(config: Config) -> Readiness | None:
+    """What ``/-/ready`` waits for (``--web.ready.*``), or ``None``: always 200, as the Go exporter's."""
+    if not config.ready_require_collection:
+        return None
+    return Readiness(
+        max_staleness_seconds=to_seconds(config.ready_max_staleness_ns),
+        max_staleness_text=format_duration(config.ready_max_staleness_ns),
+        min_gpus=min_gpus_count(config.ready_min_gpus) or 0,
+        pci_gpus=config.ready_min_gpus == READY_MIN_GPUS_PCI,
     )
 
 
@@ -484,7 +497,7 @@ async def serve(config: Config, web_config: WebConfig | None = None) -> int:
 
         probe = ProbeEndpoint(fleet, settings).handle
     endpoint.stats.web_config = security.reloads
-    app = build_app(endpoint, settings, security, probe)
+    app = build_app(endpoint, settings, security, probe, readiness(config))
     server = WebServer(app, settings, security, endpoint.stats.connections)
     collector_started = True
     collector.start()

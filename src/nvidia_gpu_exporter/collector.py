@@ -78,6 +78,7 @@ class Collector:
         self.on_fatal = on_fatal
         self._failed = 0
         self._last_success_at: float | None = None
+        self._last_success_gpus = 0  # GPUs the last successful collection saw (--web.ready.min-gpus)
         self._sequence = 0
         self._latest = Snapshot(None, 0, None, 0)
         self._flight: _Flight | None = None
@@ -93,6 +94,11 @@ class Collector:
     @property
     def latest(self) -> Snapshot:
         return self._latest
+
+    @property
+    def last_success_gpus(self) -> int:
+        """How many GPUs the last successful collection reported (0 before the first): what readiness counts."""
+        return self._last_success_gpus
 
     def start(self) -> None:
         """In background mode, start collecting now (concurrently with the server coming up)."""
@@ -118,6 +124,7 @@ class Collector:
             self.collections += 1
             if attempt.readings is not None:
                 self._last_success_at = attempt.finished_at
+                self._last_success_gpus = len(attempt.readings.gpus.rows)
                 self.history.append(self.backend.fields, attempt.readings, attempt.finished_at)
             else:
                 self._failed += 1

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from nvidia_gpu_exporter._go.durations import format_duration
+from nvidia_gpu_exporter._go.strconv import parse_int
 from nvidia_gpu_exporter._go.text import is_go_space
 from nvidia_gpu_exporter.backends.exec.defaults import DEFAULT_MAX_OUTPUT_BYTES
 from nvidia_gpu_exporter.backends.fleet.defaults import DEFAULT_GLOBAL_CONCURRENCY
@@ -75,6 +76,10 @@ class Config:
     timeout_offset_ns: int = 500_000_000
     enable_pprof: bool = False
     enable_pprof_unauthenticated: bool = False
+    # --web.ready.*: what GET /-/ready waits for (docs/compatibility.md, "Readiness"); off, as the Go exporter's
+    ready_require_collection: bool = False
+    ready_max_staleness_ns: int = 0  # 0 = no bound on the last success's age
+    ready_min_gpus: str = "0"  # GPUs the last success must have seen: a count, or "pci" (what sysfs lists)
     nvidia_smi_command: str = DEFAULT_NVIDIA_SMI_COMMAND
     query_field_names: str = "AUTO"
     query_field_names_exclude: str = ""
@@ -181,6 +186,39 @@ def validate(config: Config) -> None:
         raise ConfigError(f"--collect.max-output-bytes must be positive, got {config.collect_max_output_bytes}")
     validate_kubernetes(config)
     validate_fleet(config)
+    validate_readiness(config)
+
+
+READY_MIN_GPUS_PCI = "pci"  # --web.ready.min-gpus=pci: as many GPUs as the PCI bus lists
+
+
+def min_gpus_count(value: str) -> int | None:
+    """A ``--web.ready.min-gpus`` count, or ``None`` for ``pci`` or a value that is neither (``validate`` says)."""
+    return parse_int(value, low=0)
+
+
+def validate_readiness(config: Config) -> None:
+    """The ``--web.ready.*`` flags: a bound or a GPU count only with ``--web.ready.require-collection``."""
+    staleness = config.ready_max_staleness_ns
+    if staleness < 0:
+        raise ConfigError(f"--web.ready.max-staleness must not be negative, got {format_duration(staleness)}")
+    gpus = config.ready_min_gpus
+    if gpus != READY_MIN_GPUS_PCI and min_gpus_count(gpus) is None:
+        raise ConfigError(f"--web.ready.min-gpus must be a number of GPUs (0 or more) or pci, got {gpus!r}")
+    if not config.ready_require_collection:
+        if staleness:
+            raise ConfigError("--web.ready.max-staleness requires --web.ready.require-collection")
+        if min_gpus_count(gpus) != 0:
+            raise ConfigError("--web.ready.min-gpus requires --web.ready.require-collection")
+        return
+    interval = config.collect_interval_ns
+    if staleness and interval > 0 and staleness <= interval:
+        raise ConfigError(
+            f"--web.ready.max-staleness ({format_duration(staleness)}) must be longer than --collect.interval "
+            f"({format_duration(interval)}): every collection would be stale before the next one"
+        )
+    if gpus == READY_MIN_GPUS_PCI and sys.platform == "win32" and config.backend is not Backend.DEMO:
+        raise ConfigError("--web.ready.min-gpus=pci needs the PCI bus from sysfs (Linux) or the demo backend")
 
 
 def validate_fleet(config: Config) -> None:

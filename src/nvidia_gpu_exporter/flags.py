@@ -146,6 +146,28 @@ FLAGS: tuple[Flag, ...] = (
         Kind.BOOL,
     ),
     Flag(
+        "web.ready.require-collection",
+        "ready_require_collection",
+        "Answer /-/ready with 503 until a collection has succeeded (and while --web.ready.max-staleness or "
+        "--web.ready.min-gpus is not met); without it /-/ready is always 200, as in the Go exporter.",
+        Kind.BOOL,
+    ),
+    Flag(
+        "web.ready.max-staleness",
+        "ready_max_staleness_ns",
+        "With --web.ready.require-collection: 503 while the last successful collection is older than this; 0 "
+        "means no bound.",
+        Kind.DURATION,
+    ),
+    Flag(
+        "web.ready.min-gpus",
+        "ready_min_gpus",
+        "With --web.ready.require-collection: 503 while the last successful collection saw fewer GPUs than this "
+        "number, or than the PCI bus lists (pci).",
+        Kind.STRING,
+        placeholder="<n|pci>",
+    ),
+    Flag(
         "nvidia-smi-command",
         "nvidia_smi_command",
         "Path or command to be used for nvidia-smi executable, with optional leading arguments "

@@ -30,6 +30,7 @@ from nvidia_gpu_exporter.model.xids import describe
 
 log = logging.getLogger(__name__)
 DEFAULT_KERNEL_LOG = "/dev/kmsg"
+SIMULATED = " (simulated by the demo)"  # appended to the log lines of records the demo handed over
 
 
 def gpu_addresses(fields: Sequence[QueryField], table: GpuTable) -> dict[PciAddress, str]:
@@ -81,6 +82,7 @@ class KernelXidSource:
         """Read the log at ``path``; with ``fed``, nothing is read and :meth:`feed` hands the records over
         (``path`` then only names where they come from)."""
         self.wall_clock = wall_clock
+        self.simulated = fed  # only the demo hands records over: its log lines say they are simulated
         self.process_pod = process_pod  # pid -> (pod uid, container id), with --kubernetes.process-pods
         self.ledger = XidLedger(boot_time(wall_clock) if booted_at is None else booted_at)
         self.reader: KernelLogReader | HandedOver
@@ -124,10 +126,11 @@ class KernelXidSource:
         at = self.ledger.wall_time(line.kernel_usec, self.wall_clock() if live else None)
         pod = self._blamed_pod(event) if live and isinstance(event, XidEvent) else XidPod()
         self.ledger.add(event, at, pod)
+        simulated = SIMULATED if self.simulated else ""
         if live and isinstance(event, XidEvent):
             meaning = describe(event.code)
             log.warning(
-                "XID error in the kernel log",
+                "XID error in the kernel log" + simulated,
                 extra={
                     "pci_bus_id": event.pci.label,
                     "xid": event.code,
@@ -141,10 +144,13 @@ class KernelXidSource:
             )
         elif live and isinstance(event, SxidEvent):
             log.warning(
-                "NVSwitch SXID error in the kernel log", extra={"pci_bus_id": event.pci.label, "sxid": event.code}
+                "NVSwitch SXID error in the kernel log" + simulated,
+                extra={"pci_bus_id": event.pci.label, "sxid": event.code},
             )
         elif live and not isinstance(event, GpuIdentity):
-            log.error("a GPU fell off the bus", extra={"pci_bus_id": event.pci.label})
+            # A simulated loss is no error of this process or node: a warning, so no log alert pages for it.
+            level = logging.WARNING if self.simulated else logging.ERROR
+            log.log(level, "a GPU fell off the bus" + simulated, extra={"pci_bus_id": event.pci.label})
 
     def _blamed_pod(self, event: XidEvent) -> XidPod:
         """The pod of a live XID, known only while it may still run (a replayed line's pid may be reused)."""

@@ -11,6 +11,7 @@ from nvidia_gpu_exporter.httpserver.security import Security
 from nvidia_gpu_exporter.httpserver.server import HttpServer, ServerLimits, go_style_errors
 from nvidia_gpu_exporter.httpserver.stats import ConnectionStats
 from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
+from nvidia_gpu_exporter.web.readiness import Readiness, ready_handler
 from nvidia_gpu_exporter.web.routes import (
     ATTRIBUTION_PATH,
     DCGM_HEALTH_PATH,
@@ -34,8 +35,10 @@ def build_app(
     settings: WebSettings,
     security: Security | None = None,
     probe: Handler | None = None,
+    readiness: Readiness | None = None,
 ) -> App:
-    """Every route; ``probe`` is fleet mode's ``/probe`` handler (web/probe.py, imported only in fleet mode)."""
+    """Every route; ``probe`` is fleet mode's ``/probe`` handler (web/probe.py, imported only in fleet mode);
+    ``readiness`` what ``/-/ready`` waits for (``--web.ready.*``; ``None``: always 200, as the Go exporter)."""
     app = App(middlewares=[go_style_errors])
     if security is not None:
         security.install(app)
@@ -73,9 +76,6 @@ def build_app(
     async def healthy(_: Request) -> Response:
         return plain_text("Nvidia GPU Exporter is Healthy.\n")
 
-    async def ready(_: Request) -> Response:
-        return plain_text("Nvidia GPU Exporter is Ready.\n")
-
     async def dcgm_health(_: Request) -> Response:
         """dcgm-exporter's answer: 200 ``OK`` while the process serves (it no longer answers 503 ``KO``)."""
         return plain_text("OK", headers={"X-Content-Type-Options": "nosniff"})
@@ -83,7 +83,7 @@ def build_app(
     app.add_get(LANDING_PATH, landing)
     app.add_get(settings.telemetry_path, endpoint.handle)
     app.add_get(HEALTH_PATH, healthy)
-    app.add_get(READY_PATH, ready)
+    app.add_get(READY_PATH, ready_handler(endpoint.collector, readiness, endpoint.answer_within(None)))
     app.add_get(XIDS_PATH, xids_handler(endpoint.collector))
     app.add_get(VIEW_JSON_PATH, view_json)
     if settings.dcgm_health:

@@ -26,6 +26,7 @@ from nvidia_gpu_exporter._go.text import go_quote
 from nvidia_gpu_exporter.backends import BackendSetupError, CollectionError
 from nvidia_gpu_exporter.backends.demo.extras import (
     DEFAULT_SCENARIO,
+    SCENARIOS,
     ExtrasError,
     ExtrasSpec,
     ExtrasSynthesizer,
@@ -122,6 +123,7 @@ async def build_scene(settings: FakeSmiConfig, spec: ExtrasSpec, path: str = "")
         gpu_count = len(parse_gpu_csv(preflight.stdout, 1).rows)
     except CsvShapeError as error:
         raise BackendSetupError(f"the simulated nvidia-smi answers oddly: {error}") from error
+    spec = spec.with_scenarios(gpu_count)
     try:
         spec.check_gpu_count(gpu_count)
     except ExtrasError as error:
@@ -129,6 +131,8 @@ async def build_scene(settings: FakeSmiConfig, spec: ExtrasSpec, path: str = "")
     bus = await simulated_bus(responder, spec.lost_gpus)
     visible = len(bus.gpus) - len(spec.lost_gpus) if bus is not None else 0
     fallen = tuple(gpu.bus_id for gpu in bus.gpus[visible:] if gpu.driver == "nvidia") if bus is not None else ()
+    for name in spec.scenarios:  # a fault an operator could take for a real one says that it is not
+        log.warning("demo scenario on: simulating a fault", extra={"scenario": name, "simulates": SCENARIOS[name]})
     return Scene(settings, spec, responder, ExtrasSynthesizer(spec, seed), gpu_count, bus, fallen)
 
 

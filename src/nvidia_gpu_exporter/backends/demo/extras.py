@@ -45,7 +45,7 @@ MAX_XIDS_PER_CYCLE = 10
 MAX_INITIAL_COUNT = 1000  # each is one simulated kernel-log line
 MAX_FRESH_EVENTS = 10_000  # kernel-log lines kept between two drains: more than initial events plus a cycle's
 
-EXTRAS_KEYS = ("seed", "energy-fallback-power-watts", "pcie", "mig", "xids", "lost-gpus")
+EXTRAS_KEYS = ("seed", "energy-fallback-power-watts", "pcie", "mig", "xids", "lost-gpus", "scenarios")
 LOST_GPU_DRIVERS = ("nvidia", "vfio-pci", "none")  # what sysfs shows bound to a GPU nvidia-smi does not list
 MAX_LOST_GPUS = 8
 PCIE_KEYS = ("tx-bytes-per-second", "rx-bytes-per-second")
@@ -56,6 +56,21 @@ XIDS_KEYS = ("initial", "interval", "codes")
 XID_EVENT_KEYS = ("gpu", "xid", "count")
 
 _PROFILE_SIZE = re.compile(r"\.([0-9]+)gb$", re.IGNORECASE)
+
+# The faults the demo can simulate, by the name ``extras.scenarios`` turns each on with
+# (docs/demo.md, "Faults on request"): the default scenario has none, so a plain demo shows a healthy machine.
+# Each active one is logged as simulated.
+LOST_GPU, XID_79, RANDOM_XIDS = "lost-gpu", "xid-79", "random-xids"
+SCENARIOS: dict[str, str] = {
+    LOST_GPU: "one more GPU on the simulated PCI bus, bound to nvidia, that the simulated nvidia-smi does not list: "
+    "it fell off the bus",
+    XID_79: "two XID 79 errors (GPU has fallen off the bus) on the second GPU (the first when there is one) at the "
+    "first collection",
+    RANDOM_XIDS: "random XID errors about every 10 minutes (extras.xids.interval when set), each on a random GPU "
+    "with a code from extras.xids.codes",
+}
+SCENARIO_XID_79 = (79, 2)  # the code and count of xid-79
+SCENARIO_XID_INTERVAL_SECONDS = 600.0  # random-xids without extras.xids.interval
 
 
 class ExtrasError(ValueError):
@@ -121,11 +136,24 @@ class ExtrasSpec:
     xid_interval_seconds: float | None = None
     xid_codes: tuple[int, ...] = DEFAULT_XID_CODES
     lost_gpus: tuple[str, ...] = ()  # one driver per GPU that sysfs lists and the simulated nvidia-smi does not
+    scenarios: tuple[str, ...] = ()  # the named faults turned on (SCENARIOS), applied by :meth:`with_scenarios`
 
     @property
     def mig_gpus(self) -> frozenset[int]:
         """Indices of the GPUs with a MIG topology (they report MIG mode ``Enabled``)."""
         return frozenset(entry.gpu for entry in self.mig)
+
+    def with_scenarios(self, gpu_count: int) -> ExtrasSpec:
+        """The spec with the faults of its named scenarios added, for a simulation of ``gpu_count`` GPUs."""
+        spec = self
+        if LOST_GPU in self.scenarios:
+            spec = replace(spec, lost_gpus=(*spec.lost_gpus, "nvidia"))
+        if XID_79 in self.scenarios and gpu_count:
+            code, count = SCENARIO_XID_79
+            spec = replace(spec, xid_initial=(*spec.xid_initial, XidEventSpec(min(1, gpu_count - 1), code, count)))
+        if RANDOM_XIDS in self.scenarios and spec.xid_interval_seconds is None:
+            spec = replace(spec, xid_interval_seconds=SCENARIO_XID_INTERVAL_SECONDS)
+        return spec
 
     def check_gpu_count(self, count: int) -> None:
         """Reject GPU indices the simulated machine does not have (known only once it answered)."""
@@ -147,11 +175,9 @@ DEFAULT_SCENARIO = ExtrasSpec(
             ),
         ),
     ),
-    xid_initial=(XidEventSpec(1, 79, 2),),
-    xid_interval_seconds=600.0,
-    lost_gpus=("nvidia",),
 )
-"""The built-in scenario (docs/demo.md, "The default scenario"), served when no ``--demo-config`` is given."""
+"""The built-in scenario (docs/demo.md, "The default scenario"), served when no ``--demo-config`` is given: a
+healthy machine, every fault left to ``extras.scenarios``."""
 
 
 # -- validation ------------------------------------------------------------------------------------------
@@ -264,6 +290,20 @@ def _lost_gpus(node: YamlNode) -> tuple[str, ...]:
     return tuple(drivers)
 
 
+def _scenarios(node: YamlNode, lost_gpus: int) -> tuple[str, ...]:
+    names: list[str] = []
+    for item in node.items():
+        name = item.text()
+        if name not in SCENARIOS:
+            raise item.fail(f"must be one of {', '.join(SCENARIOS)}, got {item.describe()}")
+        if name in names:
+            raise item.fail(f"the scenario {go_quote(name)} is listed twice")
+        names.append(name)
+    if LOST_GPU in names and lost_gpus >= MAX_LOST_GPUS:
+        raise node.fail(f"{LOST_GPU} would lose more than {MAX_LOST_GPUS} GPUs with extras.lost-gpus")
+    return tuple(names)
+
+
 def parse_extras(node: YamlNode | None) -> ExtrasSpec:
     """Validate the ``extras:`` block (``None``: no block) into a spec; what is not set keeps its default."""
     if node is None:
@@ -291,6 +331,8 @@ def parse_extras(node: YamlNode | None) -> ExtrasSpec:
             _xids(entries["xids"], values)
         if "lost-gpus" in entries:
             values["lost_gpus"] = _lost_gpus(entries["lost-gpus"])
+        if "scenarios" in entries:
+            values["scenarios"] = _scenarios(entries["scenarios"], len(values.get("lost_gpus", ())))
         return ExtrasSpec(**values)
     except StrictYamlError as error:
         raise ExtrasError(str(error)) from None
