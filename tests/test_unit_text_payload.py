@@ -20,7 +20,7 @@ from nvidia_gpu_exporter.exposition.text import (
     render_blocks,
     render_family,
 )
-from nvidia_gpu_exporter.web.payload import assemble, assemble_gzip, make_block
+from nvidia_gpu_exporter.web.payload import COMBINE_FROM_BYTES, DeflatedBlock, PartDeflater, deflate_block
 
 
 def test_content_type() -> None:
@@ -145,7 +145,7 @@ def test_values_use_go_float_format() -> None:
     ]
 
 
-# -- gzip assembly ----------------------------------------------------------------------------------------------
+# -- gzip assembly (docs/architecture.md, "Gzip on demand") -------------------------------------------------------
 
 PARTS = [
     (b"", b"", b""),
@@ -157,24 +157,67 @@ PARTS = [
 ]
 
 
+def one_member(body: bytes) -> bytes:
+    """The data of ``body``, which must be exactly one gzip member (zlib and curl read only a first member)."""
+    reader = zlib.decompressobj(wbits=31)
+    data = reader.decompress(body)
+    assert reader.eof
+    assert reader.unused_data == b""
+    assert gzip.decompress(body) == data
+    return data
+
+
+def gzip_body(deflater: PartDeflater, prefix: bytes, block: bytes, suffix: bytes) -> bytes:
+    return b"".join(deflater.gzip_parts([("prefix", prefix)], deflate_block(block), [("suffix", suffix)]))
+
+
 @pytest.mark.parametrize(("prefix", "block", "suffix"), PARTS, ids=[f"parts{i}" for i in range(len(PARTS))])
-def test_assemble_gzip_parts(prefix: bytes, block: bytes, suffix: bytes) -> None:
-    cached = make_block(block)
-    body = assemble_gzip(prefix, cached, suffix)
-    assert gzip.decompress(body) == prefix + block + suffix
-    assert zlib.decompress(body, wbits=31) == prefix + block + suffix
-    assert assemble(prefix, cached, suffix) == prefix + block + suffix
+def test_gzip_parts_are_one_member_of_the_whole(prefix: bytes, block: bytes, suffix: bytes) -> None:
+    assert one_member(gzip_body(PartDeflater(), prefix, block, suffix)) == prefix + block + suffix
 
 
-def test_block_reused_for_several_bodies() -> None:
-    cached = make_block(b"# HELP x y\n# TYPE x gauge\nx 1\n")
-    for prefix, suffix in [(b"a\n", b"b\n"), (b"", b"zz\n"), (b"q\n", b"")]:
-        assert gzip.decompress(assemble_gzip(prefix, cached, suffix)) == prefix + cached.text + suffix
+def test_a_block_is_reused_for_several_bodies() -> None:
+    deflater = PartDeflater()
+    cached = deflate_block(b"# HELP x y\n# TYPE x gauge\nx 1\n")
+    for prefix, suffix in [(b"a\n", b"b\n"), (b"", b"zz\n"), (b"q\n", b""), (b"a\n", b"b\n")]:
+        body = b"".join(deflater.gzip_parts([("prefix", prefix)], cached, [("suffix", suffix)]))
+        assert one_member(body) == prefix + b"# HELP x y\n# TYPE x gauge\nx 1\n" + suffix
+
+
+def test_a_part_unchanged_is_not_deflated_again() -> None:
+    deflater = PartDeflater()
+    first = deflater.deflate("part", b"process_open_fds 7\n")
+    assert deflater.deflate("part", b"process_open_fds 7\n") is first
+    assert deflater.deflate("other", b"process_open_fds 7\n") is not first
+
+
+def test_a_part_never_refers_to_what_the_stream_deflated_before() -> None:
+    """The route's one stream deflates the same text over and over; each piece must stand alone in a body that
+    holds none of the earlier ones (a piece that referred back would decompress to other bytes)."""
+    deflater = PartDeflater()
+    text = b'promhttp_metric_handler_requests_total{code="200"} 1\n' * 3
+    for count in range(5):
+        suffix = text + str(count).encode()
+        assert one_member(gzip_body(deflater, text, b"", suffix)) == text + suffix
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=2000), st.binary(max_size=4000), st.binary(max_size=2000))
-def test_assemble_gzip_property(prefix: bytes, block: bytes, suffix: bytes) -> None:
-    body = assemble_gzip(prefix, make_block(block), suffix)
-    assert gzip.decompress(body) == prefix + block + suffix
-    assert zlib.decompress(body, wbits=31) == prefix + block + suffix
+def test_gzip_parts_property(prefix: bytes, block: bytes, suffix: bytes) -> None:
+    assert one_member(gzip_body(PartDeflater(), prefix, block, suffix)) == prefix + block + suffix
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.binary(max_size=300),
+    st.binary(max_size=5000),
+    st.sampled_from([0, 1000, COMBINE_FROM_BYTES - 1, COMBINE_FROM_BYTES, 3 * COMBINE_FROM_BYTES + 7]),
+)
+def test_the_crc_after_a_block_is_the_crc_of_the_concatenation(before: bytes, block: bytes, zeros: int) -> None:
+    """Continued over a small block, combined with a large one as zlib's crc32_combine does (``zeros`` puts the
+    block on either side of the line), and the same when asked again."""
+    text = block + bytes(zeros)
+    cached = DeflatedBlock(text, b"")
+    assert cached.crc_after(zlib.crc32(before)) == zlib.crc32(before + text)
+    assert cached.crc_after(zlib.crc32(before)) == zlib.crc32(before + text)
+    assert cached.crc_after(0) == zlib.crc32(text)

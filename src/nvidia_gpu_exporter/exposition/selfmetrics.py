@@ -196,7 +196,13 @@ class SelfMetrics:
 
     def after_nvidia_smi(self, stats: HandlerStats) -> str:
         """Families sorting after ``nvidia_smi_`` (``process_*``, ``promhttp_*``), in name order."""
-        return self._process_lines() + self._handler_lines(stats) + self._requests_lines(stats)
+        return "".join(self.after_nvidia_smi_parts(stats))
+
+    def after_nvidia_smi_parts(self, stats: HandlerStats) -> tuple[str, str]:
+        """:meth:`after_nvidia_smi` in two: what changes at most once a second (``process_*``, the handler's errors
+        and requests in flight), then the request counters, which change with every scrape (a gzip answer
+        compresses each part only when it changed)."""
+        return self._process_lines() + self._handler_lines(stats), self._requests_lines(stats)
 
     def _process_lines(self) -> str:
         values = process_values()

@@ -1,8 +1,9 @@
 """The metrics route: concurrency limit, scrape budget, render cache, content negotiation, gzip.
 
-It renders each published snapshot once and serves the cached bytes (plain or gzip) to every scraper of
-it; only the small self-metric families are rendered per request. Excess concurrent scrapes are refused at
-once with 503 instead of queueing behind a slow nvidia-smi.
+It renders each published snapshot once and serves the cached bytes to every scraper of it; only the small
+self-metric families are rendered per request. A snapshot's body is compressed on the first scrape that asks
+for gzip, once, and reused by the later ones (docs/architecture.md, "Gzip on demand"). Excess concurrent scrapes
+are refused at once with 503 instead of queueing behind a slow nvidia-smi.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from nvidia_gpu_exporter.httpserver.responses import plain_text
 from nvidia_gpu_exporter.model.snapshot import Snapshot
 from nvidia_gpu_exporter.support import buildinfo
 from nvidia_gpu_exporter.web.negotiation import negotiate
-from nvidia_gpu_exporter.web.payload import Block, gzip_parts, make_block, parts
+from nvidia_gpu_exporter.web.payload import DeflatedBlock, PartDeflater, deflate_block
 from nvidia_gpu_exporter.web.settings import WebSettings
 
 log = logging.getLogger(__name__)
@@ -84,19 +85,53 @@ def accepts_gzip(header_value: str | None) -> bool:
     return False
 
 
+class _Body:
+    """One format's rendering of a snapshot's ``nvidia_smi_*`` families, and its gzip form once a scrape asked for
+    gzip: made by the first such scrape (in a thread when the snapshot is large, shared by the scrapes that ask
+    meanwhile), reused by the rest."""
+
+    __slots__ = ("_deflating", "deflated", "off_loop", "text")
+
+    def __init__(self, text: bytes, *, off_loop: bool) -> None:
+        self.text = text
+        self.off_loop = off_loop
+        self.deflated: DeflatedBlock | None = None
+        self._deflating: asyncio.Future[DeflatedBlock] | None = None
+
+    async def gzip(self) -> DeflatedBlock:
+        if self.deflated is not None:
+            return self.deflated
+        if not self.off_loop:
+            self.deflated = deflate_block(self.text)
+            return self.deflated
+        deflating = self._deflating
+        if deflating is None:
+            deflating = asyncio.ensure_future(asyncio.to_thread(deflate_block, self.text))
+            self._deflating = deflating
+        try:
+            deflated = await asyncio.shield(deflating)  # a scrape that gives up leaves it to the others
+        except Exception:
+            if self._deflating is deflating:
+                self._deflating = None  # the next scrape tries again
+            raise
+        self.deflated = deflated
+        self._deflating = None
+        return deflated
+
+
 @dataclass(slots=True)
 class _Rendered:
-    """A snapshot's ``nvidia_smi_*`` block (and its OpenMetrics form, made on the first scrape that asks for
-    it), or the error that makes the whole scrape fail."""
+    """A snapshot's ``nvidia_smi_*`` body (and its OpenMetrics form, made on the first scrape that asks for it),
+    or the error that makes the whole scrape fail."""
 
     key: tuple[object, ...]
-    block: Block | None
+    body: _Body | None
     error: str | None
-    openmetrics: Block | None = None
+    openmetrics: _Body | None = None
 
-    def openmetrics_of(self, block: Block) -> Block:
+    def openmetrics_of(self, body: _Body) -> _Body:
         if self.openmetrics is None:
-            self.openmetrics = make_block(to_openmetrics(block.text))
+            self.openmetrics = _Body(to_openmetrics(body.text), off_loop=body.off_loop)
         return self.openmetrics
 
 
@@ -117,6 +152,7 @@ class MetricsEndpoint:
         self._self_metrics = SelfMetrics(build_info_values(buildinfo.installed()))
         self._rendered: _Rendered | None = None
         self._rendering: tuple[tuple[object, ...], asyncio.Future[_Rendered]] | None = None  # a large one, in a thread
+        self._parts: PartDeflater | None = None  # the self-metrics' deflate stream, from the first gzip scrape
 
     def answer_within(self, budget: float | None) -> float | None:
         """Answer (with health series) before the write timeout would cut the connection."""
@@ -127,7 +163,7 @@ class MetricsEndpoint:
         return cap if budget is None else min(budget, cap)
 
     async def _render(self, snapshot: Snapshot) -> _Rendered:
-        """The snapshot's block, rendered once: on the loop when small, in one shared thread run when large."""
+        """The snapshot's body, rendered once: on the loop when small, in one shared thread run when large."""
         key = (
             snapshot.sequence,
             snapshot.attempt is not None,
@@ -142,11 +178,14 @@ class MetricsEndpoint:
         if cached is not None and cached.key == key:
             return cached
         if snapshot_rows(snapshot) <= OFF_LOOP_RENDER_ROWS:
-            rendered = self._render_now(key, snapshot)
+            rendered = self._render_now(key, snapshot, off_loop=False)
         else:
             pending = self._rendering
             if pending is None or pending[0] != key:  # concurrent scrapes share one render
-                pending = (key, asyncio.ensure_future(asyncio.to_thread(self._render_now, key, snapshot)))
+                pending = (
+                    key,
+                    asyncio.ensure_future(asyncio.to_thread(self._render_now, key, snapshot, off_loop=True)),
+                )
                 self._rendering = pending
             try:
                 rendered = await asyncio.shield(pending[1])
@@ -156,12 +195,12 @@ class MetricsEndpoint:
         self._rendered = rendered
         return rendered
 
-    def _render_now(self, key: tuple[object, ...], snapshot: Snapshot) -> _Rendered:
+    def _render_now(self, key: tuple[object, ...], snapshot: Snapshot, *, off_loop: bool) -> _Rendered:
         try:
             text = self.exposition.render(snapshot)
         except DuplicateSeriesError as error:
             return _Rendered(key, None, str(error))
-        return _Rendered(key, make_block(encode(text)), None)
+        return _Rendered(key, _Body(encode(text), off_loop=off_loop), None)
 
     async def handle(self, request: Request) -> Response:
         limit = self.settings.max_requests
@@ -174,23 +213,31 @@ class MetricsEndpoint:
             budget = scrape_budget(request.headers.get(SCRAPE_TIMEOUT_HEADER), self.settings.timeout_offset_seconds)
             snapshot = await self.collector.scrape(self.answer_within(budget))
             rendered = await self._render(snapshot)
-            if rendered.block is None:
+            if rendered.body is None:
                 self.stats.errors["gathering"] += 1
                 self.stats.count(500)
                 return plain_text(f"An error has occurred while serving metrics:\n\n{rendered.error}", 500)
             negotiated = negotiate(request.headers.get("Accept"))
-            block = rendered.openmetrics_of(rendered.block) if negotiated.openmetrics else rendered.block
+            body = rendered.openmetrics_of(rendered.body) if negotiated.openmetrics else rendered.body
+            deflated = await body.gzip() if accepts_gzip(request.headers.get("Accept-Encoding")) else None
             before = self._self_metrics.before_nvidia_smi(self.stats).encode("utf-8")
-            after = self._self_metrics.after_nvidia_smi(self.stats).encode("utf-8")
+            slow, requests = (part.encode("utf-8") for part in self._self_metrics.after_nvidia_smi_parts(self.stats))
             if negotiated.openmetrics:
-                before, after = to_openmetrics(before), to_openmetrics(after) + OPENMETRICS_EOF
+                before, slow = to_openmetrics(before), to_openmetrics(slow)
+                requests = to_openmetrics(requests) + OPENMETRICS_EOF
             headers = {"Content-Type": negotiated.content_type}
-            if accepts_gzip(request.headers.get("Accept-Encoding")):
-                body = gzip_parts(before, block, after)
-                headers["Content-Encoding"] = "gzip"
+            parts: tuple[bytes, ...]
+            if deflated is None:
+                parts = (before, body.text, slow, requests)
             else:
-                body = parts(before, block, after)
+                if self._parts is None:
+                    self._parts = PartDeflater()
+                form = "openmetrics" if negotiated.openmetrics else "text"  # each part's last text, per format
+                parts = self._parts.gzip_parts(
+                    [(f"{form} before", before)], deflated, [(f"{form} after", slow), (f"{form} requests", requests)]
+                )
+                headers["Content-Encoding"] = "gzip"
             self.stats.count(200)
-            return Response(body=body, headers=headers)
+            return Response(body=parts, headers=headers)
         finally:
             self.stats.in_flight -= 1
