@@ -120,7 +120,7 @@ if sys.version_info >= (3, 11):
             if self.hooks is not None and not self.hooks.handshake_started(transport):
                 transport.abort()
 
-        def connection_lost(self, exc: Exception | None) -> None:
+        def connection_lost(self, exc: BaseException | None) -> None:
             try:
                 super().connection_lost(exc)
             finally:
@@ -135,7 +135,7 @@ if sys.version_info >= (3, 11):
             # supported" or "certificate required". Written first, it goes out before the abort.
             if handshake_exc is not None and self._tcp is not None and not self._tcp.is_closing():
                 with contextlib.suppress(Exception):
-                    self._process_outgoing()
+                    self._process_outgoing()  # type: ignore[attr-defined]  # not in typeshed: private
             super()._on_handshake_complete(handshake_exc)
 
         def get_buffer(self, n: int) -> memoryview:
