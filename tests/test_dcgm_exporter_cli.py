@@ -69,6 +69,13 @@ def test_f_beside_our_own_profile_flag_is_only_our_short_flag() -> None:
     assert parse_args(["-f", "/c.csv"], {}).config.listen_addresses == (":9400",)
 
 
+def test_a_value_of_our_own_flags_is_never_read_as_a_dcgm_exporter_flag() -> None:
+    config = parse_args(["-f", "-k", "--web.telemetry-path", "-a"], {}).config
+    assert config.dcgm_collectors == "-k"
+    assert config.telemetry_path == "-a"
+    assert not config.kubernetes_pod_resources
+
+
 def test_our_own_flags_win_over_dcgm_exporters() -> None:
     config = dcgm(["-a", ":9500", "--web.listen-address=127.0.0.1:0", "--metrics.profile=both"]).config
     assert config.listen_addresses == ("127.0.0.1:0",)

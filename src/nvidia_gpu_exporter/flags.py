@@ -980,7 +980,7 @@ def _split_dcgm(argv: Sequence[str]) -> tuple[list[str], list[tuple[DcgmOption, 
         if option is None:
             short_f = short_f or (token.startswith("-f") and not token.startswith("--"))
             rest.append(token)
-            own = _BY_NAME.get(name) if token.startswith("--") else None
+            own = _BY_NAME.get(name) if token.startswith("--") else _BY_SHORT.get(name)
             if own is not None and own.kind is not Kind.BOOL and not has_value and index < len(argv):
                 rest.append(argv[index])  # its value, whatever it looks like
                 index += 1
