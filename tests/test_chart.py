@@ -36,6 +36,7 @@ from deploy_helpers import (
     skip_reason,
     with_test_image,
 )
+from harness import MIG_FIXTURE, fake_smi_command
 from nvidia_gpu_exporter import __version__
 from nvidia_gpu_exporter.config import validate
 from nvidia_gpu_exporter.flags import parse_args
@@ -892,3 +893,24 @@ def test_the_documented_replacement_values_render_and_start() -> None:
     validate(config)
     assert (config.metrics_profile.value, config.listen_addresses) == ("dcgm", (":9400",))
     assert one(objects, "ConfigMap")["data"]["counters.csv"] == values["dcgm"]["counters"]
+
+
+@pytest.mark.parametrize("profile", ["nvidia_smi", "dcgm"])
+def test_helm_test_and_the_notes_check_find_a_healthy_exporter_under_every_profile(
+    exporter: StartExporter, profile: str
+) -> None:
+    """`helm test` and the NOTES' curl read the collection's own family, which every --metrics.profile serves
+    (docs/metrics.md, "Collection health"); under dcgm there is no nvidia_smi_* family to find."""
+    rendered = render_chart({})
+    command = yaml.safe_load(rendered["nvidia-gpu-exporter/templates/tests/test-connection.yaml"])["spec"][
+        "containers"
+    ][0]["command"][-1]
+    helm_test = re.search(r"grep -q '([^']+)'", command)
+    notes = re.search(r"grep -E '([^']+)'", rendered["nvidia-gpu-exporter/templates/NOTES.txt"])
+    assert helm_test is not None
+    assert notes is not None
+    scrape = exporter("--nvidia-smi-command", fake_smi_command(MIG_FIXTURE), f"--metrics.profile={profile}").scrape()
+    assert re.search(helm_test.group(1), scrape, re.MULTILINE), helm_test.group(1)
+    found = [match.group(0) for match in re.finditer(notes.group(1) + ".*", scrape, re.MULTILINE)]
+    assert "nvidia_gpu_exporter_collection_success 1" in found
+    assert len(found) >= 3  # and the GPUs, in either profile's names

@@ -339,6 +339,27 @@ def test_the_exporter_check_reads_its_health(
     )
 
 
+@pytest.mark.parametrize(
+    ("fake_args", "expected"),
+    [((), (Status.PASS, "2 GPU(s)")), (("--fail-arg=--query-gpu",), (Status.FAIL, "failed"))],
+)
+def test_the_exporter_check_reads_the_dcgm_profiles_health_too(
+    capsys: pytest.CaptureFixture[str],
+    exporter: StartExporter,
+    tmp_path: Path,
+    fake_args: tuple[str, ...],
+    expected: tuple[Status, str],
+) -> None:
+    """No nvidia_smi_* family under --metrics.profile=dcgm: the collection's own families say it (docs/metrics.md)."""
+    handle = exporter("--nvidia-smi-command", fake_smi_command(MIG_FIXTURE, *fake_args), "--metrics.profile=dcgm")
+    root = make_node(tmp_path / "node")
+    _, results, _ = run_doctor(
+        capsys, f"--root={root}", *smi_args(), f"--exporter-url={handle.url}/metrics", "--no-kubernetes"
+    )
+    assert results["exporter"].status is expected[0], results["exporter"]
+    assert expected[1] in results["exporter"].detail
+
+
 def test_the_exporter_check_warns_when_attribution_is_down(
     capsys: pytest.CaptureFixture[str], exporter: StartExporter, tmp_path: Path
 ) -> None:

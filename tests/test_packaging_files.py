@@ -384,3 +384,21 @@ def test_build_scripts_refuse_missing_arguments(script: str) -> None:
     result = subprocess.run(["bash", str(REPO / script)], capture_output=True, text=True, check=False)
     assert result.returncode == 2
     assert "usage:" in result.stderr
+
+
+def test_image_has_dcgm_exporters_command_path() -> None:
+    """A manifest that runs /usr/bin/dcgm-exporter by name (its image's binary) finds ours there, with
+    dcgm-exporter's defaults (docs/dcgm.md, "Swapping the image")."""
+    launcher = REPO / "deploy" / "docker" / "dcgm-exporter"
+    final = _instructions(DOCKERFILE.read_text(encoding="utf-8"))
+    final = final[max(index for index, (name, _) in enumerate(final) if name == "FROM") :]
+    assert ("COPY", "deploy/docker/dcgm-exporter /usr/bin/dcgm-exporter") in final
+    assert "!deploy/docker/dcgm-exporter" in DOCKERIGNORE.read_text(encoding="utf-8").splitlines()
+    assert launcher.read_text(encoding="utf-8").startswith("#!/usr/bin/python3\n")
+    assert os.access(launcher, os.X_OK)
+    environment = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    result = subprocess.run(
+        [sys.executable, str(launcher), "--help"], capture_output=True, text=True, env=environment, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "usage: nvidia_gpu_exporter" in result.stderr

@@ -220,7 +220,7 @@ ORDER: list[tuple[list[str], str | None, str, str]] = [
     (["--", "x"], None, "unexpected x", "only positional arguments after --"),
     (["--help", "--", "x"], "help", "", "help wins over arguments after --"),
     (["--"], "run", "", "a bare -- ends the flags"),
-    (["-x", "--version"], None, "unknown short flag '-x'", "an unknown short flag stops reading"),
+    (["-q", "--version"], None, "unknown short flag '-q'", "an unknown short flag stops reading"),
     (["-hh"], "help", "", "short flags combine"),
     (["-hx"], None, "unknown short flag '-x'", "a combined unknown short flag is a parse error"),
     (["--help=false"], "help", "", "help is a boolean flag: any value still asks for help"),

@@ -282,12 +282,13 @@ def dcgm_exposition(config: Config, backend: Backend, counters: tuple[Counter, .
 
     return DcgmExposition(
         backend.fields,
-        node_hostname(os.environ),
+        node_hostname(os.environ) if config.dcgm_hostname_label else None,
         counters=counters,
         energy=config.backend is not BackendName.EXEC,  # NVML's energy counter; nvidia-smi has none
         gpm=config.backend is BackendName.NVML,  # NVML GPM samples; the demo simulates none for whole GPUs
         extras=config.backend is not BackendName.EXEC,  # PCIe rates (nvml, demo), replays and NVLink (nvml)
         pod_labels=config.kubernetes_pod_labels,
+        model_name_dashes=config.dcgm_model_name_dashes,
     )
 
 

@@ -8,6 +8,7 @@ imports asyncio, which would import ``ssl``: ``app`` is imported after it.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -73,8 +74,28 @@ def informational(parsed: Parsed) -> None:
         sys.stdout.write(zsh_completion_script(PROGRAM))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Console entry point; returns the process exit status."""
+def dcgm_exporter_main(argv: Sequence[str] | None = None) -> int:
+    """The ``dcgm-exporter`` console script: dcgm-exporter's defaults (the DCGM profile on :9400) even with no
+    option given, for a manifest that runs its command by name (docs/dcgm.md, "Swapping the image")."""
+    return main(argv, dcgm_exporter=True)
+
+
+def log_dcgm_invocation(parsed: Parsed) -> None:
+    """Say once at startup that dcgm-exporter's options were read, and each one accepted without effect."""
+    if not parsed.dcgm_exporter:
+        return
+    config = parsed.config
+    log.info(
+        "started the dcgm-exporter way (its flags, environment or name): dcgm-exporter's defaults apply",
+        extra={"profile": config.metrics_profile.value, "address": ",".join(config.listen_addresses)},
+    )
+    for notice in parsed.notices:
+        log.warning("dcgm-exporter option accepted without effect", extra={"option": notice.option, "why": notice.why})
+
+
+def main(argv: Sequence[str] | None = None, *, dcgm_exporter: bool = False) -> int:
+    """Console entry point; returns the process exit status. dcgm-exporter's ``DCGM_*`` variables are read
+    from the environment (``flags.dcgm_invocation``), so its DaemonSets run this with only the image changed."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["doctor"]:  # `nvidia_gpu_exporter doctor`: the node checklist, exit 0/1/2
         from nvidia_gpu_exporter.doctor import main as doctor_main  # noqa: PLC0415 - a separate command
@@ -94,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.error("failed to run", extra={"err": windows_only(arguments[0])})
             return 1
     try:
-        parsed = preflight.parse(arguments)
+        parsed = preflight.parse(arguments, os.environ, dcgm_exporter=dcgm_exporter)
     except preflight.StartupError as error:
         log.error("failed to run", extra={"err": str(error)})
         return 1
@@ -104,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = parsed.config
     logs.configure(config.log_level, config.log_format)
     logs.capture_process_output()
+    log_dcgm_invocation(parsed)
     try:
         web_config = preflight.web_config(preflight.checked(config))
     except preflight.StartupError as error:

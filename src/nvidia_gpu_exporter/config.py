@@ -96,6 +96,9 @@ class Config:
     shutdown_on_error: bool = False
     metrics_profile: Profile = Profile.NVIDIA_SMI
     dcgm_collectors: str = ""  # dcgm-exporter's counters file; "" = every DCGM field we offer
+    # dcgm-exporter's own options with no flag of ours (flags.DCGM_OPTIONS): -n and --replace-blanks-in-model-name
+    dcgm_hostname_label: bool = True
+    dcgm_model_name_dashes: bool = False
     sysfs_path: str = DEFAULT_SYSFS_PATH  # where the NVIDIA PCI functions are read (lost GPUs)
     kubernetes_pod_resources: bool = False
     kubernetes_pod_resources_socket: str = DEFAULT_SOCKET

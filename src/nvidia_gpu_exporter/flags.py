@@ -1,14 +1,18 @@
 """Command-line parsing with the Go exporter's (kingpin's) syntax and flag names.
 
 ``--flag=value`` or ``--flag value``; booleans as ``--flag``, ``--no-flag`` or ``--flag=false``;
-``--web.listen-address`` may repeat. Durations use Go syntax or Prometheus' ``d``/``w``/``y``. No environment
-variables are read.
+``--web.listen-address`` may repeat. Durations use Go syntax or Prometheus' ``d``/``w``/``y``.
+
+dcgm-exporter's command line and environment are accepted too (``DCGM_OPTIONS``, at the end of this module), so
+its DaemonSets run this exporter with only the image changed; no other environment variable is read.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+import importlib.util
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -16,6 +20,7 @@ from typing import Any
 from nvidia_gpu_exporter._go.durations import DurationError, format_duration, parse_flag_duration
 from nvidia_gpu_exporter._go.strconv import DECIMAL_INT, parse_bool, parse_int
 from nvidia_gpu_exporter.config import DEFAULT_LISTEN_ADDRESS, Backend, Config, Profile, XidSource
+from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_RESOURCE_PATTERNS
 from nvidia_gpu_exporter.logs import FORMATS, LEVELS
 
 
@@ -349,6 +354,8 @@ class Parsed:
     config: Config
     action: Action = Action.RUN
     words: tuple[str, ...] = ()
+    dcgm_exporter: bool = False  # invoked the dcgm-exporter way (its flags, its environment or its name)
+    notices: tuple[Notice, ...] = ()  # dcgm-exporter options accepted without effect, each with why
 
 
 def _convert(flag: Flag, value: str) -> Any:
@@ -402,7 +409,7 @@ def _read(argv: Sequence[str]) -> _Reading:
                 return _Reading(elements, generator, help_asked, None, token)
             short_flag = _BY_SHORT.get(token[1])
             if short_flag is not None:  # a short flag with a value: kingpin takes ``-fFILE`` as well as ``-f FILE``
-                short_value = token[2:]
+                short_value = token[2:].removeprefix("=")  # ``-f=FILE``, as dcgm-exporter's Go flags read it
                 if not short_value:
                     if index >= len(argv):
                         error = FlagError(f"expected argument for flag '--{short_flag.name}'")
@@ -444,13 +451,25 @@ def _read(argv: Sequence[str]) -> _Reading:
     return _Reading(elements, generator, help_asked, None, None)
 
 
-def parse_args(argv: Sequence[str]) -> Parsed:
+def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, *, dcgm_exporter: bool = False) -> Parsed:
     """Parse the exporter's arguments (without the program name), deciding in kingpin's order.
 
     A generating flag (``--version``, ``--help-man``, ...) read before any parse error wins; then a parse error;
     then ``--help``; then a positional argument; then each value in turn, where a flag given twice that does
-    not repeat is an error too.
+    not repeat is an error too. dcgm-exporter's options in ``argv`` or ``environ`` (``None``: no environment
+    is read), or ``dcgm_exporter`` (the ``dcgm-exporter`` command), start from dcgm-exporter's defaults instead
+    (:func:`dcgm_invocation`); our own flags still win over them.
     """
+    invocation = dcgm_invocation(argv, environ, named=dcgm_exporter)
+    if invocation is None:
+        return _parse_kingpin(argv, Config())
+    parsed = _parse_kingpin(invocation.argv, invocation.base)
+    config, notices = _dcgm_finished(parsed.config, invocation)
+    return dataclasses.replace(parsed, config=config, dcgm_exporter=True, notices=notices)
+
+
+def _parse_kingpin(argv: Sequence[str], base: Config) -> Parsed:
+    """Our own (kingpin) command line over ``base``: what it sets replaces the base's value."""
     if _COMPLETION_FLAG in argv:  # kingpin completes whatever else is there, however broken
         words = list(argv)
         words.remove(_COMPLETION_FLAG)
@@ -475,7 +494,7 @@ def parse_args(argv: Sequence[str]) -> Parsed:
         values[flag.attribute] = True if raw is None else _convert(flag, raw)
     if listen:
         values["listen_addresses"] = tuple(listen)
-    return Parsed(dataclasses.replace(Config(), **values))
+    return Parsed(dataclasses.replace(base, **values))
 
 
 def _default_text(flag: Flag, defaults: Config) -> str:
@@ -614,3 +633,453 @@ if [[ "$(basename -- ${{(%):-%x}})" != "_{program}" ]]; then
     compdef _{program} {program}
 fi
 """
+
+
+# -- dcgm-exporter's command line and environment (docs/dcgm.md, "Swapping the image") -------------------------
+# Its DaemonSets (its own Helm chart, the GPU Operator's) pass its flags and DCGM_EXPORTER_* variables to whatever
+# the image runs; each option below either becomes our flags' values, as dcgm-exporter would behave, or is accepted
+# with a startup warning saying why it changes nothing. Names, aliases, variables and defaults are those of
+# dcgm-exporter's pkg/cmd/app.go (urfave/cli; commit d5e5f51, chart 4.8.2).
+
+DCGM_EXPORTER_PROGRAM = "dcgm-exporter"
+DCGM_LISTEN_ADDRESS = ":9400"
+DCGM_COLLECT_INTERVAL_MS = 30_000
+DCGM_IMAGE_DIRECTORY = "/etc/dcgm-exporter/"  # where dcgm-exporter's image keeps its counters files
+DCGM_DEFAULT_COLLECTORS = DCGM_IMAGE_DIRECTORY + "default-counters.csv"
+_MILLISECOND_NS = 1_000_000
+_NO_HOST_ENGINE = "there is no DCGM host engine or library here: the GPUs are read through nvidia-smi or NVML"
+
+
+class DcgmKind(Enum):
+    """How dcgm-exporter (urfave/cli) reads an option's value."""
+
+    STRING = "string"
+    INT = "int"
+    BOOL = "bool"
+    STRINGS = "strings"  # comma-separated in the environment, repeatable on the command line
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A dcgm-exporter option accepted without effect: as given (flag or variable) and why."""
+
+    option: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class DcgmOption:
+    """One option of dcgm-exporter. ``apply`` turns its value into our ``Config`` fields; without it, ``why``
+    says why a value outside ``harmless`` (values asking for what we do anyway) changes nothing here."""
+
+    name: str
+    aliases: tuple[str, ...]
+    env: str
+    kind: DcgmKind
+    apply: Callable[[Any], dict[str, Any]] | None = None
+    why: str = ""
+    harmless: tuple[str, ...] = ()
+
+
+def _when(attribute_values: dict[str, Any]) -> Callable[[Any], dict[str, Any]]:
+    """A boolean option that sets ``attribute_values`` when true and nothing when false."""
+    return lambda on: dict(attribute_values) if on else {}
+
+
+def _log_format(value: str) -> dict[str, Any]:
+    formats = {"text": "logfmt", "json": "json"}  # slog's text handler writes logfmt
+    if value not in formats:
+        raise FlagError(f"invalid --log-format '{value}': text or json")
+    return {"log_format": formats[value]}
+
+
+def _resource_names(names: list[str]) -> dict[str, Any]:
+    """dcgm-exporter adds these names to nvidia.com/gpu and the MIG resources; so do we, to our defaults."""
+    return {"kubernetes_resource_names": ",".join((*DEFAULT_RESOURCE_PATTERNS, *names))}
+
+
+_FALSE = ("false",)
+DCGM_OPTIONS: tuple[DcgmOption, ...] = (
+    DcgmOption("collectors", ("f",), "DCGM_EXPORTER_COLLECTORS", DcgmKind.STRING, lambda v: {"dcgm_collectors": v}),
+    DcgmOption("address", ("a",), "DCGM_EXPORTER_LISTEN", DcgmKind.STRING, lambda v: {"listen_addresses": (v,)}),
+    DcgmOption(
+        "collect-interval",
+        ("c",),
+        "DCGM_EXPORTER_INTERVAL",
+        DcgmKind.INT,
+        lambda ms: {"collect_interval_ns": ms * _MILLISECOND_NS},  # milliseconds: DCGM's update period
+    ),
+    DcgmOption(
+        "kubernetes",
+        ("k",),
+        "DCGM_EXPORTER_KUBERNETES",
+        DcgmKind.BOOL,
+        lambda on: {"kubernetes_pod_resources": on, "kubernetes_pod_labels": on},
+    ),
+    DcgmOption(
+        "use-old-namespace",
+        ("o",),
+        "DCGM_EXPORTER_USE_OLD_NAMESPACE",
+        DcgmKind.BOOL,
+        why="dcgm-exporter 1.x's dcgm_* names are not served; the DCGM_FI_* names are",
+        harmless=_FALSE,
+    ),
+    DcgmOption(
+        "cpu-devices",
+        ("p",),
+        "DCGM_EXPORTER_CPU_DEVICES_STR",
+        DcgmKind.STRING,
+        why="no CPU entities are served: this exporter reads NVIDIA GPUs only",
+        harmless=("f",),
+    ),
+    DcgmOption(
+        "configmap-data",
+        ("m",),
+        "DCGM_EXPORTER_CONFIGMAP_DATA",
+        DcgmKind.STRING,
+        why="the counters ConfigMap is not read through the API server: mount it as a file and pass -f",
+        harmless=("none",),
+    ),
+    DcgmOption("remote-hostengine-info", ("r",), "DCGM_REMOTE_HOSTENGINE_INFO", DcgmKind.STRING, why=_NO_HOST_ENGINE),
+    DcgmOption(
+        "kubernetes-enable-pod-labels",
+        (),
+        "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS",
+        DcgmKind.BOOL,
+        why="the pods' own Kubernetes labels are not read (that needs the API server); -k still adds pod, "
+        "namespace and container",
+        harmless=_FALSE,
+    ),
+    DcgmOption(
+        "kubernetes-enable-pod-uid",
+        (),
+        "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID",
+        DcgmKind.BOOL,
+        why="no pod uid label: the kubelet's PodResources API, the one source read, does not give it",
+        harmless=_FALSE,
+    ),
+    DcgmOption(
+        "kubernetes-gpu-id-type",
+        (),
+        "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE",
+        DcgmKind.STRING,
+        why="only uid and device-name are dcgm-exporter's types; both device id forms are recognised anyway",
+        harmless=("uid", "device-name"),  # the attribution recognises uuids and indices alike
+    ),
+    DcgmOption(
+        "kubernetes-pod-label-allowlist-regex",
+        (),
+        "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX",
+        DcgmKind.STRINGS,
+        why="the pods' own Kubernetes labels are not served (see --kubernetes-enable-pod-labels)",
+    ),
+    DcgmOption(
+        "devices",
+        ("d",),
+        "DCGM_EXPORTER_DEVICES_STR",
+        DcgmKind.STRING,
+        why="GPUs are not selected: every GPU is served, a MIG GPU per GPU instance, as with dcgm-exporter's 'f'",
+        harmless=("f",),
+    ),
+    DcgmOption(
+        "no-hostname",
+        ("n",),
+        "DCGM_EXPORTER_NO_HOSTNAME",
+        DcgmKind.BOOL,
+        lambda on: {"dcgm_hostname_label": not on},
+    ),
+    DcgmOption(
+        "switch-devices",
+        ("s",),
+        "DCGM_EXPORTER_OTHER_DEVICES_STR",
+        DcgmKind.STRING,
+        why="no NVSwitch entities are served (their SXid errors come from the kernel log: docs/health.md)",
+        harmless=("f",),
+    ),
+    DcgmOption(
+        "fake-gpus",
+        (),
+        "DCGM_EXPORTER_USE_FAKE_GPUS",
+        DcgmKind.BOOL,
+        why="no effect: simulated GPUs come from --collect.backend=demo",
+        harmless=_FALSE,
+    ),
+    DcgmOption(
+        "web-config-file", (), "DCGM_EXPORTER_WEB_CONFIG_FILE", DcgmKind.STRING, lambda v: {"web_config_file": v}
+    ),
+    DcgmOption(
+        "xid-count-window-size",
+        ("x",),
+        "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE",
+        DcgmKind.INT,
+        why="DCGM_EXP_XID_ERRORS_COUNT is not served (nvidia_smi_xid_errors_total counts every XID)",
+    ),
+    DcgmOption(
+        "replace-blanks-in-model-name",
+        ("rbmn",),
+        "DCGM_EXPORTER_REPLACE_BLANKS_IN_MODEL_NAME",
+        DcgmKind.BOOL,
+        lambda on: {"dcgm_model_name_dashes": on},
+    ),
+    DcgmOption("debug", (), "DCGM_EXPORTER_DEBUG", DcgmKind.BOOL, _when({"log_level": "debug"})),
+    DcgmOption(
+        "clock-events-count-window-size",
+        (),
+        "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE",
+        DcgmKind.INT,
+        why="DCGM_EXP_CLOCK_EVENTS_COUNT is not served",
+    ),
+    DcgmOption(
+        "enable-dcgm-log", (), "DCGM_EXPORTER_ENABLE_DCGM_LOG", DcgmKind.BOOL, why=_NO_HOST_ENGINE, harmless=_FALSE
+    ),
+    DcgmOption(
+        "dcgm-log-level", (), "DCGM_EXPORTER_DCGM_LOG_LEVEL", DcgmKind.STRING, why=_NO_HOST_ENGINE, harmless=("NONE",)
+    ),
+    DcgmOption("log-format", (), "DCGM_EXPORTER_LOG_FORMAT", DcgmKind.STRING, _log_format),
+    DcgmOption(
+        "pod-resources-kubelet-socket",
+        (),
+        "DCGM_POD_RESOURCES_KUBELET_SOCKET",
+        DcgmKind.STRING,
+        lambda v: {"kubernetes_pod_resources_socket": v},
+    ),
+    DcgmOption(
+        "hpc-job-mapping-dir",
+        (),
+        "DCGM_HPC_JOB_MAPPING_DIR",
+        DcgmKind.STRING,
+        why="HPC job attribution is not implemented",
+        harmless=("",),
+    ),
+    DcgmOption("nvidia-resource-names", (), "NVIDIA_RESOURCE_NAMES", DcgmKind.STRINGS, _resource_names),
+    DcgmOption(
+        "kubernetes-virtual-gpus",
+        (),
+        "KUBERNETES_VIRTUAL_GPUS",
+        DcgmKind.BOOL,
+        why="a shared GPU's series are not repeated per pod: pod labels go on a GPU that one container holds",
+        harmless=_FALSE,
+    ),
+    DcgmOption(
+        "dump-enabled",
+        (),
+        "DCGM_EXPORTER_DUMP_ENABLED",
+        DcgmKind.BOOL,
+        why="debug dumps are not written",
+        harmless=_FALSE,
+    ),
+    DcgmOption(
+        "dump-directory", (), "DCGM_EXPORTER_DUMP_DIRECTORY", DcgmKind.STRING, why="debug dumps are not written"
+    ),
+    DcgmOption("dump-retention", (), "DCGM_EXPORTER_DUMP_RETENTION", DcgmKind.INT, why="debug dumps are not written"),
+    DcgmOption(
+        "dump-compression", (), "DCGM_EXPORTER_DUMP_COMPRESSION", DcgmKind.BOOL, why="debug dumps are not written"
+    ),
+    DcgmOption(
+        "kubernetes-enable-dra",
+        (),
+        "KUBERNETES_ENABLE_DRA",
+        DcgmKind.BOOL,
+        why="Dynamic Resource Allocation claims are not read; the device plugin's allocations are",
+        harmless=_FALSE,
+    ),
+    DcgmOption(
+        "disable-startup-validate",
+        (),
+        "DISABLE_STARTUP_VALIDATE",
+        DcgmKind.BOOL,
+        why="no effect: there are no DCGM prerequisites to validate",
+        harmless=_FALSE,
+    ),
+    DcgmOption(
+        "enable-gpu-bind-unbind-watch",
+        (),
+        "DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH",
+        DcgmKind.BOOL,
+        why="GPU bind/unbind events are not watched",
+        harmless=_FALSE,
+    ),
+    DcgmOption(
+        "gpu-bind-unbind-poll-interval",
+        (),
+        "DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL",
+        DcgmKind.STRING,
+        why="GPU bind/unbind events are not watched",
+        harmless=("1s",),
+    ),
+    DcgmOption(
+        "enable-pprof",
+        (),
+        "DCGM_EXPORTER_ENABLE_PPROF",
+        DcgmKind.BOOL,
+        _when(
+            # dcgm-exporter serves its profiling endpoints without authentication, so this does too
+            {"enable_pprof": True, "enable_pprof_unauthenticated": True}
+        ),
+    ),
+    DcgmOption(
+        "web-systemd-socket", (), "DCGM_EXPORTER_SYSTEMD_SOCKET", DcgmKind.BOOL, lambda on: {"systemd_socket": on}
+    ),
+)
+# -f is left to our own parser, where it is --dcgm.collectors' short form (-fFILE and its error messages too)
+_DCGM_BY_NAME = {name: option for option in DCGM_OPTIONS for name in (option.name, *option.aliases) if name != "f"}
+# urfave/cli's own flags, spelled as kingpin wants them
+_DCGM_INFORMATIONAL = {"h": "--help", "help": "--help", "v": "--version", "version": "--version"}
+
+
+@dataclass(frozen=True, slots=True)
+class DcgmInvocation:
+    """dcgm-exporter's options found in a command line and environment: ``argv`` is what is left for our own
+    parser, ``base`` the config they make, ``notices`` the options accepted without effect."""
+
+    argv: tuple[str, ...]
+    base: Config
+    notices: tuple[Notice, ...]
+
+
+def _go_int(text: str) -> int | None:
+    """Go's ``strconv.ParseInt(text, 0, 64)``: a sign, then decimal, ``0x``, ``0o``/``0`` (octal) or ``0b``."""
+    body = text.lstrip("+-")
+    if len(body) > 1 and body[0] == "0" and body[1].isdigit():
+        text = text[: len(text) - len(body)] + "0o" + body[1:]
+    try:
+        number = int(text, 0)
+    except ValueError:
+        return None
+    return number if -(2**63) <= number < 2**63 else None
+
+
+def _dcgm_value(option: DcgmOption, raw: str | None, source: str) -> Any:
+    """A value as urfave/cli reads it; ``source`` is the flag as written or the environment variable."""
+    from_env = not source.startswith("-")
+    if option.kind is DcgmKind.BOOL:
+        truth = True if raw is None else parse_bool(raw.strip() if from_env else raw)
+        if truth is None:
+            raise FlagError(
+                f'could not parse "{raw}" as bool value from {source} for flag {option.name}'
+                if from_env
+                else f'invalid boolean value "{raw}" for -{source.lstrip("-")}: parse error'
+            )
+        return truth
+    value = raw or ""
+    if option.kind is DcgmKind.INT:
+        number = _go_int(value.strip() if from_env else value)
+        if number is None:
+            raise FlagError(
+                f'could not parse "{value}" as int value from {source} for flag {option.name}'
+                if from_env
+                else f'invalid value "{value}" for flag {source}: parse error'
+            )
+        return number
+    if option.kind is DcgmKind.STRINGS:
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+def _split_dcgm(argv: Sequence[str]) -> tuple[list[str], list[tuple[DcgmOption, str | None, str]], bool]:
+    """dcgm-exporter's flags (Go's syntax: ``-name``, ``--name``, ``=value`` or the next word) taken out of
+    ``argv``; the rest, our own flags with their values, is left in order. The bool says whether ``-f`` (which
+    our parser reads itself, ``-fFILE`` too) or ``-v`` was given: only dcgm-exporter's command line has them."""
+    rest: list[str] = []
+    found: list[tuple[DcgmOption, str | None, str]] = []
+    short_f = False
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        index += 1
+        if token == "--":
+            rest += argv[index - 1 :]
+            break
+        if not token.startswith("-") or token == "-":
+            rest.append(token)
+            continue
+        name, has_value, inline = (token[2:] if token.startswith("--") else token[1:]).partition("=")
+        if name in _DCGM_INFORMATIONAL and not has_value:
+            short_f = short_f or name == "v"  # only dcgm-exporter has -v
+            rest.append(_DCGM_INFORMATIONAL[name])
+            continue
+        option = _DCGM_BY_NAME.get(name)
+        if option is None:
+            short_f = short_f or (token.startswith("-f") and not token.startswith("--"))
+            rest.append(token)
+            own = _BY_NAME.get(name) if token.startswith("--") else _BY_SHORT.get(name)
+            if own is not None and own.kind is not Kind.BOOL and not has_value and index < len(argv):
+                rest.append(argv[index])  # its value, whatever it looks like
+                index += 1
+            continue
+        written = token.partition("=")[0]
+        if option.kind is DcgmKind.BOOL:
+            found.append((option, inline if has_value else None, written))
+            continue
+        if not has_value:
+            if index >= len(argv):
+                raise FlagError(f"flag needs an argument: {written}")
+            inline = argv[index]
+            index += 1
+        found.append((option, inline, written))
+    return rest, found, short_f
+
+
+def dcgm_invocation(
+    argv: Sequence[str], environ: Mapping[str, str] | None, *, named: bool = False
+) -> DcgmInvocation | None:
+    """The dcgm-exporter options of a start, or ``None`` when it is not one: none of its flags (``-f`` counts
+    only without our ``--metrics.profile``), none of its ``DCGM_*`` variables set in ``environ``, and not
+    started as ``dcgm-exporter`` (``named``). Its variables
+    with generic names (``NVIDIA_RESOURCE_NAMES``, ``KUBERNETES_*``, ``DISABLE_STARTUP_VALIDATE``) are read only
+    then, and never make a start one. A flag beats its variable, as in urfave/cli."""
+    rest, found, short_f = _split_dcgm(argv)
+    env = dict(environ or {})
+    # -f beside our own --metrics.profile is our short flag for --dcgm.collectors, whose start it leaves alone
+    ours = any(word.startswith("--metrics.profile") for word in rest)
+    triggered = named or bool(found) or (short_f and not ours)
+    triggered = triggered or any(env.get(option.env) and option.env.startswith("DCGM_") for option in DCGM_OPTIONS)
+    if not triggered:
+        return None
+    values: dict[DcgmOption, tuple[Any, str]] = {}
+    for option in DCGM_OPTIONS:
+        variable = env.get(option.env, "")
+        if variable:
+            values[option] = (_dcgm_value(option, variable, option.env), f"{option.env} in the environment")
+    for option, raw, written in found:
+        given = f"--{option.name}" if written.lstrip("-") == option.name else f"{written} (--{option.name})"
+        values[option] = (_dcgm_value(option, raw, written), given)
+    fields: dict[str, Any] = {
+        "metrics_profile": Profile.DCGM,
+        "listen_addresses": (DCGM_LISTEN_ADDRESS,),
+        "collect_interval_ns": DCGM_COLLECT_INTERVAL_MS * _MILLISECOND_NS,
+    }
+    notices: list[Notice] = []
+    for option, (value, given) in values.items():
+        if option.apply is not None:
+            fields.update(option.apply(value))
+            continue
+        text = ",".join(value) if isinstance(value, list) else str(value)
+        if (text.lower() if option.kind is DcgmKind.BOOL else text) not in option.harmless:
+            notices.append(Notice(given, option.why))
+    if fields.get("kubernetes_pod_resources") and importlib.util.find_spec("grpc") is None:
+        fields.update(kubernetes_pod_resources=False, kubernetes_pod_labels=False)
+        given = values[_DCGM_BY_NAME["kubernetes"]][1]
+        notices.append(
+            Notice(given, "no pod labels: the kubelet's PodResources API needs the 'kubernetes' extra (grpcio)")
+        )
+    return DcgmInvocation(tuple(rest), dataclasses.replace(Config(), **fields), tuple(notices))
+
+
+def _dcgm_finished(config: Config, invocation: DcgmInvocation) -> tuple[Config, tuple[Notice, ...]]:
+    """dcgm-exporter's counters file where its image keeps it: this image has none, so a path there that does
+    not exist serves the built-in default set (docs/dcgm.md), said once when it was asked for by name; its
+    default file is read when mounted there."""
+    notices = invocation.notices
+    if config.metrics_profile is Profile.NVIDIA_SMI:
+        return config, notices
+    path = config.dcgm_collectors
+    if not path and os.path.isfile(DCGM_DEFAULT_COLLECTORS):
+        return dataclasses.replace(config, dcgm_collectors=DCGM_DEFAULT_COLLECTORS), notices
+    if path.startswith(DCGM_IMAGE_DIRECTORY) and not os.path.exists(path):
+        why = (
+            f"{path} is a file of dcgm-exporter's image, not in this one (nor mounted): serving the built-in "
+            "DCGM field set, dcgm-exporter's default counters (docs/dcgm.md)"
+        )
+        return dataclasses.replace(config, dcgm_collectors=""), (*notices, Notice("--collectors", why))
+    return config, notices

@@ -9,7 +9,7 @@ startup sequence and re-exports these names for the Windows service.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from nvidia_gpu_exporter.config import Config, ConfigError, validate
 from nvidia_gpu_exporter.flags import Action, FlagError, Parsed, parse_args
@@ -20,10 +20,11 @@ class StartupError(Exception):
     """The exporter cannot start; the message is logged as ``failed to run``."""
 
 
-def parse(arguments: Sequence[str]) -> Parsed:
-    """The command line, parsed (not yet validated); a parse error is a :class:`StartupError`."""
+def parse(arguments: Sequence[str], environ: Mapping[str, str] | None = None, *, dcgm_exporter: bool = False) -> Parsed:
+    """The command line, parsed (not yet validated), with dcgm-exporter's variables of ``environ`` when given
+    (``flags.parse_args``); a parse error is a :class:`StartupError`."""
     try:
-        return parse_args(arguments)
+        return parse_args(arguments, environ, dcgm_exporter=dcgm_exporter)
     except FlagError as error:
         raise StartupError(f"failed to parse the command line: {error}") from error
 

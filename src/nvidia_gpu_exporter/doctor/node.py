@@ -634,10 +634,17 @@ def check_exporter(options: NodeOptions) -> CheckResult:
             f"no exporter answers at {url}: {reason}",
             f"pass --exporter-url (in the exporter's pod: {DEFAULT_EXPORTER_URL})",
         )
-    success = _sample(text, "nvidia_smi_last_collect_success")
+    # the collection's own family, served under every --metrics.profile; the Go exporter's name before it existed
+    success = _sample(text, "nvidia_gpu_exporter_collection_success") or _sample(
+        text, "nvidia_smi_last_collect_success"
+    )
     if success is None:
         return CheckResult(
-            "exporter", title, Status.WARN, f"{url} has no nvidia_smi_last_collect_success", "check --exporter-url"
+            "exporter",
+            title,
+            Status.WARN,
+            f"{url} has no nvidia_gpu_exporter_collection_success (nor nvidia_smi_last_collect_success)",
+            "check --exporter-url",
         )
     if success[1] != 1:
         return CheckResult(
@@ -647,7 +654,7 @@ def check_exporter(options: NodeOptions) -> CheckResult:
             f"{url}: the exporter's most recent collection failed",
             "read its log for 'failed to collect metrics'",
         )
-    gpus = sum(1 for line in text.splitlines() if line.startswith("nvidia_smi_gpu_info{"))
+    gpus = sum(1 for line in text.splitlines() if line.startswith("nvidia_smi_gpu_info{")) or _dcgm_gpus(text)
     attribution = _sample(text, "nvidia_smi_kubernetes_attribution_up")
     if attribution is not None and attribution[1] != 1:
         return CheckResult(
@@ -658,6 +665,14 @@ def check_exporter(options: NodeOptions) -> CheckResult:
             "GET /-/attribution on the exporter says why and what to change",
         )
     return CheckResult("exporter", title, Status.PASS, f"{url}: collection OK, {gpus} GPU(s)")
+
+
+_DCGM_UUID = re.compile(r'^DCGM_FI_[A-Z0-9_]+\{[^}]*\bUUID="([^"]*)"')
+
+
+def _dcgm_gpus(text: str) -> int:
+    """The GPUs a DCGM-profile scrape names (its ``UUID`` labels: a MIG GPU's instances share their GPU's)."""
+    return len({match.group(1) for line in text.splitlines() if (match := _DCGM_UUID.match(line))})
 
 
 def node_checks(options: NodeOptions) -> list[CheckResult]:

@@ -328,20 +328,22 @@ class DcgmExposition:
     def __init__(
         self,
         fields: Sequence[QueryField],
-        hostname: str,
+        hostname: str | None,
         *,
         counters: Sequence[Counter] | None = None,
         energy: bool = True,
         gpm: bool = False,
         extras: bool = True,
         pod_labels: bool = False,
+        model_name_dashes: bool = False,
     ) -> None:
         identity = [column_of(fields, name) for name in _IDENTITY]
         missing = [name for name, column in zip(_IDENTITY, identity, strict=True) if column is None]
         if missing:
             raise ValueError(f"identity fields missing from the query: {', '.join(missing)}")
         self._identity = tuple(column for column in identity if column is not None)
-        self.hostname = hostname
+        self.hostname = hostname  # None: no hostname label (dcgm-exporter's -n / --no-hostname)
+        self.model_name_dashes = model_name_dashes  # its --replace-blanks-in-model-name
         self.pod_labels = pod_labels  # --kubernetes.pod-labels
         self._served: list[tuple[DcgmFamily, int | None]] = []
         self._label_columns: list[tuple[str, int]] = []
@@ -395,10 +397,13 @@ class DcgmExposition:
     ) -> str | None:
         """The label text (without braces) of a GPU or GPU instance, or ``None`` for one that cannot be labelled."""
         index, uuid, bus_id, name = (cells[column] for column in self._identity)
+        if self.model_name_dashes:  # as dcgm-exporter: blank runs collapsed and trimmed, then each one a dash
+            name = "-".join(name.split())
         pairs = list(zip(GPU_LABEL_NAMES, (index, uuid, bus_id, "nvidia" + index, name), strict=True))
         if mig is not None:
             pairs += zip(MIG_LABEL_NAMES, mig, strict=True)
-        pairs.append((HOSTNAME_LABEL, self.hostname))
+        if self.hostname is not None:
+            pairs.append((HOSTNAME_LABEL, self.hostname))
         pairs += [
             (label, cells[column])
             for label, column in self._label_columns

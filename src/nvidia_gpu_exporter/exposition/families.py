@@ -333,6 +333,44 @@ WEB_CONFIG_RELOAD_SUCCESS_TIMESTAMP = FamilySpec(
     "Timestamp of the last successful --web.config.file reload (or of its startup read).",
 )
 
+# -- the collection's health under one name whatever --metrics.profile (docs/metrics.md, "Collection health") ---
+# The nvidia_smi_* ones above keep the Go exporter's names and bytes; these are what the chart's test, NOTES,
+# the doctor and the alert rules read, so a DCGM-profile install has them too.
+
+COLLECTION_FAILURES = FamilySpec(
+    "nvidia_gpu_exporter_collection_failures_total",
+    "counter",
+    "Number of failed collections since the exporter started, whatever --metrics.profile.",
+)
+COLLECTION_SUCCESS = FamilySpec(
+    "nvidia_gpu_exporter_collection_success",
+    "gauge",
+    "Whether the most recent collection succeeded (1) or not (0), whatever --metrics.profile.",
+)
+COLLECTION_SUCCESS_TIMESTAMP = FamilySpec(
+    "nvidia_gpu_exporter_collection_success_timestamp_seconds",
+    "gauge",
+    "Unix timestamp of the most recent successful collection, whatever --metrics.profile.",
+)
+COLLECTION_DURATION = FamilySpec(
+    "nvidia_gpu_exporter_collection_duration_seconds",
+    "gauge",
+    "Duration of the most recent collection, whatever --metrics.profile.",
+)
+COLLECTION_EXIT_CODE = FamilySpec(
+    "nvidia_gpu_exporter_collection_exit_code",
+    "gauge",
+    "Status of the most recent collection (0 = success): nvidia-smi's exit code, or NVML's return code on the nvml "
+    "and demo backends, whatever --metrics.profile.",
+)
+COLLECTION: tuple[FamilySpec, ...] = (
+    COLLECTION_EXIT_CODE,
+    COLLECTION_DURATION,
+    COLLECTION_FAILURES,
+    COLLECTION_SUCCESS,
+    COLLECTION_SUCCESS_TIMESTAMP,
+)
+
 # -- fleet mode (GET /probe?target=<name>, docs/fleet.md): after the target's nvidia_smi_* block ---------------
 
 PROBE_SUCCESS = FamilySpec("probe_success", "gauge", "Whether the probe's collection over SSH succeeded (1) or not (0)")
@@ -395,6 +433,7 @@ HTTP: tuple[FamilySpec, ...] = (HTTP_CONNECTIONS, HTTP_CONNECTIONS_CLOSED, HTTP_
 WEB_CONFIG: tuple[FamilySpec, ...] = (WEB_CONFIG_RELOAD_SUCCESSFUL, WEB_CONFIG_RELOAD_SUCCESS_TIMESTAMP)
 SELF: tuple[FamilySpec, ...] = (
     BUILD_INFO,
+    *COLLECTION,
     *HTTP,
     *WEB_CONFIG,
     *PROCESS,
@@ -413,6 +452,8 @@ WALL_CLOCK_FAMILIES = frozenset(
         XID_OCCURRENCE.name,
         SXID_LAST_TIMESTAMP.name,
         WEB_CONFIG_RELOAD_SUCCESS_TIMESTAMP.name,
+        COLLECTION_DURATION.name,
+        COLLECTION_SUCCESS_TIMESTAMP.name,
     }
 )
 

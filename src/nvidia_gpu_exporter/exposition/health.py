@@ -1,9 +1,15 @@
 """The node-health families (docs/health.md): recent XIDs with their processes, GPUs fallen off the bus, and
-the health of the kernel-log source itself. Pure functions of the snapshot; absent pieces render nothing."""
+the health of the kernel-log source itself; and the collection's own health under its profile-independent name
+(docs/metrics.md, "Collection health"). Pure functions of the snapshot; absent pieces render nothing."""
 
 from __future__ import annotations
 
 from nvidia_gpu_exporter.exposition.families import (
+    COLLECTION_DURATION,
+    COLLECTION_EXIT_CODE,
+    COLLECTION_FAILURES,
+    COLLECTION_SUCCESS,
+    COLLECTION_SUCCESS_TIMESTAMP,
     GPU_FALLEN_OFF_BUS,
     KERNEL_LOG_DROPPED,
     KERNEL_LOG_LOST,
@@ -14,7 +20,7 @@ from nvidia_gpu_exporter.exposition.families import (
     XID_OCCURRENCE,
     XID_SOURCE,
 )
-from nvidia_gpu_exporter.exposition.text import Family
+from nvidia_gpu_exporter.exposition.text import Family, render_family
 from nvidia_gpu_exporter.model.snapshot import KernelLogState, Snapshot
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
 
@@ -65,3 +71,25 @@ def health_families(snapshot: Snapshot) -> list[Family]:
             family.add((), float(value))
             families.append(family)
     return families
+
+
+def collection_text(snapshot: Snapshot) -> str:
+    """``nvidia_gpu_exporter_collection_*``: what ``nvidia_smi_*``'s health families say, present under the same
+    conditions (the status and duration once a collection ended, the timestamp once one succeeded), served
+    whatever ``--metrics.profile``, in name order."""
+    attempt = snapshot.attempt
+    families: list[Family] = []
+    if attempt is not None:
+        exit_code, duration = COLLECTION_EXIT_CODE.family(), COLLECTION_DURATION.family()
+        exit_code.add((), float(attempt.status_code))
+        duration.add((), attempt.duration_seconds)
+        families += [exit_code, duration]
+    failures, success = COLLECTION_FAILURES.family(), COLLECTION_SUCCESS.family()
+    failures.add((), float(snapshot.failed_collections))
+    success.add((), 1.0 if attempt is not None and attempt.succeeded else 0.0)
+    families += [failures, success]
+    if snapshot.last_success_at is not None:
+        timestamp = COLLECTION_SUCCESS_TIMESTAMP.family()
+        timestamp.add((), float(int(snapshot.last_success_at)))
+        families.append(timestamp)
+    return "".join(render_family(family) for family in families)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from nvidia_gpu_exporter._go.strconv import parse_float
 from nvidia_gpu_exporter.collector import Collector
+from nvidia_gpu_exporter.exposition.health import collection_text
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.exposition.openmetrics import OPENMETRICS_EOF, to_openmetrics
 from nvidia_gpu_exporter.exposition.selfmetrics import HandlerStats, SelfMetrics, build_info_values
@@ -196,8 +197,8 @@ class MetricsEndpoint:
         return rendered
 
     def _render_now(self, key: tuple[object, ...], snapshot: Snapshot, *, off_loop: bool) -> _Rendered:
-        try:
-            text = self.exposition.render(snapshot)
+        try:  # the collection's health first: served whatever the profile (docs/metrics.md)
+            text = collection_text(snapshot) + self.exposition.render(snapshot)
         except DuplicateSeriesError as error:
             return _Rendered(key, None, str(error))
         return _Rendered(key, _Body(encode(text), off_loop=off_loop), None)
