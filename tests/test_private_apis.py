@@ -261,7 +261,7 @@ def test_the_compact_protocol_reads_into_16_kib() -> None:
         protocol = tlsbuffer.CompactTLSProtocol(
             loop, asyncio.Protocol(), context, loop.create_future(), server_side=True
         )
-        assert protocol.get_buffer(-1).nbytes == tlsbuffer.TLS_RECEIVE_BUFFER_BYTES == 16 * 1024
+        assert protocol.get_buffer(-1).nbytes == tlsbuffer.TLS_RECEIVE_BUFFER_BYTES == 4 * 1024
     finally:
         loop.close()
 

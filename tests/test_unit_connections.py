@@ -15,6 +15,7 @@ from nvidia_gpu_exporter.httpserver.connections import (
     ANSWERED_SUCCESS,
     ASKING,
     EVICTION_BATCH,
+    MAX_HANDSHAKES,
     OPENING,
     STALE,
     STALLED_BODY,
@@ -250,3 +251,33 @@ def test_connections_answered_an_error_leave_in_a_batch_those_answered_a_success
         assert only_successes.admit(connection)
     assert only_successes.admit(FakeConnection("new", idle=None))
     assert [connection.evicted for connection in successes] == [True, False]
+
+
+@pytest.mark.parametrize(
+    ("stalled_for", "oldest_leaves"),
+    [
+        pytest.param(GRACE, True, id="past-the-grace-the-oldest-handshake-leaves"),
+        pytest.param(GRACE - 0.5, False, id="within-the-grace-a-slow-client-keeps-its-handshake"),
+    ],
+)
+def test_past_the_handshake_bound_the_oldest_stalled_handshake_makes_room(
+    stalled_for: float, oldest_leaves: bool
+) -> None:
+    connections = registry(0)  # no cap: the handshake bound holds on its own
+    handshakes = [idle_for(stalled_for, stall=STALLED_HANDSHAKE, name=str(n)) for n in range(MAX_HANDSHAKES)]
+    for handshake in handshakes:
+        assert connections.admit_handshake(handshake)
+    newcomer = idle_for(0, stall=STALLED_HANDSHAKE, name="new")
+    assert connections.admit_handshake(newcomer)
+    assert [handshake.evicted for handshake in handshakes[:2]] == [oldest_leaves, False]
+    assert len(connections) == MAX_HANDSHAKES + (0 if oldest_leaves else 1)
+
+
+def test_a_finished_handshake_no_longer_counts_against_the_handshake_bound() -> None:
+    connections = registry(0)
+    done = idle_for(GRACE + 5, stall=None, name="done")
+    assert connections.admit_handshake(done)
+    connections.handshake_done(done)
+    for number in range(MAX_HANDSHAKES):
+        assert connections.admit_handshake(idle_for(GRACE + 5, stall=STALLED_HANDSHAKE, name=str(number)))
+    assert not done.evicted

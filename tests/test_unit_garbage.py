@@ -72,7 +72,7 @@ def test_settling_startup_frees_its_cycles_and_freezes_the_survivors() -> None:
         pytest.param([0, 0, 0], [False, False, False], id="no-churn-no-trim"),
         pytest.param([5, 5, 0], [False, False, False], id="a-few-closes-no-trim"),
         pytest.param([300], [True], id="a-flood-trims-at-once"),
-        pytest.param([100, 100, 100, 0], [False, False, True, False], id="a-flood-trims-past-the-bound"),
+        pytest.param([40, 40, 40, 0], [False, True, False, True], id="a-flood-trims-past-the-bound-then-at-its-end"),
         pytest.param([20, 0, 0], [False, True, False], id="the-end-of-a-burst-trims-once"),
         pytest.param([300, 20, 0], [True, False, True], id="a-flood-then-its-tail"),
     ],

@@ -41,6 +41,10 @@ FD_RESERVE = 3 * LISTEN_BACKLOG + 64
 NEW_CONNECTION_GRACE_SECONDS = 2.0
 # A connection's standing at the cap (see the module docstring); the lowest leaves first.
 STALLED_HEAD, STALLED_BODY, STALLED_HANDSHAKE, STALE, ANSWERED_ERROR, OPENING, ASKING, ANSWERED_SUCCESS = range(8)
+# TLS handshakes under way at once, whatever the cap: each holds about 50 KiB of OpenSSL's and asyncio's state (Go's
+# about 17 KiB), and a real one ends in milliseconds, so past this the oldest one under way for longer than the grace
+# (a client on a slow link keeps it) leaves for a new one.
+MAX_HANDSHAKES = 64
 # How many connections of a standing up to ANSWERED_ERROR one new connection at the cap may make leave, at most.
 EVICTION_BATCH = 16
 
@@ -110,6 +114,7 @@ class Connections:
         self.grace = grace
         self.clock = clock
         self._open: dict[Connection, None] = {}  # insertion-ordered: the oldest first
+        self._handshaking: dict[Connection, None] = {}  # TLS handshakes under way, the oldest first
         self.released = 0  # connections that have left, over the server's life (for the heap's trim policy)
 
     def __len__(self) -> int:
@@ -132,7 +137,28 @@ class Connections:
         self.stats.open = len(self._open)
         return True
 
+    def admit_handshake(self, connection: Connection) -> bool:
+        """:meth:`admit` a TLS connection whose handshake starts now; past :data:`MAX_HANDSHAKES` under way, the
+        oldest of them leaves if it has been under way for the grace (stalled: a real handshake is over in
+        milliseconds)."""
+        if len(self._handshaking) >= MAX_HANDSHAKES:
+            oldest = next(iter(self._handshaking))
+            since = oldest.idle_since()
+            if since is not None and self.clock() - since >= self.grace:
+                self.release(oldest)
+                self.stats.closed["evicted"] += 1
+                oldest.evict()
+        if not self.admit(connection):
+            return False
+        self._handshaking[connection] = None
+        return True
+
+    def handshake_done(self, connection: Connection) -> None:
+        """The connection's TLS handshake is over (it is served now, or gone)."""
+        self._handshaking.pop(connection, None)
+
     def release(self, connection: Connection) -> None:
+        self._handshaking.pop(connection, None)
         if connection in self._open:
             del self._open[connection]
             self.released += 1

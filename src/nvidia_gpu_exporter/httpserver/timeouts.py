@@ -333,9 +333,9 @@ class DeadlineProtocol(asyncio.Protocol):
 
     # -- protocol ---------------------------------------------------------------------------------------
 
-    def accepted(self, transport: asyncio.Transport) -> bool:
-        """The TCP connection is accepted (for TLS, before its handshake): small send buffers, and a place under the
-        cap, evicting another if need be; False when every connection is busy."""
+    def accepted(self, transport: asyncio.Transport, *, handshake: bool = False) -> bool:
+        """The TCP connection is accepted (for TLS, before its ``handshake``): small send buffers, and a place under
+        the cap, evicting another if need be; False when every connection is busy."""
         self._raw = transport
         self._idle_since = self.loop.time()
         sock = transport.get_extra_info("socket")
@@ -343,15 +343,17 @@ class DeadlineProtocol(asyncio.Protocol):
             self._fd = sock.fileno()
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
-        if self.connections is not None and not self.connections.admit(self):
-            return False
+        if self.connections is not None:
+            admit = self.connections.admit_handshake if handshake else self.connections.admit
+            if not admit(self):
+                return False
         self._admitted = True
         return True
 
     def handshake_started(self, transport: asyncio.Transport) -> bool:
         """A TLS connection is accepted: it counts under the cap from now, its handshake a stall until done;
         False when every connection is busy (the caller drops it: there is no plain-text 503 before TLS)."""
-        if not self.accepted(transport):
+        if not self.accepted(transport, handshake=True):
             return False
         self._handshaking = True
         return True
@@ -369,6 +371,8 @@ class DeadlineProtocol(asyncio.Protocol):
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
         if self._handshaking:
             self._handshaking = False
+            if self.connections is not None:
+                self.connections.handshake_done(self)
         elif not self.accepted(transport):
             self._refuse(TOO_MANY_CONNECTIONS)
             return

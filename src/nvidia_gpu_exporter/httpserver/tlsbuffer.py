@@ -1,10 +1,10 @@
-"""TLS listeners with a 16 KiB receive buffer per connection, whose handshakes count under the connection cap: the
+"""TLS listeners with a 4 KiB receive buffer per connection, whose handshakes count under the connection cap: the
 one module that touches ``asyncio.sslproto``.
 
 asyncio's TLS protocol (Python >= 3.11) allocates and zero-fills a 256 KiB receive buffer for every connection,
 which the allocator keeps after it closes: 50 TLS scrapers cost about 12 MiB of RSS for it. A client only ever
 sends a scrape request (a few hundred bytes; a longer record simply arrives in more than one read), and
-responses do not go through this buffer, so one maximal TLS record's plaintext is plenty. asyncio has no public
+responses do not go through this buffer, so 4 KiB is plenty (and each stalled handshake holds it). asyncio has no public
 way to size the buffer: :class:`CompactTLSProtocol` subclasses the private ``SSLProtocol`` and overrides its
 ``max_size``. That is done only on the CPython versions it was verified on (:data:`VERIFIED_PYTHONS`) and only
 while the class still has the shape relied on (:func:`sslproto_mismatches`); anywhere else TLS is served by the
@@ -37,7 +37,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TLS_RECEIVE_BUFFER_BYTES = 16 * 1024  # one maximal TLS record's plaintext; asyncio's own is 256 KiB
+# A scrape request's records in one read; a longer record (a ClientHello with large key shares) arrives in a few.
+# asyncio's own is 256 KiB; 16 KiB (one maximal record) held 12 KiB more per stalled handshake.
+TLS_RECEIVE_BUFFER_BYTES = 4 * 1024
 # The first and last CPython minor versions whose asyncio.sslproto was checked against what this module uses.
 VERIFIED_PYTHONS = ((3, 11), (3, 13))
 # The SSLProtocol constructor parameters passed below, by name.
@@ -88,7 +90,7 @@ def python_verified(version: tuple[int, int] = (sys.version_info.major, sys.vers
 
 @functools.cache
 def compact_tls_available() -> bool:
-    """Whether TLS connections get the 16 KiB buffer here; when not, asyncio's public path serves them."""
+    """Whether TLS connections get the small buffer here; when not, asyncio's public path serves them."""
     if sys.version_info < (3, 11):
         return False  # Python 3.10's TLS protocol has no per-connection receive buffer to shrink
     if not python_verified():
@@ -104,7 +106,7 @@ def compact_tls_available() -> bool:
 if sys.version_info >= (3, 11):
 
     class CompactTLSProtocol(asyncio.sslproto.SSLProtocol):
-        """asyncio's TLS protocol with a 16 KiB receive buffer instead of 256 KiB per connection, its TCP connection
+        """asyncio's TLS protocol with a 4 KiB receive buffer instead of 256 KiB per connection, its TCP connection
         reported to ``hooks`` from its accept, and plain HTTP answered as Go answers it."""
 
         max_size = TLS_RECEIVE_BUFFER_BYTES
