@@ -602,3 +602,36 @@ def test_flag_durations_only_raise_duration_error(text: str) -> None:
 @given(st.integers(min_value=-((1 << 63) - 1), max_value=(1 << 63) - 1))
 def test_duration_round_trip(ns: int) -> None:
     assert parse_duration(format_duration(ns)) == ns
+
+
+# -- --collect.stream-interval (docs/collection-modes.md) --------------------------------------------------
+
+
+def test_stream_interval_parses_and_is_off_by_default() -> None:
+    assert parse_args([]).config.collect_stream_interval_ns == 0
+    assert parse_args(["--collect.stream-interval=250ms"]).config.collect_stream_interval_ns == 250 * MS
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"collect_stream_interval_ns": SECOND}, None),
+        ({"collect_stream_interval_ns": MS}, None),
+        ({"collect_stream_interval_ns": -SECOND}, "collect.stream-interval must not be negative, got -1s"),
+        (
+            {"collect_stream_interval_ns": 500_000},
+            "--collect.stream-interval must be at least 1ms (nvidia-smi -lms counts milliseconds), got 500µs",
+        ),
+        (
+            {"collect_stream_interval_ns": SECOND, "backend": "nvml"},
+            "--collect.stream-interval requires --collect.backend=exec",
+        ),
+        (
+            {"collect_stream_interval_ns": SECOND, "backend": "demo"},
+            "--collect.stream-interval requires --collect.backend=exec",
+        ),
+    ],
+    ids=["1s", "1ms", "negative", "under a millisecond", "nvml", "demo"],
+)
+def test_stream_interval_validation(changes: dict[str, object], message: str | None) -> None:
+    assert problem(**changes) == message
