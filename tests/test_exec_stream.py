@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -17,10 +19,18 @@ from async_helpers import run
 from exposition_reader import sample_value
 from harness import process_gone, start_exporter
 from nvidia_gpu_exporter.backends import CollectionError
+from nvidia_gpu_exporter.backends.exec.backend import gpu_query_args
 from nvidia_gpu_exporter.backends.exec.command import split_command
-from nvidia_gpu_exporter.backends.exec.runner import SubprocessRunner
-from nvidia_gpu_exporter.backends.exec.stream import StreamError, StreamingSmiBackend, TableReader, start_streaming
+from nvidia_gpu_exporter.backends.exec.runner import Child, SubprocessRunner
+from nvidia_gpu_exporter.backends.exec.stream import (
+    SmiStream,
+    StreamError,
+    StreamingSmiBackend,
+    TableReader,
+    start_streaming,
+)
 from nvidia_gpu_exporter.backends.fields import FieldRequest
+from nvidia_gpu_exporter.model.snapshot import StuckChildren
 from polling import eventually, wait_until
 
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="needs /bin/sh and process groups")
@@ -313,3 +323,60 @@ def test_the_exporter_streams_and_its_stop_kills_the_childs_group(tmp_path: Path
     recorded = [int(line) for line in pids.read_text(encoding="ascii").split()]
     assert len(recorded) == 2
     wait_until(lambda: all(process_gone(pid) for pid in recorded), "the stream's group killed")
+
+
+@posix_only
+def test_restarts_back_off_while_no_child_delivers_a_table() -> None:
+    """A child that fails before its first table: each restart waits twice as long, up to the ceiling, and the
+    failure carries its exit status."""
+    argv = fake_command("--capture", str(WINDOWS), "--die-after", "0", "--die-code", "3")
+
+    async def body(backend: StreamingSmiBackend) -> None:
+        error = await failure(backend)
+        assert error.status_code == 3
+        delays: list[float] = []
+
+        def at_ceiling() -> bool:
+            delays.append(backend.stream.restart_delay)
+            return backend.stream.restart_delay == 0.2
+
+        await eventually(at_ceiling, "the back-off to reach its ceiling", timeout=PATIENCE)
+        assert 0.1 in delays  # doubled on its way from 0.05
+
+    with_backend(argv, body)  # --die-after applies to loop mode only: startup's one-shot runs answer
+
+
+@posix_only
+def test_a_child_sigkill_does_not_end_is_stuck_and_no_other_starts_until_it_exits() -> None:
+    """A wedged driver: the hung child outlives SIGKILL (held back here); it is counted as stuck and no second
+    child is started beside it; once it exits the stream starts again."""
+    held: list[Child] = []
+    header = ("uuid", "temperature.gpu")
+    argv = [*fake_command("--capture", str(WINDOWS), "--hang-after", "1"), *gpu_query_args(list(header))]
+    stream = SmiStream(
+        [*argv, "-lms", "50"],
+        lambda: TableReader(header, uuid_column=0, max_table_bytes=1 << 20),
+        interval_seconds=0.05,
+        stale_after_seconds=0.5,
+        startup_grace_seconds=0.5,  # --hang-after 1: one iteration, never a complete table
+        backoff_seconds=(0.05, 0.05),
+        reap_seconds=0.2,
+        kill=held.append,
+    )
+
+    async def main() -> None:
+        stream.start()
+        try:
+            await eventually(lambda: stream.stuck_children().current == 1, "the child stuck", timeout=PATIENCE)
+            await asyncio.sleep(0.5)
+            assert stream.spawns == 1  # none beside the stuck one
+            os.killpg(held[0].pid, signal.SIGKILL)  # the driver lets go
+            await eventually(lambda: stream.spawns == 2, "a new child", timeout=PATIENCE)
+            assert stream.stuck_children() == StuckChildren(0, 1)
+        finally:
+            await stream.aclose()
+            for child in held:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.pid, signal.SIGKILL)
+
+    run(main)

@@ -35,6 +35,7 @@ from nvidia_gpu_exporter.backends.exec.runner import (
     STDOUT,
     Child,
     ChildOutput,
+    Kill,
     SubprocessRunner,
     kill_escaped,
     kill_process_group,
@@ -226,8 +227,10 @@ class SmiStream:
         startup_grace_seconds: float,
         backoff_seconds: tuple[float, float] = BACKOFF_SECONDS,
         reap_seconds: float = PIPE_DRAIN_SECONDS,
+        kill: Kill = kill_process_group,
     ) -> None:
         self.argv = tuple(argv)
+        self._kill = kill  # a test holds it back, as the kernel holds a SIGKILL to a child stuck in the driver
         self._make_reader = make_reader
         self.interval_seconds = interval_seconds
         self.stale_after_seconds = stale_after_seconds
@@ -243,6 +246,8 @@ class SmiStream:
         self._stuck_total = 0
         self.spawns = 0
         self.tables_read = 0
+        self.restarts = 0
+        self.restart_delay = backoff_seconds[0]  # before the latest restart
 
     @property
     def child_pid(self) -> int | None:
@@ -306,7 +311,6 @@ class SmiStream:
         self._notify()
 
     async def _supervise(self) -> None:
-        delay = self._backoff[0]
         while True:
             if self._stuck is not None:
                 await self._stuck.wait()
@@ -316,21 +320,30 @@ class SmiStream:
             failure, delivered = await self._run_child()
             self._fail(failure)
             if delivered:
-                delay = self._backoff[0]
+                self.restart_delay = self._backoff[0]
+            else:
+                self.restart_delay = (
+                    min(self.restart_delay * 2, self._backoff[1]) if self.restarts else self._backoff[0]
+                )
+            self.restarts += 1
             log.warning(
                 "nvidia-smi stream ended, starting it again",
-                extra={"reason": failure.message, "restart_in_seconds": delay},
+                extra={"reason": failure.message, "restart_in_seconds": self.restart_delay},
             )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self._backoff[1])
+            await asyncio.sleep(self.restart_delay)
 
     async def _run_child(self) -> tuple[StreamFailure, bool]:
         """Run one child until it exits, fails or hangs: why it ended, and whether it delivered a table."""
         loop = asyncio.get_running_loop()
         output = StreamOutput(self._make_reader(), self._publish)
         self.spawns += 1
+        # Never cancelled half-way (as a run's spawn): a child that starts after we were stopped is killed.
+        spawning = asyncio.ensure_future(spawn_child(self.argv, output.max_output_bytes, output))
         try:
-            child = await spawn_child(self.argv, output.max_output_bytes, output)
+            child = await asyncio.shield(spawning)
+        except asyncio.CancelledError:
+            spawning.add_done_callback(_kill_when_spawned)
+            raise
         except (OSError, ValueError) as error:
             return StreamFailure(f"failed to start {self.argv[0]!r}: {error}"), False
         self._child = child
@@ -379,7 +392,7 @@ class SmiStream:
         """Kill the child's group and its token carriers; wait a bounded time for it, else hold it as stuck."""
         self._child = None
         if child.returncode is None:
-            kill_process_group(child)
+            self._kill(child)
         kill_escaped(child)
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(child.wait(), self._reap_seconds)
@@ -401,6 +414,15 @@ class SmiStream:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def _kill_when_spawned(spawning: asyncio.Future[Child]) -> None:
+    """The stream was stopped while its child was starting: kill the child's group once it exists."""
+    if not spawning.cancelled() and spawning.exception() is None:
+        child = spawning.result()
+        kill_process_group(child)
+        kill_escaped(child)
+        child.close()
 
 
 class StreamingSmiBackend(SmiBackend):
