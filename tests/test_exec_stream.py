@@ -19,7 +19,6 @@ from async_helpers import run
 from exposition_reader import sample_value
 from harness import process_gone, start_exporter
 from nvidia_gpu_exporter.backends import CollectionError
-from nvidia_gpu_exporter.backends.exec.backend import gpu_query_args
 from nvidia_gpu_exporter.backends.exec.command import split_command
 from nvidia_gpu_exporter.backends.exec.runner import Child, SubprocessRunner
 from nvidia_gpu_exporter.backends.exec.stream import (
@@ -352,17 +351,23 @@ def test_a_child_sigkill_does_not_end_is_stuck_and_no_other_starts_until_it_exit
     child is started beside it; once it exits the stream starts again."""
     held: list[Child] = []
     header = ("uuid", "temperature.gpu")
-    argv = [*fake_command("--capture", str(WINDOWS), "--hang-after", "1"), *gpu_query_args(list(header))]
     stream = SmiStream(
-        [*argv, "-lms", "50"],
+        ["/bin/sh", "-c", "echo 'uuid, temperature.gpu'; exec sleep 60"],  # a header, then no table: hung
         lambda: TableReader(header, uuid_column=0, max_table_bytes=1 << 20),
         interval_seconds=0.05,
-        stale_after_seconds=0.5,
-        startup_grace_seconds=0.5,  # --hang-after 1: one iteration, never a complete table
+        stale_after_seconds=1.0,
+        startup_grace_seconds=1.0,
         backoff_seconds=(0.05, 0.05),
         reap_seconds=0.2,
         kill=held.append,
     )
+    seen: list[StuckChildren] = []
+
+    def restarted() -> bool:
+        if stream.spawns < 2:
+            return False
+        seen.append(stream.stuck_children())
+        return True
 
     async def main() -> None:
         stream.start()
@@ -371,8 +376,8 @@ def test_a_child_sigkill_does_not_end_is_stuck_and_no_other_starts_until_it_exit
             await asyncio.sleep(0.5)
             assert stream.spawns == 1  # none beside the stuck one
             os.killpg(held[0].pid, signal.SIGKILL)  # the driver lets go
-            await eventually(lambda: stream.spawns == 2, "a new child", timeout=PATIENCE)
-            assert stream.stuck_children() == StuckChildren(0, 1)
+            await eventually(restarted, "a new child", timeout=PATIENCE, interval=0.001)
+            assert seen[0] == StuckChildren(0, 1)
         finally:
             await stream.aclose()
             for child in held:

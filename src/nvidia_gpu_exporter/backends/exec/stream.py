@@ -50,6 +50,7 @@ Rows = tuple[tuple[str, ...], ...]
 BACKOFF_SECONDS = (0.5, 30.0)  # the first restart's delay, and the ceiling it doubles up to
 STALE_INTERVALS = 3  # a table older than this many intervals (plus STALE_SLACK_SECONDS) is stale
 STALE_SLACK_SECONDS = 2.0
+SPAWN_WAIT_SECONDS = 5.0  # a stream stopped while its child starts waits this long for the start, to kill it
 
 
 def stale_after(interval_seconds: float) -> float:
@@ -265,7 +266,8 @@ class SmiStream:
     async def rows(self) -> Rows:
         """The latest complete table; :class:`CollectionError` when there is none from a live child, or it is stale.
 
-        Before a child's first table (the exporter's start) it waits for one, at most the staleness bound.
+        Before the first table (the exporter's start) it waits for one, at most the staleness bound and the
+        startup grace (the collector's timeout bounds it too).
         """
         loop = asyncio.get_running_loop()
         waited_until = loop.time() + self.stale_after_seconds + self._startup_grace
@@ -342,7 +344,10 @@ class SmiStream:
         try:
             child = await asyncio.shield(spawning)
         except asyncio.CancelledError:
+            # Let the spawn finish (bounded) rather than leave it to the loop's close, which would cancel it
+            # half-way; the child is killed as soon as it exists.
             spawning.add_done_callback(_kill_when_spawned)
+            await asyncio.wait({spawning}, timeout=SPAWN_WAIT_SECONDS)
             raise
         except (OSError, ValueError) as error:
             return StreamFailure(f"failed to start {self.argv[0]!r}: {error}"), False
