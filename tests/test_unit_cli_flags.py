@@ -688,3 +688,36 @@ def test_readiness_by_the_pci_bus_needs_sysfs(
     monkeypatch.setattr(sys, "platform", "win32")
     assert problem(**READY, ready_min_gpus="pci", backend=backend) == message
     assert problem(**READY, ready_min_gpus="2", backend=backend) is None
+
+
+# -- --collect.stream-interval (docs/collection-modes.md) --------------------------------------------------
+
+
+def test_stream_interval_parses_and_is_off_by_default() -> None:
+    assert parse_args([]).config.collect_stream_interval_ns == 0
+    assert parse_args(["--collect.stream-interval=250ms"]).config.collect_stream_interval_ns == 250 * MS
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"collect_stream_interval_ns": SECOND}, None),
+        ({"collect_stream_interval_ns": MS}, None),
+        ({"collect_stream_interval_ns": -SECOND}, "collect.stream-interval must not be negative, got -1s"),
+        (
+            {"collect_stream_interval_ns": 500_000},
+            "--collect.stream-interval must be at least 1ms (nvidia-smi -lms counts milliseconds), got 500µs",
+        ),
+        (
+            {"collect_stream_interval_ns": SECOND, "backend": "nvml"},
+            "--collect.stream-interval requires --collect.backend=exec",
+        ),
+        (
+            {"collect_stream_interval_ns": SECOND, "backend": "demo"},
+            "--collect.stream-interval requires --collect.backend=exec",
+        ),
+    ],
+    ids=["1s", "1ms", "negative", "under a millisecond", "nvml", "demo"],
+)
+def test_stream_interval_validation(changes: dict[str, object], message: str | None) -> None:
+    assert problem(**changes) == message

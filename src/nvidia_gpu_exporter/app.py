@@ -159,9 +159,22 @@ async def build_backend(
             log.error("invalid --nvidia-smi-command", extra={"err": str(error)})
             runner = UnrunnableCommand(f"invalid --nvidia-smi-command: {error}")
         try:
+            if config.collect_stream_interval_ns and isinstance(runner, SubprocessRunner):
+                # Imported only when streaming (docs/collection-modes.md): a per-scrape start loads none of it.
+                from nvidia_gpu_exporter.backends.exec.stream import start_streaming  # noqa: PLC0415
+
+                return await start_streaming(
+                    runner,
+                    request,
+                    interval_seconds=to_seconds(config.collect_stream_interval_ns),
+                    timeout_seconds=timeout,
+                    compute_apps=config.compute_apps,
+                )
             return await SmiBackend.start(runner, request, timeout_seconds=timeout, compute_apps=config.compute_apps)
         except FieldResolutionError as error:
             raise StartupError(f"failed to resolve query fields: {error}") from error
+        except BackendSetupError as error:
+            raise StartupError(f"failed to start the nvidia-smi stream: {error}") from error
     if config.backend is BackendName.DEMO:
         from nvidia_gpu_exporter.backends.demo.backend import DemoBackend  # noqa: PLC0415 - only the demo needs it
 

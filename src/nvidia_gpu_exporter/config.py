@@ -87,6 +87,7 @@ class Config:
     collect_interval_ns: int = 0
     collect_timeout_ns: int = 10_000_000_000
     collect_max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+    collect_stream_interval_ns: int = 0  # 0: nvidia-smi per collection; >0: one long-lived nvidia-smi -lms
     compute_apps: bool = False
     compute_apps_mig: bool = False
     pcie_throughput: bool = False
@@ -146,6 +147,7 @@ def validate(config: Config) -> None:
     for name, value in (
         ("collect.interval", config.collect_interval_ns),
         ("collect.timeout", config.collect_timeout_ns),
+        ("collect.stream-interval", config.collect_stream_interval_ns),
     ):
         if value < 0:
             raise ConfigError(f"{name} must not be negative, got {format_duration(value)}")
@@ -187,6 +189,7 @@ def validate(config: Config) -> None:
         )
     if config.collect_max_output_bytes <= 0:
         raise ConfigError(f"--collect.max-output-bytes must be positive, got {config.collect_max_output_bytes}")
+    validate_stream(config)
     validate_kubernetes(config)
     validate_fleet(config)
     validate_readiness(config)
@@ -222,6 +225,20 @@ def validate_readiness(config: Config) -> None:
         )
     if gpus == READY_MIN_GPUS_PCI and sys.platform == "win32" and config.backend is not Backend.DEMO:
         raise ConfigError("--web.ready.min-gpus=pci needs the PCI bus from sysfs (Linux) or the demo backend")
+
+
+def validate_stream(config: Config) -> None:
+    """``--collect.stream-interval``: off (0), or at least nvidia-smi's one millisecond, with the exec backend."""
+    interval = config.collect_stream_interval_ns
+    if interval == 0:
+        return
+    if interval < 1_000_000:
+        raise ConfigError(
+            "--collect.stream-interval must be at least 1ms (nvidia-smi -lms counts milliseconds), "
+            f"got {format_duration(interval)}"
+        )
+    if config.backend != Backend.EXEC:
+        raise ConfigError("--collect.stream-interval requires --collect.backend=exec")
 
 
 def validate_fleet(config: Config) -> None:

@@ -219,6 +219,13 @@ FLAGS: tuple[Flag, ...] = (
         Kind.INT,
     ),
     Flag(
+        "collect.stream-interval",
+        "collect_stream_interval_ns",
+        "Exec backend: keep one nvidia-smi running that prints its table every interval (-lms), and serve its "
+        "latest table instead of running nvidia-smi per collection; 0 runs it per collection.",
+        Kind.DURATION,
+    ),
+    Flag(
         "collect.compute-apps",
         "compute_apps",
         "Collect per-process metrics (processes with a compute context on each GPU).",

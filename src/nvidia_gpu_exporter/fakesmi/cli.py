@@ -4,11 +4,16 @@ The exporter runs this as a fresh process for every nvidia-smi call it makes, so
 (PyYAML only when ``--config`` is used). Fake flags are consumed from the front until the first token that
 is not one; the rest is the nvidia-smi invocation, answered by :func:`engine.answer`. Failure injection
 (``--delay``, ``--exit``, ``--fail-arg``) lives here, not in the engine, so in-process users leave it out.
+
+Loop mode (``-l``/``--loop``, ``-lms``/``--loop-ms``) answers as nvidia-smi does: the CSV header once, then every
+GPU's rows each interval until killed (docs/fake-nvidia-smi.md, "Loop mode"), with ``--die-after``,
+``--hang-after`` and ``--flood-after`` to fail the exporter's streaming mode on demand.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import sys
 import time
@@ -74,6 +79,13 @@ failure injection:
   --fail-arg PREFIX      fail (exit 1) invocations with an argument starting with PREFIX, answer others
   --help                 show this help (nvidia-smi's own help is `-h`)
 
+loop mode (nvidia-smi's -l SEC, --loop=SEC, -lms MS, --loop-ms=MS: the header once, then the rows every
+interval until killed) and its failure injection:
+  --die-after K          exit after K tables, printing --stderr-msg (if set) on stderr
+  --die-code N           the exit status of --die-after (default 1)
+  --hang-after K         stop printing after K tables and stay alive until killed
+  --flood-after K        after K tables print one endless line (no newline) as fast as the pipe takes it
+
 exit codes: 0 ok, 1 rejected query or --fail-arg, 2 problem of the fake itself, N for --exit N.
 """
 
@@ -90,8 +102,14 @@ _VALUE_FLAGS = frozenset(
         "--config",
         "--seed",
         "--gpus",
+        "--die-after",
+        "--die-code",
+        "--hang-after",
+        "--flood-after",
     }
 )
+_LOOP_SECONDS_DEFAULT = 5.0  # nvidia-smi's -l without a value
+FLOOD_CHUNK = b"x" * 65536
 
 
 class UsageError(Exception):
@@ -131,10 +149,14 @@ class Flags:
         "capture",
         "config",
         "delay_ns",
+        "die_after",
+        "die_code",
         "exit_code",
         "fail_arg",
+        "flood_after",
         "fluctuate",
         "gpus",
+        "hang_after",
         "help",
         "overrides",
         "seed",
@@ -155,6 +177,10 @@ class Flags:
         self.gpus: int | None = None
         self.fluctuate: bool | None = None
         self.overrides: dict[str, Generator] = {}
+        self.die_after: int | None = None
+        self.die_code = 1
+        self.hang_after: int | None = None
+        self.flood_after: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +195,61 @@ class Invocation:
     fluctuate: bool
     injection: Injection
     args: tuple[str, ...]
+    loop: LoopPlan | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoopPlan:
+    """Loop mode: the interval, and which failure to inject after how many tables."""
+
+    interval_seconds: float
+    die_after: int | None = None
+    die_code: int = 1
+    hang_after: int | None = None
+    flood_after: int | None = None
+
+
+def _loop_value(flag: str, value: str | None, scale: float) -> float:
+    if value is None:
+        raise UsageError(f"flag {flag} needs a value")
+    number = parse_int(value)
+    if number is None:
+        raise UsageError(f"invalid {flag} value {go_quote(value)}: not an integer")
+    if number <= 0:
+        raise UsageError(f"{flag} must be positive, got {number}")
+    return number * scale
+
+
+def loop_interval(args: Sequence[str]) -> tuple[float | None, list[str]]:
+    """nvidia-smi's loop flags taken out of ``args``: (the interval in seconds or ``None``, the other arguments).
+
+    ``-l [SEC]`` (5 s without a value, as nvidia-smi), ``--loop=SEC``, ``-lms MS``, ``--loop-ms=MS``.
+    """
+    interval: float | None = None
+    rest: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        following = args[index + 1] if index + 1 < len(args) else None
+        if arg == "-lms":
+            interval = _loop_value(arg, following, 0.001)
+            index += 2
+            continue
+        if arg == "-l":
+            if following is not None and not following.startswith("-"):
+                interval = _loop_value(arg, following, 1.0)
+                index += 2
+            else:
+                interval = _LOOP_SECONDS_DEFAULT
+                index += 1
+            continue
+        name, sep, value = arg.partition("=")
+        if sep and name in ("--loop", "--loop-ms"):
+            interval = _loop_value(name, value, 1.0 if name == "--loop" else 0.001)
+        else:
+            rest.append(arg)
+        index += 1
+    return interval, rest
 
 
 def _go_int(flag: str, value: str) -> int:
@@ -235,6 +316,13 @@ def _apply_flag(flags: Flags, name: str, value: str) -> None:
             raise UsageError(f"invalid --delay value {go_quote(value)}: {exc}") from exc
     elif name == "--seed":
         flags.seed = _go_int(name, value)
+    elif name == "--die-code":
+        flags.die_code = _go_int(name, value)
+    elif name in ("--die-after", "--hang-after", "--flood-after"):
+        tables = _go_int(name, value)
+        if tables < 0:
+            raise UsageError(f"{name} must not be negative, got {tables}")
+        setattr(flags, name[2:].replace("-", "_"), tables)
     else:  # --gpus
         count = _go_int(name, value)
         if not 1 <= count <= MAX_GPUS:
@@ -316,6 +404,10 @@ def resolve(flags: Flags, args: Sequence[str]) -> Invocation:
         stderr_msg=pick(flags.stderr_msg, config.stderr_msg) or "",
         fail_arg=pick(flags.fail_arg, config.fail_arg) or "",
     )
+    interval, args = loop_interval(args)
+    loop = None
+    if interval is not None:
+        loop = LoopPlan(interval, flags.die_after, flags.die_code, flags.hang_after, flags.flood_after)
     return Invocation(
         capture=pick(flags.capture, config.capture),
         state=pick(flags.state, config.state) or DEFAULT_STATE,
@@ -325,6 +417,7 @@ def resolve(flags: Flags, args: Sequence[str]) -> Invocation:
         fluctuate=flags.fluctuate if flags.fluctuate is not None else config.fluctuate,
         injection=injection,
         args=tuple(args),
+        loop=loop,
     )
 
 
@@ -365,14 +458,11 @@ def resolve_capture(reference: str | None) -> Capture:
         raise UsageError(f"failed to parse capture file {go_quote(path)}: {exc}") from exc
 
 
-def run(invocation: Invocation, sleep: Callable[[float], None] = time.sleep) -> Answer:
-    """Delay, exit injection, fail-arg injection, load the capture, answer: the order of the Go fake."""
-    injected = invocation.injection.apply(invocation.args, sleep)
-    if injected is not None:
-        return injected
+def _scenario(invocation: Invocation) -> Scenario | Answer:
+    """The scenario to answer from, or the answer saying why there is none."""
     try:
         capture = resolve_capture(invocation.capture)
-        scenario = Scenario(
+        return Scenario(
             capture=capture,
             state=invocation.state,
             seed=invocation.seed,
@@ -382,7 +472,58 @@ def run(invocation: Invocation, sleep: Callable[[float], None] = time.sleep) -> 
         )
     except (UsageError, ScenarioError) as exc:
         return Answer("", f"{PROG}: {exc}\n", EXIT_USAGE)
+
+
+def run(invocation: Invocation, sleep: Callable[[float], None] = time.sleep) -> Answer:
+    """Delay, exit injection, fail-arg injection, load the capture, answer: the order of the Go fake."""
+    injected = invocation.injection.apply(invocation.args, sleep)
+    if injected is not None:
+        return injected
+    scenario = _scenario(invocation)
+    if isinstance(scenario, Answer):
+        return scenario
     return answer(scenario, invocation.args)
+
+
+def run_loop(invocation: Invocation, plan: LoopPlan, sleep: Callable[[float], None] = time.sleep) -> int:
+    """Loop mode: the CSV header once, then the rows every interval until killed (or an injected failure).
+
+    nvidia-smi prints ``--query-gpu`` CSV in a loop with its header only at the top and no line between
+    iterations (docs/fake-nvidia-smi.md, "Loop mode"); any other invocation repeats its whole answer. With a
+    ``--seed``, iteration ``i`` uses seed + i, so ``--fluctuate`` and ranges move between tables.
+    """
+    injected = invocation.injection.apply(invocation.args, sleep)
+    if injected is not None:
+        _write(sys.stdout, injected.stdout)
+        _write(sys.stderr, injected.stderr)
+        return _exit_status(injected.exit_code)
+    scenario = _scenario(invocation)
+    if isinstance(scenario, Answer):
+        _write(sys.stderr, scenario.stderr)
+        return _exit_status(scenario.exit_code)
+    csv = any(arg.startswith(("--query-gpu=", "--query-compute-apps=")) for arg in invocation.args)
+    for table in itertools.count():
+        if plan.die_after is not None and table >= plan.die_after:
+            _write(sys.stderr, f"{invocation.injection.stderr_msg}\n" if invocation.injection.stderr_msg else "")
+            return _exit_status(plan.die_code)
+        if plan.hang_after is not None and table >= plan.hang_after:
+            while True:
+                sleep(3600)
+        if plan.flood_after is not None and table >= plan.flood_after:
+            while True:
+                sys.stdout.buffer.write(FLOOD_CHUNK)
+        current = scenario if scenario.seed is None else replace(scenario, seed=scenario.seed + table)
+        result = answer(current, invocation.args)
+        if result.exit_code != EXIT_OK:
+            _write(sys.stdout, result.stdout)
+            _write(sys.stderr, result.stderr)
+            return _exit_status(result.exit_code)
+        text = result.stdout
+        if csv and table > 0:
+            text = text.partition("\n")[2]
+        _write(sys.stdout, text)
+        sleep(plan.interval_seconds)
+    return EXIT_OK  # pragma: no cover - the loop ends only by a return or a signal
 
 
 def _write(stream: TextIO, text: str) -> None:
@@ -423,6 +564,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except UsageError as exc:
             _write(sys.stderr, f"{PROG}: {exc}\n")
             return EXIT_USAGE
+        if invocation.loop is not None:
+            return run_loop(invocation, invocation.loop)
         result = run(invocation)
         _write(sys.stdout, result.stdout)
         _write(sys.stderr, result.stderr)
@@ -442,10 +585,13 @@ __all__ = [
     "Flags",
     "Injection",
     "Invocation",
+    "LoopPlan",
     "UsageError",
+    "loop_interval",
     "main",
     "parse_flags",
     "resolve",
     "resolve_capture",
     "run",
+    "run_loop",
 ]

@@ -207,23 +207,28 @@ def new_run_token() -> str:
     return f"{os.getpid()}.{next(_runs)}.{os.urandom(4).hex()}"
 
 
-async def spawn_child(argv: Sequence[str], max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> Child:
-    """Start the child in a process group of its own, pipes for stdout and stderr, no stdin, a run token."""
+async def spawn_child(
+    argv: Sequence[str], max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES, output: ChildOutput | None = None
+) -> Child:
+    """Start the child in a process group of its own, pipes for stdout and stderr, no stdin, a run token.
+
+    ``output`` is the protocol that takes its output (a stream's reads tables as they come); by default a run's.
+    """
     loop = asyncio.get_running_loop()
     token = new_run_token()
-    output = ChildOutput(max_output_bytes)
+    protocol = output if output is not None else ChildOutput(max_output_bytes)
     pipe, devnull = subprocess.PIPE, subprocess.DEVNULL
     env = {**os.environ, RUN_TOKEN_VARIABLE: token}
     if sys.platform == "win32":
         transport, _ = await loop.subprocess_exec(
-            lambda: output, *argv, stdin=devnull, stdout=pipe, stderr=pipe, env=env,
+            lambda: protocol, *argv, stdin=devnull, stdout=pipe, stderr=pipe, env=env,
             creationflags=subprocess.CREATE_NEW_PROCESS_GROUP,
         )  # fmt: skip
     else:
         transport, _ = await loop.subprocess_exec(
-            lambda: output, *argv, stdin=devnull, stdout=pipe, stderr=pipe, env=env, start_new_session=True
+            lambda: protocol, *argv, stdin=devnull, stdout=pipe, stderr=pipe, env=env, start_new_session=True
         )
-    return Child(transport, output, token)
+    return Child(transport, protocol, token)
 
 
 def kill_process_group(child: Child) -> None:
