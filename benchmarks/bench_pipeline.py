@@ -14,7 +14,13 @@ sample against looking it up; then the render's CPU per collection (thread CPU t
 the machine do not count) with the cache as shipped, with every text cached (no bound), with none, and with
 ``--baseline``'s ``exposition/metrics.py`` (another checkout's ``src/``), each collection rendered by each in turn.
 
-    python benchmarks/bench_pipeline.py [--iterations 300] [--variants N] [--rss] [--cell-cache]
+``--steady-rss N`` measures instead the real exporter's RSS over N collections, one per scrape, on a fake
+whose readings move (``moving_smi``: the fake's ``--fluctuate`` answers computed beforehand, a new one per
+run, replayed by ``sh``), at each ``--gpus`` count, then with the demo backend; beside it ``--baseline``'s
+``src/`` (run through ``PYTHONPATH``) and the Go exporter (``--go-binary``), each on the same fake.
+
+    python benchmarks/bench_pipeline.py [--iterations 300] [--variants N] [--rss] [--cell-cache] [--gpus 1,8,64]
+    python benchmarks/bench_pipeline.py --steady-rss 1300 [--baseline SRC] [--go-binary PATH]
 """
 
 from __future__ import annotations
