@@ -1,58 +1,201 @@
-"""The soak of issue 16: RSS of the exporter scraped steadily for a long time, in both collection modes.
+"""The soak (issues 16 and 35): exporters side by side under mixed load, with readings that move.
 
-Two real exporters (``python -m nvidia_gpu_exporter`` on 127.0.0.1, port 0, exec backend on the fake
-nvidia-smi replaying ``tests/fixtures/captures/fixture-windows-1gpu.txt`` as 8 GPUs) run side by side for
-``--minutes``: one collecting per scrape (a fake nvidia-smi process per scrape), one serving a cache that
-``--collect.interval`` refreshes. Each is scraped at a steady rate over one keep-alive connection (a new
-connection every ``--reconnect`` scrapes, so connection setup and teardown are soaked too). VmRSS of both
-is read from ``/proc/<pid>/status`` every ``--sample`` seconds and printed as it is read; at the end the
-curve, and the growth: the mean of the first 10 minutes against the mean of the last 10.
+Each configuration is a real exporter on 127.0.0.1 (``python -m nvidia_gpu_exporter``, port 0), all run at once:
 
-Every loop is bounded by the deadline and by a scrape count; the script ends by itself.
+- ``exec, TLS + auth``: the exec backend on a fake nvidia-smi whose readings move (the fake's ``--fluctuate``
+  answers, a new one per run, replayed by ``sh``: ``bench_pipeline.moving_smi``), ``--gpus`` GPUs, a
+  collection per scrape, TLS and basic auth from a ``--web.config.file``;
+- ``exec, cached``: the same with ``--collect.interval`` (``--interval``), so scrapes share collections;
+- ``demo, auth``: the demo backend (its readings move; its XIDs are written to its kernel log and read back
+  from it), basic auth over plain HTTP, ``--collect.interval``;
+- ``Go exporter``: with ``--go-binary PATH``, the Go exporter on the same fake with the first configuration's
+  web config. exporter-toolkit re-reads that file at every request, so it is rewritten like the others' but
+  sent no SIGHUP (which would end a Go program that does not handle it).
 
-    python benchmarks/bench_soak.py --minutes 55 [--per-scrape-rate 1] [--cached-rate 4] [--sample 30]
+Load on each, from this process: a scraper at ``--per-scrape-rate`` (the cached configuration:
+``--cached-rate``) scrapes per second over keep-alive connections (a new one every ``--reconnect``
+scrapes); every ``--burst-every`` s a burst of ``--burst`` connections sending a wrong password and a fifth
+as many clients that close mid-response; every ``--idle-every`` s ``--idle`` connections that say nothing
+for ``--idle-hold`` s, half of them half-closed (write side shut down at once); every ``--reload-every`` s
+the web config rewritten (a second user added or removed) and SIGHUP sent.
+
+Every ``--sample`` s each exporter's RSS, open fds, threads and child processes are read from ``/proc`` and
+printed. At the end, per configuration: scrapes answered, the bursts' answers, RSS at the start, max and
+end with its least-squares slope over the last ``--slope-minutes`` (KiB/min), fds, threads and children
+(min-max), and its log lines by level. Every loop is bounded by the deadline; the script ends by itself.
+
+    python benchmarks/bench_soak.py --minutes 3                           # the variant for every change
+    python benchmarks/bench_soak.py --minutes 30 --slope-minutes 20 [--go-binary PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import http.client
 import os
+import re
+import signal
+import socket
 import sys
+import tempfile
 import threading
 import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_footprint import Exporter, cpu_seconds, fake_smi, first_scrape, rss_mib, start
+from bench_footprint import Client, Exporter, cpu_seconds, first_scrape, rss_mib, tls_auth
+from bench_pipeline import go_launcher, moving_smi, python_launcher
 
-WINDOW_SECONDS = 600.0  # "first 10 minutes" and "last 10 minutes"
+LEVEL = re.compile(r'level=(\w+)|"level":\s*"(\w+)"')
+WRONG = "Basic " + base64.b64encode(b"bench:wrong").decode()
 
 
 @dataclass
-class Mode:
+class Config:
     name: str
+    launch: Callable[[list[str]], Exporter]
     args: list[str]
+    web_config: Path
     rate: float
+    sighup: bool = True
     exporter: Exporter | None = None
     scrapes: int = 0
     failures: int = 0
-    samples: list[tuple[float, float]] = field(default_factory=list)  # (seconds since start, RSS MiB)
-    cpu_start: float = 0.0
-    cpu_end: float = 0.0
+    bursts: Counter[str] = field(default_factory=Counter)
+    samples: list[tuple[float, float, int, int, int]] = field(default_factory=list)  # at, RSS, fds, threads, kids
+    cpu: float = 0.0
 
 
-def scrape_steadily(mode: Mode, deadline: float, reconnect: int, stop: threading.Event) -> None:
-    """Scrape at `mode.rate` per second until `deadline` (at most rate x duration + 1 scrapes)."""
-    assert mode.exporter is not None
-    exporter = mode.exporter
-    period = 1.0 / mode.rate
-    limit = int((deadline - time.monotonic()) * mode.rate) + 1
+# -- what /proc says ----------------------------------------------------------------------------------------
+
+
+def fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def threads(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    return 0
+
+
+def children(pid: int) -> int:
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                count += 1
+    return count
+
+
+def slope_kib_per_minute(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (seconds, MiB) points, in KiB per minute."""
+    if len(points) < 2:
+        return float("nan")
+    mean_t = sum(at for at, _ in points) / len(points)
+    mean_v = sum(value for _, value in points) / len(points)
+    spread = sum((at - mean_t) ** 2 for at, _ in points)
+    if spread == 0:
+        return float("nan")
+    return sum((at - mean_t) * (value - mean_v) for at, value in points) / spread * 60 * 1024
+
+
+# -- the load -----------------------------------------------------------------------------------------------
+
+
+def raw_connection(exporter: Exporter, handshake: bool = True) -> socket.socket:
+    host, port = exporter.address.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), 10)
+    if exporter.client.tls is not None and handshake:
+        return exporter.client.tls.wrap_socket(sock, server_hostname=host)
+    return sock
+
+
+def wrong_password(exporter: Exporter) -> str:
+    """One connection, one request with a wrong password: the status it got, or the error."""
+    try:
+        connection = exporter.client.connect(exporter.address)
+        connection.timeout = 30
+        connection.request("GET", "/metrics", headers={"Authorization": WRONG})
+        response = connection.getresponse()
+        response.read()
+        connection.close()
+        return str(response.status)
+    except (OSError, http.client.HTTPException) as error:
+        return type(error).__name__
+
+
+def close_mid_response(exporter: Exporter) -> str:
+    """A scrape (uncompressed, so the body is large) whose client reads its first bytes and goes away."""
+    try:
+        sock = raw_connection(exporter)
+        headers = "".join(f"{name}: {value}\r\n" for name, value in exporter.client.headers.items())
+        sock.sendall(f"GET /metrics HTTP/1.1\r\nHost: soak\r\n{headers}\r\n".encode())
+        sock.recv(512)
+        sock.close()
+        return "closed mid-response"
+    except OSError as error:
+        return type(error).__name__
+
+
+def burst(config: Config, size: int, pool: ThreadPoolExecutor) -> None:
+    assert config.exporter is not None
+    exporter = config.exporter
+    jobs = [pool.submit(wrong_password, exporter) for _ in range(size)]
+    jobs += [pool.submit(close_mid_response, exporter) for _ in range(max(size // 5, 1))]
+    for job in jobs:
+        config.bursts[job.result()] += 1
+
+
+def idle(config: Config, count: int, hold: float, stop: threading.Event) -> None:
+    """``count`` silent connections for ``hold`` s: half half-closed at once, half open (TLS: handshaken)."""
+    assert config.exporter is not None
+    held: list[socket.socket] = []
+    for index in range(count):
+        try:
+            if index % 2:
+                sock = raw_connection(config.exporter, handshake=False)
+                sock.shutdown(socket.SHUT_WR)
+            else:
+                sock = raw_connection(config.exporter)
+            held.append(sock)
+        except OSError:
+            config.bursts["idle connection refused"] += 1
+    stop.wait(hold)
+    for sock in held:
+        sock.close()
+
+
+def rewrite(config: Config, generation: int) -> None:
+    """The web config with a second user added (odd generations) or removed, then SIGHUP."""
+    text = config.web_config.read_text()
+    lines = [line for line in text.splitlines() if not line.startswith("  second:")]
+    if generation % 2:
+        digest = next(line for line in lines if line.startswith("  bench:")).split(":", 1)[1]
+        lines.append(f"  second:{digest}")
+    config.web_config.write_text("\n".join(lines) + "\n")
+    if config.sighup and config.exporter is not None:
+        config.exporter.process.send_signal(signal.SIGHUP)
+
+
+def scrape_steadily(config: Config, deadline: float, reconnect: int, stop: threading.Event) -> None:
+    assert config.exporter is not None
+    exporter = config.exporter
+    period = 1.0 / config.rate
     connection: http.client.HTTPConnection | None = None
     next_at = time.monotonic()
-    for index in range(limit):
+    for index in range(int((deadline - time.monotonic()) * config.rate) + 1):
         if stop.is_set() or time.monotonic() >= deadline:
             break
         if connection is None or index % reconnect == 0:
@@ -60,14 +203,14 @@ def scrape_steadily(mode: Mode, deadline: float, reconnect: int, stop: threading
                 connection.close()
             connection = exporter.client.connect(exporter.address)
         try:
-            status, _ = exporter.get(connection)
-            if status != 200:
-                mode.failures += 1
+            status, body = exporter.get(connection)
+            if status != 200 or b"nvidia_smi_" not in body:
+                config.failures += 1
         except (OSError, http.client.HTTPException):
-            mode.failures += 1
+            config.failures += 1
             connection.close()
             connection = None
-        mode.scrapes += 1
+        config.scrapes += 1
         next_at += period
         delay = next_at - time.monotonic()
         if delay > 0:
@@ -78,97 +221,170 @@ def scrape_steadily(mode: Mode, deadline: float, reconnect: int, stop: threading
         connection.close()
 
 
-def window_mean(samples: list[tuple[float, float]], low: float, high: float) -> float:
-    values = [rss for at, rss in samples if low <= at <= high]
-    return sum(values) / len(values) if values else float("nan")
+def every(seconds: float, deadline: float, stop: threading.Event, action: Callable[[int], None]) -> None:
+    """``action(n)`` every ``seconds`` until the deadline, the first after one period."""
+    for generation in range(1, int((deadline - time.monotonic()) / seconds) + 2):
+        if stop.wait(seconds) or time.monotonic() >= deadline:
+            return
+        action(generation)
+
+
+# -- the configurations -------------------------------------------------------------------------------------
+
+
+def configurations(args: argparse.Namespace, directory: Path) -> list[Config]:
+    tls_args, tls_client = tls_auth(directory)
+    tls_config = Path(tls_args[0].split("=", 1)[1])
+    demo_config = directory / "web-demo.yml"
+    demo_config.write_text(
+        "basic_auth_users:\n" + next(line for line in tls_config.read_text().splitlines() if "bench:" in line) + "\n"
+    )
+    demo_client = Client(None, dict(tls_client.headers))
+    collections = int(args.minutes * 60 * args.per_scrape_rate) + 600  # a new answer for every run
+    configs: list[Config] = []
+    launch = python_launcher(tls_args, client=tls_client)
+    smi = moving_smi(directory / "exec", args.gpus, collections, launch)
+    configs.append(Config("exec, TLS + auth", launch, ["--nvidia-smi-command", smi], tls_config, args.per_scrape_rate))
+    cached_smi = moving_smi(directory / "cached", args.gpus, collections, launch)
+    cached_args = ["--nvidia-smi-command", cached_smi, f"--collect.interval={args.interval}"]
+    configs.append(Config(f"exec, cached ({args.interval})", launch, cached_args, tls_config, args.cached_rate))
+    demo = python_launcher([f"--web.config.file={demo_config}"], client=demo_client)
+    demo_args = ["--collect.backend=demo", f"--collect.interval={args.interval}"]
+    configs.append(Config("demo, auth", demo, demo_args, demo_config, args.per_scrape_rate))
+    if args.go_binary:
+        go = go_launcher(args.go_binary, tls_args, tls_client)
+        go_smi = moving_smi(directory / "go", args.gpus, collections, go)
+        go_args = ["--nvidia-smi-command", go_smi]
+        configs.append(Config("Go exporter", go, go_args, tls_config, args.per_scrape_rate, sighup=False))
+    return configs
+
+
+def report(configs: list[Config], took: float, slope_seconds: float) -> None:
+    print(f"\n### Soak: {took / 60:.1f} min; RSS slope over the last {slope_seconds / 60:g} min\n")
+    print(
+        "| configuration | scrapes answered | exporter CPU | RSS start | max | end | slope | fds | threads "
+        "| children | log lines by level |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for config in configs:
+        rss = [sample[1] for sample in config.samples]
+        tail = [(at, value) for at, value, *_ in config.samples if at >= took - slope_seconds]
+        columns = [[sample[index] for sample in config.samples] for index in (2, 3, 4)]
+        assert config.exporter is not None
+        levels = Counter(
+            (match.group(1) or match.group(2)).lower()
+            for line in config.exporter.log
+            if (match := LEVEL.search(line)) is not None
+        )
+        print(
+            f"| {config.name} | {config.scrapes - config.failures:,} of {config.scrapes:,} | "
+            f"{config.cpu / max(config.scrapes, 1) * 1000:.2f} ms/scrape | {rss[0]:.2f} | {max(rss):.2f} | "
+            f"{rss[-1]:.2f} | {slope_kib_per_minute(tail):+.1f} KiB/min | "
+            + " | ".join(f"{min(values)}-{max(values)}" for values in columns)
+            + " | "
+            + (", ".join(f"{level} {count}" for level, count in sorted(levels.items())) or "none")
+            + " |"
+        )
+    for config in configs:
+        print(
+            f"\n{config.name}: bursts and idle connections: " + ", ".join(f"{k} {v}" for k, v in config.bursts.items())
+        )
+        print(f"{config.name}: RSS (MiB) " + " ".join(f"{sample[1]:.1f}" for sample in config.samples))
+        assert config.exporter is not None
+        for line in config.exporter.log:
+            match = LEVEL.search(line)
+            if match is not None and (match.group(1) or match.group(2)).lower() in {"warn", "warning", "error"}:
+                print(f"  {line[:300]}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=60.0)
-    parser.add_argument("--sample", type=float, default=30.0, help="seconds between RSS samples")
-    parser.add_argument("--per-scrape-rate", type=float, default=1.0, help="scrapes/s of the per-scrape exporter")
+    parser.add_argument("--minutes", type=float, default=3.0)
+    parser.add_argument("--slope-minutes", type=float, help="the slope's window (default: the last two thirds)")
+    parser.add_argument("--sample", type=float, default=10.0, help="seconds between /proc samples")
+    parser.add_argument("--per-scrape-rate", type=float, default=1.0, help="scrapes/s of the per-scrape exporters")
     parser.add_argument("--cached-rate", type=float, default=4.0, help="scrapes/s of the cached exporter")
-    parser.add_argument("--interval", default="5s", help="--collect.interval of the cached exporter")
+    parser.add_argument("--interval", default="5s", help="--collect.interval of the cached and demo exporters")
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--reconnect", type=int, default=100, help="scrapes per keep-alive connection")
+    parser.add_argument("--burst", type=int, default=50, help="wrong-password connections per burst")
+    parser.add_argument("--burst-every", type=float, default=60.0)
+    parser.add_argument("--idle", type=int, default=30, help="silent connections per round")
+    parser.add_argument("--idle-every", type=float, default=90.0)
+    parser.add_argument("--idle-hold", type=float, default=30.0)
+    parser.add_argument("--reload-every", type=float, default=120.0)
+    parser.add_argument("--go-binary", metavar="PATH", help="also the Go nvidia_gpu_exporter, side by side")
     args = parser.parse_args()
+    slope_seconds = (args.slope_minutes or args.minutes * 2 / 3) * 60
 
-    smi = ["--nvidia-smi-command", fake_smi(args.gpus)]
-    modes = [
-        Mode("per-scrape", smi, args.per_scrape_rate),
-        Mode(f"cached ({args.interval})", [*smi, f"--collect.interval={args.interval}"], args.cached_rate),
-    ]
     load = os.getloadavg()
     print(
-        f"soak: {args.minutes:g} min, exec on the fake nvidia-smi ({args.gpus} GPUs), RSS every {args.sample:g} s; "
-        f"{os.cpu_count()} CPUs, load average at start {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
+        f"soak: {args.minutes:g} min, {args.gpus} GPUs, /proc every {args.sample:g} s; {os.cpu_count()} CPUs, "
+        f"load average at start {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; Go exporter: "
+        + (args.go_binary or "not run (no --go-binary)"),
         flush=True,
     )
     stop = threading.Event()
-    threads = []
-    try:
-        for mode in modes:
-            mode.exporter = start(mode.args)
-            connection = mode.exporter.client.connect(mode.exporter.address)
-            first_scrape(mode.exporter, connection)
-            connection.close()
-            print(f"{mode.name}: pid {mode.exporter.process.pid}, {mode.rate:g} scrapes/s", flush=True)
-        started = time.monotonic()
-        deadline = started + args.minutes * 60
-        for mode in modes:
-            assert mode.exporter is not None
-            mode.cpu_start = cpu_seconds(mode.exporter.process.pid)
-            thread = threading.Thread(target=scrape_steadily, args=(mode, deadline, args.reconnect, stop), daemon=True)
-            thread.start()
-            threads.append(thread)
-        loads: list[float] = []
-        for _ in range(int(args.minutes * 60 / args.sample) + 1):
-            at = time.monotonic() - started
-            line = [f"{at / 60:6.1f} min"]
-            for mode in modes:
-                assert mode.exporter is not None
-                if mode.exporter.process.poll() is not None:
-                    sys.exit(f"{mode.name} exited: " + "\n".join(mode.exporter.log[-20:]))
-                rss = rss_mib(mode.exporter.process.pid)
-                mode.samples.append((at, rss))
-                line.append(f"{mode.name} {rss:6.2f} MiB ({mode.scrapes} scrapes, {mode.failures} failed)")
-            loads.append(os.getloadavg()[0])
-            print("  ".join(line) + f"  load {loads[-1]:.2f}", flush=True)
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            stop.wait(min(args.sample, remaining))
-        stop.set()
-        for thread in threads:
-            thread.join(30)
-        for mode in modes:
-            assert mode.exporter is not None
-            mode.cpu_end = cpu_seconds(mode.exporter.process.pid)
-    finally:
-        stop.set()
-        for mode in modes:
-            if mode.exporter is not None:
-                mode.exporter.stop()
-    took = time.monotonic() - started
-    print(f"\n### Soak: {took / 60:.1f} min, load average 1-min mean {sum(loads) / len(loads):.2f}\n")
-    print(
-        "| mode | scrapes | failed | exporter CPU | RSS start | min | max | end | first 10 min | last 10 min | growth |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for mode in modes:
-        values = [rss for _, rss in mode.samples]
-        first = window_mean(mode.samples, 0, WINDOW_SECONDS)
-        last = window_mean(mode.samples, took - WINDOW_SECONDS, took)
-        cpu = (mode.cpu_end - mode.cpu_start) / max(mode.scrapes, 1) * 1000
-        print(
-            f"| {mode.name} | {mode.scrapes:,} | {mode.failures} | {cpu:.2f} ms/scrape | {values[0]:.2f} | "
-            f"{min(values):.2f} | {max(values):.2f} | {values[-1]:.2f} | {first:.2f} | {last:.2f} | "
-            f"{last - first:+.2f} MiB |"
-        )
-    for mode in modes:
-        print(f"\n{mode.name} curve (MiB, every {args.sample:g} s):")
-        print(" ".join(f"{rss:.1f}" for _, rss in mode.samples))
+    threads_: list[threading.Thread] = []
+    took = 0.0
+    with tempfile.TemporaryDirectory() as temporary, ThreadPoolExecutor(16) as pool:
+        configs = configurations(args, Path(temporary))
+        try:
+            for config in configs:
+                config.exporter = config.launch(config.args)
+                connection = config.exporter.client.connect(config.exporter.address)
+                first_scrape(config.exporter, connection)
+                connection.close()
+                print(f"{config.name}: pid {config.exporter.process.pid}, {config.rate:g} scrapes/s", flush=True)
+            started = time.monotonic()
+            deadline = started + args.minutes * 60
+            cpu_start = {config.name: cpu_seconds(config.exporter.process.pid) for config in configs if config.exporter}
+            for config in configs:
+                work: list[tuple[Callable[..., None], tuple[object, ...]]] = [
+                    (scrape_steadily, (config, deadline, args.reconnect, stop)),
+                    (every, (args.burst_every, deadline, stop, lambda _, c=config: burst(c, args.burst, pool))),
+                    (
+                        every,
+                        (args.idle_every, deadline, stop, lambda _, c=config: idle(c, args.idle, args.idle_hold, stop)),
+                    ),
+                    (every, (args.reload_every, deadline, stop, lambda n, c=config: rewrite(c, n))),
+                ]
+                for target, target_args in work:
+                    thread = threading.Thread(target=target, args=target_args, daemon=True)
+                    thread.start()
+                    threads_.append(thread)
+            while True:
+                at = time.monotonic() - started
+                line = [f"{at / 60:5.1f} min"]
+                for config in configs:
+                    assert config.exporter is not None
+                    pid = config.exporter.process.pid
+                    if config.exporter.process.poll() is not None:
+                        sys.exit(f"{config.name} exited: " + "\n".join(config.exporter.log[-20:]))
+                    sample = (at, rss_mib(pid), fds(pid), threads(pid), children(pid))
+                    config.samples.append(sample)
+                    line.append(
+                        f"{config.name}: {sample[1]:.2f} MiB {sample[2]} fds {sample[3]} thr {sample[4]} kids "
+                        f"({config.scrapes - config.failures}/{config.scrapes})"
+                    )
+                print("  ".join(line) + f"  load {os.getloadavg()[0]:.2f}", flush=True)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                stop.wait(min(args.sample, remaining))
+            took = time.monotonic() - started
+            stop.set()
+            for thread in threads_:
+                thread.join(60)
+            for config in configs:
+                assert config.exporter is not None
+                config.cpu = cpu_seconds(config.exporter.process.pid) - cpu_start[config.name]
+        finally:
+            stop.set()
+            for config in configs:
+                if config.exporter is not None:
+                    config.exporter.stop()
+    report(configs, took, slope_seconds)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from exposition_reader import family_block, family_names, parse_openmetrics, sample_lines, without_families
+from nvidia_gpu_exporter._go.floats import format_go_float
 from nvidia_gpu_exporter.backends.exec.backend import SmiBackend
 from nvidia_gpu_exporter.backends.exec.output import (
     parse_compute_apps,
@@ -14,7 +15,7 @@ from nvidia_gpu_exporter.backends.exec.output import (
     parse_gpu_csv,
 )
 from nvidia_gpu_exporter.backends.fields import FieldRequest
-from nvidia_gpu_exporter.exposition.metrics import Exposition
+from nvidia_gpu_exporter.exposition.metrics import CELL_CACHE_LIMIT, Exposition
 from nvidia_gpu_exporter.exposition.openmetrics import OPENMETRICS_EOF, to_openmetrics
 from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError
 from nvidia_gpu_exporter.model.fields import IDENTITY_FIELDS
@@ -697,3 +698,49 @@ def test_openmetrics_of_a_whole_scrape_parses() -> None:
         "nvidia_smi_failed_scrapes_total"
     ]
     assert families["nvidia_smi_fan_speed_ratio"].samples[0].value == 0.38
+
+
+# -- the per-field cell cache (docs/architecture.md, "The layers, top to bottom") ------------------------
+
+
+def test_the_cell_cache_keeps_the_fields_whose_texts_repeat_and_drops_the_others() -> None:
+    """Power never repeats a text: dropped at its first check. A clock cycling through 300 texts, each shown
+    twice, hits half its lookups: kept, all 300. Memory used, each new text shown twice, hits as often but
+    never stops: kept up to CELL_CACHE_LIMIT, then dropped. The identity cells and the pstate stay cached.
+    Every sample is right throughout."""
+    expo, fields = exposition(
+        [
+            ("power.draw", "power.draw [W]"),
+            ("clocks.current.sm", "clocks.current.sm [MHz]"),
+            ("memory.used", "memory.used [MiB]"),
+            ("pstate", "pstate"),
+        ]
+    )
+
+    def cells(step: int) -> tuple[str, int, int]:
+        return f"{100 + step / 100:.2f}", 1000 + (step // 2) % 300, 1000 + step // 2
+
+    def render(step: int) -> str:
+        power, clock, memory = cells(step)
+        row = gpu_row(
+            fields,
+            power_draw=f"{power} W",
+            clocks_current_sm=f"{clock} MHz",
+            memory_used=f"{memory} MiB",
+            pstate="P0",
+        )
+        return expo.render(success_snapshot([row]))
+
+    render(0)
+    first = expo.cached_texts()  # one text per field, the moving ones included
+    uuid = '{uuid="00000000-0000-0000-0000-000000000000"}'
+    for step in range(1, 3 * CELL_CACHE_LIMIT):
+        text = render(step)
+        power, clock, memory = cells(step)
+        assert f"nvidia_smi_power_draw_watts{uuid} {format_go_float(float(power))}\n" in text
+        assert f"nvidia_smi_clocks_current_sm_clock_hz{uuid} {format_go_float(clock * 1e6)}\n" in text
+        assert f"nvidia_smi_memory_used_bytes{uuid} {format_go_float(memory * 1048576.0)}\n" in text
+        assert f"nvidia_smi_pstate{uuid} 0\n" in text
+        if step == 599:  # power went at its first check; the clock's 300 texts and memory's 300 so far stay
+            assert expo.cached_texts() == first - 3 + 300 + 300
+    assert expo.cached_texts() == first - 2 + 299  # power and memory out; the clock's 300 in

@@ -50,7 +50,13 @@ log = logging.getLogger(__name__)
 
 MIB = 1_048_576.0
 OWN_PREFIX = "nvidia_gpu_exporter_"  # the exporter's own families, served under every profile
-CELL_CACHE_LIMIT = 4096  # distinct cell texts remembered per field (bounded: some values never repeat)
+# The per-field cell cache keeps a field only while it pays (docs/architecture.md, "The layers, top to bottom"):
+# every CELL_CACHE_CHECK new texts, a field whose lookups since the last check hit less often than
+# CELL_CACHE_MIN_HITS is a moving reading (power, energy, memory used) whose texts seldom come back, and is
+# computed at every render from then on; no field keeps more than CELL_CACHE_LIMIT texts.
+CELL_CACHE_CHECK = 256
+CELL_CACHE_MIN_HITS = 0.2
+CELL_CACHE_LIMIT = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +96,21 @@ class Exposition:
         if missing:
             raise ValueError(f"identity fields missing from the query: {', '.join(missing)}")
         self._identity_columns = tuple(positions[name] for name in IDENTITY_FIELDS)
-        # Per field: raw cell text -> formatted sample value ("" = no sample). Cells repeat across GPUs
-        # and scrapes, so most of a render is dictionary lookups.
+        # Per field: raw cell text -> formatted sample value ("" = no sample). Most fields repeat their texts
+        # across GPUs and scrapes (identity, settings, enumerations, percentages), so most of a render is
+        # dictionary lookups. A field whose cache does not pay is left an empty dict and never filled again.
         self._formatted: list[dict[str, str]] = [{} for _ in self.field_metrics]
+        self._caching = [True] * len(self.field_metrics)
+        self._renders = 0  # renders of GPU rows so far, and how many rows the last one had
+        self._rows = 0
+        self._checked_at = [0] * len(self.field_metrics)  # per field: self._renders at its last check
+        # attributes so that benchmarks/bench_pipeline.py can compare policies
+        self.cell_cache_limit = CELL_CACHE_LIMIT
+        self.cell_cache_min_hits = CELL_CACHE_MIN_HITS
+
+    def cached_texts(self) -> int:
+        """How many cell texts the per-field caches hold now (what a steady state keeps resident)."""
+        return sum(len(cache) for cache in self._formatted)
 
     # -- health -----------------------------------------------------------------------------------------
 
@@ -132,18 +150,30 @@ class Exposition:
         return gpus, info
 
     def _format_cell(self, index: int, raw: str) -> str:
-        """The formatted sample value of a cell ("" for no sample), memoized per field."""
+        """The formatted sample value of a cell ("" for no sample), memoized while the field's texts repeat."""
         metric = self.field_metrics[index]
         value = transform_value(raw, metric.kind, metric.multiplier, metric.qfield)
         text = "" if value is None else format_value(value)
-        cache = self._formatted[index]
-        if len(cache) >= CELL_CACHE_LIMIT:
-            cache.clear()
-        cache[raw] = text
+        if self._caching[index]:
+            cache = self._formatted[index]
+            size = len(cache)
+            if size >= self.cell_cache_limit or (size and size % CELL_CACHE_CHECK == 0 and not self._pays(index)):
+                self._formatted[index] = {}  # remembering its texts would only hold memory
+                self._caching[index] = False
+            else:
+                cache[raw] = text
         return text
+
+    def _pays(self, index: int) -> bool:
+        """Whether a field's cache hit often enough since its last check (every miss since added a text)."""
+        lookups = (self._renders - self._checked_at[index]) * self._rows
+        self._checked_at[index] = self._renders
+        return not lookups or lookups - CELL_CACHE_CHECK >= self.cell_cache_min_hits * lookups
 
     def _field_blocks(self, gpus: list[_Gpu]) -> list[tuple[str, str]]:
         unique = len({gpu.uuid for gpu in gpus}) == len(gpus)
+        self._renders += 1
+        self._rows = len(gpus)
         blocks: list[tuple[str, str]] = []
         for index, metric in enumerate(self.field_metrics):
             cache, column, name = self._formatted[index], metric.column, metric.name
