@@ -80,9 +80,12 @@ class ReplayBackend:
         return None
 
 
+REPLAYED_COLLECTIONS = 20  # distinct outputs the replayed backend cycles through (bench_pipeline's old default)
+
+
 def replay(gpus: int) -> ReplayBackend:
     capture, state, _ = source_capture()
-    outputs, fields = outputs_for(capture, state, gpus)
+    outputs, fields = outputs_for(capture, state, gpus, REPLAYED_COLLECTIONS)
     readings = [Readings(GpuTable(parse_gpu_csv(stdout, len(fields)).rows), None, "13.1") for stdout in outputs]
     return ReplayBackend(fields, readings)
 

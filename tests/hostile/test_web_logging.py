@@ -99,12 +99,17 @@ def restored_logging() -> Iterator[None]:
     """The process's logging as it was, after a test that configures it."""
     root = logging.getLogger()
     saved = (list(root.handlers), root.level)
+    package = logging.getLogger(logs.ROOT_LOGGER)
+    saved_package = (list(package.handlers), package.level, package.propagate)
     loop_logger = logging.getLogger("asyncio")
     saved_filters = list(loop_logger.filters)
     chatty = {name: logging.getLogger(name).level for name in logs.CHATTY_LIBRARIES}
     yield None
     root.handlers[:] = saved[0]
     root.setLevel(saved[1])
+    package.handlers[:] = saved_package[0]
+    package.setLevel(saved_package[1])
+    package.propagate = saved_package[2]
     loop_logger.filters[:] = saved_filters
     for name, level in chatty.items():
         logging.getLogger(name).setLevel(level)
