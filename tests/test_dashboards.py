@@ -170,7 +170,12 @@ class Live:
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     binary("prometheus")
     binary("promtool")
-    handle = start_exporter(["--collect.backend=demo", "--collect.compute-apps", "--collect.compute-apps-mig"])
+    # The demo is healthy by default: the Compose stack's config turns every simulated fault on, so the XID and
+    # lost-GPU panels have data too (docs/demo.md, "Faults on request").
+    faults = REPO / "deploy" / "compose" / "demo" / "demo.yaml"
+    handle = start_exporter(
+        ["--collect.backend=demo", f"--demo-config={faults}", "--collect.compute-apps", "--collect.compute-apps-mig"]
+    )
     try:
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
