@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -101,18 +101,23 @@ async def _settle(inner: HttpProtocol) -> None:
             return
 
 
-async def _transcript(reads: list[bytes], *, interleaved: bool) -> tuple[bytes, bool]:
-    """What the server writes for ``reads`` and whether it ended its side of the connection. The reads come one after
-    another, or with ``interleaved`` each handler is let finish before the next read (a slow client's reads)."""
+def _connection() -> tuple[DeadlineProtocol, HttpProtocol]:
+    """The server's two protocols for one connection, as its listener makes them, on :func:`_app`."""
     app = _app()
     inners: list[HttpProtocol] = []
 
-    def make(finished: object) -> HttpProtocol:
-        inner = HttpProtocol(app, idle_timeout=0, connections=OpenConnections(), finished=finished)  # type: ignore[arg-type]
-        inners.append(inner)
-        return inner
+    def make(finished: Callable[[int], None]) -> HttpProtocol:
+        inners.append(HttpProtocol(app, idle_timeout=0, connections=OpenConnections(), finished=finished))
+        return inners[0]
 
     protocol = DeadlineProtocol(make, asyncio.get_running_loop(), header_timeout=10, write_timeout=10)
+    return protocol, inners[0]
+
+
+async def _transcript(reads: list[bytes], *, interleaved: bool) -> tuple[bytes, bool]:
+    """What the server writes for ``reads`` and whether it ended its side of the connection. The reads come one after
+    another, or with ``interleaved`` each handler is let finish before the next read (a slow client's reads)."""
+    protocol, inner = _connection()
     transport = RecordingTransport()
     protocol.connection_made(transport)
     for data in reads:
@@ -120,8 +125,8 @@ async def _transcript(reads: list[bytes], *, interleaved: bool) -> tuple[bytes, 
             break
         protocol.data_received(data)
         if interleaved:
-            await _settle(inners[0])
-    await _settle(inners[0])
+            await _settle(inner)
+    await _settle(inner)
     protocol.connection_lost(None)
     return b"".join(transport.writes), transport.closed or transport.eof
 
@@ -247,20 +252,12 @@ def test_the_header_line_limit_does_not_depend_on_optional_whitespace(
 async def _awaiting_after(reads: list[bytes]) -> tuple[int, bool]:
     """What the connection waits for after ``reads`` (protocol.py's constants), and whether its request deadline
     runs."""
-    app = _app()
-    inners: list[HttpProtocol] = []
-
-    def make(finished: object) -> HttpProtocol:
-        inner = HttpProtocol(app, idle_timeout=0, connections=OpenConnections(), finished=finished)  # type: ignore[arg-type]
-        inners.append(inner)
-        return inner
-
-    protocol = DeadlineProtocol(make, asyncio.get_running_loop(), header_timeout=10, write_timeout=10)
+    protocol, inner = _connection()
     protocol.connection_made(RecordingTransport())
     for data in reads:
         protocol.data_received(data)
-        await _settle(inners[0])
-    result = inners[0].awaiting(), protocol._request_started is not None
+        await _settle(inner)
+    result = inner.awaiting(), protocol._request_started is not None
     protocol.connection_lost(None)
     return result
 

@@ -14,13 +14,13 @@ import struct
 import time
 
 import pytest
-import trustme
 
 from async_helpers import bounded, run
 from hostile.web_hostile import open_client, read_head, serving, web_settings
 from nvidia_gpu_exporter.httpserver import tlsbuffer
 from nvidia_gpu_exporter.httpserver.http import App, Request, Response
 from nvidia_gpu_exporter.web.server import WebServer
+from test_web_listeners import tls_contexts  # noqa: F401 - a fixture, used by name
 
 CAP = 32
 GRACE = 0.3  # the cap's grace for a head or handshake under way, lowered from 2 s to keep the test short
@@ -111,16 +111,6 @@ def test_connections_stalled_in_a_request_leave_before_prometheus_and_probes_are
     assert evicted > 0
 
 
-@pytest.fixture(scope="module")
-def tls_pair() -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    ca = trustme.CA()
-    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(server_context)
-    client_context = ssl.create_default_context()
-    ca.configure_trust(client_context)
-    return server_context, client_context
-
-
 needs_compact_tls = pytest.mark.skipif(
     not tlsbuffer.compact_tls_available(),
     reason="this Python serves TLS through asyncio's public path, whose handshakes are outside the cap",
@@ -136,9 +126,10 @@ needs_compact_tls = pytest.mark.skipif(
     ],
 )
 def test_connections_stalled_in_the_tls_handshake_count_under_the_cap_and_leave_first(
-    stall: bytes, tls_pair: tuple[ssl.SSLContext, ssl.SSLContext]
+    stall: bytes,
+    tls_contexts: tuple[ssl.SSLContext, ssl.SSLContext],  # noqa: F811 - the listener tests' fixture, by name
 ) -> None:
-    server_tls, client_tls = tls_pair
+    server_tls, client_tls = tls_contexts
 
     async def main() -> tuple[list[tuple[bytes, float]], list[bytes], int, int]:
         async with serving(_app(), web_settings(max_connections=CAP), tls=server_tls) as server:
@@ -166,10 +157,12 @@ def test_connections_stalled_in_the_tls_handshake_count_under_the_cap_and_leave_
     ],
 )
 def test_plain_http_to_the_tls_port_gets_gos_answer(
-    sent: bytes, answer: bytes, tls_pair: tuple[ssl.SSLContext, ssl.SSLContext]
+    sent: bytes,
+    answer: bytes,
+    tls_contexts: tuple[ssl.SSLContext, ssl.SSLContext],  # noqa: F811 - the listener tests' fixture, by name
 ) -> None:
     async def main() -> bytes:
-        async with serving(_app(), web_settings(), tls=tls_pair[0]) as server:
+        async with serving(_app(), web_settings(), tls=tls_contexts[0]) as server:
             reader, writer = await open_client(server)
             for byte in sent[:4]:  # the first bytes one at a time: the prefix is judged whole, however it comes
                 writer.write(bytes([byte]))
@@ -232,10 +225,10 @@ def test_a_failed_handshake_sends_its_alert_before_the_close(
     server_minimum: ssl.TLSVersion,
     client_maximum: ssl.TLSVersion,
     alert: str,
-    tls_pair: tuple[ssl.SSLContext, ssl.SSLContext],
+    tls_contexts: tuple[ssl.SSLContext, ssl.SSLContext],  # noqa: F811 - the listener tests' fixture, by name
 ) -> None:
     """Go's clients read why (``protocol version not supported``); asyncio's own protocol closed without a word."""
-    server_tls = tls_pair[0]
+    server_tls = tls_contexts[0]
     server_tls.minimum_version = server_minimum
 
     async def main() -> str:

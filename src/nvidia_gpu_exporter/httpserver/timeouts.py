@@ -136,7 +136,6 @@ class DeadlineProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._raw: asyncio.Transport | None = None  # the TCP transport, from its accept (under TLS's)
         self._fd = -1
-        self._admitted = False
         self._handshaking = False  # accepted under TLS, the handshake not done yet
         self._served = False  # the HTTP protocol saw connection_made
         self._refusing = False  # answered by this class; waiting for the request before closing
@@ -347,7 +346,6 @@ class DeadlineProtocol(asyncio.Protocol):
             admit = self.connections.admit_handshake if handshake else self.connections.admit
             if not admit(self):
                 return False
-        self._admitted = True
         return True
 
     def handshake_started(self, transport: asyncio.Transport) -> bool:
