@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from nvidia_gpu_exporter.backends.exec.backend import read_cuda_version, resolve_fields
+from nvidia_gpu_exporter.backends.exec.backend import cuda_version_of, resolve_fields, run_bounded
 from nvidia_gpu_exporter.backends.fields import (
     BUILTIN_FIELDS,
     FieldRequest,
@@ -296,5 +296,6 @@ def test_unbounded_timeout_none_still_answers() -> None:
 )
 def test_read_cuda_version(answer: Answer, expected: str) -> None:
     runner = FakeRunner({"--version": answer})
-    assert asyncio.run(read_cuda_version(runner, 0.05 if answer is BLOCK else TIMEOUT)) == expected
+    result = asyncio.run(run_bounded(runner, ["--version"], 0.05 if answer is BLOCK else TIMEOUT))
+    assert cuda_version_of(result) == expected
     assert runner.calls == [("--version",)]

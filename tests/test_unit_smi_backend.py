@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import pytest
 
 from nvidia_gpu_exporter.backends import CollectionError
 from nvidia_gpu_exporter.backends.exec.backend import SmiBackend
 from nvidia_gpu_exporter.backends.exec.runner import RunResult
-from nvidia_gpu_exporter.backends.fields import FieldRequest
+from nvidia_gpu_exporter.backends.fields import FieldRequest, FieldResolutionError
 from nvidia_gpu_exporter.model.fields import IDENTITY_FIELDS
 from nvidia_gpu_exporter.model.snapshot import ProcessList, Readings, StatusFamily
 from unit_helpers import FakeRunner, exited, header_answer, help_query_gpu, ok, query_fields
@@ -141,7 +142,7 @@ def test_compute_apps_empty_output_is_success() -> None:
 
 
 def test_startup_sequence() -> None:
-    """--help-query-gpu, then the mapping query, then --version; each answered in order."""
+    """--help-query-gpu, then the mapping query; --version beside them; each answer read where Go reads it."""
     runner = FakeRunner(
         {
             "--help-query-gpu": ok(help_query_gpu("fan.speed")),
@@ -150,11 +151,76 @@ def test_startup_sequence() -> None:
         }
     )
     smi = asyncio.run(SmiBackend.start(runner, FieldRequest(), timeout_seconds=5.0, compute_apps=False))
-    assert [call[0] for call in runner.calls] == [
+    assert sorted(call[0] for call in runner.calls) == [
         "--help-query-gpu",
         "--query-gpu=fan.speed," + ",".join(IDENTITY_FIELDS),
         "--version",
     ]
+    assert runner.calls.index(("--help-query-gpu",)) < runner.calls.index(
+        ("--query-gpu=fan.speed," + ",".join(IDENTITY_FIELDS), "--format=csv")
+    )
     assert smi.cuda_version == "12.4"
     assert smi.fields[0].rfield == "fan.speed [%]"
     assert smi.status_family is StatusFamily.COMMAND_EXIT_CODE
+
+
+class _VersionFirst(FakeRunner):
+    """Answers ``--help-query-gpu`` only once ``--version`` has started: a start that runs them one after the
+    other never gets there."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            {"--query-gpu=": header_answer({"fan.speed": "fan.speed [%]"}), "--version": ok("CUDA Version : 12.4\n")}
+        )
+        self.version_started = asyncio.Event()
+
+    async def run(self, args: Sequence[str]) -> RunResult:
+        if args[0] == "--version":
+            self.version_started.set()
+        elif args[0] == "--help-query-gpu":
+            self.calls.append(tuple(args))
+            await self.version_started.wait()
+            return ok(help_query_gpu("fan.speed"))
+        return await super().run(args)
+
+
+def test_version_runs_beside_field_discovery() -> None:
+    """On a driver that is not kept initialised every nvidia-smi run pays seconds: ``--version`` does not
+    wait for the field discovery it does not depend on (docs/compatibility.md, "Startup sequence")."""
+    runner = _VersionFirst()
+
+    async def start() -> SmiBackend:
+        return await asyncio.wait_for(
+            SmiBackend.start(runner, FieldRequest(), timeout_seconds=None, compute_apps=False), timeout=10
+        )
+
+    smi = asyncio.run(start())
+    assert smi.cuda_version == "12.4"
+    assert smi.fields[0].rfield == "fan.speed [%]"
+
+
+def test_version_warning_after_discovery_warnings(caplog: pytest.LogCaptureFixture) -> None:
+    """The warnings keep the Go exporter's order: field discovery's first, then the CUDA version's."""
+    runner = FakeRunner({"--query-gpu=": header_answer()})
+    with caplog.at_level("WARNING"):
+        asyncio.run(SmiBackend.start(runner, FieldRequest(), timeout_seconds=5.0, compute_apps=False))
+    messages = [record.getMessage() for record in caplog.records]
+    assert messages.index("failed to auto-determine query field names, falling back to the built-in list") < (
+        messages.index("failed to read the CUDA version")
+    )
+
+
+def test_a_failed_start_leaves_no_version_run_behind() -> None:
+    """An explicit field list nvidia-smi does not know stops the start; the ``--version`` run beside it is
+    cancelled, not left running."""
+    runner = FakeRunner({"--query-gpu=": exited(6), "--version": None})
+    request = FieldRequest(names="bogus_field")
+
+    async def start() -> set[asyncio.Task[object]]:
+        with pytest.raises(FieldResolutionError):
+            await asyncio.wait_for(
+                SmiBackend.start(runner, request, timeout_seconds=None, compute_apps=False), timeout=10
+            )
+        return {task for task in asyncio.all_tasks() if task is not asyncio.current_task()}
+
+    assert asyncio.run(start()) == set()

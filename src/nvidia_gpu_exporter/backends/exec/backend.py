@@ -119,9 +119,9 @@ def _builtin_fallback(request: FieldRequest) -> tuple[QueryField, ...]:
     return tuple(mapped)
 
 
-async def read_cuda_version(runner: SmiRunner, timeout_seconds: float | None) -> str:
-    """Best effort: the CUDA version for the ``gpu_info`` label, or ``""`` with a warning."""
-    result = await run_bounded(runner, ["--version"], timeout_seconds)
+def cuda_version_of(result: RunResult) -> str:
+    """Best effort: the CUDA version for the ``gpu_info`` label from a ``--version`` run, or ``""`` with a
+    warning."""
     if not result.ok:
         log.warning("failed to read the CUDA version", extra={"reason": result.describe_failure()})
         return ""
@@ -163,9 +163,20 @@ class SmiBackend:
         status_family: StatusFamily = StatusFamily.COMMAND_EXIT_CODE,
         exit_errors_are_fatal: bool = True,
     ) -> SmiBackend:
-        """The startup sequence: discover and map fields, then read the CUDA version."""
-        fields = await resolve_fields(runner, request, timeout_seconds)
-        cuda_version = await read_cuda_version(runner, timeout_seconds)
+        """The startup sequence: discover and map fields, and read the CUDA version beside them.
+
+        ``--version`` depends on neither run, and on a driver that is not kept initialised each run costs
+        seconds, so it runs at once; its outcome is read (and warned about) after the fields', the order in
+        which the Go exporter runs and logs them.
+        """
+        version_run = asyncio.ensure_future(run_bounded(runner, ["--version"], timeout_seconds))
+        try:
+            fields = await resolve_fields(runner, request, timeout_seconds)
+        except BaseException:
+            version_run.cancel()
+            await asyncio.gather(version_run, return_exceptions=True)  # its child killed before the error goes on
+            raise
+        cuda_version = cuda_version_of(await version_run)
         return cls(
             runner,
             fields,
