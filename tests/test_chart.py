@@ -163,6 +163,20 @@ MATRIX: dict[str, dict[str, Any]] = {
         "podMonitor": {"enabled": True},
         "service": {"enabled": False},
     },
+    # Standing in for dcgm-exporter's chart and the GPU Operator's (issue 27, tests/test_chart_dcgm.py).
+    "dcgm-exporter-compatible": {
+        "dcgmExporterCompatible": True,
+        "dcgm": {"counters": DCGM_COUNTERS},
+        "serviceMonitor": {"enabled": True, "relabelings": [{"targetLabel": "cluster", "replacement": "gpu-a"}]},
+        "prometheusRule": {"enabled": True},
+    },
+    "dcgm-exporter-compatible-pod-labels": {
+        "dcgmExporterCompatible": True,
+        "metrics": {"profile": "both"},
+        "kubernetes": {"podResources": {"enabled": True, "podLabels": True}},
+        "readiness": {"requireCollection": True},
+        "podMonitor": {"enabled": True},
+    },
 }
 # Cases whose exporter pods do not meet the restricted Pod Security Standard, by design.
 NOT_RESTRICTED_CASES = {
@@ -177,6 +191,7 @@ NOT_RESTRICTED_CASES = {
     "kernel-log",
     "kernel-log-file",
     "dcgm-counters-configmap",
+    "dcgm-exporter-compatible-pod-labels",
 }
 ATTRIBUTION_FLAGS = [
     "--kubernetes.pod-resources",
