@@ -901,7 +901,8 @@ def test_schema_rejects_bad_dcgm_values(values: dict[str, Any], message: str) ->
 def test_the_documented_replacement_values_render_and_start() -> None:
     """KUBERNETES.md's "In place of dcgm-exporter" values are a working chart configuration."""
     text = (CHART.parents[2] / "KUBERNETES.md").read_text(encoding="utf-8")
-    (block,) = [block for block in re.findall(r"```yaml\n(.*?)```", text, re.DOTALL) if "profile: dcgm" in block]
+    blocks = re.findall(r"```yaml\n(.*?)```", text, re.DOTALL)
+    (block,) = [block for block in blocks if "dcgmExporterCompatible: true" in block]
     values = yaml.safe_load(block)
     objects = chart_objects(values)
     config = parse_args(container(objects)["args"]).config

@@ -11,6 +11,9 @@ needs helm-python-sdk (.ci/steps/40-kubernetes.sh) and skips without it.
 from __future__ import annotations
 
 import copy
+import itertools
+import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,7 @@ import yaml
 
 from conftest import StartExporter
 from deploy_helpers import assert_render_fails, by_kind, chart_objects, one, render_chart
-from harness import FIXTURES
+from harness import FIXTURES, REPO
 from nvidia_gpu_exporter.config import validate
 from nvidia_gpu_exporter.flags import parse_args
 
@@ -239,6 +242,40 @@ def test_their_service_monitor_and_service_select_ours(source: str, release: str
         assert operator_job(ours, our_service) == theirs["job"]
         assert our_service["metadata"]["name"] == theirs["service"]["name"]
     assert ours["endpoints"][0]["honorLabels"] is endpoint["honorLabels"]
+
+
+# --- the documented command ---------------------------------------------------------------------------------------
+
+
+def set_values(command: str) -> tuple[str, dict[str, Any]]:
+    """The release name and the values of a `helm upgrade --install` command's `--set` options."""
+    words = shlex.split(command.replace("\\\n", " "))
+    release = words[words.index("--install") + 1]
+    values: dict[str, Any] = {}
+    for option, assignment in itertools.pairwise(words):
+        if option != "--set":
+            continue
+        path, _, text = assignment.partition("=")
+        *parents, leaf = path.split(".")
+        target = values
+        for key in parents:
+            target = target.setdefault(key, {})
+        target[leaf] = yaml.safe_load(text)
+    return release, values
+
+
+def test_the_migration_guides_command_installs_the_stand_in() -> None:
+    """docs/migrating-from-dcgm-exporter.md's command renders dcgm-exporter's names and passes the profile once."""
+    guide = (REPO / "docs" / "migrating-from-dcgm-exporter.md").read_text(encoding="utf-8")
+    (command,) = [
+        block for block in re.findall(r"```sh\n(.*?)```", guide, re.DOTALL) if "dcgmExporterCompatible" in block
+    ]
+    release, values = set_values(command)
+    objects = chart_objects(values, name=release)
+    assert one(objects, "DaemonSet")["metadata"]["name"] == MONITORS["dcgm-exporter-chart"]["service"]["name"]
+    args = main_container(objects)["args"]
+    assert [arg for arg in args if arg.startswith("--metrics.profile")] == ["--metrics.profile=dcgm"]
+    assert parse_args(args).config.dcgm_collectors.endswith("/metrics")
 
 
 # --- the real exporter ----------------------------------------------------------------------------------------------
