@@ -163,6 +163,20 @@ MATRIX: dict[str, dict[str, Any]] = {
         "podMonitor": {"enabled": True},
         "service": {"enabled": False},
     },
+    # Standing in for dcgm-exporter's chart and the GPU Operator's (issue 27, tests/test_chart_dcgm.py).
+    "dcgm-exporter-compatible": {
+        "dcgmExporterCompatible": True,
+        "dcgm": {"counters": DCGM_COUNTERS},
+        "serviceMonitor": {"enabled": True, "relabelings": [{"targetLabel": "cluster", "replacement": "gpu-a"}]},
+        "prometheusRule": {"enabled": True},
+    },
+    "dcgm-exporter-compatible-pod-labels": {
+        "dcgmExporterCompatible": True,
+        "metrics": {"profile": "both"},
+        "kubernetes": {"podResources": {"enabled": True, "podLabels": True}},
+        "readiness": {"requireCollection": True},
+        "podMonitor": {"enabled": True},
+    },
 }
 # Cases whose exporter pods do not meet the restricted Pod Security Standard, by design.
 NOT_RESTRICTED_CASES = {
@@ -177,6 +191,7 @@ NOT_RESTRICTED_CASES = {
     "kernel-log",
     "kernel-log-file",
     "dcgm-counters-configmap",
+    "dcgm-exporter-compatible-pod-labels",
 }
 ATTRIBUTION_FLAGS = [
     "--kubernetes.pod-resources",
@@ -886,7 +901,8 @@ def test_schema_rejects_bad_dcgm_values(values: dict[str, Any], message: str) ->
 def test_the_documented_replacement_values_render_and_start() -> None:
     """KUBERNETES.md's "In place of dcgm-exporter" values are a working chart configuration."""
     text = (CHART.parents[2] / "KUBERNETES.md").read_text(encoding="utf-8")
-    (block,) = [block for block in re.findall(r"```yaml\n(.*?)```", text, re.DOTALL) if "profile: dcgm" in block]
+    blocks = re.findall(r"```yaml\n(.*?)```", text, re.DOTALL)
+    (block,) = [block for block in blocks if "dcgmExporterCompatible: true" in block]
     values = yaml.safe_load(block)
     objects = chart_objects(values)
     config = parse_args(container(objects)["args"]).config

@@ -50,7 +50,8 @@ echo "tools installed in $(( $(date +%s) - started ))s"
 
 status=0
 .venv/bin/python -m pytest -m "slow or not slow" -q -rs -p no:cacheprovider \
-    tests/test_chart.py tests/test_chart_fleet.py tests/test_chart_kustomize.py tests/test_rules.py tests/test_dashboards.py \
+    tests/test_chart.py tests/test_chart_dcgm.py tests/test_chart_fleet.py tests/test_chart_kustomize.py tests/test_rules.py \
+    tests/test_dashboards.py \
     tests/test_sre_loop.py tests/test_dcgm_rules.py tests/test_dcgm_runbook.py tests/test_gpu_test_pod.py \
     tests/test_doctor_deploy.py tests/test_stack.py 2>&1 | tee "$out" || status=$?
 if grep -q '^SKIPPED' "$out"; then

@@ -1,14 +1,22 @@
-{{/* Chart name, truncated to the 63 characters of a DNS label. */}}
-{{- define "nvidia-gpu-exporter.name" -}}
-{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{/* Whether the chart stands in for dcgm-exporter's (dcgmExporterCompatible: KUBERNETES.md, "In place of
+dcgm-exporter"): its names, labels, port, probes and scrape settings instead of this chart's. */}}
+{{- define "nvidia-gpu-exporter.dcgmCompatible" -}}
+{{- if .Values.dcgmExporterCompatible }}true{{ end }}
 {{- end }}
 
-{{/* Fully qualified app name: the release name, plus the chart name unless the release name contains it. */}}
+{{/* Chart name, truncated to the 63 characters of a DNS label; dcgm-exporter's chart's name when standing in. */}}
+{{- define "nvidia-gpu-exporter.name" -}}
+{{- $chartName := ternary "dcgm-exporter" .Chart.Name (.Values.dcgmExporterCompatible | default false) }}
+{{- default $chartName .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified app name: the release name, plus the chart name unless the release name contains it (the
+algorithm of dcgm-exporter's chart too, so a stand-in under its release name gets its object names). */}}
 {{- define "nvidia-gpu-exporter.fullname" -}}
 {{- if .Values.fullnameOverride }}
 {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
 {{- else }}
-{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- $name := include "nvidia-gpu-exporter.name" . }}
 {{- if contains $name .Release.Name }}
 {{- .Release.Name | trunc 63 | trimSuffix "-" }}
 {{- else }}
@@ -21,9 +29,13 @@
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* dcgm-exporter's chart selects by name, instance and component (its _helpers.tpl "dcgm-exporter.selectorLabels"). */}}
 {{- define "nvidia-gpu-exporter.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "nvidia-gpu-exporter.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{- if include "nvidia-gpu-exporter.dcgmCompatible" . }}
+app.kubernetes.io/component: {{ include "nvidia-gpu-exporter.name" . }}
+{{- end }}
 {{- end }}
 
 {{- define "nvidia-gpu-exporter.labels" -}}
@@ -31,7 +43,53 @@ helm.sh/chart: {{ include "nvidia-gpu-exporter.chart" . }}
 {{ include "nvidia-gpu-exporter.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- if not (include "nvidia-gpu-exporter.dcgmCompatible" .) }}
 app.kubernetes.io/component: metrics
+{{- end }}
+{{- end }}
+
+{{/* The label the GPU Operator's dcgm-exporter Service selects pods by, and its ServiceMonitor Services by (and
+takes the job from: jobLabel app). */}}
+{{- define "nvidia-gpu-exporter.gpuOperatorLabels" -}}
+app: nvidia-dcgm-exporter
+{{- end }}
+
+{{/* The exporter's port and its name: dcgm-exporter's 9400 `metrics` when standing in for it. */}}
+{{- define "nvidia-gpu-exporter.port" -}}
+{{- if include "nvidia-gpu-exporter.dcgmCompatible" . }}9400{{ else }}{{ int .Values.port }}{{ end }}
+{{- end }}
+
+{{- define "nvidia-gpu-exporter.servicePort" -}}
+{{- if include "nvidia-gpu-exporter.dcgmCompatible" . }}9400{{ else }}{{ int .Values.service.port }}{{ end }}
+{{- end }}
+
+{{- define "nvidia-gpu-exporter.portName" -}}
+{{- if include "nvidia-gpu-exporter.dcgmCompatible" . }}metrics{{ else }}http{{ end }}
+{{- end }}
+
+{{/* The --metrics.profile passed ("" = the exporter's default); dcgm when standing in for dcgm-exporter. */}}
+{{- define "nvidia-gpu-exporter.profile" -}}
+{{- if include "nvidia-gpu-exporter.dcgmCompatible" . }}
+{{- if eq .Values.metrics.profile "nvidia_smi" }}
+{{- fail "dcgmExporterCompatible serves DCGM names: metrics.profile must be dcgm, both or empty" }}
+{{- end }}
+{{- default "dcgm" .Values.metrics.profile }}
+{{- else }}
+{{- .Values.metrics.profile }}
+{{- end }}
+{{- end }}
+
+{{/* A probe of the values; standing in for dcgm-exporter, an HTTP probe asks `path` on the `metrics` port as
+dcgm-exporter's DaemonSets do, its timing kept. Arguments: (list $ probe path). */}}
+{{- define "nvidia-gpu-exporter.probe" -}}
+{{- $root := index . 0 }}
+{{- $probe := index . 1 | default dict | deepCopy }}
+{{- if and $probe (hasKey $probe "httpGet") (include "nvidia-gpu-exporter.dcgmCompatible" $root) }}
+{{- $_ := set $probe "httpGet" (dict "path" (index . 2) "port" "metrics") }}
+{{- end }}
+{{- if $probe }}
+{{- toYaml $probe }}
+{{- end }}
 {{- end }}
 
 {{- define "nvidia-gpu-exporter.serviceAccountName" -}}
@@ -47,16 +105,28 @@ app.kubernetes.io/component: metrics
 {{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
-{{/* The Prometheus job of the exporter targets: the monitors set jobLabel to app.kubernetes.io/name. */}}
+{{/* The Prometheus job the chart's monitor gives its targets: app.kubernetes.io/name (the monitors' jobLabel), or,
+standing in for dcgm-exporter, the Service's name, as its chart's ServiceMonitor (no jobLabel) gives. */}}
+{{- define "nvidia-gpu-exporter.monitorJob" -}}
+{{- if and (include "nvidia-gpu-exporter.dcgmCompatible" .) (not .Values.podMonitor.enabled) }}
+{{- include "nvidia-gpu-exporter.fullname" . }}
+{{- else }}
+{{- include "nvidia-gpu-exporter.name" . }}
+{{- end }}
+{{- end }}
+
+{{/* The job the NvidiaGpuExporterDown rule selects: the monitor's unless the values name another. */}}
 {{- define "nvidia-gpu-exporter.job" -}}
 {{- $job := dig "exporterDown" "job" "" .Values.prometheusRule }}
-{{- default (include "nvidia-gpu-exporter.name" .) $job }}
+{{- default (include "nvidia-gpu-exporter.monitorJob" .) $job }}
 {{- end }}
 
 {{/* Built-in relabelings of both monitors, then the user's. With pod labels on the series, the target's own
-`pod` and `container` (the exporter's pod) are dropped, so only a workload's pod labels remain (docs/dcgm.md). */}}
+`pod` and `container` (the exporter's pod) are dropped, so only a workload's pod labels remain (docs/dcgm.md).
+Standing in for dcgm-exporter, the user's alone, as its chart: `instance` stays the target's address. */}}
 {{- define "nvidia-gpu-exporter.relabelings" -}}
 {{- $relabelings := list }}
+{{- if not .compatible }}
 {{- if .podLabels }}
 {{- $relabelings = append $relabelings (dict "action" "labeldrop" "regex" "pod|container") }}
 {{- end }}
@@ -64,7 +134,10 @@ app.kubernetes.io/component: metrics
 {{- $relabelings = append $relabelings (dict "sourceLabels" (list "__meta_kubernetes_pod_node_name") "targetLabel" "instance" "action" "replace") }}
 {{- end }}
 {{- $relabelings = append $relabelings (dict "sourceLabels" (list "__meta_kubernetes_pod_node_name") "targetLabel" "node" "action" "replace") }}
-{{- concat $relabelings (.monitor.relabelings | default list) | toYaml }}
+{{- end }}
+{{- with concat $relabelings (.monitor.relabelings | default list) }}
+{{- toYaml . }}
+{{- end }}
 {{- end }}
 
 {{/* Name of the doctor's ClusterRole and ClusterRoleBinding: cluster-scoped, so the namespace is part of it. */}}
