@@ -450,9 +450,9 @@ def startup(rounds: int) -> None:
     """Startup to the first successful scrape on exec with the fake, and its parts, each the median of `rounds`.
 
     The exporter runs nvidia-smi three times before it listens (``--help-query-gpu``, then the initial query,
-    with ``--version`` beside them, so two runs' time) and once more for the first scrape (a collection per scrape); the fake nvidia-smi is a Python
-    process, so each run costs an interpreter start, unlike the real one. One unmeasured start first, which
-    writes the bytecode cache (:func:`use_bytecode`).
+    with ``--version`` beside them, so two runs' time) and once more for the first scrape (a collection per
+    scrape); the fake nvidia-smi is a Python process, so each run costs an interpreter start, unlike the real
+    one. One unmeasured start first, which writes the bytecode cache (:func:`use_bytecode`).
     """
     at_rest(Scenario("warm-up", ["--nvidia-smi-command", fake_smi()]), 0)
     load = os.getloadavg()
@@ -491,7 +491,7 @@ def startup(rounds: int) -> None:
     print("|---|---:|")
     print(f"| bare interpreter (`python -c pass`) | {bare:.3f} |")
     print(f"| `import nvidia_gpu_exporter.cli, nvidia_gpu_exporter.app` (all a start imports), CPU | {imports:.3f} |")
-    print(f"| one fake nvidia-smi run (`--version`; the exporter waits for 2 before listening, 1 per scrape) | {fake:.3f} |")
+    print(f"| one fake nvidia-smi run (`--version`; 2 runs' time before listening, 1 per scrape) | {fake:.3f} |")
     print(f"| start to listening (min {min(listening):.2f}, max {max(listening):.2f}) | {median(listening):.3f} |")
     print(f"| start to first successful scrape (min {min(first):.2f}, max {max(first):.2f}) | {median(first):.3f} |")
     print(f"| the exporter's own CPU to its first successful scrape (min {min(cpu):.2f}) | {median(cpu):.3f} |")
