@@ -1,0 +1,53 @@
+"""Errors about a file name the file, and the line where it has one (issue 30): one table per kind of file a user
+hands the exporter, each through the loader the exporter itself calls."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from nvidia_gpu_exporter.backends import BackendSetupError
+from nvidia_gpu_exporter.backends.demo.backend import build_scene, parse_demo_config, read_config_file
+from nvidia_gpu_exporter.backends.fleet.targets import TargetsError, load_targets
+from nvidia_gpu_exporter.capture.config import ConfigError, load_config
+from nvidia_gpu_exporter.httpserver.config import WebConfigError, load_web_config
+
+
+def demo_setup(path: str) -> None:
+    """What ``--demo-config`` does at startup, up to the simulated machine answering."""
+    settings, spec = parse_demo_config(read_config_file(path), path)
+    asyncio.run(build_scene(settings, spec, path))
+
+
+def error_of(load: Callable[[str], object], path: Path, errors: type[Exception]) -> str:
+    with pytest.raises(errors) as raised:
+        load(str(path))
+    return str(raised.value)
+
+
+# (loader, the error it raises, a document whose line 3 breaks YAML at column 8)
+YAML_LOADERS: list[tuple[Callable[[str], object], type[Exception], str]] = [
+    (load_web_config, WebConfigError, "basic_auth_users:\n  a: b\nrate_limit: [1\n"),
+    (demo_setup, BackendSetupError, "gpus: 2\nseed: 1\nstate: [load\n"),
+    (load_targets, TargetsError, "targets:\n  a:\nx: [1\n"),
+    (load_config, ConfigError, "gpus: 2\nseed: 1\nstate: [load\n"),
+]
+
+
+@pytest.mark.parametrize(
+    ("load", "errors", "text"), YAML_LOADERS, ids=["web-config", "demo-config", "targets-file", "fake-smi-config"]
+)
+def test_a_yaml_syntax_error_names_the_file_line_and_column(
+    tmp_path: Path, load: Callable[[str], object], errors: type[Exception], text: str
+) -> None:
+    path = tmp_path / "broken.yml"
+    path.write_text(text)
+    message = error_of(load, path, errors)
+    assert str(path) in message
+    assert "line 4, column 1: invalid YAML: expected ',' or ']'" in message
+    assert "(while parsing a flow sequence at line 3, column " in message
+    assert "\n" not in message
+    assert "<unicode string>" not in message
