@@ -51,3 +51,60 @@ def test_a_yaml_syntax_error_names_the_file_line_and_column(
     assert "(while parsing a flow sequence at line 3, column " in message
     assert "\n" not in message
     assert "<unicode string>" not in message
+
+
+def demo_error(tmp_path: Path, text: str) -> tuple[Path, str]:
+    path = tmp_path / "demo.yaml"
+    path.write_text(text)
+    return path, error_of(demo_setup, path, BackendSetupError)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param(
+            "seed: 1\nstate: lod\n", "line 2: state: the simulated fleet knows idle, load, got 'lod'", id="state"
+        ),
+        pytest.param("seed: 1\ngpus: 100\n", "line 2: gpus: the demo simulates 1 to 64 GPUs, got 100", id="gpus"),
+        pytest.param(
+            "seed: 1\ngpus:\n  - serial: '1'\n",
+            "line 2: gpus: per-GPU entries need a capture: to replicate; give a count instead",
+            id="gpu-entries",
+        ),
+        pytest.param(
+            "seed: 1\ncapture: absent.txt\n",
+            "line 2: capture: cannot read absent.txt: No such file or directory",
+            id="capture",
+        ),
+    ],
+)
+def test_a_demo_config_value_the_simulation_refuses_names_the_file_and_line(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    """Checked when the simulated machine is built, after parsing, yet said as the parser says its errors."""
+    path, error = demo_error(tmp_path, text)
+    assert error == f'config "{path}": {message}'
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param(
+            "seed: 1\noverrides:\n  temprature.gpu: 95\n",
+            'line 3: overrides["temprature.gpu"]: the demo serves no field "temprature.gpu" '
+            '(did you mean "temperature.gpu"?)',
+            id="top-level-typo",
+        ),
+        pytest.param(
+            "seed: 1\noverrides:\n  utilization.gpu: 5\n  watts: {min: 1, max: 2}\n",
+            'line 4: overrides.watts: the demo serves no field "watts"',
+            id="nothing-close",
+        ),
+    ],
+)
+def test_a_demo_override_of_a_field_the_demo_lacks_is_refused_with_the_nearest_field(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    """An override the simulation never applies would leave the alert being rehearsed silent."""
+    path, error = demo_error(tmp_path, text)
+    assert error == f'config "{path}": {message}'
