@@ -4,6 +4,8 @@ hands the exporter, each through the loader the exporter itself calls."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,7 +15,12 @@ from nvidia_gpu_exporter.backends import BackendSetupError
 from nvidia_gpu_exporter.backends.demo.backend import build_scene, parse_demo_config, read_config_file
 from nvidia_gpu_exporter.backends.fleet.targets import TargetsError, load_targets
 from nvidia_gpu_exporter.capture.config import ConfigError, load_config
+from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition
+from nvidia_gpu_exporter.exposition.dcgm_counters import read_counters_file
+from nvidia_gpu_exporter.health.reader import KernelLogReader
 from nvidia_gpu_exporter.httpserver.config import WebConfigError, load_web_config
+from nvidia_gpu_exporter.model.snapshot import KernelLogState
+from unit_helpers import query_fields
 
 
 def demo_setup(path: str) -> None:
@@ -108,3 +115,77 @@ def test_a_demo_override_of_a_field_the_demo_lacks_is_refused_with_the_nearest_f
     """An override the simulation never applies would leave the alert being rehearsed silent."""
     path, error = demo_error(tmp_path, text)
     assert error == f'config "{path}": {message}'
+
+
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        pytest.param(lambda path: None, "No such file or directory", id="missing"),
+        pytest.param(lambda path: path.mkdir(), "not a regular file (a directory)", id="directory"),
+        pytest.param(lambda path: path.write_bytes(b"targets:\n  \xff: {}\n"), "not UTF-8 text", id="not-utf-8"),
+    ],
+)
+def test_a_targets_file_that_cannot_be_read_is_named_once_with_the_reason(
+    tmp_path: Path, make: Callable[[Path], object], problem: str
+) -> None:
+    """Not ``[Errno 2] No such file or directory: 'targets.yml'``, which names the file a second time."""
+    path = tmp_path / "targets.yml"
+    make(path)
+    message = error_of(load_targets, path, TargetsError)
+    assert message.startswith(f"cannot read targets file {str(path)!r}: {problem}")
+    assert message.count(str(path)) == 1
+    assert "Errno" not in message
+
+
+@pytest.mark.parametrize(
+    ("record", "said"),
+    [
+        pytest.param(
+            "DCGM_FI_DEV_GPU_TEMPP, gauge, t",
+            "DCGM_FI_DEV_GPU_TEMPP (line 2: not offered by this exporter)",
+            id="unknown",
+        ),
+        pytest.param(
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE, gauge, s",
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE (line 2: needs the nvml backend: NVML GPM)",
+            id="other-backend",
+        ),
+    ],
+)
+def test_a_counters_file_field_not_served_is_warned_about_with_the_file_and_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, record: str, said: str
+) -> None:
+    path = tmp_path / "counters.csv"
+    path.write_text(f"DCGM_FI_DEV_GPU_TEMP, gauge, t\n{record}\n")
+    fields = query_fields([("temperature.gpu", "temperature.gpu")])
+    with caplog.at_level(logging.WARNING):
+        DcgmExposition(fields, None, counters=read_counters_file(str(path)), energy=False, gpm=False, extras=False)
+    (warning,) = [record for record in caplog.records if record.getMessage() == "not serving DCGM fields"]
+    assert warning.__dict__["file"] == str(path)
+    assert warning.__dict__["fields"] == said
+
+
+@pytest.mark.parametrize(
+    ("make", "state", "problem"),
+    [
+        pytest.param(lambda path: None, KernelLogState.ABSENT, "No such file or directory", id="missing"),
+        pytest.param(lambda path: path.mkdir(), KernelLogState.ERROR, os.strerror(21), id="directory"),
+    ],
+)
+def test_a_kernel_log_that_cannot_be_read_is_said_once_with_its_path(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    make: Callable[[Path], object],
+    state: KernelLogState,
+    problem: str,
+) -> None:
+    """A directory opens, then fails each read: refused at the open, with the path, not retried with a traceback."""
+    path = tmp_path / "kmsg"
+    make(path)
+    reader = KernelLogReader(str(path), lambda line, live: None)
+    with caplog.at_level(logging.WARNING):
+        assert reader.open_now() is None
+    (warning,) = [record for record in caplog.records if record.levelno >= logging.WARNING]
+    assert warning.getMessage() == "cannot read the kernel log for XIDs"
+    assert (warning.__dict__["path"], warning.__dict__["err"]) == (str(path), problem)
+    assert reader.state is state
