@@ -14,7 +14,6 @@ processes, the demo's private power query) reads the same simulated instant.
 
 from __future__ import annotations
 
-import difflib
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -202,6 +201,8 @@ def check_overrides(settings: FakeSmiConfig, known: frozenset[str], serves: str)
     shows. The nearest known field is suggested."""
     for path, name in _overridden(settings):
         if name not in known:
+            import difflib  # noqa: PLC0415 - only to word this error
+
             nearest = difflib.get_close_matches(name, sorted(known), n=1)
             hint = f" (did you mean {go_quote(nearest[0])}?)" if nearest else ""
             raise BackendSetupError(f"{settings.where(path)}: {serves} no field {go_quote(name)}{hint}")
