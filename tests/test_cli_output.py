@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from nvidia_gpu_exporter import cli
-from nvidia_gpu_exporter.flags import FLAGS, Kind, completions
+from nvidia_gpu_exporter.flags import FLAGS, SUBCOMMANDS, Kind, completions
 
 HIDDEN = ("--help-long", "--help-man", "--completion-bash", "--completion-script-bash", "--completion-script-zsh")
 VISIBLE = ["--help", *(f"--{flag.name}" for flag in FLAGS), "--version"]
@@ -58,6 +58,29 @@ def test_help_lists_visible_flags_only(capsys: pytest.CaptureFixture[str]) -> No
     entries = [line.strip() for line in text.splitlines()]
     for name in HIDDEN:
         assert not any(entry.startswith(name) for entry in entries)
+
+
+# (arguments, stream, how a subcommand's entry starts)
+SUBCOMMAND_TEXTS: list[tuple[list[str], str, str]] = [
+    (["--help"], "err", "\n  {name}"),
+    (["--help-long"], "out", "\n  {name}"),
+    (["--help-man"], "out", "\n.TP\n\\fB{name}\\fR"),
+]
+
+
+@pytest.mark.parametrize(("argv", "stream", "entry"), SUBCOMMAND_TEXTS, ids=[row[0][0] for row in SUBCOMMAND_TEXTS])
+def test_help_ends_with_the_subcommands(
+    argv: list[str], stream: str, entry: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``doctor`` (and Windows' ``install``/``uninstall``) are found from ``--help``, after the flags, whose
+    lines stay as they are."""
+    cli.main(argv)
+    captured = capsys.readouterr()
+    text = captured.err if stream == "err" else captured.out
+    flags_end = text.rindex("log.format")
+    for subcommand in SUBCOMMANDS:
+        assert text.index(entry.format(name=subcommand.name)) > flags_end, subcommand.name
+    assert "nvidia_gpu_exporter doctor " in text
 
 
 def test_man_page_is_roff_of_the_visible_flags(capsys: pytest.CaptureFixture[str]) -> None:

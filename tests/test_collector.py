@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 
 import pytest
 
 from async_helpers import bounded, run
 from fakes import READINGS, FakeBackend
 from nvidia_gpu_exporter.backends import CollectionError
-from nvidia_gpu_exporter.collector import Collector
+from nvidia_gpu_exporter.collector import SHUTDOWN_ON_ERROR_DOES_NOT_APPLY, Collector
 from nvidia_gpu_exporter.model.snapshot import Snapshot
 from polling import eventually
 
@@ -183,6 +184,35 @@ def test_fatal_collection_error_and_shutdown_on_error(
         assert snapshot.failed_collections == 1
 
     run(main)
+
+
+@pytest.mark.parametrize(
+    ("fatal", "shutdown_on_error", "warnings"),
+    [
+        pytest.param(False, True, 1, id="a-failure-it-does-not-stop-for-is-said-once"),
+        pytest.param(False, False, 0, id="nothing-said-without-the-flag"),
+        pytest.param(True, True, 0, id="a-fatal-failure-stops-it-instead"),
+    ],
+)
+def test_shutdown_on_error_says_once_that_a_failure_does_not_stop_the_exporter(
+    caplog: pytest.LogCaptureFixture, fatal: bool, shutdown_on_error: bool, warnings: int
+) -> None:
+    """Go's rule (a command that cannot even start is not fatal) kept, but not silently: an operator who asked
+    to stop on errors learns why the exporter keeps serving."""
+    failure = CollectionError("nvidia-smi failed: failed to start '/opt/nvidia-smi': No such file or directory")
+    failure.fatal = fatal
+
+    async def main() -> None:
+        backend = FakeBackend([failure, failure])
+        collector = Collector(backend, timeout_seconds=None, shutdown_on_error=shutdown_on_error, on_fatal=print)
+        await bounded(collector.scrape())
+        await bounded(collector.scrape())
+
+    with caplog.at_level(logging.WARNING):
+        run(main)
+    said = [record for record in caplog.records if record.getMessage() == SHUTDOWN_ON_ERROR_DOES_NOT_APPLY]
+    assert len(said) == warnings
+    assert all(record.__dict__["err"] == str(failure) for record in said)
 
 
 @pytest.mark.parametrize(

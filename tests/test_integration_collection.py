@@ -22,6 +22,7 @@ from exposition_reader import comparable, label_values, parse, sample_value, sam
 from harness import FIXTURE_CAPTURES, Wrapper, fake_smi_command, process_gone, run_exporter_to_exit
 from nvidia_gpu_exporter.backends.exec.command import quote_word
 from nvidia_gpu_exporter.capture.format import load_capture
+from nvidia_gpu_exporter.collector import SHUTDOWN_ON_ERROR_DOES_NOT_APPLY
 from polling import wait_until
 
 MIG_FIXTURE = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
@@ -123,6 +124,7 @@ def test_shutdown_on_error_exits_with_nvidia_smis_exit_code(exporter: StartExpor
     ("setup", "flags", "exit_code"),
     [
         pytest.param("", ("--nvidia-smi-command=/nonexistent/nvidia-smi",), -1, id="nvidia-smi-cannot-start"),
+        pytest.param("", ("--nvidia-smi-command={not_executable}",), -1, id="nvidia-smi-not-executable"),
         pytest.param("stdout", (), -1, id="unparsable-output-of-a-successful-run"),
         pytest.param("hang", ("--collect.timeout=1s",), -1, id="collection-timeout"),
     ],
@@ -131,6 +133,9 @@ def test_shutdown_on_error_ignores_failures_that_are_not_a_non_zero_exit(
     exporter: StartExporter, tmp_path: Path, setup: str, flags: tuple[str, ...], exit_code: int
 ) -> None:
     wrapper = Wrapper.create(tmp_path)
+    not_executable = tmp_path / "nvidia-smi"
+    not_executable.write_text("#!/bin/sh\n")  # mode 0644: exists, but cannot be run
+    flags = tuple(flag.format(not_executable=not_executable) for flag in flags)
     command = () if flags and flags[0].startswith("--nvidia-smi-command") else wrapper.args()
     handle = exporter(*command, *flags, "--shutdown-on-error")
     if setup == "stdout":
@@ -143,6 +148,12 @@ def test_shutdown_on_error_ignores_failures_that_are_not_a_non_zero_exit(
     time.sleep(0.3)  # a shutdown would have begun by now
     assert handle.process.poll() is None
     assert handle.get("/-/healthy").status == 200
+    wait_until(lambda: SHUTDOWN_ON_ERROR_DOES_NOT_APPLY in handle.log, "the exporter to say it keeps running")
+    (said,) = [line for line in handle.log.splitlines() if SHUTDOWN_ON_ERROR_DOES_NOT_APPLY in line]
+    if flags and flags[0].startswith("--nvidia-smi-command="):  # the command that could not start, and why, once
+        command_path = flags[0].partition("=")[2]
+        assert f"failed to start '{command_path}': " in said
+        assert said.count(command_path) == 1
 
 
 @posix_only

@@ -72,7 +72,8 @@ def test_a_counters_file_selects_the_families_and_warns_once(exporter: StartExpo
     assert f"DCGM_FI_DEV_GPU_TEMP{{{GPU0_LABELS}}} 31\n" in second
     warnings = [line for line in handle.log.splitlines() if "not serving DCGM fields" in line]
     assert len(warnings) == 1
-    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (needs the nvml backend: NVML GPM)" in warnings[0]  # exec
+    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (line 3: needs the nvml backend: NVML GPM)" in warnings[0]  # exec
+    assert f"file={counters}" in warnings[0]
 
 
 @pytest.mark.parametrize(("source", "warned"), [("off", 1), ("kmsg", 0)])

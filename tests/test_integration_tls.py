@@ -178,7 +178,7 @@ def test_client_rejects_an_exporter_whose_certificate_it_does_not_trust(tls_expo
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("tls_server_config:\n  cert_file: missing.pem\n  key_file: missing.pem\n", "cannot load certificate and key"),
+        ("tls_server_config:\n  cert_file: missing.pem\n  key_file: missing.pem\n", "cert_file: cannot read "),
         ("basic_auth_users:\n  alice: plaintext\n", "not a bcrypt hash"),
         ("unknown_section: {}\n", r"line 1: top level: unknown key \"unknown_section\""),
     ],

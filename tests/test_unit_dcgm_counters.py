@@ -250,11 +250,11 @@ def test_fields_that_cannot_be_served_are_warned_about_once_at_construction(capl
     assert len(warnings) == 1
     assert warnings[0].getMessage() == "not serving DCGM fields"
     assert warnings[0].__dict__["fields"] == (
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE (needs the nvml backend: NVML GPM), "
-        "DCGM_FI_DEV_NOT_A_FIELD (not offered by this exporter), "
-        "DCGM_FI_DEV_FB_FREE (memory.free is not queried), "
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION (needs the nvml or demo backend), "
-        "DCGM_FI_DEV_SM_CLOCK (a value, not a label), "
-        "DCGM_FI_DRIVER_VERSION (a label field, not a gauge), "
-        "DCGM_FI_DEV_MEM_CLOCK (a single value cannot be a histogram)"
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE (line 2: needs the nvml backend: NVML GPM), "
+        "DCGM_FI_DEV_NOT_A_FIELD (line 3: not offered by this exporter), "
+        "DCGM_FI_DEV_FB_FREE (line 4: memory.free is not queried), "
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION (line 5: needs the nvml or demo backend), "
+        "DCGM_FI_DEV_SM_CLOCK (line 6: a value, not a label), "
+        "DCGM_FI_DRIVER_VERSION (line 7: a label field, not a gauge), "
+        "DCGM_FI_DEV_MEM_CLOCK (line 8: a single value cannot be a histogram)"
     )

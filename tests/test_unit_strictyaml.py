@@ -109,13 +109,40 @@ def test_child_paths(parent: str, key: str, expected: str) -> None:
             f"the document has more than {MAX_NODES} values (every use of an alias counts)",
             id="alias-expansion",
         ),
-        pytest.param("a: [1", "invalid YAML: ", id="syntax"),
-        pytest.param("a: 1\n---\nb: 2", "invalid YAML: expected a single document", id="two-documents"),
-        pytest.param("a: \x00", "invalid YAML: ", id="control-character"),
     ],
 )
 def test_document_errors_name_the_line_and_key_path(text: str, message: str) -> None:
     assert message in error_of(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param(
+            "a: 1\nb: [1\nc: 2\n",
+            "line 3, column 2: invalid YAML: expected ',' or ']', but got ':' "
+            "(while parsing a flow sequence at line 2, column 4)",
+            id="unclosed-list",
+        ),
+        pytest.param(
+            "a: 1\n---\nb: 2",
+            "line 2, column 1: invalid YAML: but found another document "
+            "(expected a single document in the stream at line 1, column 1)",
+            id="two-documents",
+        ),
+        pytest.param(
+            "a: 1\n b: 2\n", "line 2, column 3: invalid YAML: mapping values are not allowed here", id="indent"
+        ),
+        pytest.param(
+            "a: 1\nb: \x00",
+            "line 2, column 4: invalid YAML: unacceptable character #x0000: special characters are not allowed",
+            id="control-character",
+        ),
+    ],
+)
+def test_syntax_errors_are_one_line_with_the_line_and_column(text: str, message: str) -> None:
+    """Not PyYAML's several lines naming ``"<unicode string>"``: the loaders put their file's name first."""
+    assert error_of(text) == message
 
 
 @pytest.mark.parametrize(

@@ -109,18 +109,33 @@ def test_bind_socket_bad_address() -> None:
         bind_socket("localhost", "tcp")
 
 
+def _loopback_listener(family: socket.AddressFamily) -> socket.socket:
+    """A listener on the loopback address of ``family`` (skips where this host has no IPv6)."""
+    if family is socket.AF_INET:
+        return socket.create_server(("127.0.0.1", 0))
+    try:
+        return socket.create_server(("::1", 0), family=socket.AF_INET6)
+    except OSError as error:
+        pytest.skip(f"no IPv6 loopback here: {error}")
+
+
 @pytest.mark.parametrize(
-    ("form", "network"),
+    ("form", "network", "family"),
     [
-        pytest.param(":{port}", "tcp", id="every-interface"),
-        pytest.param(":{port}", "tcp4", id="every-ipv4-interface"),
-        pytest.param("127.0.0.1:{port}", "tcp", id="a-host"),
+        pytest.param(":{port}", "tcp", socket.AF_INET, id="every-interface"),
+        pytest.param(":{port}", "tcp4", socket.AF_INET, id="every-ipv4-interface"),
+        pytest.param("127.0.0.1:{port}", "tcp", socket.AF_INET, id="a-host"),
+        pytest.param("[::1]:{port}", "tcp", socket.AF_INET6, id="an-ipv6-host"),
+        pytest.param("[::1]:{port}", "tcp6", socket.AF_INET6, id="an-ipv6-host-on-tcp6"),
+        pytest.param(":{port}", "tcp6", socket.AF_INET6, id="every-ipv6-interface"),
     ],
 )
-def test_a_port_in_use_is_said_as_go_says_it_for_every_address_form(form: str, network: str) -> None:
+def test_a_port_in_use_is_said_as_go_says_it_for_every_address_form(
+    form: str, network: str, family: socket.AddressFamily
+) -> None:
     """One message shape (issue 30): the every-interface form once read as a Python tuple,
     ``error while attempting to bind on address ('::', 9835)``."""
-    taken = socket.create_server(("127.0.0.1", 0))  # loopback only; a listener there is in the way of :port too
+    taken = _loopback_listener(family)  # loopback only; a listener there is in the way of :port too
     try:
         address = form.format(port=taken.getsockname()[1])
         with pytest.raises(ListenError) as caught:

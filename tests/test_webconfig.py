@@ -9,6 +9,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 import trustme
+from cryptography.hazmat.primitives import serialization
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -243,8 +244,104 @@ def test_unreadable_file_is_a_startup_error(tmp_path: Path) -> None:
 
 def test_missing_certificate_fails_at_load_not_at_first_handshake(tmp_path: Path) -> None:
     (tmp_path / "web.yml").write_text(TLS)
-    with pytest.raises(WebConfigError, match="cannot load certificate and key"):
+    with pytest.raises(WebConfigError, match=r"tls_server_config\.cert_file: cannot read"):
         load_web_config(str(tmp_path / "web.yml"))
+
+
+@pytest.fixture(scope="module")
+def bad_pki(pki: Path) -> Path:
+    """Next to the good pair: a key of another certificate, an encrypted key and a file that is not PEM."""
+    other = trustme.CA().issue_cert("localhost")
+    other.private_key_pem.write_to_path(str(pki / "other-key.pem"))
+    key = serialization.load_pem_private_key((pki / "key.pem").read_bytes(), password=None)
+    encrypted = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"secret"),
+    )
+    (pki / "encrypted-key.pem").write_bytes(encrypted)
+    (pki / "junk.pem").write_text("not a certificate\n")
+    return pki
+
+
+CLIENT_CA = "  client_auth_type: RequireAndVerifyClientCert\n"
+
+
+@pytest.mark.parametrize(
+    ("tls", "message"),
+    [
+        pytest.param(
+            "  cert_file: absent.pem\n  key_file: key.pem\n",
+            "line 2: tls_server_config.cert_file: cannot read {pki}/absent.pem: No such file or directory",
+            id="missing-cert",
+        ),
+        pytest.param(
+            "  cert_file: cert.pem\n  key_file: absent.pem\n",
+            "line 3: tls_server_config.key_file: cannot read {pki}/absent.pem: No such file or directory",
+            id="missing-key",
+        ),
+        pytest.param(
+            "  cert_file: key.pem\n  key_file: cert.pem\n",
+            "line 2: tls_server_config.cert_file: {pki}/key.pem holds a private key, not a certificate "
+            "(are cert_file and key_file swapped?)",
+            id="swapped",
+        ),
+        pytest.param(
+            "  cert_file: cert.pem\n  key_file: cert.pem\n",
+            "line 3: tls_server_config.key_file: {pki}/cert.pem holds a certificate, not a private key",
+            id="certificate-as-key",
+        ),
+        pytest.param(
+            "  cert_file: junk.pem\n  key_file: key.pem\n",
+            "line 2: tls_server_config.cert_file: {pki}/junk.pem holds no PEM certificate",
+            id="cert-not-pem",
+        ),
+        pytest.param(
+            "  cert_file: cert.pem\n  key_file: junk.pem\n",
+            "line 3: tls_server_config.key_file: {pki}/junk.pem holds no PEM private key",
+            id="key-not-pem",
+        ),
+        pytest.param(
+            "  cert_file: cert.pem\n  key_file: other-key.pem\n",
+            "line 3: tls_server_config.key_file: the key in {pki}/other-key.pem does not match the certificate "
+            "in {pki}/cert.pem",
+            id="key-of-another-certificate",
+        ),
+        pytest.param(
+            "  cert_file: cert.pem\n  key_file: encrypted-key.pem\n",
+            "line 3: tls_server_config.key_file: {pki}/encrypted-key.pem is encrypted, and the web config has no "
+            "passphrase: give the key unencrypted",
+            id="encrypted-key",
+        ),
+        pytest.param(
+            "  cert: not a certificate\n  key_file: key.pem\n",
+            "line 2: tls_server_config.cert: holds no PEM certificate",
+            id="inline-cert-not-pem",
+        ),
+        pytest.param(
+            TLS.removeprefix("tls_server_config:\n") + CLIENT_CA + "  client_ca_file: absent.pem\n",
+            "line 5: tls_server_config.client_ca_file: cannot read {pki}/absent.pem: No such file or directory",
+            id="missing-client-ca",
+        ),
+        pytest.param(
+            TLS.removeprefix("tls_server_config:\n") + CLIENT_CA + "  client_ca_file: junk.pem\n",
+            "line 5: tls_server_config.client_ca_file: {pki}/junk.pem holds no PEM certificate",
+            id="client-ca-not-pem",
+        ),
+        pytest.param(
+            TLS.removeprefix("tls_server_config:\n") + CLIENT_CA + "  client_ca: junk\n",
+            "line 5: tls_server_config.client_ca: holds no PEM certificate",
+            id="inline-client-ca-not-pem",
+        ),
+    ],
+)
+def test_a_tls_file_that_cannot_load_is_named_with_its_key_and_line(bad_pki: Path, tls: str, message: str) -> None:
+    """Which file, and what is wrong with it: not ssl's ``[SSL] PEM lib (_ssl.c:3905)`` or a bare ``[Errno 2]``."""
+    path = bad_pki / "web.yml"
+    path.write_text("tls_server_config:\n" + tls)
+    with pytest.raises(WebConfigError) as raised:
+        load_web_config(str(path))
+    assert str(raised.value) == f"{path}: " + message.format(pki=bad_pki)
 
 
 def test_file_names_are_relative_to_the_config_file(pki: Path) -> None:

@@ -33,6 +33,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Said once, at the first failure --shutdown-on-error does not stop for (Go's rule, docs/compatibility.md).
+SHUTDOWN_ON_ERROR_DOES_NOT_APPLY = (
+    "--shutdown-on-error: this failure is not fatal, the exporter keeps running; only nvidia-smi exiting with a "
+    "non-zero status (nvml: a lifecycle error) stops it, as in the Go exporter, not a command that cannot start, "
+    "a timeout or output that cannot be read"
+)
+
 
 @dataclass(slots=True)
 class _Flight:
@@ -76,6 +83,7 @@ class Collector:
         self.interval_seconds = interval_seconds
         self.shutdown_on_error = shutdown_on_error
         self.on_fatal = on_fatal
+        self._said_not_fatal = False  # SHUTDOWN_ON_ERROR_DOES_NOT_APPLY said: once is enough
         self._failed = 0
         self._last_success_at: float | None = None
         self._last_success_gpus = 0  # GPUs the last successful collection saw (--web.ready.min-gpus)
@@ -241,6 +249,9 @@ class Collector:
         if attempt.fatal and self.shutdown_on_error and self.on_fatal is not None:
             log.error("shutting down on a fatal collection error", extra={"err": attempt.error})
             self.on_fatal(attempt.exit_code_for_shutdown)
+        elif attempt.error is not None and self.shutdown_on_error and not self._said_not_fatal:
+            self._said_not_fatal = True
+            log.warning(SHUTDOWN_ON_ERROR_DOES_NOT_APPLY, extra={"err": attempt.error})
         if cancelled:
             raise asyncio.CancelledError
         return snapshot

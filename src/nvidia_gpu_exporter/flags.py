@@ -354,6 +354,30 @@ _BY_SHORT = {flag.short: flag for flag in FLAGS if flag.short}
 
 
 @dataclass(frozen=True, slots=True)
+class Subcommand:
+    """A first word that runs something other than the exporter (``cli.main`` dispatches it)."""
+
+    name: str
+    arguments: str  # after the name in --help: "[<flags>]" or ""
+    text: str
+    windows_only: bool = False
+
+
+DOCTOR_DESCRIPTION = "Check a GPU node for the NVIDIA exporter: exit 0 all good, 1 warnings, 2 failures."
+# Listed after the flags in --help and the man page: the flags' lines stay those of the Go exporter's usage.
+SUBCOMMANDS = (
+    Subcommand("doctor", "[<flags>]", f"{DOCTOR_DESCRIPTION} Its flags: nvidia_gpu_exporter doctor --help."),
+    Subcommand(
+        "install",
+        "[<flags>]",
+        "Windows only: register the Windows service (or reconfigure it) to run the exporter with these flags.",
+        windows_only=True,
+    ),
+    Subcommand("uninstall", "", "Windows only: stop and remove the Windows service.", windows_only=True),
+)
+
+
+@dataclass(frozen=True, slots=True)
 class Parsed:
     """Either a config to run with, or an informational action (help, version); ``--completion-bash`` keeps
     the words it completes."""
@@ -547,6 +571,10 @@ def usage(program: str = "nvidia_gpu_exporter", describe: Callable[[Flag], str] 
         indent = "      " if name.startswith("--") else "  "  # a short flag's "-f, " takes the indent's place
         lines.append(f"{indent}{name}={placeholder}" if placeholder else f"{indent}{name}")
         lines.append(f"          {text}")
+    lines += ["", "Commands:"]
+    for subcommand in SUBCOMMANDS:
+        lines.append(f"  {subcommand.name} {subcommand.arguments}".rstrip())
+        lines.append(f"          {subcommand.text}")
     return "\n".join(lines) + "\n"
 
 
@@ -572,6 +600,10 @@ def man_page(program: str, version: str) -> str:
     for name, placeholder, text in _entries():
         names = ", ".join(f"\\fB{_roff(part.replace('[no-]', ''))}\\fR" for part in name.split(", "))
         lines += [".TP", names + (f"=\\fI{_roff(placeholder)}\\fR" if placeholder else ""), _roff(text)]
+    lines.append(".SH COMMANDS")
+    for subcommand in SUBCOMMANDS:
+        arguments = f" \\fI{_roff(subcommand.arguments)}\\fR" if subcommand.arguments else ""
+        lines += [".TP", f"\\fB{_roff(subcommand.name)}\\fR{arguments}", _roff(subcommand.text)]
     return "\n".join(lines) + "\n"
 
 

@@ -37,6 +37,7 @@ from nvidia_gpu_exporter.support.strictyaml import (
     YamlNode,
     YamlScalar,
     YamlSequence,
+    child_path,
     load_yaml,
     shorten,
 )
@@ -83,9 +84,18 @@ class FakeSmiConfig:
     stderr_msg: str | None = None
     fail_arg: str | None = None
     extras: YamlMapping | None = None
+    # The line of each top-level key and override field, by key path: a check made after parsing (the demo's)
+    # names the line as the parser's own errors do.
+    lines: Mapping[str, int] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "overrides", MappingProxyType(dict(self.overrides)))
+        object.__setattr__(self, "lines", MappingProxyType(dict(self.lines)))
+
+    def where(self, path: str) -> str:
+        """``line N: path`` for a key path of the document (``path`` alone for one it does not have)."""
+        line = self.lines.get(path)
+        return f"line {line}: {path}" if line else path
 
     def scenario(self, capture: Capture) -> Scenario:
         """The answering settings of this config applied to a capture (failure injection left out)."""
@@ -128,7 +138,8 @@ def parse_config(text: str, source: str = "<config>") -> FakeSmiConfig:
 def _document(root: YamlNode) -> FakeSmiConfig:
     """The settings that are set; the others keep :class:`FakeSmiConfig`'s defaults."""
     entries = root.mapping(TOP_LEVEL_KEYS, "a mapping of settings")
-    values: dict[str, Any] = {}
+    lines = {key.written: key.line for key, _ in root.pairs()}
+    values: dict[str, Any] = {"lines": lines}
     for key in ("capture", "state", "stderr-msg", "fail-arg"):
         if key in entries and (text := entries[key].text()):
             values[key.replace("-", "_")] = text
@@ -140,9 +151,9 @@ def _document(root: YamlNode) -> FakeSmiConfig:
     if "delay" in entries and (delay := _delay(entries["delay"])) is not None:
         values["delay_ns"] = delay
     if "overrides" in entries:
-        values["overrides"] = _overrides(entries["overrides"])
+        values["overrides"] = _overrides(entries["overrides"], lines)
     if "gpus" in entries:
-        values["gpus"] = _gpus(entries["gpus"])
+        values["gpus"] = _gpus(entries["gpus"], lines)
     if "extras" in entries:
         values["extras"] = entries["extras"].as_mapping()
     return FakeSmiConfig(**values)
@@ -158,11 +169,12 @@ def _delay(node: YamlNode) -> int | None:
         raise node.fail(str(exc)) from exc
 
 
-def _overrides(node: YamlNode) -> dict[str, Generator]:
+def _overrides(node: YamlNode, lines: dict[str, int]) -> dict[str, Generator]:
     result: dict[str, Generator] = {}
     for key, value in node.pairs("a mapping of field to value"):
         if not key.written:
             raise key.fail("field name must not be empty")
+        lines[child_path(key.path, key.written)] = key.line
         generator = _override(value)
         problem = check_generator(key.written, generator)
         if problem:
@@ -191,10 +203,10 @@ def _override(node: YamlNode) -> Generator:
     return Range(low, high)
 
 
-def _gpus(node: YamlNode) -> int | tuple[GpuEntry, ...]:
+def _gpus(node: YamlNode, lines: dict[str, int]) -> int | tuple[GpuEntry, ...]:
     """A count (``3``, ``'3'``), or one entry per simulated GPU."""
     if isinstance(node, YamlSequence):
-        entries = tuple(_gpu_entry(item) for item in node.items())
+        entries = tuple(_gpu_entry(item, lines) for item in node.items())
         if not 1 <= len(entries) <= MAX_GPUS:
             raise node.fail(f"gpu count must be between 1 and {MAX_GPUS}, got {len(entries)}")
         return entries
@@ -206,9 +218,9 @@ def _gpus(node: YamlNode) -> int | tuple[GpuEntry, ...]:
     return count
 
 
-def _gpu_entry(node: YamlNode) -> GpuEntry:
+def _gpu_entry(node: YamlNode, lines: dict[str, int]) -> GpuEntry:
     entries = node.mapping(GPU_ENTRY_KEYS, "a mapping with uuid, serial or overrides")
     values: dict[str, Any] = {key: entries[key].text() for key in ("uuid", "serial") if key in entries}
     if "overrides" in entries:
-        values["overrides"] = _overrides(entries["overrides"])
+        values["overrides"] = _overrides(entries["overrides"], lines)
     return GpuEntry(**values)

@@ -482,6 +482,17 @@ def _recorded_fields(command: str) -> list[str]:
     raise _Rejected(f"no field list found in recorded command {go_quote(command)}")
 
 
+def overridable_fields(capture: Capture) -> frozenset[str]:
+    """Every field an override can replace: those the capture's query sections record, in any state."""
+    fields: set[str] = set()
+    for section in capture.sections:
+        try:
+            fields.update(_recorded_fields(section.command))
+        except _Rejected:  # a section without a field list (--version, -q): nothing to override there
+            continue
+    return frozenset(fields)
+
+
 def _split_row(row: str, want: int, free_text_column: int, row_number: int) -> list[str]:
     """Split a CSV line into exactly ``want`` trimmed cells; surplus commas belong to the free-text column."""
     raw = row.split(",")

@@ -25,6 +25,7 @@ from nvidia_gpu_exporter.doctor.gputest import GpuTestOptions
 from nvidia_gpu_exporter.doctor.node import DEFAULT_EXPORTER_URL, NodeOptions, node_checks
 from nvidia_gpu_exporter.doctor.prometheus import DEFAULT_JOB, DEFAULT_RULE_GROUPS, PrometheusOptions, prometheus_checks
 from nvidia_gpu_exporter.doctor.report import CheckResult, exit_code, render_json, render_text
+from nvidia_gpu_exporter.flags import DOCTOR_DESCRIPTION
 from nvidia_gpu_exporter.kubernetes.apiclient import SERVICE_ACCOUNT_DIR
 from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_SOCKET
 
@@ -45,7 +46,7 @@ class _Parser(argparse.ArgumentParser):
 def _parser(environ: Mapping[str, str]) -> _Parser:
     parser = _Parser(
         prog="nvidia_gpu_exporter doctor",
-        description="Check a GPU node for the NVIDIA exporter: exit 0 all good, 1 warnings, 2 failures.",
+        description=DOCTOR_DESCRIPTION,
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--root", default="/", help="look up every file under this directory (default: /)")

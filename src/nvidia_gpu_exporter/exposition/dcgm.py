@@ -356,14 +356,15 @@ class DcgmExposition:
                     replace(family, metric_type=counter.metric_type, help=counter.help), fields, energy, gpm, extras
                 )
             if reason is not None:
-                unavailable.append(f"{counter.name} ({reason})")
+                unavailable.append(f"{counter.name} (line {counter.line}: {reason})")
         if counters is None:
             for family in (*DCGM_FAMILIES, DRIVER_VERSION):
                 reason = self._place(family, fields, energy, gpm, extras)
                 if reason is not None and reason.startswith("its header"):  # an absent source is no news here
                     unavailable.append(f"{family.name} ({reason})")
         if unavailable:
-            log.warning("not serving DCGM fields", extra={"fields": ", ".join(unavailable)})
+            where = {"file": counters[0].source} if counters else {}
+            log.warning("not serving DCGM fields", extra={**where, "fields": ", ".join(unavailable)})
 
     def _place(
         self, family: DcgmFamily, fields: Sequence[QueryField], energy: bool, gpm: bool, extras: bool

@@ -12,7 +12,7 @@ import csv
 import os
 import re
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MAX_BYTES = 256 * 1024  # dcgm-exporter's own files are a few KiB
 MAX_LINES = 4096
@@ -32,6 +32,7 @@ class Counter:
     metric_type: str
     help: str
     line: int
+    source: str = field(default="", compare=False)  # the file, for what is said about the record later
 
 
 def _record(text: str, where: str) -> list[str]:
@@ -66,7 +67,7 @@ def parse_counters(text: str, source: str) -> tuple[Counter, ...]:
         if name in first_seen:
             raise CountersError(f"{where}: {name} is listed twice (first on line {first_seen[name]})")
         first_seen[name] = number
-        counters.append(Counter(name, metric_type, help_text, number))
+        counters.append(Counter(name, metric_type, help_text, number, source))
     if not counters:
         raise CountersError(f"{source}: lists no DCGM field")
     return tuple(counters)

@@ -112,6 +112,7 @@ class KernelLogReader:
         self.reopen_seconds = reopen_seconds
         self.restrict_file = restrict_file
         self.state = KernelLogState.ERROR
+        self._said: KernelLogState | None = None  # the open problem last logged: each is said once, the first too
         self.records = 0
         self.lost = 0
         self.replayed = threading.Event()  # set once the lines already there at start were read
@@ -127,18 +128,22 @@ class KernelLogReader:
         """Open the log (non-blocking); on failure record the reason and return ``None``."""
         try:
             fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+            if stat.S_ISDIR(os.fstat(fd).st_mode):  # it opens, then every read fails: refused here, said once
+                os.close(fd)
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), self.path)
         except OSError as error:
             state = open_problem(error, self.restrict_file)
-            if state != self.state:
+            if state != self._said:
                 log.warning(
                     "cannot read the kernel log for XIDs",
                     extra={"path": self.path, "reason": state.value, "err": error.strerror or str(error)},
                 )
-            self.state = state
+            self.state = self._said = state
             return None
         if self.state != KernelLogState.UP:
             log.info("reading XIDs from the kernel log", extra={"path": self.path})
         self.state = KernelLogState.UP
+        self._said = None
         return fd
 
     def start(self, fd: int | None) -> None:
@@ -174,7 +179,7 @@ class KernelLogReader:
             try:
                 self._follow(fd)
             except Exception:  # the reader must outlive anything a log can throw at it
-                log.exception("kernel log reader failed; reopening")
+                log.exception("kernel log reader failed; reopening", extra={"path": self.path})
                 self.state = KernelLogState.ERROR
             finally:
                 with contextlib.suppress(OSError):

@@ -125,6 +125,8 @@ class TlsSettings:
     cipher_suites: tuple[str, ...] = ()
     prefer_server_cipher_suites: bool = True
     curve_preferences: tuple[str, ...] = ()
+    # Where each setting was written (its line), so that a file that fails to load is named with its key and line.
+    lines: Mapping[str, int] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +180,7 @@ def _parse_tls(node: YamlNode) -> TlsSettings | None:
             values[name] = value.boolean()
         elif text := value.text():
             values[name] = text
-    settings = TlsSettings(**values)
+    settings = TlsSettings(**values, lines={name: value.line for name, value in entries.items()})
 
     def at(name: str) -> YamlNode:
         return entries.get(name, node)
@@ -343,7 +345,7 @@ def load_web_config(path: str) -> WebConfig:
             try:
                 refuse_special_file(name)
             except OSError as error:
-                raise WebConfigError(f"{path}: tls_server_config.{key}: {name!r}: {error.strerror}") from error
+                raise WebConfigError(f"{_where(config, key)}: {name}: {error.strerror}") from error
         build_ssl_context(config)
     return config
 
@@ -361,6 +363,90 @@ def tls_files(config: WebConfig) -> list[tuple[str, str]]:
     return [(key, resolve_path(config, name)) for key, name in named if name]
 
 
+# The most of a certificate, key or CA file read to say what is wrong with it (a CA bundle is a few hundred KiB).
+MAX_PEM_BYTES = 4 * 1024 * 1024
+_PEM_CERTIFICATE = "-----BEGIN CERTIFICATE-----"
+_PEM_PRIVATE_KEY = "PRIVATE KEY-----"
+_PEM_ENCRYPTED = ("-----BEGIN ENCRYPTED PRIVATE KEY-----", "Proc-Type: 4,ENCRYPTED")
+
+
+class _EncryptedKey(Exception):
+    """The key asked for a passphrase: the web config has none to give (as in exporter-toolkit)."""
+
+
+def _no_passphrase() -> str:
+    """``ssl``'s password callback: without one OpenSSL would prompt on the terminal, holding startup."""
+    raise _EncryptedKey
+
+
+def _where(config: WebConfig, key: str) -> str:
+    """``file: line N: tls_server_config.key``, the shape of every other web config error."""
+    assert config.tls is not None
+    line = config.tls.lines.get(key)
+    return f"{config.source}: {f'line {line}: ' if line else ''}tls_server_config.{key}"
+
+
+def _pem_text(config: WebConfig, key: str) -> tuple[str, str, str]:
+    """A PEM setting's text, how to name it ("" inline, else the resolved path) and why it cannot be read ("")."""
+    assert config.tls is not None
+    name = getattr(config.tls, key)
+    if not key.endswith("_file"):
+        return name, "", ""
+    path = resolve_path(config, name)
+    try:
+        return read_regular_file(path, MAX_PEM_BYTES).decode("utf-8", "replace"), path, ""
+    except OSError as error:
+        return "", path, f"cannot read {path}: {error.strerror or error}"
+
+
+def _certificate_problem(text: str) -> str:
+    if _PEM_CERTIFICATE in text:
+        return ""
+    if _PEM_PRIVATE_KEY in text:
+        return "holds a private key, not a certificate (are cert_file and key_file swapped?)"
+    return "holds no PEM certificate"
+
+
+def _key_problem(text: str) -> str:
+    if any(marker in text for marker in _PEM_ENCRYPTED):
+        return "is encrypted, and the web config has no passphrase: give the key unencrypted"
+    if _PEM_PRIVATE_KEY in text:
+        return ""
+    return "holds a certificate, not a private key" if _PEM_CERTIFICATE in text else "holds no PEM private key"
+
+
+def _chain_problem(config: WebConfig, error: BaseException) -> str:
+    """Why the certificate and key did not load, naming the setting, its line and the file: what ``ssl`` says
+    (``[SSL] PEM lib (_ssl.c:3905)``, ``[Errno 2] No such file or directory``) names neither."""
+    tls = config.tls
+    assert tls is not None
+    keys = ("cert_file" if tls.cert_file else "cert", "key_file" if tls.key_file else "key")
+    texts = {key: _pem_text(config, key) for key in keys}
+    for key in keys:
+        if texts[key][2]:
+            return f"{_where(config, key)}: {texts[key][2]}"
+    for key, judge in zip(keys, (_certificate_problem, _key_problem), strict=True):
+        text, path, _ = texts[key]
+        if problem := judge(text):
+            return f"{_where(config, key)}: {f'{path} ' if path else ''}{problem}"
+    cert_name, key_name = (texts[key][1] or key for key in keys)
+    if getattr(error, "reason", None) == "KEY_VALUES_MISMATCH":
+        return f"{_where(config, keys[1])}: the key in {key_name} does not match the certificate in {cert_name}"
+    return f"{config.source}: tls_server_config: cannot load the certificate {cert_name} and key {key_name}: {error}"
+
+
+def _client_ca_problem(config: WebConfig, error: BaseException) -> str:
+    """Why the client CA did not load, naming the setting, its line and the file."""
+    assert config.tls is not None
+    key = "client_ca_file" if config.tls.client_ca_file else "client_ca"
+    text, path, unreadable = _pem_text(config, key)
+    if unreadable:
+        return f"{_where(config, key)}: {unreadable}"
+    if _PEM_CERTIFICATE not in text:
+        return f"{_where(config, key)}: {f'{path} ' if path else ''}holds no PEM certificate"
+    return f"{_where(config, key)}: cannot load the client CA{f' {path}' if path else ''}: {error}"
+
+
 def load_chain(context: ssl.SSLContext, config: WebConfig, tls: TlsSettings) -> None:
     """Load the server certificate and key, from files or inline PEM.
 
@@ -369,7 +455,9 @@ def load_chain(context: ssl.SSLContext, config: WebConfig, tls: TlsSettings) -> 
     private temporary file, deleted at once.
     """
     if tls.cert_file and tls.key_file:
-        context.load_cert_chain(resolve_path(config, tls.cert_file), resolve_path(config, tls.key_file))
+        context.load_cert_chain(
+            resolve_path(config, tls.cert_file), resolve_path(config, tls.key_file), password=_no_passphrase
+        )
         return
     if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
         opened: list[int] = []
@@ -383,7 +471,7 @@ def load_chain(context: ssl.SSLContext, config: WebConfig, tls: TlsSettings) -> 
                 opened.append(descriptor)
                 os.write(descriptor, pem.encode("utf-8"))
                 paths.append(f"/proc/self/fd/{descriptor}")
-            context.load_cert_chain(paths[0], paths[1])
+            context.load_cert_chain(paths[0], paths[1], password=_no_passphrase)
         finally:
             for descriptor in opened:
                 os.close(descriptor)
@@ -398,7 +486,7 @@ def load_chain(context: ssl.SSLContext, config: WebConfig, tls: TlsSettings) -> 
                 descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
                     handle.write(pem)
-        context.load_cert_chain(cert_path, key_path)
+        context.load_cert_chain(cert_path, key_path, password=_no_passphrase)
 
 
 def build_ssl_context(config: WebConfig) -> ssl.SSLContext:
@@ -410,8 +498,8 @@ def build_ssl_context(config: WebConfig) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
         load_chain(context, config, tls)
-    except OSError as error:  # ssl.SSLError is an OSError
-        raise WebConfigError(f"{config.source}: tls_server_config: cannot load certificate and key: {error}") from error
+    except (OSError, _EncryptedKey) as error:  # ssl.SSLError is an OSError
+        raise WebConfigError(_chain_problem(config, error)) from error
     if tls.client_auth_type != "NoClientCert":
         try:
             if tls.client_ca_file:
@@ -421,7 +509,7 @@ def build_ssl_context(config: WebConfig) -> ssl.SSLContext:
             else:  # no client CA: Go verifies against the system's roots, and so does OpenSSL's default store
                 context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
         except OSError as error:
-            raise WebConfigError(f"{config.source}: tls_server_config: cannot load the client CA: {error}") from error
+            raise WebConfigError(_client_ca_problem(config, error)) from error
     set_policy(context, config)
     return context
 

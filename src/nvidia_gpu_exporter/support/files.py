@@ -25,8 +25,13 @@ _SPECIAL_FILES = (
 def read_regular_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
     """The file's bytes; an :class:`OSError` whose ``strerror`` says why when it is not a regular file of at
     most ``max_bytes`` (or cannot be read)."""
-    with open(os.open(path, _OPEN_FLAGS), "rb") as handle:
-        _refuse_special(os.fstat(handle.fileno()).st_mode, path)
+    descriptor = os.open(path, _OPEN_FLAGS)
+    try:  # checked before open() wraps it: open() refuses a directory itself, with the descriptor for a name
+        _refuse_special(os.fstat(descriptor).st_mode, path)
+    except OSError:
+        os.close(descriptor)
+        raise
+    with open(descriptor, "rb") as handle:
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes", os.fspath(path))

@@ -218,12 +218,37 @@ def load_yaml(text: str) -> YamlNode | None:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as error:
-        raise StrictYamlError(f"invalid YAML: {error}") from error
+        raise StrictYamlError(_syntax_error(error, text)) from error
     except RecursionError as error:
         raise StrictYamlError("invalid YAML: nested too deeply") from error
     if root is None:
         return None
     return _Composer(yaml).node(root, "", 0)
+
+
+def _at(line: int, column: int) -> str:
+    return f"line {line + 1}, column {column + 1}"
+
+
+def _syntax_error(error: Exception, text: str) -> str:
+    """PyYAML's error on one line, where it was found first: its own text spans several lines, quotes the
+    document and calls it ``"<unicode string>"``, where the caller's message puts the file's name."""
+    import yaml  # noqa: PLC0415 - loaded by the caller already
+
+    if isinstance(error, yaml.reader.ReaderError):  # a character YAML does not allow: said by offset
+        before = text[: error.position]
+        where = _at(before.count("\n"), len(before) - before.rfind("\n") - 1)
+        return f"{where}: invalid YAML: unacceptable character #x{error.character:04x}: {error.reason}"
+    if isinstance(error, yaml.MarkedYAMLError):
+        problem, mark = error.problem or error.context, error.problem_mark or error.context_mark
+        context = ""
+        if error.problem and error.context:
+            shown = error.context_mark
+            context = f" ({error.context} at {_at(shown.line, shown.column)})" if shown else f" ({error.context})"
+        if mark is not None:
+            return f"{_at(mark.line, mark.column)}: invalid YAML: {problem}{context}"
+        return f"invalid YAML: {problem}{context}"
+    return "invalid YAML: " + " ".join(str(error).split())
 
 
 class _Composer:

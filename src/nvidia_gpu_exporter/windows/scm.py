@@ -25,13 +25,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
-from nvidia_gpu_exporter import logs, preflight
+from nvidia_gpu_exporter import flags, logs, preflight
 from nvidia_gpu_exporter.config import Config
 
 SERVICE_NAME = "nvidia_gpu_exporter"
 DISPLAY_NAME = "Nvidia GPU Exporter"
 DESCRIPTION = "Exports Nvidia GPU metrics in Prometheus format."
-SUBCOMMANDS = ("install", "uninstall")
+SUBCOMMANDS = tuple(subcommand.name for subcommand in flags.SUBCOMMANDS if subcommand.windows_only)
 PACKAGE = "nvidia_gpu_exporter"
 
 RESTART_DELAY_MS = 5_000

@@ -115,7 +115,10 @@ async def build_scene(settings: FakeSmiConfig, spec: ExtrasSpec, path: str = "")
         seed = settings.seed
     else:
         seed = time.time_ns()
-    responder = build_responder(settings, seed, spec.mig_gpus)
+    try:
+        responder = build_responder(settings, seed, spec.mig_gpus)
+    except BackendSetupError as error:  # said after the file's name, as the parser's errors are
+        raise BackendSetupError(f"config {go_quote(path)}: {error}" if path else str(error)) from error
     preflight = await responder.run(PREFLIGHT_ARGS)
     if not preflight.ok:
         raise BackendSetupError(f"the simulated nvidia-smi does not answer: {preflight.describe_failure()}")

@@ -241,7 +241,7 @@ class DemoFleet:
     def __init__(self, gpu_count: int = 2, seed: int | None = None, workload: str | None = None) -> None:
         """``workload`` gives every GPU the same one; by default they cycle training, inference, idle."""
         if not 1 <= gpu_count <= MAX_GPUS:
-            raise ValueError(f"gpus: the demo simulates 1 to {MAX_GPUS} GPUs, got {gpu_count}")
+            raise ValueError(f"the demo simulates 1 to {MAX_GPUS} GPUs, got {gpu_count}")
         if workload is not None and workload not in WORKLOADS:
             raise ValueError(f"unknown workload {workload!r} (known: {', '.join(WORKLOADS)})")
         self.seed = time.time_ns() if seed is None else seed

@@ -15,17 +15,19 @@ processes, the demo's private power query) reads the same simulated instant.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
+from nvidia_gpu_exporter._go.text import go_quote
 from nvidia_gpu_exporter.backends import BackendSetupError
 from nvidia_gpu_exporter.backends.demo.model import FIELD_NAMES, FIELDS, DemoFleet, help_query_gpu_text, version_text
 from nvidia_gpu_exporter.backends.exec.backend import gpu_query_args
 from nvidia_gpu_exporter.backends.exec.output import COMPUTE_APPS_ARGS, COMPUTE_APPS_FIELDS
 from nvidia_gpu_exporter.backends.exec.runner import RunResult
 from nvidia_gpu_exporter.capture.config import FakeSmiConfig
-from nvidia_gpu_exporter.capture.engine import Fixed, GpuEntry, Scenario, ScenarioError, answer
+from nvidia_gpu_exporter.capture.engine import Fixed, GpuEntry, Scenario, ScenarioError, answer, overridable_fields
 from nvidia_gpu_exporter.capture.format import GPU_CSV_LABEL_PREFIX, Capture, CaptureError, Section, load_capture
+from nvidia_gpu_exporter.support.strictyaml import child_path
 
 DEMO_STATE = "demo"
 DEFAULT_GPU_COUNT = 2
@@ -183,6 +185,29 @@ def _capture_scenario(settings: FakeSmiConfig, capture: Capture, mig_gpus: froze
     return replace(scenario, gpus=tuple(entries))
 
 
+def _overridden(settings: FakeSmiConfig) -> Iterator[tuple[str, str]]:
+    """(key path, field) of every override the config writes, top-level first, in file order."""
+    for name in settings.overrides:
+        yield child_path("overrides", name), name
+    if isinstance(settings.gpus, tuple):
+        for index, entry in enumerate(settings.gpus):
+            for name in entry.overrides:
+                yield child_path(f"gpus[{index}].overrides", name), name
+
+
+def check_overrides(settings: FakeSmiConfig, known: frozenset[str], serves: str) -> None:
+    """Refuse an override of a field the simulated nvidia-smi never prints: the fake ignores one (a capture need
+    not record every field), but in the demo it is a typo whose value, and the alert it was meant to fire, never
+    shows. The nearest known field is suggested."""
+    for path, name in _overridden(settings):
+        if name not in known:
+            import difflib  # noqa: PLC0415 - only to word this error
+
+            nearest = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f" (did you mean {go_quote(nearest[0])}?)" if nearest else ""
+            raise BackendSetupError(f"{settings.where(path)}: {serves} no field {go_quote(name)}{hint}")
+
+
 def build_responder(
     settings: FakeSmiConfig, seed: int | None = None, mig_gpus: frozenset[int] = frozenset()
 ) -> FleetResponder | CaptureResponder:
@@ -192,16 +217,27 @@ def build_responder(
     top-level ``seed``, which then drives the capture replay's draws.
     """
     if settings.capture:
+        where = settings.where("capture")
         try:
-            scenario = _capture_scenario(settings, load_capture(settings.capture), mig_gpus)
-        except (OSError, CaptureError, ScenarioError) as error:
-            raise BackendSetupError(f"capture {settings.capture!r}: {error}") from error
+            capture = load_capture(settings.capture)
+        except OSError as error:
+            raise BackendSetupError(f"{where}: cannot read {settings.capture}: {error.strerror or error}") from error
+        except CaptureError as error:
+            raise BackendSetupError(f"{where}: {settings.capture}: {error}") from error
+        check_overrides(settings, overridable_fields(capture), f"the capture {settings.capture} records")
+        try:
+            scenario = _capture_scenario(settings, capture, mig_gpus)
+        except ScenarioError as error:
+            raise BackendSetupError(f"{where}: {settings.capture}: {error}") from error
         return CaptureResponder(scenario, seed if seed is not None else time.time_ns())
     if isinstance(settings.gpus, tuple):
-        raise BackendSetupError("gpus: per-GPU entries need a capture: to replicate; give a count instead")
+        raise BackendSetupError(
+            f"{settings.where('gpus')}: per-GPU entries need a capture: to replicate; give a count instead"
+        )
     if settings.state is not None and settings.state not in WORKLOAD_PRESETS:
         raise BackendSetupError(
-            f"state: the simulated fleet knows {', '.join(WORKLOAD_PRESETS)}, got {settings.state!r}"
+            f"{settings.where('state')}: the simulated fleet knows {', '.join(WORKLOAD_PRESETS)}, "
+            f"got {settings.state!r}"
         )
     try:
         fleet = DemoFleet(
@@ -210,5 +246,7 @@ def build_responder(
             workload=WORKLOAD_PRESETS.get(settings.state or ""),
         )
     except ValueError as error:
-        raise BackendSetupError(str(error)) from error
-    return FleetResponder(fleet, settings, mig_gpus)
+        raise BackendSetupError(f"{settings.where('gpus')}: {error}") from error
+    responder = FleetResponder(fleet, settings, mig_gpus)
+    check_overrides(settings, overridable_fields(responder.scenario.capture), "the demo serves")
+    return responder

@@ -325,8 +325,9 @@ class SubprocessRunner:
         except asyncio.CancelledError:
             await self._abandon_spawn(spawning)
             raise
-        except (OSError, ValueError) as error:
-            return RunResult("", "", NO_EXIT_STATUS, start_error=f"failed to start {argv[0]!r}: {error}")
+        except (OSError, ValueError) as error:  # strerror alone: OSError's text repeats the path
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+            return RunResult("", "", NO_EXIT_STATUS, start_error=f"failed to start {argv[0]!r}: {reason}")
         try:
             return await self._outcome(child)
         except asyncio.CancelledError:

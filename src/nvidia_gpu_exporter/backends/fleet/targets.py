@@ -226,10 +226,11 @@ def parse_targets(text: str, source: str = "<targets>") -> Targets:
 def load_targets(path: str) -> Targets:
     """Read (a regular file of at most :data:`MAX_FILE_BYTES`) and parse the targets file."""
     try:
-        data = read_regular_file(path, MAX_FILE_BYTES)
-        text = data.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise TargetsError(f"cannot read targets file {path!r}: {error}") from error
+        text = read_regular_file(path, MAX_FILE_BYTES).decode("utf-8")
+    except OSError as error:
+        raise TargetsError(f"cannot read targets file {path!r}: {error.strerror or error}") from error
+    except UnicodeDecodeError as error:
+        raise TargetsError(f"cannot read targets file {path!r}: not UTF-8 text ({error.reason})") from error
     return parse_targets(text, path)
 
 
