@@ -218,7 +218,7 @@ def test_hung_target_is_cut_at_its_timeout_and_its_remote_process_is_gone(fleet:
     status, body = fleet.probe("hung")
     assert status == 200
     assert sample(body, "probe_success") == "0"
-    assert "timed out after 1.0s" in fleet.exporter.log
+    assert fleet.exporter.logged("timed out after 1.0s")
     pid = int(pid_file.read_text(encoding="ascii"))
     wait_until(lambda: process_gone(pid), f"the remote fake nvidia-smi (pid {pid}) to be gone", timeout=10)
 
@@ -235,7 +235,7 @@ def test_unreachable_target_fails_its_probe_with_the_reason_logged(fleet: Fleet,
     assert status == 200
     assert sample(body, "probe_success") == "0"
     assert sample(body, "nvidia_smi_command_exit_code") == "-1"
-    assert reason in fleet.exporter.log
+    assert fleet.exporter.logged(reason)
 
 
 def test_a_target_behind_a_jump_host_is_reached_through_it(fleet: Fleet) -> None:
@@ -250,7 +250,7 @@ def test_output_past_the_cap_fails_the_probe_and_is_dropped(fleet: Fleet) -> Non
     status, body = fleet.probe("flooding")
     assert status == 200
     assert sample(body, "probe_success") == "0"
-    assert "printed more than 1048576 bytes over ssh" in fleet.exporter.log
+    assert fleet.exporter.logged("printed more than 1048576 bytes over ssh")
 
 
 def test_runs_over_one_connection_never_exceed_its_max_concurrent(fleet: Fleet) -> None:
@@ -269,7 +269,7 @@ def test_dead_host_is_not_dialled_again_before_its_backoff(fleet: Fleet) -> None
     assert status == 200
     assert sample(body, "probe_success") == "0"
     assert fleet.sshd.log.read_text(errors="replace").count("Connection from") == before
-    assert "not retrying for" in fleet.exporter.log
+    assert fleet.exporter.logged("not retrying for")
 
 
 def test_driver_upgrade_rediscovers_the_targets_fields(fleet: Fleet) -> None:
