@@ -287,8 +287,11 @@ def dcgm_counters(config: Config) -> tuple[Counter, ...] | None:
         raise StartupError(f"invalid --dcgm.collectors: {error}") from error
 
 
-def dcgm_exposition(config: Config, backend: Backend, counters: tuple[Counter, ...] | None) -> DcgmExposition | None:
-    """The DCGM block of --metrics.profile=dcgm or both; the nvidia_smi profile never loads its table."""
+def dcgm_exposition(
+    config: Config, backend: Backend, counters: tuple[Counter, ...] | None, *, xids: bool = True
+) -> DcgmExposition | None:
+    """The DCGM block of --metrics.profile=dcgm or both; the nvidia_smi profile never loads its table. ``xids``:
+    whether XIDs are read at all (not with --collect.xid-source=off)."""
     if config.metrics_profile is Profile.NVIDIA_SMI:
         return None
     from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition, node_hostname  # noqa: PLC0415 - profile only
@@ -302,6 +305,8 @@ def dcgm_exposition(config: Config, backend: Backend, counters: tuple[Counter, .
         extras=config.backend is not BackendName.EXEC,  # PCIe rates (nvml, demo), replays and NVLink (nvml)
         pod_labels=config.kubernetes_pod_labels,
         model_name_dashes=config.dcgm_model_name_dashes,
+        generation=config.dcgm_compatibility,
+        xids=xids,
     )
 
 
@@ -476,7 +481,7 @@ async def serve(config: Config, web_config: WebConfig | None = None) -> int:
         mig_process_labels=config.compute_apps_mig,
         kubernetes_pod_labels=config.kubernetes_pod_labels,
         nvidia_smi=config.metrics_profile is not Profile.DCGM,
-        dcgm=dcgm_exposition(config, backend, counters),
+        dcgm=dcgm_exposition(config, backend, counters, xids=xids.name != "off"),
     )
     exit_code = 0
 
