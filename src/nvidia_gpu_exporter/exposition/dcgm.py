@@ -233,19 +233,22 @@ PCIE_FAMILIES: tuple[DcgmFamily, ...] = (
         extra="pcie_rx_bytes_per_second",
     ),
 )
-# Every family this profile can serve, in the order it renders them without a counters file.
+# The families of dcgm-exporter's default file up to generation 4.8 (the disabled ECC and retired-page lines too),
+# under their oldest names, in the order the profile renders them without a counters file.
 DCGM_FAMILIES: tuple[DcgmFamily, ...] = (
     *FIELD_FAMILIES[:5],
     TOTAL_ENERGY,
     PCIE_REPLAY,
     *FIELD_FAMILIES[5:-3],
-    FB_CAPACITY,
     NVLINK_BANDWIDTH,
     *FIELD_FAMILIES[-3:],
     *PROF_FAMILIES,
     *PCIE_FAMILIES,
     XID_ERRORS,
 )
+# Every family this profile can serve: those, and the ones later generations added, each after its neighbours.
+_RESERVED = [family.name for family in DCGM_FAMILIES].index("DCGM_FI_DEV_FB_RESERVED")
+ALL_FAMILIES: tuple[DcgmFamily, ...] = (*DCGM_FAMILIES[: _RESERVED + 1], FB_CAPACITY, *DCGM_FAMILIES[_RESERVED + 1 :])
 DRIVER_VERSION = DcgmFamily("DCGM_FI_DRIVER_VERSION", LABEL, "Driver Version", "driver_version")
 # The `label` fields nvidia-smi can give, in default-counters.csv's order; only the driver's is on by default.
 LABEL_FAMILIES: tuple[DcgmFamily, ...] = (
@@ -261,7 +264,7 @@ LABEL_FAMILIES: tuple[DcgmFamily, ...] = (
 
 def _every_spelling() -> dict[str, DcgmFamily]:
     """Every name a field has had, each with its own HELP and unit: a counters file may use any of them."""
-    known = {family.name: family for family in (*DCGM_FAMILIES, *LABEL_FAMILIES)}
+    known = {family.name: family for family in (*ALL_FAMILIES, *LABEL_FAMILIES)}
     for rename in RENAMES:
         older = known[rename.old]
         known[rename.new] = replace(
@@ -281,7 +284,7 @@ def default_families(generation: Generation) -> tuple[DcgmFamily, ...]:
     """What a generation serves without a counters file: its default file's fields (the disabled ECC and
     retired-page ones too), under its names, and its driver-version label field."""
     families: list[DcgmFamily] = []
-    for family in (*DCGM_FAMILIES, DRIVER_VERSION):
+    for family in (*ALL_FAMILIES, DRIVER_VERSION):
         if not in_default_file(family.name, generation):
             continue
         served = _KNOWN[current_name(family.name, generation)]
