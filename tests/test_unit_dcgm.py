@@ -377,9 +377,9 @@ PCIE = ("DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES")
             id="replay-counter-as-nvml-counts-it",
         ),
         pytest.param(
-            GpuExtras(UUID, nvlink_bytes=3072000.0),
-            [f"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{{{LABELS}}} 3072000"],
-            id="nvlink-total-in-bytes",
+            GpuExtras(UUID, nvlink_mib_per_second=2400.0),
+            [f"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{{{LABELS}}} 2400"],
+            id="nvlink-bandwidth-in-dcgms-mib-per-second",
         ),
         pytest.param(
             GpuExtras(UUID, pcie_tx_bytes_per_second=1234000.0, pcie_rx_bytes_per_second=5678000.0),
@@ -405,14 +405,14 @@ def test_nvml_device_readings_are_served_in_dcgms_names_and_units(extra: GpuExtr
     ],
 )
 def test_nvml_device_families_have_dcgms_type(name: str, metric_type: str) -> None:
-    extra = GpuExtras(UUID, 1.0, 2.0, 3.0, pcie_replay_count=4.0, nvlink_bytes=5.0)
+    extra = GpuExtras(UUID, 1.0, 2.0, 3.0, pcie_replay_count=4.0, nvlink_mib_per_second=5.0)
     fields, snapshot = gpm_snapshot(NvmlExtras(gpus=(extra,)))
     assert f"# TYPE {name} {metric_type}\n" in DcgmExposition(fields, hostname="node-1").render(snapshot)
 
 
 def test_no_nvml_device_series_on_a_backend_without_nvml_readings() -> None:
     """The exec backend (extras=False) serves none, even from readings that carry them."""
-    extra = GpuExtras(UUID, 1.0, 2.0, 3.0, pcie_replay_count=4.0, nvlink_bytes=5.0)
+    extra = GpuExtras(UUID, 1.0, 2.0, 3.0, pcie_replay_count=4.0, nvlink_mib_per_second=5.0)
     fields, snapshot = gpm_snapshot(NvmlExtras(gpus=(extra,)))
     text = DcgmExposition(fields, hostname="node-1", energy=False, extras=False).render(snapshot)
     assert not [line for line in samples(text) if line.startswith((*NVML_DEVICE, *PCIE))]
@@ -420,7 +420,7 @@ def test_no_nvml_device_series_on_a_backend_without_nvml_readings() -> None:
 
 def test_a_gpu_instance_serves_its_own_pcie_rates_and_its_gpus_device_counters() -> None:
     extras = NvmlExtras(
-        gpus=(GpuExtras(UUID, pcie_tx_bytes_per_second=9.0, pcie_replay_count=2.0, nvlink_bytes=8.0),),
+        gpus=(GpuExtras(UUID, pcie_tx_bytes_per_second=9.0, pcie_replay_count=2.0, nvlink_mib_per_second=8.0),),
         mig_devices=(MigDevice(UUID, "MIG-aaaaaaaa-0000-4000-8000-000000000002", 2, 0, "3g.40gb"),),
         mig_instances=(MigInstanceReading(UUID, 2, pcie_tx_bytes_per_second=104857600.0),),
     )
