@@ -76,12 +76,15 @@ def test_a_counters_file_selects_the_families_and_warns_once(exporter: StartExpo
     assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (needs the nvml backend: NVML GPM)" in warnings[0]  # exec
 
 
-@pytest.mark.parametrize(("source", "warned"), [("off", 1), ("kmsg", 0)])
+@pytest.mark.parametrize(
+    ("source", "warned", "name"),
+    [("off", 1, "DCGM_FI_DEV_XID_ERRORS"), ("kmsg", 0, "DCGM_FI_DEV_XID_ERRORS"), ("off", 1, "DCGM_FI_DEV_XID_ERROR")],
+)
 def test_xid_errors_asked_for_with_the_xid_source_off_is_said_once(
-    exporter: StartExporter, tmp_path: Path, source: str, warned: int
+    exporter: StartExporter, tmp_path: Path, source: str, warned: int, name: str
 ) -> None:
     counters = tmp_path / "counters.csv"
-    counters.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_XID_ERRORS, gauge, x\n", encoding="utf-8")
+    counters.write_text(f"DCGM_FI_DEV_GPU_TEMP, gauge, t\n{name}, gauge, x\n", encoding="utf-8")
     quiet_log = tmp_path / "kmsg"
     quiet_log.write_text("")
     handle = exporter(
@@ -93,7 +96,7 @@ def test_xid_errors_asked_for_with_the_xid_source_off_is_said_once(
     )
     handle.scrape()
     handle.scrape()
-    warnings = [line for line in handle.log.splitlines() if "DCGM_FI_DEV_XID_ERRORS is never served" in line]
+    warnings = [line for line in handle.log.splitlines() if f"{name} is never served" in line]
     assert len(warnings) == warned
 
 

@@ -30,6 +30,7 @@ from nvidia_gpu_exporter.backends.fields import FieldRequest, FieldResolutionErr
 from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.config import READY_MIN_GPUS_PCI, Config, Profile, XidSource, min_gpus_count
 from nvidia_gpu_exporter.config import Backend as BackendName
+from nvidia_gpu_exporter.exposition.dcgm_generations import oldest_name
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.health.reader import kernel_clock
 from nvidia_gpu_exporter.health.source import KernelXidSource
@@ -458,10 +459,10 @@ async def serve(config: Config, web_config: WebConfig | None = None) -> int:
     fleet = build_fleet(config)
     install_signal_handlers(loop, security, fleet)  # before startup's nvidia-smi runs, as the two above
     xids = choose_xid_source(config)
-    if xids.name == "off" and any(counter.name == "DCGM_FI_DEV_XID_ERRORS" for counter in counters or ()):
+    listed = [counter.name for counter in counters or () if oldest_name(counter.name) == "DCGM_FI_DEV_XID_ERRORS"]
+    if xids.name == "off" and listed:
         log.warning(
-            "--dcgm.collectors lists DCGM_FI_DEV_XID_ERRORS, but with --collect.xid-source=off "
-            "DCGM_FI_DEV_XID_ERRORS is never served"
+            f"--dcgm.collectors lists {listed[0]}, but with --collect.xid-source=off {listed[0]} is never served"
         )
     try:
         demo_log = xids.kernel_log if xids.name == "demo" else None

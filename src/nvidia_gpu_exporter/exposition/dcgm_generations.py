@@ -152,6 +152,14 @@ def current_name(name: str, generation: Generation) -> str:
     return name
 
 
+def oldest_name(name: str) -> str:
+    """The oldest name of a field known under ``name`` (itself where it was never renamed)."""
+    for rename in reversed(RENAMES):
+        if rename.new == name:
+            name = rename.old
+    return name
+
+
 def in_default_file(name: str, generation: Generation) -> bool:
     """Whether a field (by its oldest name) is listed, and enabled, in the generation's default file."""
     added = ADDED.get(name)
