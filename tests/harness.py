@@ -194,6 +194,19 @@ def process_gone(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] == "Z"
 
 
+# Set to 1, golden-output tests rewrite their file from what the exporter serves now instead of comparing; review
+# the diff before committing it (tests/fixtures/README.md).
+UPDATE_GOLDEN = "NVIDIA_GPU_EXPORTER_UPDATE_GOLDEN"
+
+
+def assert_golden(path: Path, text: str) -> None:
+    """``text`` is byte for byte the golden file at ``path`` (or becomes it, under UPDATE_GOLDEN=1)."""
+    if os.environ.get(UPDATE_GOLDEN) == "1":
+        path.write_bytes(text.encode("utf-8"))
+    assert path.is_file(), f"{path} is missing: run the test once with {UPDATE_GOLDEN}=1 and review it"
+    assert text.encode("utf-8") == path.read_bytes(), f"{path.name} differs ({UPDATE_GOLDEN}=1 rewrites it)"
+
+
 WRAPPER_SCRIPT = FIXTURES / "scripts" / "fake-smi-wrapper.sh"
 MIG_FIXTURE = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
 

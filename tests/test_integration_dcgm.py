@@ -8,7 +8,8 @@ import pytest
 
 from conftest import StartExporter, conformance_dir_or_skip
 from exposition_reader import checked, comparable, family_of, names_in
-from harness import FIXTURES, MIG_FIXTURE, fake_smi_command, run_exporter_to_exit
+from harness import FIXTURES, MIG_FIXTURE, assert_golden, fake_smi_command, run_exporter_to_exit
+from nvml_fixtures import FakeNvmlLibrary
 from test_unit_dcgm import shared_counters
 
 SMI = ("--nvidia-smi-command", fake_smi_command(MIG_FIXTURE))
@@ -76,12 +77,15 @@ def test_a_counters_file_selects_the_families_and_warns_once(exporter: StartExpo
     assert f"file={counters}" in warnings[0]
 
 
-@pytest.mark.parametrize(("source", "warned"), [("off", 1), ("kmsg", 0)])
+@pytest.mark.parametrize(
+    ("source", "warned", "name"),
+    [("off", 1, "DCGM_FI_DEV_XID_ERRORS"), ("kmsg", 0, "DCGM_FI_DEV_XID_ERRORS"), ("off", 1, "DCGM_FI_DEV_XID_ERROR")],
+)
 def test_xid_errors_asked_for_with_the_xid_source_off_is_said_once(
-    exporter: StartExporter, tmp_path: Path, source: str, warned: int
+    exporter: StartExporter, tmp_path: Path, source: str, warned: int, name: str
 ) -> None:
     counters = tmp_path / "counters.csv"
-    counters.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_XID_ERRORS, gauge, x\n", encoding="utf-8")
+    counters.write_text(f"DCGM_FI_DEV_GPU_TEMP, gauge, t\n{name}, gauge, x\n", encoding="utf-8")
     quiet_log = tmp_path / "kmsg"
     quiet_log.write_text("")
     handle = exporter(
@@ -93,7 +97,7 @@ def test_xid_errors_asked_for_with_the_xid_source_off_is_said_once(
     )
     handle.scrape()
     handle.scrape()
-    warnings = [line for line in handle.log.splitlines() if "DCGM_FI_DEV_XID_ERRORS is never served" in line]
+    warnings = [line for line in handle.log.splitlines() if f"{name} is never served" in line]
     assert len(warnings) == warned
 
 
@@ -190,3 +194,45 @@ def test_a_mig_gpu_is_served_per_gpu_instance(exporter: StartExporter, tmp_path:
     assert 'gpu="1",' in temperatures[2]
     assert "GPU_I_ID" not in temperatures[2]
     assert not [line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{") and "GPU_I_ID" in line]
+
+
+# -- --dcgm.compatibility ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("generation", "expected"),
+    [
+        ("3", "DCGM_FI_DEV_GPU_TEMP{" + GPU0_LABELS.replace("hostname=", "Hostname=") + "} 31\n"),
+        (
+            "4.10",
+            "DCGM_FI_DEV_GPU_TEMP_CELSIUS{"
+            + GPU0_LABELS.replace("DCGM_FI_DRIVER_VERSION=", "DCGM_FI_SYSTEM_DRIVER_VERSION=")
+            + "} 31\n",
+        ),
+    ],
+)
+def test_the_generation_flag_renames_labels_and_fields_in_the_served_output(
+    exporter: StartExporter, generation: str, expected: str
+) -> None:
+    text = checked(
+        exporter(
+            *SMI, "--metrics.profile=dcgm", f"--dcgm.compatibility={generation}", env={"NODE_NAME": "node-a"}
+        ).scrape()
+    )
+    assert expected in text
+
+
+@pytest.mark.parametrize("generation", ["3", "4.5", "4.8", "4.9", "4.10"])
+def test_golden_dcgm_output_of_the_fake_nvml_mig_machine_per_generation(
+    exporter: StartExporter, fake_nvml_library: FakeNvmlLibrary, generation: str
+) -> None:
+    """The nvml backend on the fake library's two H200s (GPU 0 in MIG mode), the second collection (a GPM window)."""
+    handle = exporter(
+        "--collect.backend=nvml",
+        "--metrics.profile=dcgm",
+        f"--dcgm.compatibility={generation}",
+        "--collect.xid-source=off",
+        env={**fake_nvml_library.env("mig"), "NODE_NAME": "gpu-node-1"},
+    )
+    handle.scrape()
+    assert_golden(GOLDEN / f"fake-nvml-mig__{generation}.prom", dcgm_part(checked(handle.scrape())))

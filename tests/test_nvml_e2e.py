@@ -237,7 +237,7 @@ def test_dcgm_profile_serves_gpm_activity_as_ratios_from_the_second_collection(
             "h200",
             {
                 "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": "3",
-                "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": "3072000",  # (1000 + 2000) KiB, all links
+                "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": "0",  # DCGM serves 0 on the first reading: no window yet
                 "DCGM_FI_PROF_PCIE_TX_BYTES": "1234000",  # 1234 KB/s
                 "DCGM_FI_PROF_PCIE_RX_BYTES": "5678000",
             },

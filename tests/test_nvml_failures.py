@@ -17,6 +17,7 @@ from nvidia_gpu_exporter.backends import BackendSetupError, CollectionError
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.backends.nvml import STILL_IN_PROGRESS, NvmlBackend, open_backend
 from nvidia_gpu_exporter.backends.nvml.api import GPU_IS_LOST
+from nvidia_gpu_exporter.backends.nvml.backend import nvlink_bandwidth
 from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.model.snapshot import Readings
 from nvml_fixtures import InProcessFake
@@ -360,13 +361,13 @@ def test_aclose_stops_the_watcher_and_shuts_nvml_down(fake_nvml: InProcessFake) 
 @pytest.mark.parametrize(
     ("commands", "dcgm_readings", "expected", "replay_calls"),
     [
-        pytest.param((), True, (3.0, 3072000.0), 1, id="read-under-the-dcgm-profile"),
+        pytest.param((), True, (3.0, 0.0), 1, id="read-under-the-dcgm-profile-nvlink-0-on-its-first-reading"),
         pytest.param((), False, (None, None), 0, id="not-read-under-the-nvidia-smi-profile"),
-        pytest.param(("fieldrc 0 141 3",), True, (3.0, None), 1, id="one-nvlink-field-failing-drops-only-nvlink"),
-        pytest.param(("rc nvmlDeviceGetPcieReplayCounter 3",), True, (None, 3072000.0), 1, id="replay-failing"),
+        pytest.param(("fieldrc 0 139 3",), True, (3.0, None), 1, id="one-nvlink-field-failing-drops-only-nvlink"),
+        pytest.param(("rc nvmlDeviceGetPcieReplayCounter 3",), True, (None, 0.0), 1, id="replay-failing"),
     ],
 )
-def test_pcie_replays_and_nvlink_bytes_only_for_the_dcgm_profile(
+def test_pcie_replays_and_nvlink_bandwidth_only_for_the_dcgm_profile(
     fake_nvml: InProcessFake,
     commands: tuple[str, ...],
     dcgm_readings: bool,
@@ -378,7 +379,40 @@ def test_pcie_replays_and_nvlink_bytes_only_for_the_dcgm_profile(
     try:
         extras = opened.collect_blocking().extras
         assert extras is not None
-        assert (extras.gpus[0].pcie_replay_count, extras.gpus[0].nvlink_bytes) == expected
+        assert (extras.gpus[0].pcie_replay_count, extras.gpus[0].nvlink_mib_per_second) == expected
         assert fake_nvml.calls("nvmlDeviceGetPcieReplayCounter") == replay_calls
+    finally:
+        opened.session.close(5)
+
+
+@pytest.mark.parametrize(
+    ("previous", "total", "stamp", "expected"),
+    [
+        pytest.param(None, 3000, 5_000_000, 0.0, id="first-reading-is-0-as-dcgm"),
+        pytest.param((1000, 1_000_000), 0, 2_000_000, 0.0, id="counters-reading-0-give-0"),
+        pytest.param((1000, 1_000_000), 5000, 1_000_000, 0.0, id="no-time-passed-gives-0"),
+        pytest.param((1000, 1_000_000), 1_001_000, 2_000_000, 1000.0, id="kib-per-second-over-1000"),
+        pytest.param((1000, 1_000_000), 3999, 3_000_000, 1.0, id="truncated-to-a-whole-number"),
+        pytest.param((5_000_000, 1_000_000), 1000, 2_000_000, -4999.0, id="a-counter-reset-as-dcgm-computes-it"),
+    ],
+)
+def test_nvlink_bandwidth_is_computed_as_dcgm_does(
+    previous: tuple[int, int] | None, total: int, stamp: int, expected: float
+) -> None:
+    assert nvlink_bandwidth(previous, total, stamp) == expected
+
+
+def test_nvlink_bandwidth_is_the_data_moved_between_two_collections(fake_nvml: InProcessFake) -> None:
+    """The payload counters only (fields 138 and 139), summed over TX and RX, against the previous reading."""
+    fake_nvml.command("reset h200", "set 0 nvlink_raw_tx_kib 999999999")  # protocol overhead: never counted
+    opened = open_backend(FieldRequest(), watch_xids=False, dcgm_readings=True)
+    try:
+        first = opened.collect_blocking().extras
+        fake_nvml.command("set 0 nvlink_data_tx_kib 1000000000", "set 0 nvlink_data_rx_kib 1000000000")
+        second = opened.collect_blocking().extras
+        assert first is not None
+        assert second is not None
+        assert first.gpus[0].nvlink_mib_per_second == 0.0
+        assert (second.gpus[0].nvlink_mib_per_second or 0.0) > 0.0
     finally:
         opened.session.close(5)

@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from harness import FIXTURE_CAPTURES, FIXTURES, SHARED
+from harness import FIXTURE_CAPTURES, FIXTURES, SHARED, assert_golden
 from nvidia_gpu_exporter.backends.exec.backend import SmiBackend
 from nvidia_gpu_exporter.backends.exec.runner import RunResult
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.capture.engine import Scenario, answer
 from nvidia_gpu_exporter.capture.format import load_capture
 from nvidia_gpu_exporter.config import Profile
-from nvidia_gpu_exporter.exposition.dcgm import DCGM_FAMILIES, LABEL_FAMILIES, DcgmExposition, node_hostname
+from nvidia_gpu_exporter.exposition.dcgm import LABEL_FAMILIES, DcgmExposition, default_families, node_hostname
+from nvidia_gpu_exporter.exposition.dcgm_generations import Generation
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.flags import FlagError, parse_args
 from nvidia_gpu_exporter.model.snapshot import (
@@ -49,7 +50,7 @@ def render_one(qfield: str, rfield: str, cell: str, *, xids: tuple[XidRecord, ..
     fields = query_fields([(qfield, rfield), ("driver_version", "driver_version")])
     row = gpu_row(fields, **{**IDENTITY, "driver_version": "550.54.15", qfield.replace(".", "_"): cell})
     snapshot = success_snapshot([row])
-    return DcgmExposition(fields, hostname="node-1").render(
+    return DcgmExposition(fields, hostname="node-1", xids=bool(xids)).render(
         Snapshot(snapshot.attempt, 0, snapshot.last_success_at, xids=xids)
     )
 
@@ -151,24 +152,41 @@ def xid(code: int, last_seen: float | None, uuid: str = UUID, count: int = 1) ->
     return XidRecord(uuid, code, count, last_seen)
 
 
-def test_xid_errors_is_the_latest_code_with_its_description() -> None:
+def test_xid_errors_is_the_latest_code_with_dcgm_exporters_text() -> None:
     records = (xid(79, 100.0), xid(48, 200.0), xid(13, 150.0, count=9))
     text = render_one("temperature.gpu", "temperature.gpu", "31", xids=records)
     xid_lines = [line for line in samples(text) if line.startswith("DCGM_FI_DEV_XID_ERRORS")]
-    assert xid_lines == [f'DCGM_FI_DEV_XID_ERRORS{{{LABELS},err_code="48",err_msg="Double-bit ECC error"}} 48']
+    assert xid_lines == [f'DCGM_FI_DEV_XID_ERRORS{{{LABELS},err_code="48",err_msg="Double Bit ECC Error"}} 48']
     assert "# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n" in text
 
 
-def test_xid_matching_ignores_uuid_case_and_an_unknown_code_has_an_empty_message() -> None:
-    records = (xid(999, 5.0, uuid=UUID.lower()),)
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        pytest.param(13, "Graphics Engine Exception", id="a-code-in-its-table"),
+        pytest.param(172, "Uncorrectable SRAM Error", id="its-last-code"),
+        pytest.param(173, "Unknown Error", id="past-its-table"),
+        pytest.param(999, "Unknown Error", id="far-past-its-table"),
+    ],
+)
+def test_xid_matching_ignores_uuid_case_and_err_msg_is_dcgm_exporters(code: int, message: str) -> None:
+    records = (xid(code, 5.0, uuid=UUID.lower()),)
     text = render_one("temperature.gpu", "temperature.gpu", "31", xids=records)
-    assert f'DCGM_FI_DEV_XID_ERRORS{{{LABELS},err_code="999",err_msg=""}} 999' in samples(text)
+    assert f'DCGM_FI_DEV_XID_ERRORS{{{LABELS},err_code="{code}",err_msg="{message}"}} {code}' in samples(text)
 
 
-def test_no_xid_family_for_a_gpu_without_xids() -> None:
+def test_a_gpu_without_xids_gets_dcgm_exporters_no_error_series() -> None:
     records = (xid(79, 1.0, uuid="GPU-other"),)
     text = render_one("temperature.gpu", "temperature.gpu", "31", xids=records)
-    assert "DCGM_FI_DEV_XID_ERRORS" not in text
+    xid_lines = [line for line in samples(text) if line.startswith("DCGM_FI_DEV_XID_ERRORS")]
+    assert xid_lines == [f'DCGM_FI_DEV_XID_ERRORS{{{LABELS},err_code="0",err_msg="No Error"}} 0']
+
+
+def test_no_xid_family_when_xids_are_not_read() -> None:
+    """--collect.xid-source=off: nothing says a GPU had none, so no "No Error" series either."""
+    fields = query_fields([("temperature.gpu", "temperature.gpu")])
+    snapshot = success_snapshot([gpu_row(fields, **IDENTITY, temperature_gpu="31")])
+    assert "DCGM_FI_DEV_XID_ERRORS" not in DcgmExposition(fields, hostname="h", xids=False).render(snapshot)
 
 
 def test_an_xid_with_a_time_beats_one_without() -> None:
@@ -184,7 +202,7 @@ def test_total_energy_comes_from_nvml_in_millijoules() -> None:
     extras = NvmlExtras(gpus=(GpuExtras(UUID, energy_joules=123456.789),))
     readings = Readings(GpuTable((row,)), None, "12.4", extras)
     snapshot = Snapshot(Attempt(readings, 0, 0.1, 1.0), 0, 1.0)
-    text = DcgmExposition(fields, hostname="node-1").render(snapshot)
+    text = DcgmExposition(fields, hostname="node-1", xids=False).render(snapshot)
     assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n" in text
     assert samples(text) == [f"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{LABELS}}} 123456789"]
 
@@ -300,8 +318,7 @@ def captured_readings(name: str) -> tuple[tuple[QueryField, ...], Snapshot]:
 @pytest.mark.parametrize("capture", ["fixture-linux-2gpu-mig", "fixture-windows-1gpu"])
 def test_golden_dcgm_output_of_the_fixture_captures(capture: str) -> None:
     fields, snapshot = captured_readings(capture + ".txt")
-    text = DcgmExposition(fields, hostname="node-1").render(snapshot)
-    assert text.encode("utf-8") == (GOLDEN / f"{capture}.prom").read_bytes()
+    assert_golden(GOLDEN / f"{capture}.prom", DcgmExposition(fields, hostname="node-1").render(snapshot))
 
 
 def shared_counters() -> dict[str, tuple[str, str]]:
@@ -320,8 +337,9 @@ def shared_counters() -> dict[str, tuple[str, str]]:
 
 
 def test_every_dcgm_family_has_the_counters_file_type_and_help() -> None:
+    """The reference file is 4.8.2's: every field of generation 4.5's defaults is in it, as we declare it."""
     counters = shared_counters()
-    for family in (*DCGM_FAMILIES, *LABEL_FAMILIES):
+    for family in (*default_families(Generation.V4_5), *LABEL_FAMILIES):
         assert counters.get(family.name) == (family.metric_type, family.help), family.name
 
 
@@ -359,9 +377,9 @@ PCIE = ("DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES")
             id="replay-counter-as-nvml-counts-it",
         ),
         pytest.param(
-            GpuExtras(UUID, nvlink_bytes=3072000.0),
-            [f"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{{{LABELS}}} 3072000"],
-            id="nvlink-total-in-bytes",
+            GpuExtras(UUID, nvlink_mib_per_second=2400.0),
+            [f"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{{{LABELS}}} 2400"],
+            id="nvlink-bandwidth-in-dcgms-mib-per-second",
         ),
         pytest.param(
             GpuExtras(UUID, pcie_tx_bytes_per_second=1234000.0, pcie_rx_bytes_per_second=5678000.0),
@@ -387,14 +405,14 @@ def test_nvml_device_readings_are_served_in_dcgms_names_and_units(extra: GpuExtr
     ],
 )
 def test_nvml_device_families_have_dcgms_type(name: str, metric_type: str) -> None:
-    extra = GpuExtras(UUID, 1.0, 2.0, 3.0, pcie_replay_count=4.0, nvlink_bytes=5.0)
+    extra = GpuExtras(UUID, 1.0, 2.0, 3.0, pcie_replay_count=4.0, nvlink_mib_per_second=5.0)
     fields, snapshot = gpm_snapshot(NvmlExtras(gpus=(extra,)))
     assert f"# TYPE {name} {metric_type}\n" in DcgmExposition(fields, hostname="node-1").render(snapshot)
 
 
 def test_no_nvml_device_series_on_a_backend_without_nvml_readings() -> None:
     """The exec backend (extras=False) serves none, even from readings that carry them."""
-    extra = GpuExtras(UUID, 1.0, 2.0, 3.0, pcie_replay_count=4.0, nvlink_bytes=5.0)
+    extra = GpuExtras(UUID, 1.0, 2.0, 3.0, pcie_replay_count=4.0, nvlink_mib_per_second=5.0)
     fields, snapshot = gpm_snapshot(NvmlExtras(gpus=(extra,)))
     text = DcgmExposition(fields, hostname="node-1", energy=False, extras=False).render(snapshot)
     assert not [line for line in samples(text) if line.startswith((*NVML_DEVICE, *PCIE))]
@@ -402,7 +420,7 @@ def test_no_nvml_device_series_on_a_backend_without_nvml_readings() -> None:
 
 def test_a_gpu_instance_serves_its_own_pcie_rates_and_its_gpus_device_counters() -> None:
     extras = NvmlExtras(
-        gpus=(GpuExtras(UUID, pcie_tx_bytes_per_second=9.0, pcie_replay_count=2.0, nvlink_bytes=8.0),),
+        gpus=(GpuExtras(UUID, pcie_tx_bytes_per_second=9.0, pcie_replay_count=2.0, nvlink_mib_per_second=8.0),),
         mig_devices=(MigDevice(UUID, "MIG-aaaaaaaa-0000-4000-8000-000000000002", 2, 0, "3g.40gb"),),
         mig_instances=(MigInstanceReading(UUID, 2, pcie_tx_bytes_per_second=104857600.0),),
     )

@@ -70,7 +70,8 @@ def snapshot(
 
 
 def render(snap: Snapshot, *, pod_labels: bool = False) -> list[str]:
-    return samples(DcgmExposition(FIELDS, "node-1", pod_labels=pod_labels).render(snap))
+    """The samples; XIDs are read only where the snapshot has some, so the others carry no "No Error" series."""
+    return samples(DcgmExposition(FIELDS, "node-1", pod_labels=pod_labels, xids=bool(snap.xids)).render(snap))
 
 
 def test_a_mig_gpu_is_served_per_gpu_instance_with_dcgm_exporters_labels() -> None:
@@ -96,8 +97,9 @@ def test_an_xid_is_the_parents_on_every_gpu_instance() -> None:
     lines = render(snapshot(xids=(XidRecord(MIG_GPU, 48, 1, 5.0),)))
     xid = [line for line in lines if line.startswith("DCGM_FI_DEV_XID_ERRORS")]
     assert xid == [
-        f'DCGM_FI_DEV_XID_ERRORS{{{GI2},err_code="48",err_msg="Double-bit ECC error"}} 48',
-        f'DCGM_FI_DEV_XID_ERRORS{{{GI9},err_code="48",err_msg="Double-bit ECC error"}} 48',
+        f'DCGM_FI_DEV_XID_ERRORS{{{GI2},err_code="48",err_msg="Double Bit ECC Error"}} 48',
+        f'DCGM_FI_DEV_XID_ERRORS{{{GI9},err_code="48",err_msg="Double Bit ECC Error"}} 48',
+        f'DCGM_FI_DEV_XID_ERRORS{{{WHOLE},err_code="0",err_msg="No Error"}} 0',
     ]
 
 
@@ -156,10 +158,10 @@ def test_pod_labels_follow_the_driver_version_label(pods: tuple[GpuPod, ...], ex
 def test_pod_labels_come_before_the_xid_labels_and_only_when_asked_for() -> None:
     snap = snapshot(kubernetes=attribution(pod(WHOLE_ID, "trainer")), xids=(XidRecord(WHOLE_GPU, 13, 1, 1.0),))
     xid = [line for line in render(snap, pod_labels=True) if line.startswith("DCGM_FI_DEV_XID_ERRORS")]
-    assert xid == [
+    assert xid[-1] == (
         f'DCGM_FI_DEV_XID_ERRORS{{{WHOLE},pod="trainer",namespace="ml",container="main",err_code="13",'
-        'err_msg="Graphics engine exception"} 13'
-    ]
+        'err_msg="Graphics Engine Exception"} 13'
+    )
     assert not [line for line in render(snap) if "pod=" in line]
 
 
@@ -168,3 +170,16 @@ def test_a_gpu_instance_without_its_own_reading_has_no_framebuffer_series() -> N
     extras = NvmlExtras(mig_devices=EXTRAS.mig_devices, mig_instances=EXTRAS.mig_instances[1:])
     free = [line for line in render(snapshot(extras=extras)) if line.startswith("DCGM_FI_DEV_FB_FREE")]
     assert free == [f"DCGM_FI_DEV_FB_FREE{{{GI2}}} 71402", f"DCGM_FI_DEV_FB_FREE{{{WHOLE}}} 143000"]
+
+
+def test_a_gpu_instances_framebuffer_is_in_whole_mib_as_dcgms() -> None:
+    """NVML gives bytes; DCGM serves the instance's framebuffer in whole MiB, never a fraction of one."""
+    extras = NvmlExtras(
+        mig_devices=EXTRAS.mig_devices,
+        mig_instances=(
+            MigInstanceReading(MIG_GPU, 9, memory_free_bytes=16375 * MIB + 524288),
+            MigInstanceReading(MIG_GPU, 2, memory_free_bytes=71402 * MIB + 1),
+        ),
+    )
+    free = [line for line in render(snapshot(extras=extras)) if line.startswith("DCGM_FI_DEV_FB_FREE")]
+    assert free[:2] == [f"DCGM_FI_DEV_FB_FREE{{{GI2}}} 71402", f"DCGM_FI_DEV_FB_FREE{{{GI9}}} 16375"]

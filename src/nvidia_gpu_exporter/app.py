@@ -30,6 +30,7 @@ from nvidia_gpu_exporter.backends.fields import FieldRequest, FieldResolutionErr
 from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.config import READY_MIN_GPUS_PCI, Config, Profile, XidSource, min_gpus_count
 from nvidia_gpu_exporter.config import Backend as BackendName
+from nvidia_gpu_exporter.exposition.dcgm_generations import oldest_name
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.health.reader import kernel_clock
 from nvidia_gpu_exporter.health.source import KernelXidSource
@@ -200,7 +201,7 @@ async def build_backend(
             pcie_throughput=config.pcie_throughput,
             watch_xids=watch_xids,
             gpm_whole_gpus=config.metrics_profile is not Profile.NVIDIA_SMI,  # only the DCGM profile serves it
-            dcgm_readings=config.metrics_profile is not Profile.NVIDIA_SMI,  # PCIe replays, NVLink bytes: the same
+            dcgm_readings=config.metrics_profile is not Profile.NVIDIA_SMI,  # PCIe replays, NVLink bandwidth: the same
         )
     except (BackendSetupError, FieldResolutionError) as error:
         raise StartupError(f"failed to set up the nvml backend: {error}") from error
@@ -287,8 +288,11 @@ def dcgm_counters(config: Config) -> tuple[Counter, ...] | None:
         raise StartupError(f"invalid --dcgm.collectors: {error}") from error
 
 
-def dcgm_exposition(config: Config, backend: Backend, counters: tuple[Counter, ...] | None) -> DcgmExposition | None:
-    """The DCGM block of --metrics.profile=dcgm or both; the nvidia_smi profile never loads its table."""
+def dcgm_exposition(
+    config: Config, backend: Backend, counters: tuple[Counter, ...] | None, *, xids: bool = True
+) -> DcgmExposition | None:
+    """The DCGM block of --metrics.profile=dcgm or both; the nvidia_smi profile never loads its table. ``xids``:
+    whether XIDs are read at all (not with --collect.xid-source=off)."""
     if config.metrics_profile is Profile.NVIDIA_SMI:
         return None
     from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition, node_hostname  # noqa: PLC0415 - profile only
@@ -302,6 +306,8 @@ def dcgm_exposition(config: Config, backend: Backend, counters: tuple[Counter, .
         extras=config.backend is not BackendName.EXEC,  # PCIe rates (nvml, demo), replays and NVLink (nvml)
         pod_labels=config.kubernetes_pod_labels,
         model_name_dashes=config.dcgm_model_name_dashes,
+        generation=config.dcgm_compatibility,
+        xids=xids,
     )
 
 
@@ -453,10 +459,10 @@ async def serve(config: Config, web_config: WebConfig | None = None) -> int:
     fleet = build_fleet(config)
     install_signal_handlers(loop, security, fleet)  # before startup's nvidia-smi runs, as the two above
     xids = choose_xid_source(config)
-    if xids.name == "off" and any(counter.name == "DCGM_FI_DEV_XID_ERRORS" for counter in counters or ()):
+    listed = [counter.name for counter in counters or () if oldest_name(counter.name) == "DCGM_FI_DEV_XID_ERRORS"]
+    if xids.name == "off" and listed:
         log.warning(
-            "--dcgm.collectors lists DCGM_FI_DEV_XID_ERRORS, but with --collect.xid-source=off "
-            "DCGM_FI_DEV_XID_ERRORS is never served"
+            f"--dcgm.collectors lists {listed[0]}, but with --collect.xid-source=off {listed[0]} is never served"
         )
     try:
         demo_log = xids.kernel_log if xids.name == "demo" else None
@@ -476,7 +482,7 @@ async def serve(config: Config, web_config: WebConfig | None = None) -> int:
         mig_process_labels=config.compute_apps_mig,
         kubernetes_pod_labels=config.kubernetes_pod_labels,
         nvidia_smi=config.metrics_profile is not Profile.DCGM,
-        dcgm=dcgm_exposition(config, backend, counters),
+        dcgm=dcgm_exposition(config, backend, counters, xids=xids.name != "off"),
     )
     exit_code = 0
 

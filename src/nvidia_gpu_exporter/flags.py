@@ -20,6 +20,7 @@ from typing import Any
 from nvidia_gpu_exporter._go.durations import DurationError, format_duration, parse_flag_duration
 from nvidia_gpu_exporter._go.strconv import DECIMAL_INT, parse_bool, parse_int
 from nvidia_gpu_exporter.config import DEFAULT_LISTEN_ADDRESS, Backend, Config, Profile, XidSource
+from nvidia_gpu_exporter.exposition.dcgm_generations import Generation
 from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_RESOURCE_PATTERNS
 from nvidia_gpu_exporter.logs import FORMATS, LEVELS
 
@@ -285,6 +286,13 @@ FLAGS: tuple[Flag, ...] = (
         "(needs --metrics.profile=dcgm or both).",
         Kind.STRING,
         short="f",  # dcgm-exporter's -f / --collectors
+    ),
+    Flag(
+        "dcgm.compatibility",
+        "dcgm_compatibility",
+        "The dcgm-exporter release line whose label and field names and units the DCGM profile serves.",
+        Kind.ENUM,
+        tuple(generation.value for generation in Generation),
     ),
     Flag(
         "kubernetes.pod-resources",

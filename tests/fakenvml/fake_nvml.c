@@ -128,7 +128,7 @@ static const char *const FN_NAMES[FN_COUNT] = {FAKE_FUNCTIONS(AS_NAME)};
     X(fabric_status) X(fabric_clique) X(fabric_cluster_hi) X(fabric_cluster_lo) X(plat_slot)               \
     X(plat_tray) X(plat_host) X(plat_peer) X(plat_module) X(plat_guid) X(energy_mj) X(pcie_tx_kb)          \
     X(pcie_rx_kb) X(gpm_supported) X(max_mig) X(xid_supported) X(gi_id) X(ci_id) X(pcie_replay)              \
-    X(nvlink_raw_tx_kib) X(nvlink_raw_rx_kib)
+    X(nvlink_raw_tx_kib) X(nvlink_raw_rx_kib) X(nvlink_data_tx_kib) X(nvlink_data_rx_kib)
 
 #define DOUBLE_FIELDS(X) X(gpm_graphics) X(gpm_sm) X(gpm_occupancy) X(gpm_tensor) X(gpm_tx) X(gpm_rx) X(gpm_dram)
 
@@ -445,6 +445,8 @@ static void h200_values(FakeDevice *d, int i) {
     d->pcie_replay = 3;
     d->nvlink_raw_tx_kib = 1000; /* all links together (field values 140/141, scope UINT_MAX) */
     d->nvlink_raw_rx_kib = 2000;
+    d->nvlink_data_tx_kib = 800; /* the payload only (field values 138/139, scope UINT_MAX) */
+    d->nvlink_data_rx_kib = 1600;
     d->gpm_supported = 1;
     d->max_mig = 7;
     d->xid_supported = 1;
@@ -532,6 +534,7 @@ static void add_rtx(void) {
     d->pcie_rx_kb = 300000;
     d->pcie_replay = 0;
     d->nvlink_raw_tx_kib = d->nvlink_raw_rx_kib = -1; /* no NVLink on a consumer card */
+    d->nvlink_data_tx_kib = d->nvlink_data_rx_kib = -1;
     d->mem_temp = -1; /* field 82 not supported */
     d->edpp = -1;     /* field 274 not supported */
     d->xid_supported = 1;
@@ -651,6 +654,7 @@ static int apply_scenario(const char *name) {
         g_rc_all[FN_nvmlDeviceGetAddressingMode] = NVML_ERROR_DEPRECATED;
         g_devs[g_top[0]].mem_temp = -1;
         g_devs[g_top[0]].nvlink_raw_tx_kib = g_devs[g_top[0]].nvlink_raw_rx_kib = -1;
+        g_devs[g_top[0]].nvlink_data_tx_kib = g_devs[g_top[0]].nvlink_data_rx_kib = -1;
     } else if (strcmp(name, "noperm") == 0) {
         add_h200();
         int fns[] = {FN_nvmlDeviceGetEccMode, FN_nvmlDeviceGetMemoryErrorCounter, FN_nvmlDeviceGetTotalEccErrors,
@@ -1362,7 +1366,9 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldV
         case 186: value = d->power_inst_mw; v->valueType = 1; break;
         case 230: value = d->recovery_action; v->valueType = 1; break;
         case 274: value = d->edpp; v->valueType = 1; break;
-        /* NVLink raw throughput (KiB): only the all-links aggregate, scope UINT_MAX, is simulated */
+        /* NVLink data and raw throughput (KiB): only the all-links aggregate, scope UINT_MAX, is simulated */
+        case 138: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_data_tx_kib : -1; break;
+        case 139: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_data_rx_kib : -1; break;
         case 140: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_raw_tx_kib : -1; break;
         case 141: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_raw_rx_kib : -1; break;
         default: break;

@@ -14,8 +14,20 @@ import re
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from fractions import Fraction
 
 from nvidia_gpu_exporter.exposition.dcgm_counters import Counter
+from nvidia_gpu_exporter.exposition.dcgm_generations import (
+    DEFAULT_GENERATION,
+    RENAMES,
+    SAME,
+    Generation,
+    current_name,
+    declaration,
+    facts_of,
+    in_default_file,
+)
+from nvidia_gpu_exporter.exposition.dcgm_xids import xid_message
 from nvidia_gpu_exporter.exposition.text import escape_label_value, format_value, has_surrogates, header
 from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution
 from nvidia_gpu_exporter.model.snapshot import (
@@ -29,21 +41,20 @@ from nvidia_gpu_exporter.model.snapshot import (
 )
 from nvidia_gpu_exporter.model.uuids import normalize_mig_uuid, normalize_uuid
 from nvidia_gpu_exporter.model.values import ABSENT_TOKENS, transform_generic
-from nvidia_gpu_exporter.model.xids import describe
 
 log = logging.getLogger(__name__)
 
-# dcgm-exporter's label order: the GPU's, a GPU instance's on MIG, the node's, then the counters file's `label`
-# fields (LABEL_FAMILIES below), the pod's (from attribution), and a family's own (XIDs) last.
+# dcgm-exporter's label order: the GPU's, a GPU instance's on MIG, the node's (spelled as the generation spells
+# it), then the counters file's `label` fields (LABEL_FAMILIES below), the pod's (from attribution), and a family's
+# own (XIDs) last.
 GPU_LABEL_NAMES = ("gpu", "UUID", "pci_bus_id", "device", "modelName")
 MIG_LABEL_NAMES = ("GPU_I_PROFILE", "GPU_I_ID")
-HOSTNAME_LABEL = "hostname"
 POD_LABEL_NAMES = ("pod", "namespace", "container")
 XID_LABEL_NAMES = ("err_code", "err_msg")
 _IDENTITY = ("index", "uuid", "pci.bus_id", "name")
 LABEL = "label"  # the counters-file type of a field served as a label on every series, not as a family
 NOT_ON_MIG = "-"  # DcgmFamily.on_mig of a field DCGM does not report for a GPU instance
-MIB = 1_048_576.0
+MIB = 1_048_576
 _COMPUTE_SLICE = re.compile(r"^[0-9]+c\.")  # ``1c.3g.71gb``: a compute instance of the ``3g.71gb`` GPU instance
 
 
@@ -61,6 +72,14 @@ class DcgmFamily:
     on_mig: str = ""
     gpm: str = ""  # the GpuExtras attribute of an NVML GPM ratio, served as it is ("" = not a GPM field)
     extra: str = ""  # the GpuExtras attribute of another NVML reading, already in DCGM's unit ("" = none)
+    # From the unit of the field's oldest name (the one its source is declared in) to this name's unit.
+    factor: Fraction = SAME
+    oldest: str = ""  # the field's oldest name where this is a later one ("" = this is it)
+
+    @property
+    def field(self) -> str:
+        """The field whatever its name: its oldest name."""
+        return self.oldest or self.name
 
 
 # In default-counters.csv's order; the disabled ECC and retired-page lines too, since nvidia-smi has them.
@@ -146,6 +165,16 @@ FIELD_FAMILIES: tuple[DcgmFamily, ...] = (
         "DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed", "remapped_rows.failure"
     ),
 )
+# dcgm-exporter lists it from 4.9 on: memory.total, in bytes; a GPU instance's own.
+FB_CAPACITY = DcgmFamily(
+    "DCGM_FI_DEV_FB_CAPACITY_BYTES",
+    "gauge",
+    "Total GPU memory capacity (in bytes).",
+    "memory.total",
+    "[MiB]",
+    "memory_total_bytes",
+    factor=Fraction(MIB),
+)
 # Not a query field: NVML's energy counter (nvml and demo backends), served in DCGM's millijoules.
 TOTAL_ENERGY = DcgmFamily(
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ)."
@@ -183,7 +212,7 @@ NVLINK_BANDWIDTH = DcgmFamily(
     "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
     "counter",
     "Total number of NVLink bandwidth counters for all lanes.",
-    extra="nvlink_bytes",
+    extra="nvlink_mib_per_second",
 )
 # NVML's PCIe throughput (a 20 ms driver sample, bytes per second); a GPU instance's own from its GPM window.
 PCIE_FAMILIES: tuple[DcgmFamily, ...] = (
@@ -204,7 +233,8 @@ PCIE_FAMILIES: tuple[DcgmFamily, ...] = (
         extra="pcie_rx_bytes_per_second",
     ),
 )
-# Every family this profile can serve, in the order it renders them without a counters file.
+# The families of dcgm-exporter's default file up to generation 4.8 (the disabled ECC and retired-page lines too),
+# under their oldest names, in the order the profile renders them without a counters file.
 DCGM_FAMILIES: tuple[DcgmFamily, ...] = (
     *FIELD_FAMILIES[:5],
     TOTAL_ENERGY,
@@ -216,6 +246,9 @@ DCGM_FAMILIES: tuple[DcgmFamily, ...] = (
     *PCIE_FAMILIES,
     XID_ERRORS,
 )
+# Every family this profile can serve: those, and the ones later generations added, each after its neighbours.
+_RESERVED = [family.name for family in DCGM_FAMILIES].index("DCGM_FI_DEV_FB_RESERVED")
+ALL_FAMILIES: tuple[DcgmFamily, ...] = (*DCGM_FAMILIES[: _RESERVED + 1], FB_CAPACITY, *DCGM_FAMILIES[_RESERVED + 1 :])
 DRIVER_VERSION = DcgmFamily("DCGM_FI_DRIVER_VERSION", LABEL, "Driver Version", "driver_version")
 # The `label` fields nvidia-smi can give, in default-counters.csv's order; only the driver's is on by default.
 LABEL_FAMILIES: tuple[DcgmFamily, ...] = (
@@ -227,7 +260,48 @@ LABEL_FAMILIES: tuple[DcgmFamily, ...] = (
     DcgmFamily("DCGM_FI_DEV_INFOROM_IMAGE_VER", LABEL, "Inforom image version", "inforom.img"),
     DcgmFamily("DCGM_FI_DEV_VBIOS_VERSION", LABEL, "VBIOS version of the device", "vbios_version"),
 )
-_KNOWN = {family.name: family for family in (*DCGM_FAMILIES, *LABEL_FAMILIES)}
+
+
+def _every_spelling() -> dict[str, DcgmFamily]:
+    """Every name a field has had, each with its own HELP and unit: a counters file may use any of them."""
+    known = {family.name: family for family in (*ALL_FAMILIES, *LABEL_FAMILIES)}
+    for rename in RENAMES:
+        older = known[rename.old]
+        known[rename.new] = replace(
+            older,
+            name=rename.new,
+            help=rename.help or older.help,
+            factor=older.factor * rename.factor,
+            oldest=older.field,
+        )
+    return known
+
+
+_KNOWN = _every_spelling()
+
+
+def default_families(generation: Generation) -> tuple[DcgmFamily, ...]:
+    """What a generation serves without a counters file: its default file's fields (the disabled ECC and
+    retired-page ones too), under its names, and its driver-version label field."""
+    families: list[DcgmFamily] = []
+    for family in (*ALL_FAMILIES, DRIVER_VERSION):
+        if not in_default_file(family.name, generation):
+            continue
+        served = _KNOWN[current_name(family.name, generation)]
+        declared = declaration(family.name, generation)
+        if declared is not None:
+            served = replace(served, metric_type=declared[0], help=declared[1])
+        families.append(served)
+    return tuple(families)
+
+
+def _scaled(value: float, factor: Fraction) -> float:
+    """A value in another unit, rounded once: ``factor`` is a whole multiplier or one over a divisor."""
+    if factor.denominator == 1:
+        return value * factor.numerator
+    return value * factor.numerator / factor.denominator
+
+
 _SINGLE_VALUE_TYPES = ("gauge", "counter")
 
 
@@ -320,9 +394,11 @@ class DcgmExposition:
     label field (dcgm-exporter's default). With them, exactly the records it can serve, in the file's order and
     with the file's type and HELP; one warning at construction lists the others and why. ``energy`` says whether
     the backend reads NVML's energy counter (nvml and demo), ``gpm`` whether it samples NVML GPM (nvml),
-    ``extras`` whether it reads the other NVML readings (PCIe replays and rates, NVLink bytes: nvml, demo). A MIG GPU
-    whose GPU instances the readings list is served per GPU instance, as dcgm-exporter monitors it; ``pod_labels``
-    adds the holding container's labels.
+    ``extras`` whether it reads the other NVML readings (PCIe replays and rates, NVLink bandwidth: nvml, demo). A
+    MIG GPU whose GPU instances the readings list is served per GPU instance, as dcgm-exporter monitors it;
+    ``pod_labels`` adds the holding container's labels. ``generation`` is the dcgm-exporter generation to look
+    like: its node label's spelling and, without a counters file, its default fields under its names and units.
+    ``xids`` says whether XIDs are read at all: only then does a GPU without one get the ``No Error`` series.
     """
 
     def __init__(
@@ -336,6 +412,8 @@ class DcgmExposition:
         extras: bool = True,
         pod_labels: bool = False,
         model_name_dashes: bool = False,
+        generation: Generation = DEFAULT_GENERATION,
+        xids: bool = True,
     ) -> None:
         identity = [column_of(fields, name) for name in _IDENTITY]
         missing = [name for name, column in zip(_IDENTITY, identity, strict=True) if column is None]
@@ -343,6 +421,8 @@ class DcgmExposition:
             raise ValueError(f"identity fields missing from the query: {', '.join(missing)}")
         self._identity = tuple(column for column in identity if column is not None)
         self.hostname = hostname  # None: no hostname label (dcgm-exporter's -n / --no-hostname)
+        self.hostname_label = facts_of(generation).hostname_label
+        self.xids = xids
         self.model_name_dashes = model_name_dashes  # its --replace-blanks-in-model-name
         self.pod_labels = pod_labels  # --kubernetes.pod-labels
         self._served: list[tuple[DcgmFamily, int | None]] = []
@@ -358,7 +438,7 @@ class DcgmExposition:
             if reason is not None:
                 unavailable.append(f"{counter.name} (line {counter.line}: {reason})")
         if counters is None:
-            for family in (*DCGM_FAMILIES, DRIVER_VERSION):
+            for family in default_families(generation):
                 reason = self._place(family, fields, energy, gpm, extras)
                 if reason is not None and reason.startswith("its header"):  # an absent source is no news here
                     unavailable.append(f"{family.name} ({reason})")
@@ -371,14 +451,14 @@ class DcgmExposition:
     ) -> str | None:
         """Serve a family (or label field) from its source, or say why this backend's query cannot give it."""
         if (
-            family.name == XID_ERRORS.name
-            or (family.name == TOTAL_ENERGY.name and energy)
+            family.field == XID_ERRORS.name
+            or (family.field == TOTAL_ENERGY.name and energy)
             or (family.gpm and gpm)
             or (family.extra and extras)
         ):
             self._served.append((family, None))
             return None
-        if family.name == TOTAL_ENERGY.name or family.extra:
+        if family.field == TOTAL_ENERGY.name or family.extra:
             return "needs the nvml or demo backend"
         if family.gpm:
             return "needs the nvml backend: NVML GPM"
@@ -404,7 +484,7 @@ class DcgmExposition:
         if mig is not None:
             pairs += zip(MIG_LABEL_NAMES, mig, strict=True)
         if self.hostname is not None:
-            pairs.append((HOSTNAME_LABEL, self.hostname))
+            pairs.append((self.hostname_label, self.hostname))
         pairs += [
             (label, cells[column])
             for label, column in self._label_columns
@@ -478,28 +558,26 @@ class DcgmExposition:
                 if entity.instance is not None and family.on_mig:
                     reading = None if family.on_mig == NOT_ON_MIG else entity.instance.reading
                     own = None if reading is None else getattr(reading, family.on_mig)
-                    scale = 1.0 if family.gpm or family.extra else MIB  # a ratio or rate as it is, bytes in MiB
-                    value = None if own is None else own / scale
+                    if own is not None and not (family.gpm or family.extra):  # bytes, in whole MiB as DCGM's
+                        own = float(own // MIB)
+                    value = own
                 elif family.gpm or family.extra:
                     value = None if extra is None else getattr(extra, family.gpm or family.extra)
-                elif family.name == TOTAL_ENERGY.name:
+                elif family.field == TOTAL_ENERGY.name:
                     joules = None if extra is None else extra.energy_joules
                     value = None if joules is None else float(round(joules * 1000.0))
-                elif family.name == XID_ERRORS.name:
-                    records = by_gpu.get(entity.uuid)
-                    if records:
-                        last = latest_xid(records)
-                        known = describe(last.xid)
-                        message = escape_label_value(known.name if known else "")
-                        lines.append(
-                            f'{family.name}{{{entity.labels},err_code="{last.xid}",err_msg="{message}"}} {last.xid}\n'
-                        )
+                elif family.field == XID_ERRORS.name:
+                    if self.xids:
+                        records = by_gpu.get(entity.uuid)
+                        code = latest_xid(records).xid if records else 0  # 0: dcgm-exporter's "No Error"
+                        message = escape_label_value(xid_message(code))
+                        lines.append(f'{family.name}{{{entity.labels},err_code="{code}",err_msg="{message}"}} {code}\n')
                     continue
                 else:
                     raw = entity.cells[column] if column is not None else ""
                     value = None if raw.strip().lower() in ABSENT_TOKENS else transform_generic(raw, 1.0)
                 if value is not None:
-                    lines.append(f"{family.name}{{{entity.labels}}} {dcgm_value(value)}\n")
+                    lines.append(f"{family.name}{{{entity.labels}}} {dcgm_value(_scaled(value, family.factor))}\n")
             if lines:
                 parts.append(header(family.name, family.help, family.metric_type) + "".join(lines))
         return "".join(parts)

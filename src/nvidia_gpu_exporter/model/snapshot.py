@@ -75,10 +75,10 @@ class GpuExtras:
     graphics_activity_ratio: float | None = None
     tensor_activity_ratio: float | None = None
     dram_activity_ratio: float | None = None  # DRAM bandwidth used vs its theoretical maximum
-    # Read only for the DCGM profile (nvml backend): PCIe replays, and NVLink bytes sent and received over all
-    # links, protocol overhead included, since the driver started counting.
+    # Read only for the DCGM profile (nvml backend): PCIe replays, and the NVLink bandwidth over all links as DCGM
+    # computes it (payload sent and received between two collections, in its MiB/s).
     pcie_replay_count: float | None = None
-    nvlink_bytes: float | None = None
+    nvlink_mib_per_second: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

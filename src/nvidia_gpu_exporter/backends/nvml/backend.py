@@ -70,10 +70,23 @@ log = logging.getLogger(__name__)
 STILL_IN_PROGRESS = "a previous collection is still in progress"
 CLOSE_WAIT_SECONDS = 2.0
 PCIE_KB = 1000.0  # NVML reports PCIe throughput in KB/s
-NVLINK_KIB = 1024.0  # NVML's NVLink throughput counters count KiB
-# nvmlDeviceGetFieldValues: NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX and _RAW_RX (data and protocol overhead), with
-# the scope that sums every link.
-NVLINK_RAW_BYTES = ((140, 0xFFFFFFFF), (141, 0xFFFFFFFF))
+# nvmlDeviceGetFieldValues: NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX and _DATA_RX (payload only, counted in KiB), with
+# the scope that sums every link: the counters DCGM computes DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL from.
+NVLINK_DATA_KIB = ((138, 0xFFFFFFFF), (139, 0xFFFFFFFF))
+MICROSECONDS = 1_000_000
+
+
+def nvlink_bandwidth(previous: tuple[int, int] | None, total_kib: int, timestamp_us: int) -> float:
+    """DCGM's NVLink bandwidth of a GPU from its data counters' total (KiB) read at ``timestamp_us``, and the
+    previous ``(total, timestamp)``: as DcgmCacheManager::ReadAndCacheNvLinkBandwidth computes it (DCGM 4.6.0),
+    0 on the first reading, while the counters read 0 or when no time passed; else the KiB moved per second
+    divided by 1000 (DCGM's own "KiB/sec -> MiB/sec"), truncated to a whole number."""
+    if previous is None or total_kib == 0 or timestamp_us == previous[1]:
+        return 0.0
+    elapsed = (timestamp_us - previous[1]) / MICROSECONDS
+    return float(int((total_kib - previous[0]) / elapsed / 1000.0))
+
+
 UNKNOWN_ERROR = -1  # any code outside the token table renders "[Unknown Error]"
 
 
@@ -121,7 +134,8 @@ class NvmlBackend:
         self.compute_apps = compute_apps
         self.pcie_throughput = pcie_throughput
         self.gpm_whole_gpus = gpm_whole_gpus  # only the DCGM profile serves a whole GPU's GPM: no samples otherwise
-        self.dcgm_readings = dcgm_readings  # PCIe replays and NVLink bytes: read only for the DCGM profile
+        self.dcgm_readings = dcgm_readings  # PCIe replays and NVLink bandwidth: read only for the DCGM profile
+        self._nvlink: dict[str, tuple[int, int]] = {}  # per GPU: the last NVLink data total (KiB) and its time (µs)
         self.watcher = watcher
         self.sampler = GpmSampler(gpm_clock)
         session.on_teardown(self.sampler.release_all)
@@ -334,6 +348,7 @@ class NvmlBackend:
         per_gpu: list[GpuExtras] = []
         mig_devices: list[MigDevice] = []
         mig_instances: list[MigInstanceReading] = []
+        nvlink_totals: dict[str, tuple[int, int]] = {}
         self.sampler.begin_cycle()
         for gpu in gpus:
             energy = self._soft(call("nvmlDeviceGetTotalEnergyConsumption", gpu.handle))
@@ -350,7 +365,7 @@ class NvmlBackend:
                 else None
             )
             values = gpm or {}
-            replays, nvlink = self._dcgm_readings(gpu) if self.dcgm_readings else (None, None)
+            replays, nvlink = self._dcgm_readings(gpu, nvlink_totals) if self.dcgm_readings else (None, None)
             per_gpu.append(
                 GpuExtras(
                     gpu_uuid=gpu.uuid,
@@ -361,7 +376,7 @@ class NvmlBackend:
                     tensor_activity_ratio=percent_ratio(values, TENSOR),
                     dram_activity_ratio=percent_ratio(values, DRAM),
                     pcie_replay_count=replays,
-                    nvlink_bytes=nvlink,
+                    nvlink_mib_per_second=nvlink,
                 )
             )
             if not in_mig:
@@ -371,18 +386,22 @@ class NvmlBackend:
                 mig_devices += mig[0]
                 mig_instances += mig[1]
         self.sampler.end_cycle()
+        self._nvlink = nvlink_totals  # only the GPUs read this cycle: a GPU gone is forgotten
         return NvmlExtras(tuple(per_gpu), tuple(mig_devices), tuple(mig_instances))
 
-    def _dcgm_readings(self, gpu: _Gpu) -> tuple[float | None, float | None]:
-        """The PCIe replay counter and the NVLink bytes of all links (``None`` where NVML cannot say)."""
+    def _dcgm_readings(self, gpu: _Gpu, totals: dict[str, tuple[int, int]]) -> tuple[float | None, float | None]:
+        """The PCIe replay counter and the NVLink bandwidth over all links, in DCGM's MiB/s (``None`` where NVML
+        cannot say); this reading's NVLink data total is kept in ``totals`` for the next one."""
         replays = self._soft(call("nvmlDeviceGetPcieReplayCounter", gpu.handle))
-        entries = self._soft(call("nvmlDeviceGetFieldValues", gpu.handle, list(NVLINK_RAW_BYTES)))
+        entries = self._soft(call("nvmlDeviceGetFieldValues", gpu.handle, list(NVLINK_DATA_KIB)))
         nvlink: float | None = None
         if not isinstance(entries, Failure):
             counts = [field_value(entry) for entry in entries]
-            kib = [count for count in counts if not isinstance(count, Failure)]
+            kib = [int(count) for count in counts if not isinstance(count, Failure)]
             if len(kib) == len(counts):
-                nvlink = float(sum(kib)) * NVLINK_KIB
+                stamp = max(int(entry.timestamp) for entry in entries) or int(time.time() * MICROSECONDS)
+                nvlink = nvlink_bandwidth(self._nvlink.get(gpu.uuid), sum(kib), stamp)
+                totals[gpu.uuid] = (sum(kib), stamp)
         return (None if isinstance(replays, Failure) else float(int(replays))), nvlink
 
 

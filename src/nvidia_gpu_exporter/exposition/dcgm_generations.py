@@ -1,0 +1,171 @@
+"""dcgm-exporter's generations (``--dcgm.compatibility``, docs/dcgm.md "Generations"): what each names how.
+
+dcgm-exporter renamed labels and fields across its releases, and dashboards, rules and integrations are written
+against each of them. This module is the one table of those facts: per generation, the spelling of the node's
+label and, per renamed field, its new name, the release line that made it the default, the factor from the old
+unit to the new one and the HELP text under it. :mod:`.dcgm` derives every family and label field from it; the
+sources are cited in docs/dcgm.md, whose table of this one a test keeps equal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from fractions import Fraction
+
+
+class Generation(str, Enum):
+    """A line of dcgm-exporter releases whose output looks the same; the values order them."""
+
+    V3 = "3"
+    V4_5 = "4.5"
+    V4_8 = "4.8"
+    V4_9 = "4.9"
+    V4_10 = "4.10"
+
+    def at_least(self, other: Generation) -> bool:
+        return _ORDER.index(self) >= _ORDER.index(other)
+
+
+_ORDER = tuple(Generation)
+NEWEST = Generation.V4_10
+# What --dcgm.compatibility defaults to: the generation this exporter's own rules, chart, doctor and docs query
+# (and NVIDIA's dashboard 12239), until they move to the newest names.
+DEFAULT_GENERATION = Generation.V4_8
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationFacts:
+    """What one generation stands for and how its every series is labelled."""
+
+    generation: Generation
+    releases: str  # the dcgm-exporter releases it stands for
+    hostname_label: str
+
+
+GENERATIONS: tuple[GenerationFacts, ...] = (
+    GenerationFacts(Generation.V3, "3.x (the default file of 3.3.9-3.6.1)", "Hostname"),
+    GenerationFacts(Generation.V4_5, "4.0.0 to 4.8.2 (the default file of 4.4.0 and later)", "Hostname"),
+    GenerationFacts(Generation.V4_8, "4.8.3 and 4.8.4", "hostname"),
+    GenerationFacts(Generation.V4_9, "4.9.x", "hostname"),
+    GenerationFacts(Generation.V4_10, "4.10.x", "hostname"),
+)
+_FACTS = {facts.generation: facts for facts in GENERATIONS}
+
+# Unit factors: a value in the old name's unit times this is in the new name's.
+SAME = Fraction(1)
+MHZ_TO_HZ = Fraction(1_000_000)
+MJ_TO_J = Fraction(1, 1000)
+PERCENT_TO_RATIO = Fraction(1, 100)
+
+
+@dataclass(frozen=True, slots=True)
+class Rename:
+    """A field dcgm-exporter's default file lists under a new name from ``since`` on; the old name still works."""
+
+    old: str
+    new: str
+    since: Generation
+    factor: Fraction = SAME
+    unit: str = ""  # the new name's unit where it changed ("" = the old name's)
+    help: str = ""  # the HELP text under the new name ("" = the old name's)
+
+
+# In the order dcgm-exporter's default file lists them; the label fields last.
+RENAMES: tuple[Rename, ...] = (
+    Rename("DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_SM_CLOCK_HERTZ", Generation.V4_9, MHZ_TO_HZ, "Hz", "SM clock (in Hz)."),
+    Rename(
+        "DCGM_FI_DEV_MEM_CLOCK",
+        "DCGM_FI_DEV_MEMORY_CLOCK_HERTZ",
+        Generation.V4_9,
+        MHZ_TO_HZ,
+        "Hz",
+        "Memory clock (in Hz).",
+    ),
+    Rename("DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_MEMORY_TEMP_CELSIUS", Generation.V4_9),
+    Rename("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_TEMP_CELSIUS", Generation.V4_9),
+    Rename("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_BOARD_POWER_WATTS", Generation.V4_9),
+    Rename(
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL",
+        Generation.V4_9,
+        MJ_TO_J,
+        "J",
+        "Total energy consumption since the driver was last loaded (in J).",
+    ),
+    Rename("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_PCIE_REPLAY_TOTAL", Generation.V4_9),
+    Rename(
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_GPU_UTIL_RATIO",
+        Generation.V4_9,
+        PERCENT_TO_RATIO,
+        "ratio 0-1",
+        "GPU utilization (ratio 0-1).",
+    ),
+    Rename("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_XID_ERROR", Generation.V4_9),
+    Rename("DCGM_FI_DEV_RETIRED_SBE", "DCGM_FI_DEV_PAGE_RETIRED_SBE_TOTAL", Generation.V4_9),
+    Rename("DCGM_FI_DEV_RETIRED_DBE", "DCGM_FI_DEV_PAGE_RETIRED_DBE_TOTAL", Generation.V4_9),
+    Rename("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL", Generation.V4_9),
+    Rename("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL", Generation.V4_9),
+    Rename("DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_ROW_REMAP_FAILED", Generation.V4_9),
+    Rename("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", Generation.V4_9),
+    Rename("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_TENSOR_UTIL_RATIO", Generation.V4_9),
+    Rename("DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_DRAM_UTIL_RATIO", Generation.V4_9),
+    Rename("DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND", Generation.V4_10),
+    Rename("DCGM_FI_PROF_PCIE_RX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES_PER_SECOND", Generation.V4_10),
+    Rename("DCGM_FI_DRIVER_VERSION", "DCGM_FI_SYSTEM_DRIVER_VERSION", Generation.V4_9),
+    Rename("DCGM_FI_DEV_SERIAL", "DCGM_FI_DEV_BOARD_SERIAL", Generation.V4_9),
+    Rename("DCGM_FI_DEV_OEM_INFOROM_VER", "DCGM_FI_DEV_INFOROM_OEM_VERSION", Generation.V4_9),
+    Rename("DCGM_FI_DEV_ECC_INFOROM_VER", "DCGM_FI_DEV_INFOROM_ECC_VERSION", Generation.V4_9),
+    Rename("DCGM_FI_DEV_POWER_INFOROM_VER", "DCGM_FI_DEV_INFOROM_POWER_VERSION", Generation.V4_9),
+    Rename("DCGM_FI_DEV_INFOROM_IMAGE_VER", "DCGM_FI_DEV_INFOROM_IMAGE_VERSION", Generation.V4_9),
+)
+
+# Fields a generation's default file lists that the older ones did not, with the first generation listing them.
+ADDED: dict[str, Generation] = {
+    "DCGM_FI_DEV_FB_RESERVED": Generation.V4_5,
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": Generation.V4_5,
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": Generation.V4_5,
+    "DCGM_FI_PROF_DRAM_ACTIVE": Generation.V4_5,
+    "DCGM_FI_DEV_FB_CAPACITY_BYTES": Generation.V4_9,
+}
+
+# Generation 3's default file types and describes some fields otherwise: name -> (Prometheus type, HELP).
+V3_DECLARATIONS: dict[str, tuple[str, str]] = {
+    "DCGM_FI_DEV_FB_FREE": ("gauge", "Frame buffer memory free (in MB)."),
+    "DCGM_FI_DEV_FB_USED": ("gauge", "Frame buffer memory used (in MB)."),
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": ("counter", "Total number of NVLink bandwidth counters for all lanes"),
+    "DCGM_FI_PROF_PCIE_TX_BYTES": ("counter", "Total number of bytes transmitted through PCIe TX via NVML."),
+    "DCGM_FI_PROF_PCIE_RX_BYTES": ("counter", "Total number of bytes received through PCIe RX via NVML."),
+}
+
+
+def facts_of(generation: Generation) -> GenerationFacts:
+    return _FACTS[generation]
+
+
+def current_name(name: str, generation: Generation) -> str:
+    """The name the generation's default file gives a field known under ``name`` (its oldest name)."""
+    for rename in RENAMES:
+        if rename.old == name and generation.at_least(rename.since):
+            name = rename.new
+    return name
+
+
+def oldest_name(name: str) -> str:
+    """The oldest name of a field known under ``name`` (itself where it was never renamed)."""
+    for rename in reversed(RENAMES):
+        if rename.new == name:
+            name = rename.old
+    return name
+
+
+def in_default_file(name: str, generation: Generation) -> bool:
+    """Whether a field (by its oldest name) is listed, and enabled, in the generation's default file."""
+    added = ADDED.get(name)
+    return added is None or generation.at_least(added)
+
+
+def declaration(name: str, generation: Generation) -> tuple[str, str] | None:
+    """The generation's own (type, HELP) of a field by its oldest name, where it differs from the newest's."""
+    return V3_DECLARATIONS.get(name) if generation is Generation.V3 else None

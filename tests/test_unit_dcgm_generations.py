@@ -1,0 +1,253 @@
+"""--dcgm.compatibility (docs/dcgm.md, "Generations"): each dcgm-exporter generation's label and field names and
+units, a counters file served as written whatever the generation, and the docs table of the facts."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import pytest
+
+from harness import FIXTURES, REPO, assert_golden
+from nvidia_gpu_exporter.backends.demo.backend import DemoBackend
+from nvidia_gpu_exporter.backends.fields import FieldRequest
+from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition
+from nvidia_gpu_exporter.exposition.dcgm_counters import parse_counters
+from nvidia_gpu_exporter.exposition.dcgm_generations import (
+    DEFAULT_GENERATION,
+    GENERATIONS,
+    RENAMES,
+    Generation,
+)
+from nvidia_gpu_exporter.flags import FlagError, parse_args
+from nvidia_gpu_exporter.model.snapshot import (
+    Attempt,
+    GpuExtras,
+    GpuTable,
+    NvmlExtras,
+    QueryField,
+    Readings,
+    Snapshot,
+    XidRecord,
+)
+from test_unit_dcgm import samples
+from unit_helpers import gpu_row, query_fields
+
+UUID = "GPU-3f1a9c2e-7b4d-4e8a-9c61-2d5e8f0a1b37"
+IDENTITY = {"uuid": UUID, "name": "NVIDIA A100-SXM4-80GB", "pci.bus_id": "00000000:07:00.0", "index": "0"}
+GPU = 'gpu="0",UUID="GPU-3f1a9c2e-7b4d-4e8a-9c61-2d5e8f0a1b37",pci_bus_id="00000000:07:00.0",device="nvidia0"'
+CELLS = {
+    "clocks.current.sm": ("clocks.current.sm [MHz]", "1410 MHz"),
+    "temperature.gpu": ("temperature.gpu", "31"),
+    "utilization.gpu": ("utilization.gpu [%]", "45 %"),
+    "memory.total": ("memory.total [MiB]", "81920 MiB"),
+    "memory.reserved": ("memory.reserved [MiB]", "525 MiB"),
+    "driver_version": ("driver_version", "550.54.15"),
+}
+
+
+def snapshot(*, xids: tuple[XidRecord, ...] = ()) -> tuple[list[QueryField], Snapshot]:
+    fields = query_fields([(qfield, rfield) for qfield, (rfield, _) in CELLS.items()])
+    row = gpu_row(fields, **IDENTITY, **{qfield.replace(".", "_"): cell for qfield, (_, cell) in CELLS.items()})
+    extras = NvmlExtras(gpus=(GpuExtras(UUID, energy_joules=123456.789, pcie_tx_bytes_per_second=1000.0),))
+    readings = Readings(GpuTable((row,)), None, "12.4", extras)
+    return fields, Snapshot(Attempt(readings, 0, 0.1, 1.0), 0, 1.0, xids=xids)
+
+
+def render(generation: Generation, counters: str | None = None) -> str:
+    fields, snap = snapshot(xids=(XidRecord(UUID, 79, 1, 5.0),))
+    parsed = parse_counters(counters, "counters.csv") if counters is not None else None
+    return DcgmExposition(fields, "node-1", counters=parsed, generation=generation).render(snap)
+
+
+def sample_of(text: str, name: str) -> str:
+    """The one sample of family ``name``: its labels after the GPU's, and its value."""
+    (line,) = [line for line in samples(text) if line.startswith(name + "{")]
+    return line.removeprefix(f"{name}{{{GPU},").split(",", 1)[1]
+
+
+# -- the flag --------------------------------------------------------------------------------------------------
+
+
+def test_the_flag_defaults_to_the_generation_our_rules_and_dashboards_query() -> None:
+    assert parse_args([]).config.dcgm_compatibility is DEFAULT_GENERATION is Generation.V4_8
+
+
+@pytest.mark.parametrize("value", ["3", "4.5", "4.8", "4.9", "4.10"])
+def test_the_flag_takes_each_generation(value: str) -> None:
+    assert parse_args([f"--dcgm.compatibility={value}"]).config.dcgm_compatibility is Generation(value)
+
+
+def test_the_flag_refuses_a_release_that_is_not_a_generation() -> None:
+    with pytest.raises(FlagError, match=re.escape("enum value must be one of 3,4.5,4.8,4.9,4.10, got '4.6'")):
+        parse_args(["--dcgm.compatibility=4.6"])
+
+
+# -- labels ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("generation", "node", "driver"),
+    [
+        (Generation.V3, "Hostname", "DCGM_FI_DRIVER_VERSION"),
+        (Generation.V4_5, "Hostname", "DCGM_FI_DRIVER_VERSION"),
+        (Generation.V4_8, "hostname", "DCGM_FI_DRIVER_VERSION"),
+        (Generation.V4_9, "hostname", "DCGM_FI_SYSTEM_DRIVER_VERSION"),
+        (Generation.V4_10, "hostname", "DCGM_FI_SYSTEM_DRIVER_VERSION"),
+    ],
+)
+def test_each_generation_spells_the_node_and_driver_labels_its_way(
+    generation: Generation, node: str, driver: str
+) -> None:
+    text = render(generation)
+    temperature = next(line for line in samples(text) if "_GPU_TEMP" in line)
+    assert f'modelName="NVIDIA A100-SXM4-80GB",{node}="node-1",{driver}="550.54.15"}} 31' in temperature
+
+
+# -- names and units -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("generation", "name", "value"),
+    [
+        pytest.param(Generation.V4_8, "DCGM_FI_DEV_SM_CLOCK", "1410", id="4.8-clock-in-MHz"),
+        pytest.param(Generation.V4_9, "DCGM_FI_DEV_SM_CLOCK_HERTZ", "1410000000", id="4.9-clock-in-Hz"),
+        pytest.param(Generation.V4_8, "DCGM_FI_DEV_GPU_UTIL", "45", id="4.8-utilization-in-percent"),
+        pytest.param(Generation.V4_9, "DCGM_FI_DEV_GPU_UTIL_RATIO", "0.45", id="4.9-utilization-as-a-ratio"),
+        pytest.param(Generation.V4_8, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "123456789", id="4.8-energy-in-mJ"),
+        pytest.param(Generation.V4_9, "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", "123456.789", id="4.9-energy-in-J"),
+        pytest.param(Generation.V4_9, "DCGM_FI_DEV_GPU_TEMP_CELSIUS", "31", id="4.9-renamed-same-unit"),
+        pytest.param(Generation.V4_9, "DCGM_FI_DEV_FB_CAPACITY_BYTES", "85899345920", id="4.9-capacity-in-bytes"),
+        pytest.param(Generation.V4_9, "DCGM_FI_PROF_PCIE_TX_BYTES", "1000", id="4.9-pcie-old-name"),
+        pytest.param(Generation.V4_10, "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND", "1000", id="4.10-pcie-renamed"),
+    ],
+)
+def test_each_generation_serves_its_names_in_its_units(generation: Generation, name: str, value: str) -> None:
+    assert sample_of(render(generation), name).endswith(f"}} {value}")
+
+
+@pytest.mark.parametrize("generation", [Generation.V3, Generation.V4_5, Generation.V4_8])
+def test_no_generation_before_4_9_serves_a_4_9_name_by_default(generation: Generation) -> None:
+    names = {line.split("{")[0] for line in samples(render(generation))}
+    assert names.isdisjoint({rename.new for rename in RENAMES} | {"DCGM_FI_DEV_FB_CAPACITY_BYTES"})
+
+
+def test_the_xid_family_keeps_its_labels_under_its_4_9_name() -> None:
+    xid = sample_of(render(Generation.V4_9), "DCGM_FI_DEV_XID_ERROR")
+    assert xid.endswith(',err_code="79",err_msg="GPU has fallen off the bus"} 79')
+
+
+@pytest.mark.parametrize(
+    ("name", "declaration"),
+    [
+        ("DCGM_FI_DEV_FB_RESERVED", None),  # 3.x's default file has no such line
+        ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", None),
+        ("DCGM_FI_PROF_PCIE_TX_BYTES", "counter Total number of bytes transmitted through PCIe TX via NVML."),
+    ],
+)
+def test_generation_3_serves_its_own_default_file(name: str, declaration: str | None) -> None:
+    text = render(Generation.V3)
+    helps = {line.split(" ")[2]: line.split(" ", 3)[3] for line in text.splitlines() if line.startswith("# HELP")}
+    types = {line.split(" ")[2]: line.split(" ")[3] for line in text.splitlines() if line.startswith("# TYPE")}
+    assert (f"{types[name]} {helps[name]}" if name in helps else None) == declaration
+
+
+# -- a counters file is served as written ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("generation", "line", "expected"),
+    [
+        pytest.param(
+            Generation.V4_5, "DCGM_FI_DEV_SM_CLOCK_HERTZ, gauge, SM clock (in Hz).", "1410000000", id="new-name-in-4.5"
+        ),
+        pytest.param(Generation.V4_10, "DCGM_FI_DEV_SM_CLOCK, gauge, SM clock.", "1410", id="old-name-in-4.10"),
+        pytest.param(
+            Generation.V4_8,
+            "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL, counter, Energy (in J).",
+            "123456.789",
+            id="joules-in-4.8",
+        ),
+        pytest.param(
+            Generation.V4_10, "DCGM_FI_PROF_PCIE_TX_BYTES, gauge, PCIe TX.", "1000", id="pre-4.10-pcie-in-4.10"
+        ),
+        pytest.param(Generation.V3, "DCGM_FI_DEV_FB_CAPACITY_BYTES, gauge, Memory.", "85899345920", id="capacity-in-3"),
+    ],
+)
+def test_a_counters_file_field_is_served_under_its_name_in_that_names_unit(
+    generation: Generation, line: str, expected: str
+) -> None:
+    name = line.split(",", maxsplit=1)[0]
+    assert sample_of(render(generation, line + "\n"), name).endswith(f"}} {expected}")
+
+
+def test_a_counters_file_names_the_driver_label_as_it_lists_it() -> None:
+    text = render(Generation.V4_5, "DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_SYSTEM_DRIVER_VERSION, label, d\n")
+    assert samples(text)[0].endswith('Hostname="node-1",DCGM_FI_SYSTEM_DRIVER_VERSION="550.54.15"} 31')
+
+
+# -- golden output of the demo (MIG included), per generation ---------------------------------------------------
+
+DEMO_CONFIG = """\
+seed: 27
+extras:
+  seed: 27
+  mig:
+  - gpu: 0
+    instances:
+    - gi: 2
+      profile: 3g.71gb
+      cis: 2
+      busy: true
+    - gi: 7
+      profile: 1g.18gb
+  scenarios:
+  - xid-79
+"""
+
+
+def demo_text(generation: Generation, tmp_path: Path) -> str:
+    """Two collections of the seeded demo 30 s apart (a clock the test holds), as the generation serves them."""
+    config = tmp_path / "demo.yaml"
+    config.write_text(DEMO_CONFIG, encoding="utf-8")
+    now = [1_700_000_000.0]
+
+    async def collect() -> str:
+        backend = await DemoBackend.start(FieldRequest(), config_path=str(config), clock=lambda: now[0])
+        try:
+            await backend.collect()
+            now[0] += 30.0
+            readings = await backend.collect()
+            snap = Snapshot(Attempt(readings, 0, 0.1, now[0]), 0, now[0], xids=backend.xid_records())
+            return DcgmExposition(backend.fields, "node-1", generation=generation).render(snap)
+        finally:
+            await backend.aclose()
+
+    return asyncio.run(collect())
+
+
+@pytest.mark.parametrize("generation", list(Generation), ids=[generation.value for generation in Generation])
+def test_golden_dcgm_output_of_the_demo_per_generation(generation: Generation, tmp_path: Path) -> None:
+    assert_golden(FIXTURES / "dcgm" / f"demo-mig__{generation.value}.prom", demo_text(generation, tmp_path))
+
+
+# -- the docs table --------------------------------------------------------------------------------------------
+
+
+def generations_table() -> str:
+    """docs/dcgm.md's tables of the generations and the renames, as this module's facts render them."""
+    lines = ["| Generation | dcgm-exporter releases | Node label |", "|---|---|---|"]
+    lines += [f"| `{facts.generation.value}` | {facts.releases} | `{facts.hostname_label}` |" for facts in GENERATIONS]
+    lines += ["", "| Field until then | Renamed to | From | Unit |", "|---|---|---|---|"]
+    for rename in RENAMES:
+        unit = rename.unit or "unchanged"
+        lines.append(f"| `{rename.old}` | `{rename.new}` | `{rename.since.value}` | {unit} |")
+    return "\n".join(lines) + "\n"
+
+
+def test_the_docs_tables_of_the_generations_are_the_code_s() -> None:
+    text = (REPO / "docs" / "dcgm.md").read_text(encoding="utf-8")
+    match = re.search(r"<!-- generations table -->\n(.*?)<!-- end generations table -->", text, flags=re.DOTALL)
+    assert match, "docs/dcgm.md lost its generations table markers"
+    assert match.group(1) == generations_table()
