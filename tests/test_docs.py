@@ -174,12 +174,19 @@ SERVING: dict[str, tuple[tuple[str, ...], str]] = {
             "--collect.compute-apps",
             "--collect.compute-apps-mig",
             "--collect.pcie-throughput",
+            "--collect.process-usage",
+            "--collect.process-usage-max-processes=1",
         ),
         "demo",
     ),
     # The exec backend: its own status family and the fixture capture's fields.
     "exec backend on the MIG fixture capture": (
-        ("--nvidia-smi-command", fake_smi_command(MIG_FIXTURE, "--state", "load"), "--collect.compute-apps"),
+        (
+            "--nvidia-smi-command",
+            fake_smi_command(MIG_FIXTURE, "--state", "load"),
+            "--collect.compute-apps",
+            "--collect.process-usage",
+        ),
         "",
     ),
 }
