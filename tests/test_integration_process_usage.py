@@ -151,7 +151,7 @@ def test_a_failed_pmon_serves_only_its_failure_and_the_collection_succeeds(
     text = handle.scrape()
     assert (sample_value(text, SUCCESS), sample_value(text, "nvidia_smi_last_collect_success")) == (0.0, 1.0)
     assert series(text, SM) == series(text, MEMORY) == series(text, OVERFLOW) == []
-    assert "failed to collect per-process usage" in handle.log
+    assert handle.logged("failed to collect per-process usage")
 
 
 def test_without_the_flag_nothing_of_it_is_served(exporter: StartExporter, tmp_path: Path) -> None:

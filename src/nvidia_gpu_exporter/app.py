@@ -205,6 +205,7 @@ async def build_backend(
         return await start_nvml_backend(
             request,
             compute_apps=config.compute_apps,
+            process_usage=config.process_usage,
             pcie_throughput=config.pcie_throughput,
             watch_xids=watch_xids,
             gpm_whole_gpus=config.metrics_profile is not Profile.NVIDIA_SMI,  # only the DCGM profile serves it

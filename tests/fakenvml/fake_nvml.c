@@ -95,7 +95,8 @@ enum {
     X(nvmlDeviceGetGspFirmwareMode) X(nvmlDeviceGetC2cModeInfoV) X(nvmlDeviceGetGpuFabricInfoV)            \
     X(nvmlDeviceGetPlatformInfo) X(nvmlDeviceGetTotalEnergyConsumption) X(nvmlDeviceGetPcieThroughput)     \
     X(nvmlDeviceGetPcieReplayCounter)                                                                      \
-    X(nvmlDeviceGetComputeRunningProcesses_v3) X(nvmlDeviceGetMaxMigDeviceCount)                           \
+    X(nvmlDeviceGetComputeRunningProcesses_v3) X(nvmlDeviceGetProcessUtilization)                          \
+    X(nvmlDeviceGetMaxMigDeviceCount)                                                                      \
     X(nvmlDeviceGetMigDeviceHandleByIndex) X(nvmlDeviceGetGpuInstanceId) X(nvmlDeviceGetComputeInstanceId) \
     X(nvmlGpmQueryDeviceSupport) X(nvmlGpmSampleAlloc) X(nvmlGpmSampleFree) X(nvmlGpmMigSampleGet)         \
     X(nvmlGpmSampleGet) X(nvmlGpmMetricsGet) X(nvmlEventSetCreate) X(nvmlDeviceRegisterEvents) X(nvmlEventSetWait_v2)          \
@@ -146,6 +147,13 @@ typedef struct {
     unsigned gi, ci;
 } FakeProcess;
 
+/* A per-process utilization sample as nvmlDeviceGetProcessUtilization returns it (timestamp: CPU time in µs). */
+typedef struct {
+    unsigned pid;
+    unsigned long long timeStamp;
+    unsigned smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
+
 typedef struct FakeDevice {
     unsigned magic;
     int parent; /* -1 for a physical GPU, else the index (in g_devs) of the parent of this MIG device */
@@ -154,6 +162,9 @@ typedef struct FakeDevice {
     int slots[MAX_MIG_SLOTS]; /* MIG children (g_devs indices), -1 = empty */
     int nprocs;
     FakeProcess procs[MAX_PROCS];
+    int nsamples;
+    int sample_pad; /* zero-filled entries past the real samples, as some drivers return (a sizing count of 100) */
+    nvmlProcessUtilizationSample_t samples[MAX_PROCS];
     NUMERIC_FIELDS(AS_NUMERIC_MEMBER)
     DOUBLE_FIELDS(AS_DOUBLE_MEMBER)
     STRING_FIELDS(AS_STRING_MEMBER)
@@ -857,6 +868,28 @@ static int run_command(const char *line) {
             if (gpu < 0 || t == gpu) g_devs[g_top[t]].nprocs = 0;
         return 0;
     }
+    if (strcmp(w[0], "psample") == 0 && n >= 8 && parse_gpu(w[1], &gpu) == 0 && gpu >= 0) {
+        FakeDevice *d = &g_devs[g_top[gpu]];
+        if (d->nsamples >= MAX_PROCS) return -1;
+        nvmlProcessUtilizationSample_t *s = &d->samples[d->nsamples++];
+        s->pid = (unsigned)strtoul(w[2], NULL, 10);
+        s->timeStamp = strtoull(w[3], NULL, 10);
+        s->smUtil = (unsigned)strtoul(w[4], NULL, 10);
+        s->memUtil = (unsigned)strtoul(w[5], NULL, 10);
+        s->encUtil = (unsigned)strtoul(w[6], NULL, 10);
+        s->decUtil = (unsigned)strtoul(w[7], NULL, 10);
+        return 0;
+    }
+    if (strcmp(w[0], "psamplepad") == 0 && n >= 3 && parse_gpu(w[1], &gpu) == 0) {
+        for (int t = 0; t < g_ntop; t++)
+            if (gpu < 0 || t == gpu) g_devs[g_top[t]].sample_pad = atoi(w[2]) < MAX_PROCS ? atoi(w[2]) : MAX_PROCS;
+        return 0;
+    }
+    if (strcmp(w[0], "nosamples") == 0 && n >= 2 && parse_gpu(w[1], &gpu) == 0) {
+        for (int t = 0; t < g_ntop; t++)
+            if (gpu < 0 || t == gpu) g_devs[g_top[t]].nsamples = 0;
+        return 0;
+    }
     if (strcmp(w[0], "pname") == 0 && n >= 3) {
         set_process_name((unsigned)strtoul(w[1], NULL, 10), rest_after(line, 2));
         return 0;
@@ -1533,6 +1566,30 @@ nvmlReturn_t nvmlDeviceGetPlatformInfo(nvmlDevice_t device, nvmlPlatformInfo_t *
 }
 
 /* ---- processes ------------------------------------------------------------------------------------ */
+/* The samples newer than lastSeen (NOT_FOUND when none), then sample_pad zero-filled entries; NOT_SUPPORTED in MIG
+ * mode, as the driver answers. The two-call protocol: a NULL or short buffer gets INSUFFICIENT_SIZE and the count. */
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
+                                             unsigned int *count, unsigned long long lastSeen) {
+    ENTER_DEVICE(nvmlDeviceGetProcessUtilization, device);
+    if (!count) return done(NVML_ERROR_INVALID_ARGUMENT);
+    if (d->mig_cur) return done(NVML_ERROR_NOT_SUPPORTED);
+    unsigned fresh = 0;
+    for (int i = 0; i < d->nsamples; i++)
+        if (d->samples[i].timeStamp > lastSeen) fresh++;
+    if (!fresh) return done(NVML_ERROR_NOT_FOUND);
+    unsigned n = fresh + (unsigned)d->sample_pad;
+    if (!utilization || *count < n) {
+        *count = n;
+        return done(NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    unsigned k = 0;
+    for (int i = 0; i < d->nsamples; i++)
+        if (d->samples[i].timeStamp > lastSeen) utilization[k++] = d->samples[i];
+    for (; k < n; k++) memset(&utilization[k], 0, sizeof utilization[k]);
+    *count = n;
+    return done(NVML_SUCCESS);
+}
+
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
                                                      nvmlProcessInfo_t *infos) {
     ENTER_DEVICE(nvmlDeviceGetComputeRunningProcesses_v3, device);
@@ -1771,6 +1828,7 @@ size_t fakeNvmlSizeof(const char *name) {
         {"c_nvmlPlatformInfo_v2_t", sizeof(nvmlPlatformInfo_t)},
         {"c_nvmlHostname_v1_t", sizeof(nvmlHostname_t)},
         {"c_nvmlProcessInfo_v3_t", sizeof(nvmlProcessInfo_t)},
+        {"c_nvmlProcessUtilizationSample_t", sizeof(nvmlProcessUtilizationSample_t)},
         {"c_nvmlFieldValue_t", sizeof(nvmlFieldValue_t)},
         {"c_nvmlEventData_t", sizeof(nvmlEventData_t)},
         {"c_nvmlGpmSupport_t", sizeof(nvmlGpmSupport_t)},

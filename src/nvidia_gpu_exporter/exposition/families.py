@@ -94,7 +94,7 @@ COMPUTE_APPS_SUCCESS = FamilySpec(
 
 PROCESS_USAGE_LABELS = ("uuid", "pid", "process_name")
 OVERFLOW_PID = "other"
-_USAGE_WINDOW = " over the driver's latest sample window. Absent when the driver had no sample for the process."
+_USAGE_WINDOW = " over the driver's latest sample window. Absent when the source gave no value."
 
 
 def _process_utilization(engine: str, text: str) -> FamilySpec:
