@@ -171,3 +171,14 @@ def test_demo_processes_share_their_gpus_utilization(exporter: StartExporter) ->
             assert gpu is not None
             assert total == pytest.approx(gpu, abs=0.011 * len(series(text, SM)))
         assert sample_value(text, SUCCESS) == 1.0
+
+
+def test_streaming_mode_runs_pmon_per_collection(exporter: StartExporter, tmp_path: Path) -> None:
+    capture = write_capture(tmp_path / "c.txt", [(GPU0, 100, "a", 3000)])
+    text = start(exporter, capture, "--collect.process-usage", "--collect.stream-interval=1s")
+    assert sample_value(text, SM, {"uuid": UUID0, "pid": "100", "process_name": "a"}) == 0.8
+
+
+def test_the_dcgm_profile_serves_only_the_exporters_own_counter(exporter: StartExporter) -> None:
+    text = exporter("--collect.backend=demo", "--collect.process-usage", "--metrics.profile=dcgm").scrape()
+    assert [name for name in USAGE_FAMILIES if name.removesuffix("_total") in text] == [OVERFLOWED]

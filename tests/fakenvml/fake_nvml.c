@@ -54,8 +54,12 @@ enum {
 #define MAX_TOP 32
 #endif
 #define MAX_MIG_SLOTS 8
+#ifndef MAX_PROCS
 #define MAX_PROCS 32
+#endif
+#ifndef MAX_NAMES
 #define MAX_NAMES 128
+#endif
 #define MAX_EVENTS 8192
 #define MAX_FIELD_RC 64
 #define NA_U64 0xFFFFFFFFFFFFFFFFULL
