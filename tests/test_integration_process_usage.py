@@ -182,3 +182,25 @@ def test_streaming_mode_runs_pmon_per_collection(exporter: StartExporter, tmp_pa
 def test_the_dcgm_profile_serves_only_the_exporters_own_counter(exporter: StartExporter) -> None:
     text = exporter("--collect.backend=demo", "--collect.process-usage", "--metrics.profile=dcgm").scrape()
     assert [name for name in USAGE_FAMILIES if name.removesuffix("_total") in text] == [OVERFLOWED]
+
+
+def test_a_hostile_pmon_answer_neither_fails_the_scrape_nor_grows_the_labels(
+    exporter: StartExporter, tmp_path: Path
+) -> None:
+    header = "".join(RECORDED_PMON.splitlines(keepends=True)[:2])
+    name = "x" * 5000
+    rows = [
+        f"    0        {pid}     C     10      1      -      -      -      -      5      0    {name}\n"
+        for pid in (7, 7)
+    ]
+    rows += [
+        f"    0   {pid}     C   37100      1      -      -      -      -      5      0    y\n" for pid in range(9, 40)
+    ]
+    rows += ["    9          8     C     10      1      -      -      -      -      5      0    z\n", "garbage\n"]
+    capture = write_capture(tmp_path / "c.txt", [], pmon=header + "".join(rows))
+    text = start(exporter, capture, "--collect.process-usage", "--collect.process-usage-max-processes=4")
+    [seven] = [sample for sample in series(text, MEMORY) if sample.labels["pid"] == "7"]
+    assert (seven.value, len(seven.labels["process_name"])) == (10 * MIB, 128)  # one series: the two rows summed
+    assert len(series(text, MEMORY)) == 5  # four processes and the sum of the other 28
+    assert sample_value(text, OVERFLOW, {"uuid": UUID0}) == 28.0
+    assert sample_value(text, SM, {"uuid": UUID0, "pid": "other", "process_name": ""}) is None  # 37100 is no value

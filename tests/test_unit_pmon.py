@@ -7,8 +7,6 @@ import pytest
 from nvidia_gpu_exporter.backends.exec.pmon import PmonShapeError, parse_pmon
 from nvidia_gpu_exporter.model.snapshot import ProcessUsageRow
 
-pytestmark = pytest.mark.unit
-
 UUIDS = {str(index): f"GPU-{index}" for index in range(8)}
 MIB = 1_048_576.0
 

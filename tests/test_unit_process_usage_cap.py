@@ -7,8 +7,6 @@ import pytest
 from nvidia_gpu_exporter.model.processusage import MAX_NAME_CHARACTERS, cap_usage
 from nvidia_gpu_exporter.model.snapshot import ProcessUsage, ProcessUsageOverflow, ProcessUsageRow
 
-pytestmark = pytest.mark.unit
-
 GPU_A = "GPU-AAAAAAAA-0000-0000-0000-000000000000"
 GPU_B = "GPU-BBBBBBBB-0000-0000-0000-000000000000"
 
