@@ -98,3 +98,11 @@ def test_the_server_serves_samples_and_drops_an_ended_process(
     text = handle.scrape()
     assert sorted(label_values(text, "nvidia_smi_process_used_memory_bytes", "pid")) == ["4242"]
     assert [sample.value for sample in series(text, "nvidia_smi_process_sm_utilization_ratio")] == [0.0]
+
+
+def test_mps_clients_are_processes_of_their_own(fake_nvml: InProcessFake, backend: NvmlBackend) -> None:
+    fake_nvml.command("mpsproc 0 7001 1048576", "mpsproc 0 7002 na", "psample 0 7001 1000 25 3 0 0")
+    rows = {row.pid: row for row in usage(backend)}
+    assert sorted(rows) == ["4242", "7001", "7002"]
+    assert (rows["7001"].sm_percent, rows["7001"].used_memory_bytes) == (25.0, float(MIB))
+    assert (rows["7002"].sm_percent, rows["7002"].used_memory_bytes) == (0.0, None)

@@ -33,6 +33,12 @@ DATED = (
     " 20260102   19:12:31      2       7338   M+C     10      2      -      -    100    cuda app\n"
 )
 
+# Extra columns (a MIG GPU's gi and ci, which no public capture shows yet) are read past by name.
+MIG_COLUMNS = (
+    "# gpu   gi   ci         pid   type     sm    mem    enc    dec     fb    command\n"
+    "    1    2    0        1001     C      -      -      -      -   1024    python3\n"
+)
+
 
 @pytest.mark.parametrize(
     ("stdout", "rows"),
@@ -46,9 +52,10 @@ DATED = (
         ),
         (OLD_MU, (ProcessUsageRow("GPU-3", "2233469", "python3", 90.0, 23.0, 0.0, 0.0, 15771 * MIB),)),
         (DATED, (ProcessUsageRow("GPU-2", "7338", "cuda app", 10.0, 2.0, None, None, 100 * MIB),)),
+        (MIG_COLUMNS, (ProcessUsageRow("GPU-1", "1001", "python3", None, None, None, None, 1024 * MIB),)),
         ("", ()),
     ],
-    ids=["new-layout", "old-layout-repeated-header", "date-time-prefix", "empty"],
+    ids=["new-layout", "old-layout-repeated-header", "date-time-prefix", "mig-columns", "empty"],
 )
 def test_rows_are_read_by_header_names(stdout: str, rows: tuple[ProcessUsageRow, ...]) -> None:
     assert parse_pmon(stdout, UUIDS) == rows

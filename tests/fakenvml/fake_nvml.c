@@ -99,7 +99,8 @@ enum {
     X(nvmlDeviceGetGspFirmwareMode) X(nvmlDeviceGetC2cModeInfoV) X(nvmlDeviceGetGpuFabricInfoV)            \
     X(nvmlDeviceGetPlatformInfo) X(nvmlDeviceGetTotalEnergyConsumption) X(nvmlDeviceGetPcieThroughput)     \
     X(nvmlDeviceGetPcieReplayCounter)                                                                      \
-    X(nvmlDeviceGetComputeRunningProcesses_v3) X(nvmlDeviceGetProcessUtilization)                          \
+    X(nvmlDeviceGetComputeRunningProcesses_v3) X(nvmlDeviceGetMPSComputeRunningProcesses_v3)               \
+    X(nvmlDeviceGetProcessUtilization)                                                                     \
     X(nvmlDeviceGetMaxMigDeviceCount)                                                                      \
     X(nvmlDeviceGetMigDeviceHandleByIndex) X(nvmlDeviceGetGpuInstanceId) X(nvmlDeviceGetComputeInstanceId) \
     X(nvmlGpmQueryDeviceSupport) X(nvmlGpmSampleAlloc) X(nvmlGpmSampleFree) X(nvmlGpmMigSampleGet)         \
@@ -149,6 +150,7 @@ typedef struct {
     unsigned pid;
     unsigned long long memory;
     unsigned gi, ci;
+    int mps; /* an MPS client: listed by nvmlDeviceGetMPSComputeRunningProcesses_v3, not the compute list */
 } FakeProcess;
 
 /* A per-process utilization sample as nvmlDeviceGetProcessUtilization returns it (timestamp: CPU time in µs). */
@@ -370,7 +372,7 @@ static void unsupported(int top, int fn) {
 
 static void add_process(int top, unsigned pid, unsigned long long memory, unsigned gi, unsigned ci) {
     FakeDevice *d = &g_devs[g_top[top]];
-    if (d->nprocs < MAX_PROCS) d->procs[d->nprocs++] = (FakeProcess){pid, memory, gi, ci};
+    if (d->nprocs < MAX_PROCS) d->procs[d->nprocs++] = (FakeProcess){pid, memory, gi, ci, 0};
 }
 
 static void set_process_name(unsigned pid, const char *name) {
@@ -865,6 +867,14 @@ static int run_command(const char *line) {
         unsigned long long memory = strcmp(w[3], "na") == 0 ? NA_U64 : strtoull(w[3], NULL, 10);
         unsigned gi = n >= 6 ? (unsigned)atoi(w[4]) : NO_INSTANCE, ci = n >= 6 ? (unsigned)atoi(w[5]) : NO_INSTANCE;
         add_process(gpu, (unsigned)strtoul(w[2], NULL, 10), memory, gi, ci);
+        return 0;
+    }
+    if (strcmp(w[0], "mpsproc") == 0 && n >= 4 && parse_gpu(w[1], &gpu) == 0 && gpu >= 0) {
+        FakeDevice *d = &g_devs[g_top[gpu]];
+        if (d->nprocs >= MAX_PROCS) return -1;
+        add_process(gpu, (unsigned)strtoul(w[2], NULL, 10), strcmp(w[3], "na") == 0 ? NA_U64 : strtoull(w[3], NULL, 10),
+                    NO_INSTANCE, NO_INSTANCE);
+        d->procs[d->nprocs - 1].mps = 1;
         return 0;
     }
     if (strcmp(w[0], "noprocs") == 0 && n >= 2 && parse_gpu(w[1], &gpu) == 0) {
@@ -1594,23 +1604,38 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUti
     return done(NVML_SUCCESS);
 }
 
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
-                                                     nvmlProcessInfo_t *infos) {
-    ENTER_DEVICE(nvmlDeviceGetComputeRunningProcesses_v3, device);
+/* The compute (mps = 0) or MPS client (mps = 1) processes, with NVML's two-call protocol. The lock is held. */
+static nvmlReturn_t list_processes(const FakeDevice *d, int mps, unsigned int *count, nvmlProcessInfo_t *infos) {
     if (!count) return done(NVML_ERROR_INVALID_ARGUMENT);
-    unsigned n = (unsigned)d->nprocs;
+    unsigned n = 0;
+    for (int i = 0; i < d->nprocs; i++) n += d->procs[i].mps == mps;
     if (!infos || *count < n) {
         *count = n;
         return done(n ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS);
     }
-    for (unsigned i = 0; i < n; i++) {
-        infos[i].pid = d->procs[i].pid;
-        infos[i].usedGpuMemory = d->procs[i].memory;
-        infos[i].gpuInstanceId = d->procs[i].gi;
-        infos[i].computeInstanceId = d->procs[i].ci;
+    unsigned k = 0;
+    for (int i = 0; i < d->nprocs; i++) {
+        if (d->procs[i].mps != mps) continue;
+        infos[k].pid = d->procs[i].pid;
+        infos[k].usedGpuMemory = d->procs[i].memory;
+        infos[k].gpuInstanceId = d->procs[i].gi;
+        infos[k].computeInstanceId = d->procs[i].ci;
+        k++;
     }
     *count = n;
     return done(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
+                                                     nvmlProcessInfo_t *infos) {
+    ENTER_DEVICE(nvmlDeviceGetComputeRunningProcesses_v3, device);
+    return list_processes(d, 0, count, infos);
+}
+
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
+                                                        nvmlProcessInfo_t *infos) {
+    ENTER_DEVICE(nvmlDeviceGetMPSComputeRunningProcesses_v3, device);
+    return list_processes(d, 1, count, infos);
 }
 
 /* ---- MIG ---------------------------------------------------------------------------------------------- */

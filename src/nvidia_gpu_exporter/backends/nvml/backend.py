@@ -347,13 +347,19 @@ class NvmlBackend:
         return names[pid]
 
     def _running(self, gpu: _Gpu) -> dict[int, float | None] | Failure:
-        """pid -> used bytes (``None`` when unknown) of the GPU's compute and graphics processes (MPS clients too)."""
+        """pid -> used bytes (``None`` when unknown) of the GPU's compute and graphics processes and MPS clients."""
         compute = self._soft(call("nvmlDeviceGetComputeRunningProcesses", gpu.handle))
         if isinstance(compute, Failure):
             return compute
-        graphics = self._soft(call("nvmlDeviceGetGraphicsRunningProcesses", gpu.handle))
+        others = [
+            self._soft(call(function, gpu.handle))
+            for function in ("nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses")
+        ]
         running: dict[int, float | None] = {}
-        for process in [*compute, *([] if isinstance(graphics, Failure) else graphics)]:
+        for process in [
+            *compute,
+            *(process for listed in others if not isinstance(listed, Failure) for process in listed),
+        ]:
             memory = process.usedGpuMemory
             used = None if memory is None or int(memory) == NA_UINT64 else float(int(memory))
             running[int(process.pid)] = used if running.get(int(process.pid)) is None else running[int(process.pid)]
