@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import StartExporter
-from exposition_reader import sample_value, series
+from exposition_reader import parse_openmetrics, sample_value, series
 from harness import fake_smi_command
 from nvidia_gpu_exporter.capture.format import FENCE
 from nvidia_gpu_exporter.model.fields import IDENTITY_FIELDS
@@ -204,3 +204,11 @@ def test_a_hostile_pmon_answer_neither_fails_the_scrape_nor_grows_the_labels(
     assert len(series(text, MEMORY)) == 5  # four processes and the sum of the other 28
     assert sample_value(text, OVERFLOW, {"uuid": UUID0}) == 28.0
     assert sample_value(text, SM, {"uuid": UUID0, "pid": "other", "process_name": ""}) is None  # 37100 is no value
+
+
+def test_an_openmetrics_scrape_parses_with_the_usage_families(exporter: StartExporter) -> None:
+    handle = exporter("--collect.backend=demo", "--collect.process-usage", "--collect.process-usage-max-processes=0")
+    response = handle.get(headers={"Accept": "application/openmetrics-text;version=1.0.0"})
+    families = {family.name: family for family in parse_openmetrics(response.text)}
+    assert families[OVERFLOWED.removesuffix("_total")].type == "counter"
+    assert {sample.labels["pid"] for sample in families[MEMORY].samples} == {"other"}
