@@ -14,11 +14,15 @@ import pytest
 
 from harness import FIXTURE_CAPTURES, MIG_FIXTURE, REPO, Exporter, fake_smi_command, start_exporter
 from k8s_fakes import CGROUP_LAYOUTS, GPU0, LOAD_PIDS, make_proc, require_grpc
-from nvidia_gpu_exporter.exposition.families import PREFIX, RESERVED_NAMES
+from nvidia_gpu_exporter.exposition.families import PREFIX, PROCESS_USAGE_SUCCESS, RESERVED_NAMES
 from nvidia_gpu_exporter.exposition.naming import UNIT_TABLE, derive_name
+from nvidia_gpu_exporter.exposition.processusage import usage_families
 from nvidia_gpu_exporter.exposition.text import format_value
 from nvidia_gpu_exporter.flags import FLAGS, Kind, usage
 from nvidia_gpu_exporter.model.fields import value_kind
+from nvidia_gpu_exporter.model.processusage import DEFAULT_MAX_PROCESSES, cap_usage
+from nvidia_gpu_exporter.model.snapshot import ProcessUsage, ProcessUsageRow
+from nvidia_gpu_exporter.model.uuids import normalize_uuid
 from nvidia_gpu_exporter.model.values import transform_value
 
 DOCS = REPO / "docs"
@@ -174,12 +178,19 @@ SERVING: dict[str, tuple[tuple[str, ...], str]] = {
             "--collect.compute-apps",
             "--collect.compute-apps-mig",
             "--collect.pcie-throughput",
+            "--collect.process-usage",
+            "--collect.process-usage-max-processes=1",
         ),
         "demo",
     ),
     # The exec backend: its own status family and the fixture capture's fields.
     "exec backend on the MIG fixture capture": (
-        ("--nvidia-smi-command", fake_smi_command(MIG_FIXTURE, "--state", "load"), "--collect.compute-apps"),
+        (
+            "--nvidia-smi-command",
+            fake_smi_command(MIG_FIXTURE, "--state", "load"),
+            "--collect.compute-apps",
+            "--collect.process-usage",
+        ),
         "",
     ),
 }
@@ -409,3 +420,26 @@ def test_every_link_in_the_docs_resolves() -> None:
             elif anchor and linked.suffix == ".md" and anchor not in {slug(h) for h in headings(linked)}:
                 broken.append(f"{page.name}: {target} (no such heading)")
     assert broken == []
+
+
+# -- per-process usage: the series a GPU adds, as "Series per GPU" says ----------------------------------------
+
+
+def usage_series_per_gpu(processes: int, cap: int) -> int:
+    """The per-process usage series one GPU adds when each of its processes has every value."""
+    gpu = "GPU-00000000-0000-4000-8000-000000000000"
+    rows = tuple(ProcessUsageRow(gpu, str(pid), f"p{pid}", 1.0, 1.0, 1.0, 1.0, 1.0) for pid in range(1, processes + 1))
+    usage, _ = cap_usage(ProcessUsage(True, rows), cap)
+    families = usage_families(usage, [normalize_uuid(gpu)])
+    return sum(len(family.samples) for family in families if family.name != PROCESS_USAGE_SUCCESS.name)
+
+
+def test_the_series_per_gpu_the_docs_give_are_what_the_exposition_renders() -> None:
+    text = " ".join(section(METRICS_TEXT, "Series per GPU").split())
+    default = re.search(r"With the default cap a GPU adds at most (\d+) per-process usage series", text)
+    only_sums = re.search(r"`--collect\.process-usage-max-processes=0` makes it (\d+)\.", text)
+    assert default is not None
+    assert only_sums is not None
+    assert int(default.group(1)) == usage_series_per_gpu(1000, DEFAULT_MAX_PROCESSES) == 5 * (16 + 1) + 1
+    assert int(only_sums.group(1)) == usage_series_per_gpu(1000, 0)
+    assert usage_series_per_gpu(3, DEFAULT_MAX_PROCESSES) == 5 * 3 + 1  # fewer processes than the cap: no sum

@@ -131,6 +131,7 @@ def test_invalid_utf8_from_the_driver_is_kept_for_the_exposition_to_drop(fake_nv
         "c_nvmlPlatformInfo_v2_t",
         "c_nvmlHostname_v1_t",
         "c_nvmlProcessInfo_v3_t",
+        "c_nvmlProcessUtilizationSample_t",
         "c_nvmlFieldValue_t",
         "c_nvmlEventData_t",
         "c_nvmlGpmSupport_t",

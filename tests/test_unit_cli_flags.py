@@ -393,6 +393,13 @@ BACKEND_RULES: list[tuple[dict[str, object], str | None, str]] = [
     ),
     ({"backend": "demo", "compute_apps": True, "compute_apps_mig": True}, None, "demo + mig allowed"),
     ({"demo_config": "x.yaml"}, "--demo-config requires --collect.backend=demo", "demo-config with exec"),
+    ({"process_usage": True}, None, "exec + process usage"),
+    ({"process_usage": True, "process_usage_max_processes": 0}, None, "process usage, sums only"),
+    (
+        {"process_usage": True, "process_usage_max_processes": -1},
+        "--collect.process-usage-max-processes must not be negative, got -1",
+        "negative process cap",
+    ),
     (
         {"backend": "nvml", "demo_config": "x.yaml"},
         "--demo-config requires --collect.backend=demo",
@@ -721,3 +728,16 @@ def test_stream_interval_parses_and_is_off_by_default() -> None:
 )
 def test_stream_interval_validation(changes: dict[str, object], message: str | None) -> None:
     assert problem(**changes) == message
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage", "cap"),
+    [
+        ([], False, 16),
+        (["--collect.process-usage"], True, 16),
+        (["--collect.process-usage", "--collect.process-usage-max-processes=3"], True, 3),
+    ],
+)
+def test_process_usage_flags(argv: list[str], usage: bool, cap: int) -> None:
+    config = parse_args(argv).config
+    assert (config.process_usage, config.process_usage_max_processes) == (usage, cap)

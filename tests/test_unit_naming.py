@@ -154,6 +154,13 @@ DOCUMENTED_RESERVED = [
     "kubernetes_attribution_up",
     "gpus_expected",
     "pci_device_info",
+    "process_sm_utilization_ratio",
+    "process_memory_utilization_ratio",
+    "process_encoder_utilization_ratio",
+    "process_decoder_utilization_ratio",
+    "process_used_memory_bytes",
+    "process_usage_overflow_processes",
+    "process_usage_last_collect_success",
 ]
 
 

@@ -170,8 +170,15 @@ async def build_backend(
                     interval_seconds=to_seconds(config.collect_stream_interval_ns),
                     timeout_seconds=timeout,
                     compute_apps=config.compute_apps,
+                    process_usage=config.process_usage,
                 )
-            return await SmiBackend.start(runner, request, timeout_seconds=timeout, compute_apps=config.compute_apps)
+            return await SmiBackend.start(
+                runner,
+                request,
+                timeout_seconds=timeout,
+                compute_apps=config.compute_apps,
+                process_usage=config.process_usage,
+            )
         except FieldResolutionError as error:
             raise StartupError(f"failed to resolve query fields: {error}") from error
         except BackendSetupError as error:
@@ -184,6 +191,7 @@ async def build_backend(
                 request,
                 config_path=config.demo_config,
                 compute_apps=config.compute_apps,
+                process_usage=config.process_usage,
                 mig_process_labels=config.compute_apps_mig,
                 kernel_log=demo_kernel_log.feed if demo_kernel_log is not None else None,
                 kernel_clock=kernel_clock,
@@ -198,6 +206,7 @@ async def build_backend(
         return await start_nvml_backend(
             request,
             compute_apps=config.compute_apps,
+            process_usage=config.process_usage,
             pcie_throughput=config.pcie_throughput,
             watch_xids=watch_xids,
             gpm_whole_gpus=config.metrics_profile is not Profile.NVIDIA_SMI,  # only the DCGM profile serves it
@@ -502,6 +511,7 @@ async def serve(config: Config, web_config: WebConfig | None = None) -> int:
         backend_xids=xids.backend_xids,
         xid_source=xids.name,
         pci=build_pci_source(config, backend),
+        process_usage_limit=config.process_usage_max_processes if config.process_usage else None,
     )
     settings = web_settings(config)
     endpoint = MetricsEndpoint(collector, exposition, settings)

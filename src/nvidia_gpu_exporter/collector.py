@@ -17,11 +17,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from nvidia_gpu_exporter.backends import Backend, CollectionError
 from nvidia_gpu_exporter.history import History
+from nvidia_gpu_exporter.model.processusage import DEFAULT_MAX_PROCESSES, cap_usage
 from nvidia_gpu_exporter.model.snapshot import Attempt, Readings, Snapshot
 from nvidia_gpu_exporter.support.asynctimeout import within_timeout
 
@@ -70,6 +71,7 @@ class Collector:
         backend_xids: bool = True,
         xid_source: str = "",
         pci: PciSource | None = None,
+        process_usage_limit: int | None = None,
     ) -> None:
         self.backend = backend
         self.kernel_log = kernel_log  # when set, the XIDs come from the kernel log
@@ -79,6 +81,9 @@ class Collector:
         self._kubernetes: KubernetesAttribution | None = None
         self.pci = pci  # what sysfs lists (lost GPUs), read alongside each collection
         self._pci: PciInventory | None = None
+        # --collect.process-usage-max-processes (None: per-process usage is off), and the processes summed so far
+        self.process_usage_limit = process_usage_limit
+        self._usage_overflowed = 0
         self.timeout_seconds = timeout_seconds or None
         self.interval_seconds = interval_seconds
         self.shutdown_on_error = shutdown_on_error
@@ -169,7 +174,17 @@ class Collector:
             kernel_log=kernel.status() if kernel is not None else None,
             stuck_children=self.backend.stuck_children(),
             pci=self._pci,
+            process_usage_overflowed=self._usage_overflowed if self.process_usage_limit is not None else None,
         )
+
+    def _capped(self, readings: Readings) -> Readings:
+        """The readings with at most the cap's processes per GPU in the usage rows, the rest summed and counted."""
+        if readings.process_usage is None:
+            return readings
+        limit = DEFAULT_MAX_PROCESSES if self.process_usage_limit is None else self.process_usage_limit
+        usage, overflowed = cap_usage(readings.process_usage, limit)
+        self._usage_overflowed += overflowed
+        return replace(readings, process_usage=usage)
 
     async def _attribute(self, lookup: asyncio.Task[PodResourcesReading | None], readings: Readings | None) -> None:
         """Join the kubelet's answer (fetched alongside the collection, bounded by its own timeout) with it."""
@@ -225,6 +240,7 @@ class Collector:
         duration = time.perf_counter() - started
         finished = time.time()
         if error is None and readings is not None:
+            readings = self._capped(readings)
             attempt = Attempt(readings, 0, duration, finished)
         else:
             assert error is not None

@@ -16,6 +16,7 @@ from nvidia_gpu_exporter.exposition.dcgm_generations import DEFAULT_GENERATION, 
 from nvidia_gpu_exporter.health.defaults import DEFAULT_SYSFS_PATH
 from nvidia_gpu_exporter.health.source import DEFAULT_KERNEL_LOG
 from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
+from nvidia_gpu_exporter.model.processusage import DEFAULT_MAX_PROCESSES
 from nvidia_gpu_exporter.web.routes import (
     ATTRIBUTION_PATH,
     DCGM_HEALTH_PATH,
@@ -91,6 +92,8 @@ class Config:
     collect_stream_interval_ns: int = 0  # 0: nvidia-smi per collection; >0: one long-lived nvidia-smi -lms
     compute_apps: bool = False
     compute_apps_mig: bool = False
+    process_usage: bool = False
+    process_usage_max_processes: int = DEFAULT_MAX_PROCESSES
     pcie_throughput: bool = False
     xid_source: XidSource = XidSource.AUTO
     kernel_log: str = DEFAULT_KERNEL_LOG
@@ -192,6 +195,10 @@ def validate(config: Config) -> None:
         )
     if config.collect_max_output_bytes <= 0:
         raise ConfigError(f"--collect.max-output-bytes must be positive, got {config.collect_max_output_bytes}")
+    if config.process_usage_max_processes < 0:
+        raise ConfigError(
+            f"--collect.process-usage-max-processes must not be negative, got {config.process_usage_max_processes}"
+        )
     validate_stream(config)
     validate_kubernetes(config)
     validate_fleet(config)

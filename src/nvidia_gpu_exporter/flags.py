@@ -239,6 +239,20 @@ FLAGS: tuple[Flag, ...] = (
         Kind.BOOL,
     ),
     Flag(
+        "collect.process-usage",
+        "process_usage",
+        "Collect per-process SM, memory-controller, encoder and decoder utilization and used memory of every "
+        "process on each GPU (exec: nvidia-smi pmon; nvml: process utilization samples).",
+        Kind.BOOL,
+    ),
+    Flag(
+        "collect.process-usage-max-processes",
+        "process_usage_max_processes",
+        "Most processes per GPU with series of their own in the per-process usage families; the rest are summed "
+        'into one series per GPU (pid="other"). 0 serves only those sums.',
+        Kind.INT,
+    ),
+    Flag(
         "collect.pcie-throughput",
         "pcie_throughput",
         "Sample PCIe TX/RX throughput per GPU (nvml backend).",

@@ -54,8 +54,12 @@ enum {
 #define MAX_TOP 32
 #endif
 #define MAX_MIG_SLOTS 8
+#ifndef MAX_PROCS
 #define MAX_PROCS 32
+#endif
+#ifndef MAX_NAMES
 #define MAX_NAMES 128
+#endif
 #define MAX_EVENTS 8192
 #define MAX_FIELD_RC 64
 #define NA_U64 0xFFFFFFFFFFFFFFFFULL
@@ -95,7 +99,9 @@ enum {
     X(nvmlDeviceGetGspFirmwareMode) X(nvmlDeviceGetC2cModeInfoV) X(nvmlDeviceGetGpuFabricInfoV)            \
     X(nvmlDeviceGetPlatformInfo) X(nvmlDeviceGetTotalEnergyConsumption) X(nvmlDeviceGetPcieThroughput)     \
     X(nvmlDeviceGetPcieReplayCounter)                                                                      \
-    X(nvmlDeviceGetComputeRunningProcesses_v3) X(nvmlDeviceGetMaxMigDeviceCount)                           \
+    X(nvmlDeviceGetComputeRunningProcesses_v3) X(nvmlDeviceGetMPSComputeRunningProcesses_v3)               \
+    X(nvmlDeviceGetProcessUtilization)                                                                     \
+    X(nvmlDeviceGetMaxMigDeviceCount)                                                                      \
     X(nvmlDeviceGetMigDeviceHandleByIndex) X(nvmlDeviceGetGpuInstanceId) X(nvmlDeviceGetComputeInstanceId) \
     X(nvmlGpmQueryDeviceSupport) X(nvmlGpmSampleAlloc) X(nvmlGpmSampleFree) X(nvmlGpmMigSampleGet)         \
     X(nvmlGpmSampleGet) X(nvmlGpmMetricsGet) X(nvmlEventSetCreate) X(nvmlDeviceRegisterEvents) X(nvmlEventSetWait_v2)          \
@@ -144,7 +150,15 @@ typedef struct {
     unsigned pid;
     unsigned long long memory;
     unsigned gi, ci;
+    int mps; /* an MPS client: listed by nvmlDeviceGetMPSComputeRunningProcesses_v3, not the compute list */
 } FakeProcess;
+
+/* A per-process utilization sample as nvmlDeviceGetProcessUtilization returns it (timestamp: CPU time in µs). */
+typedef struct {
+    unsigned pid;
+    unsigned long long timeStamp;
+    unsigned smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
 
 typedef struct FakeDevice {
     unsigned magic;
@@ -154,6 +168,9 @@ typedef struct FakeDevice {
     int slots[MAX_MIG_SLOTS]; /* MIG children (g_devs indices), -1 = empty */
     int nprocs;
     FakeProcess procs[MAX_PROCS];
+    int nsamples;
+    int sample_pad; /* zero-filled entries past the real samples, as some drivers return (a sizing count of 100) */
+    nvmlProcessUtilizationSample_t samples[MAX_PROCS];
     NUMERIC_FIELDS(AS_NUMERIC_MEMBER)
     DOUBLE_FIELDS(AS_DOUBLE_MEMBER)
     STRING_FIELDS(AS_STRING_MEMBER)
@@ -355,7 +372,7 @@ static void unsupported(int top, int fn) {
 
 static void add_process(int top, unsigned pid, unsigned long long memory, unsigned gi, unsigned ci) {
     FakeDevice *d = &g_devs[g_top[top]];
-    if (d->nprocs < MAX_PROCS) d->procs[d->nprocs++] = (FakeProcess){pid, memory, gi, ci};
+    if (d->nprocs < MAX_PROCS) d->procs[d->nprocs++] = (FakeProcess){pid, memory, gi, ci, 0};
 }
 
 static void set_process_name(unsigned pid, const char *name) {
@@ -856,9 +873,39 @@ static int run_command(const char *line) {
         add_process(gpu, (unsigned)strtoul(w[2], NULL, 10), memory, gi, ci);
         return 0;
     }
+    if (strcmp(w[0], "mpsproc") == 0 && n >= 4 && parse_gpu(w[1], &gpu) == 0 && gpu >= 0) {
+        FakeDevice *d = &g_devs[g_top[gpu]];
+        if (d->nprocs >= MAX_PROCS) return -1;
+        add_process(gpu, (unsigned)strtoul(w[2], NULL, 10), strcmp(w[3], "na") == 0 ? NA_U64 : strtoull(w[3], NULL, 10),
+                    NO_INSTANCE, NO_INSTANCE);
+        d->procs[d->nprocs - 1].mps = 1;
+        return 0;
+    }
     if (strcmp(w[0], "noprocs") == 0 && n >= 2 && parse_gpu(w[1], &gpu) == 0) {
         for (int t = 0; t < g_ntop; t++)
             if (gpu < 0 || t == gpu) g_devs[g_top[t]].nprocs = 0;
+        return 0;
+    }
+    if (strcmp(w[0], "psample") == 0 && n >= 8 && parse_gpu(w[1], &gpu) == 0 && gpu >= 0) {
+        FakeDevice *d = &g_devs[g_top[gpu]];
+        if (d->nsamples >= MAX_PROCS) return -1;
+        nvmlProcessUtilizationSample_t *s = &d->samples[d->nsamples++];
+        s->pid = (unsigned)strtoul(w[2], NULL, 10);
+        s->timeStamp = strtoull(w[3], NULL, 10);
+        s->smUtil = (unsigned)strtoul(w[4], NULL, 10);
+        s->memUtil = (unsigned)strtoul(w[5], NULL, 10);
+        s->encUtil = (unsigned)strtoul(w[6], NULL, 10);
+        s->decUtil = (unsigned)strtoul(w[7], NULL, 10);
+        return 0;
+    }
+    if (strcmp(w[0], "psamplepad") == 0 && n >= 3 && parse_gpu(w[1], &gpu) == 0) {
+        for (int t = 0; t < g_ntop; t++)
+            if (gpu < 0 || t == gpu) g_devs[g_top[t]].sample_pad = atoi(w[2]) < MAX_PROCS ? atoi(w[2]) : MAX_PROCS;
+        return 0;
+    }
+    if (strcmp(w[0], "nosamples") == 0 && n >= 2 && parse_gpu(w[1], &gpu) == 0) {
+        for (int t = 0; t < g_ntop; t++)
+            if (gpu < 0 || t == gpu) g_devs[g_top[t]].nsamples = 0;
         return 0;
     }
     if (strcmp(w[0], "pname") == 0 && n >= 3) {
@@ -1539,23 +1586,62 @@ nvmlReturn_t nvmlDeviceGetPlatformInfo(nvmlDevice_t device, nvmlPlatformInfo_t *
 }
 
 /* ---- processes ------------------------------------------------------------------------------------ */
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
-                                                     nvmlProcessInfo_t *infos) {
-    ENTER_DEVICE(nvmlDeviceGetComputeRunningProcesses_v3, device);
+/* The samples newer than lastSeen (NOT_FOUND when none), then sample_pad zero-filled entries; NOT_SUPPORTED in MIG
+ * mode, as the driver answers. The two-call protocol: a NULL or short buffer gets INSUFFICIENT_SIZE and the count. */
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
+                                             unsigned int *count, unsigned long long lastSeen) {
+    ENTER_DEVICE(nvmlDeviceGetProcessUtilization, device);
     if (!count) return done(NVML_ERROR_INVALID_ARGUMENT);
-    unsigned n = (unsigned)d->nprocs;
+    if (d->mig_cur) return done(NVML_ERROR_NOT_SUPPORTED);
+    unsigned fresh = 0;
+    for (int i = 0; i < d->nsamples; i++)
+        if (d->samples[i].timeStamp > lastSeen) fresh++;
+    if (!fresh) return done(NVML_ERROR_NOT_FOUND);
+    unsigned n = fresh + (unsigned)d->sample_pad;
+    if (!utilization || *count < n) {
+        *count = n;
+        return done(NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    unsigned k = 0;
+    for (int i = 0; i < d->nsamples; i++)
+        if (d->samples[i].timeStamp > lastSeen) utilization[k++] = d->samples[i];
+    for (; k < n; k++) memset(&utilization[k], 0, sizeof utilization[k]);
+    *count = n;
+    return done(NVML_SUCCESS);
+}
+
+/* The compute (mps = 0) or MPS client (mps = 1) processes, with NVML's two-call protocol. The lock is held. */
+static nvmlReturn_t list_processes(const FakeDevice *d, int mps, unsigned int *count, nvmlProcessInfo_t *infos) {
+    if (!count) return done(NVML_ERROR_INVALID_ARGUMENT);
+    unsigned n = 0;
+    for (int i = 0; i < d->nprocs; i++) n += d->procs[i].mps == mps;
     if (!infos || *count < n) {
         *count = n;
         return done(n ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS);
     }
-    for (unsigned i = 0; i < n; i++) {
-        infos[i].pid = d->procs[i].pid;
-        infos[i].usedGpuMemory = d->procs[i].memory;
-        infos[i].gpuInstanceId = d->procs[i].gi;
-        infos[i].computeInstanceId = d->procs[i].ci;
+    unsigned k = 0;
+    for (int i = 0; i < d->nprocs; i++) {
+        if (d->procs[i].mps != mps) continue;
+        infos[k].pid = d->procs[i].pid;
+        infos[k].usedGpuMemory = d->procs[i].memory;
+        infos[k].gpuInstanceId = d->procs[i].gi;
+        infos[k].computeInstanceId = d->procs[i].ci;
+        k++;
     }
     *count = n;
     return done(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
+                                                     nvmlProcessInfo_t *infos) {
+    ENTER_DEVICE(nvmlDeviceGetComputeRunningProcesses_v3, device);
+    return list_processes(d, 0, count, infos);
+}
+
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
+                                                        nvmlProcessInfo_t *infos) {
+    ENTER_DEVICE(nvmlDeviceGetMPSComputeRunningProcesses_v3, device);
+    return list_processes(d, 1, count, infos);
 }
 
 /* ---- MIG ---------------------------------------------------------------------------------------------- */
@@ -1777,6 +1863,7 @@ size_t fakeNvmlSizeof(const char *name) {
         {"c_nvmlPlatformInfo_v2_t", sizeof(nvmlPlatformInfo_t)},
         {"c_nvmlHostname_v1_t", sizeof(nvmlHostname_t)},
         {"c_nvmlProcessInfo_v3_t", sizeof(nvmlProcessInfo_t)},
+        {"c_nvmlProcessUtilizationSample_t", sizeof(nvmlProcessUtilizationSample_t)},
         {"c_nvmlFieldValue_t", sizeof(nvmlFieldValue_t)},
         {"c_nvmlEventData_t", sizeof(nvmlEventData_t)},
         {"c_nvmlGpmSupport_t", sizeof(nvmlGpmSupport_t)},

@@ -32,6 +32,7 @@ from nvidia_gpu_exporter.capture.format import (
     Capture,
     Section,
 )
+from nvidia_gpu_exporter.capture.pmon import render_pmon
 from nvidia_gpu_exporter.model.fields import fields_under
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
 
@@ -646,6 +647,10 @@ def _replication_problem(capture: Capture, state: str) -> str | None:
     return None
 
 
+def _stdout_and_code(result: Answer) -> tuple[str, int]:
+    return result.stdout, result.exit_code
+
+
 def answer(scenario: Scenario, args: Sequence[str]) -> Answer:
     """Answer one nvidia-smi invocation (``args`` without the program name) from the scenario.
 
@@ -656,6 +661,9 @@ def answer(scenario: Scenario, args: Sequence[str]) -> Answer:
     query = _query_request(args)
     if query is None:
         section = _find_verbatim(scenario.capture, scenario.state, args)
+        if section is None and args and args[0] == "pmon":
+            stdout, code = render_pmon(args, lambda query_args: _stdout_and_code(answer(scenario, query_args)))
+            return Answer(stdout, "", code)
         if section is None:
             return _usage(
                 f"capture has no section recorded for {go_quote(' '.join(args))} in state {go_quote(scenario.state)}"

@@ -89,6 +89,50 @@ COMPUTE_APPS_SUCCESS = FamilySpec(
     "Whether the most recent per-process collection succeeded (1) or not (0)",
 )
 
+# -- per-process usage (--collect.process-usage; every backend) -------------------------------------------------
+# The processes past --collect.process-usage-max-processes on a GPU are summed into the series with pid="other".
+
+PROCESS_USAGE_LABELS = ("uuid", "pid", "process_name")
+OVERFLOW_PID = "other"
+_USAGE_WINDOW = " over the driver's latest sample window. Absent when the source gave no value."
+
+
+def _process_utilization(engine: str, text: str) -> FamilySpec:
+    return FamilySpec(
+        f"nvidia_smi_process_{engine}_utilization_ratio", "gauge", text + _USAGE_WINDOW, PROCESS_USAGE_LABELS
+    )
+
+
+PROCESS_SM_UTILIZATION = _process_utilization("sm", "Fraction of time the process had a kernel running on the GPU")
+PROCESS_MEMORY_UTILIZATION = _process_utilization(
+    "memory", "Fraction of time the GPU's memory was read or written for the process (bandwidth, not capacity)"
+)
+PROCESS_ENCODER_UTILIZATION = _process_utilization("encoder", "Fraction of time the process used the video encoder")
+PROCESS_DECODER_UTILIZATION = _process_utilization("decoder", "Fraction of time the process used the video decoder")
+PROCESS_USED_MEMORY = FamilySpec(
+    "nvidia_smi_process_used_memory_bytes",
+    "gauge",
+    "GPU memory used by the process. Absent when the driver cannot report it.",
+    PROCESS_USAGE_LABELS,
+)
+PROCESS_USAGE_OVERFLOW = FamilySpec(
+    "nvidia_smi_process_usage_overflow_processes",
+    "gauge",
+    'Number of processes on the GPU past --collect.process-usage-max-processes, summed in the pid="other" series.',
+    ("uuid",),
+)
+PROCESS_USAGE_SUCCESS = FamilySpec(
+    "nvidia_smi_process_usage_last_collect_success",
+    "gauge",
+    "Whether the most recent per-process usage collection succeeded (1) or not (0)",
+)
+PROCESS_USAGE_OVERFLOWED = FamilySpec(
+    "nvidia_gpu_exporter_process_usage_overflowed_processes_total",
+    "counter",
+    'Processes summed into a GPU\'s pid="other" per-process usage series instead of their own, over every '
+    "collection since the exporter started (--collect.process-usage-max-processes).",
+)
+
 # -- NVML-only readings (nvml backend, and the demo that simulates it) ------------------------------------------
 
 GPU_LABELS = ("uuid",)
@@ -390,6 +434,14 @@ OWNED: tuple[FamilySpec, ...] = (
     COMPUTE_APP_MEMORY,
     COMPUTE_APPS,
     COMPUTE_APPS_SUCCESS,
+    PROCESS_SM_UTILIZATION,
+    PROCESS_MEMORY_UTILIZATION,
+    PROCESS_ENCODER_UTILIZATION,
+    PROCESS_DECODER_UTILIZATION,
+    PROCESS_USED_MEMORY,
+    PROCESS_USAGE_OVERFLOW,
+    PROCESS_USAGE_SUCCESS,
+    PROCESS_USAGE_OVERFLOWED,
     ENERGY,
     PCIE_TX,
     PCIE_RX,

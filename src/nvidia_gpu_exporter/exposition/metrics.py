@@ -28,6 +28,7 @@ from nvidia_gpu_exporter.exposition.kubernetes import attribution_families, labe
 from nvidia_gpu_exporter.exposition.naming import FieldMetric, plan_field_metrics
 from nvidia_gpu_exporter.exposition.nvml import extras_families, xid_families
 from nvidia_gpu_exporter.exposition.pci import pci_families
+from nvidia_gpu_exporter.exposition.processusage import overflowed_family, usage_families
 from nvidia_gpu_exporter.exposition.text import (
     DuplicateSeriesError,
     Family,
@@ -255,10 +256,12 @@ class Exposition:
                 gpus = [replace(gpu, label=labelled_gpu(gpu.uuid, holders.get(gpu.uuid))) for gpu in gpus]
             blocks += self._field_blocks(gpus)
             rendered_uuids = {gpu.uuid for gpu in gpus}
+            # Every GPU row gets a count, also one dropped for a bad identity cell, as in the Go exporter.
+            every_uuid = [normalize_uuid(cells[self._identity_columns[0]]) for cells in readings.gpus.rows]
             if readings.processes is not None:
-                # Every GPU row gets a count, also one dropped for a bad identity cell, as in the Go exporter.
-                every_uuid = [normalize_uuid(cells[self._identity_columns[0]]) for cells in readings.gpus.rows]
                 families += self.process_families(readings.processes, every_uuid)
+            if readings.process_usage is not None:
+                families += usage_families(readings.process_usage, every_uuid)
             if readings.extras is not None:
                 families += extras_families(readings.extras)
         families += xid_families(snapshot.xids)  # XID counts outlive failed collections
@@ -266,6 +269,8 @@ class Exposition:
         families += health_families(snapshot)  # so do the kernel log's other findings
         if snapshot.stuck_children is not None:  # exec only; a stuck child is why its collections fail
             families += stuck_children_families(snapshot.stuck_children)
+        if snapshot.process_usage_overflowed is not None:  # only with --collect.process-usage
+            families.append(overflowed_family(snapshot.process_usage_overflowed))
         if snapshot.kubernetes is not None:  # only with --kubernetes.* attribution on
             families += attribution_families(snapshot.kubernetes, rendered_uuids)
         blocks += [(family.name, render_family(family)) for family in families]

@@ -64,6 +64,46 @@ class ProcessList:
 
 
 @dataclass(frozen=True, slots=True)
+class ProcessUsageRow:
+    """One process's use of one GPU (``--collect.process-usage``): utilization in percent (0-100) over the
+    driver's latest sample window, framebuffer memory in bytes; ``None`` where the source gave no value."""
+
+    gpu_uuid: str
+    pid: str
+    process_name: str
+    sm_percent: float | None = None
+    memory_percent: float | None = None  # memory-controller busy time, not capacity
+    encoder_percent: float | None = None
+    decoder_percent: float | None = None
+    used_memory_bytes: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessUsageOverflow:
+    """The processes of one GPU past the per-GPU cap, summed (each value ``None`` when none of them had one)."""
+
+    gpu_uuid: str  # normalized
+    processes: int
+    sm_percent: float | None = None
+    memory_percent: float | None = None
+    encoder_percent: float | None = None
+    decoder_percent: float | None = None
+    used_memory_bytes: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessUsage:
+    """The per-process usage reading; a failed one has no rows and must not look like idle GPUs.
+
+    Backends fill ``rows``; the collector's cap (:mod:`.processusage`) moves the rows past it into ``overflow``.
+    """
+
+    succeeded: bool
+    rows: tuple[ProcessUsageRow, ...] = ()
+    overflow: tuple[ProcessUsageOverflow, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class GpuExtras:
     """NVML-only per-GPU readings (``None`` = the GPU cannot report it: no series)."""
 
@@ -211,6 +251,7 @@ class Readings:
     processes: ProcessList | None  # None when per-process collection is off
     cuda_version: str = ""
     extras: NvmlExtras | None = None  # None for the exec backend
+    process_usage: ProcessUsage | None = None  # None when --collect.process-usage is off
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +288,8 @@ class Snapshot:
     kubernetes: KubernetesAttribution | None = None  # None unless --kubernetes.* attribution is on
     stuck_children: StuckChildren | None = None  # exec only; rendered whatever the attempt's outcome
     pci: PciInventory | None = None  # what sysfs lists (lost GPUs); rendered whatever the attempt's outcome
+    # Processes summed into an overflow series since the start (--collect.process-usage); None when that is off.
+    process_usage_overflowed: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -241,6 +241,7 @@ class DemoBackend:
         *,
         config_path: str = "",
         compute_apps: bool = False,
+        process_usage: bool = False,
         mig_process_labels: bool = False,
         clock: Callable[[], float] = time.time,
         kernel_log: KernelLogSink | None = None,
@@ -260,6 +261,7 @@ class DemoBackend:
             request,
             timeout_seconds=None,
             compute_apps=compute_apps,
+            process_usage=process_usage,
             status_family=StatusFamily.NVML_RETURN_CODE,
             exit_errors_are_fatal=False,
         )

@@ -21,6 +21,7 @@ from nvidia_gpu_exporter.backends.exec.output import (
     parse_gpu_csv,
     parse_help_query_gpu,
 )
+from nvidia_gpu_exporter.backends.exec.pmon import PMON_ARGS, PmonShapeError, parse_pmon
 from nvidia_gpu_exporter.backends.exec.runner import RunResult, SmiRunner, SubprocessRunner
 from nvidia_gpu_exporter.backends.fields import (
     BUILTIN_FIELDS,
@@ -34,11 +35,13 @@ from nvidia_gpu_exporter.backends.fields import (
 from nvidia_gpu_exporter.model.snapshot import (
     GpuTable,
     ProcessList,
+    ProcessUsage,
     QueryField,
     Readings,
     StatusFamily,
     StuckChildren,
     XidRecord,
+    column_of,
 )
 from nvidia_gpu_exporter.support.asynctimeout import within_timeout
 
@@ -141,6 +144,7 @@ class SmiBackend:
         *,
         cuda_version: str,
         compute_apps: bool,
+        process_usage: bool = False,
         status_family: StatusFamily = StatusFamily.COMMAND_EXIT_CODE,
         exit_errors_are_fatal: bool = True,
     ) -> None:
@@ -148,6 +152,7 @@ class SmiBackend:
         self._fields = tuple(fields)
         self.cuda_version = cuda_version
         self.compute_apps = compute_apps
+        self.process_usage = process_usage  # --collect.process-usage: one nvidia-smi pmon run per collection
         self._status_family = status_family
         self.exit_errors_are_fatal = exit_errors_are_fatal
         self._gpu_args = gpu_query_args([field.qfield for field in self._fields])
@@ -160,6 +165,7 @@ class SmiBackend:
         *,
         timeout_seconds: float | None,
         compute_apps: bool,
+        process_usage: bool = False,
         status_family: StatusFamily = StatusFamily.COMMAND_EXIT_CODE,
         exit_errors_are_fatal: bool = True,
     ) -> SmiBackend:
@@ -182,6 +188,7 @@ class SmiBackend:
             fields,
             cuda_version=cuda_version,
             compute_apps=compute_apps,
+            process_usage=process_usage,
             status_family=status_family,
             exit_errors_are_fatal=exit_errors_are_fatal,
         )
@@ -211,8 +218,13 @@ class SmiBackend:
             csv = await parse_output(lambda stdout: parse_gpu_csv(stdout, field_count), result.stdout)
         except CsvShapeError as error:
             raise CollectionError(f"unexpected nvidia-smi output: {error}") from error
+        return await self._with_processes(GpuTable(csv.rows))
+
+    async def _with_processes(self, table: GpuTable) -> Readings:
+        """The GPU table's readings with the per-process runs the flags ask for, one after the other."""
         processes = await self._collect_processes() if self.compute_apps else None
-        return Readings(GpuTable(csv.rows), processes, self.cuda_version)
+        usage = await self._collect_usage(table) if self.process_usage else None
+        return Readings(table, processes, self.cuda_version, process_usage=usage)
 
     async def _collect_processes(self) -> ProcessList:
         result = await self.runner.run(COMPUTE_APPS_ARGS)
@@ -225,6 +237,23 @@ class SmiBackend:
             log.warning("failed to collect per-process data", extra={"reason": str(error)})
             return ProcessList(succeeded=False)
         return ProcessList(succeeded=True, rows=rows)
+
+    async def _collect_usage(self, table: GpuTable) -> ProcessUsage:
+        """``nvidia-smi pmon``'s rows, each on the GPU of the table whose ``index`` it names.
+
+        A failure (a driver or GPU without pmon says "Not supported") never fails the collection."""
+        result = await self.runner.run(PMON_ARGS)
+        if not result.ok:
+            log.warning("failed to collect per-process usage", extra={"reason": result.describe_failure()})
+            return ProcessUsage(succeeded=False)
+        index, uuid = column_of(self._fields, "index"), column_of(self._fields, "uuid")
+        uuid_by_index = {} if index is None or uuid is None else {row[index]: row[uuid] for row in table.rows}
+        try:
+            rows = await parse_output(lambda stdout: parse_pmon(stdout, uuid_by_index), result.stdout)
+        except PmonShapeError as error:
+            log.warning("failed to collect per-process usage", extra={"reason": str(error)})
+            return ProcessUsage(succeeded=False)
+        return ProcessUsage(succeeded=True, rows=rows)
 
     def xid_records(self) -> tuple[XidRecord, ...]:
         """nvidia-smi has no XID event stream: none."""

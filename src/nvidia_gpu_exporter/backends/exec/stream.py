@@ -440,6 +440,7 @@ class StreamingSmiBackend(SmiBackend):
             base.fields,
             cuda_version=base.cuda_version,
             compute_apps=base.compute_apps,
+            process_usage=base.process_usage,
             status_family=base.status_family,
             exit_errors_are_fatal=base.exit_errors_are_fatal,
         )
@@ -451,8 +452,7 @@ class StreamingSmiBackend(SmiBackend):
         except CollectionError as error:
             error.fatal = error.fatal and self.exit_errors_are_fatal
             raise
-        processes = await self._collect_processes() if self.compute_apps else None
-        return Readings(GpuTable(rows), processes, self.cuda_version)
+        return await self._with_processes(GpuTable(rows))
 
     def stuck_children(self) -> StuckChildren:
         """The one-shot runs' stuck children and the stream's, together."""
@@ -476,11 +476,14 @@ async def start_streaming(
     interval_seconds: float,
     timeout_seconds: float | None,
     compute_apps: bool,
+    process_usage: bool = False,
     stale_after_seconds: float | None = None,
     backoff_seconds: tuple[float, float] = BACKOFF_SECONDS,
 ) -> StreamingSmiBackend:
     """The exec backend's startup (fields, CUDA version) through ``runner``, then the stream started."""
-    base = await SmiBackend.start(runner, request, timeout_seconds=timeout_seconds, compute_apps=compute_apps)
+    base = await SmiBackend.start(
+        runner, request, timeout_seconds=timeout_seconds, compute_apps=compute_apps, process_usage=process_usage
+    )
     fields = base.fields
     header = tuple(field.rfield for field in fields)
     uuid_column = next((index for index, field in enumerate(fields) if field.qfield == "uuid"), None)

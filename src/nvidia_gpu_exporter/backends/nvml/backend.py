@@ -28,6 +28,7 @@ from nvidia_gpu_exporter.backends.nvml.api import (
     NA_UINT64,
     NO_INSTANCE,
     NO_PERMISSION,
+    NOT_FOUND,
     Failure,
     bindings_problem,
     call,
@@ -58,6 +59,8 @@ from nvidia_gpu_exporter.model.snapshot import (
     NvmlExtras,
     ProcessList,
     ProcessRow,
+    ProcessUsage,
+    ProcessUsageRow,
     QueryField,
     Readings,
     StatusFamily,
@@ -88,6 +91,7 @@ def nvlink_bandwidth(previous: tuple[int, int] | None, total_kib: int, timestamp
 
 
 UNKNOWN_ERROR = -1  # any code outside the token table renders "[Unknown Error]"
+MAX_PERCENT = 100  # a larger per-process value is a driver's junk sample (nvtop#110), never a reading
 
 
 class _LifecycleError(Exception):
@@ -123,6 +127,7 @@ class NvmlBackend:
         fields: Sequence[ResolvedField],
         *,
         compute_apps: bool = False,
+        process_usage: bool = False,
         pcie_throughput: bool = False,
         watcher: XidWatcher | None = None,
         gpm_clock: Callable[[], float] = time.monotonic,
@@ -132,6 +137,10 @@ class NvmlBackend:
         self.session = session
         self.resolved = tuple(fields)
         self.compute_apps = compute_apps
+        self.process_usage = process_usage  # --collect.process-usage
+        # Per GPU uuid: the newest process utilization sample time (µs) read so far, passed back as lastSeen so that
+        # each collection reads the samples since the previous one: none twice, none older.
+        self._last_sample_us: dict[str, int] = {}
         self.pcie_throughput = pcie_throughput
         self.gpm_whole_gpus = gpm_whole_gpus  # only the DCGM profile serves a whole GPU's GPM: no samples otherwise
         self.dcgm_readings = dcgm_readings  # PCIe replays and NVLink bandwidth: read only for the DCGM profile
@@ -270,7 +279,8 @@ class NvmlBackend:
             gpus.append(_Gpu(handle, uuid if isinstance(uuid, str) else token(UNKNOWN_ERROR)))
         self._warn_unreadable(unreadable)
         processes = self._processes(gpus) if self.compute_apps else None
-        return Readings(GpuTable(tuple(rows)), processes, self._cuda_version, self._extras(gpus))
+        usage = self._process_usage(gpus) if self.process_usage else None
+        return Readings(GpuTable(tuple(rows)), processes, self._cuda_version, self._extras(gpus), usage)
 
     def _device_cells(self, handle: Any, index: int) -> dict[str, Cell]:
         cells: dict[str, Cell] = {}
@@ -344,6 +354,66 @@ class NvmlBackend:
                 )
         return ProcessList(succeeded=True, rows=tuple(rows))
 
+    def _process_name(self, pid: int, names: dict[int, str]) -> str:
+        if pid not in names:
+            name = self._soft(read_string("nvmlSystemGetProcessName", 1024, ctypes.c_uint(pid)))
+            names[pid] = token(name.code) if isinstance(name, Failure) else str(name).strip(GO_SPACE)
+        return names[pid]
+
+    def _running(self, gpu: _Gpu) -> dict[int, float | None] | Failure:
+        """pid -> used bytes (``None`` when unknown) of the GPU's compute and graphics processes and MPS clients."""
+        compute = self._soft(call("nvmlDeviceGetComputeRunningProcesses", gpu.handle))
+        if isinstance(compute, Failure):
+            return compute
+        others = [
+            self._soft(call(function, gpu.handle))
+            for function in ("nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses")
+        ]
+        running: dict[int, float | None] = {}
+        for process in [
+            *compute,
+            *(process for listed in others if not isinstance(listed, Failure) for process in listed),
+        ]:
+            memory = process.usedGpuMemory
+            used = None if memory is None or int(memory) == NA_UINT64 else float(int(memory))
+            running[int(process.pid)] = used if running.get(int(process.pid)) is None else running[int(process.pid)]
+        return running
+
+    def _samples(self, gpu: _Gpu, running: dict[int, float | None]) -> dict[int, Any] | None:
+        """The newest sample per running pid since the last collection; ``None`` when the GPU has none to give
+        (MIG mode, an old GPU); an empty dict when no process ran a kernel since (NVML's NOT_FOUND)."""
+        last = self._last_sample_us.get(gpu.uuid, 0)
+        samples = self._soft(call("nvmlDeviceGetProcessUtilization", gpu.handle, last))
+        if isinstance(samples, Failure):
+            return {} if samples.code == NOT_FOUND else None
+        newest: dict[int, Any] = {}
+        for sample in samples:
+            pid, stamp = int(sample.pid), int(sample.timeStamp)
+            values = (sample.smUtil, sample.memUtil, sample.encUtil, sample.decUtil)
+            if stamp <= last or pid not in running or any(int(value) > MAX_PERCENT for value in values):
+                continue  # zero-filled entries, a zombie's, junk values, an old sample
+            if pid not in newest or int(newest[pid].timeStamp) < stamp:
+                newest[pid] = sample
+        self._last_sample_us[gpu.uuid] = max([last, *(int(sample.timeStamp) for sample in newest.values())])
+        return newest
+
+    def _process_usage(self, gpus: Sequence[_Gpu]) -> ProcessUsage:
+        """Each running process with its utilization sample; one without a new sample used nothing since the last
+        collection (NVML samples only processes with non-zero use), so it reads 0 where the GPU can sample."""
+        rows: list[ProcessUsageRow] = []
+        names: dict[int, str] = {}
+        for gpu in gpus:
+            running = self._running(gpu)
+            if isinstance(running, Failure):
+                log.warning("failed to collect per-process usage", extra={"reason": return_name(running.code)})
+                return ProcessUsage(succeeded=False)
+            samples = self._samples(gpu, running)
+            for pid, used in running.items():
+                sm, memory, encoder, decoder = _percents(samples, pid)
+                name = self._process_name(pid, names)
+                rows.append(ProcessUsageRow(gpu.uuid, str(pid), name, sm, memory, encoder, decoder, used))
+        return ProcessUsage(succeeded=True, rows=tuple(rows))
+
     def _extras(self, gpus: Sequence[_Gpu]) -> NvmlExtras:
         per_gpu: list[GpuExtras] = []
         mig_devices: list[MigDevice] = []
@@ -405,6 +475,17 @@ class NvmlBackend:
         return (None if isinstance(replays, Failure) else float(int(replays))), nvlink
 
 
+def _percents(samples: dict[int, Any] | None, pid: int) -> tuple[float | None, ...]:
+    """A process's SM, memory, encoder and decoder percentages: its sample's, 0 without one, none where the GPU
+    cannot sample processes."""
+    if samples is None:
+        return (None, None, None, None)
+    sample = samples.get(pid)
+    if sample is None:
+        return (0.0, 0.0, 0.0, 0.0)
+    return tuple(float(value) for value in (sample.smUtil, sample.memUtil, sample.encUtil, sample.decUtil))
+
+
 def _instance_id(value: Any) -> str:
     """A process's GPU/compute instance id label: empty when it does not run on a MIG device."""
     number = int(value)
@@ -418,6 +499,7 @@ def open_backend(
     request: FieldRequest,
     *,
     compute_apps: bool = False,
+    process_usage: bool = False,
     pcie_throughput: bool = False,
     watch_xids: bool = True,
     gpm_clock: Callable[[], float] = time.monotonic,
@@ -447,6 +529,7 @@ def open_backend(
         session,
         fields,
         compute_apps=compute_apps,
+        process_usage=process_usage,
         pcie_throughput=pcie_throughput,
         watcher=watcher,
         gpm_clock=gpm_clock,
@@ -466,6 +549,7 @@ async def start_nvml_backend(
     request: FieldRequest,
     *,
     compute_apps: bool = False,
+    process_usage: bool = False,
     pcie_throughput: bool = False,
     watch_xids: bool = True,
     gpm_whole_gpus: bool = False,
@@ -476,6 +560,7 @@ async def start_nvml_backend(
         open_backend,
         request,
         compute_apps=compute_apps,
+        process_usage=process_usage,
         pcie_throughput=pcie_throughput,
         watch_xids=watch_xids,
         gpm_whole_gpus=gpm_whole_gpus,
