@@ -11,6 +11,7 @@ import pytest
 
 import docblocks
 from harness import REPO
+from nvidia_gpu_exporter.flags import FLAGS
 from nvidia_gpu_exporter.web import routes
 
 README_MD = REPO / "README.md"
@@ -115,3 +116,22 @@ def test_a_block_marked_run_that_nothing_reads_is_found(monkeypatch: pytest.Monk
     assert unread(page) == [
         f"docs/demo.md:{renamed[0].line}: marked run: nobody-reads-this, but no test or CI step reads it"
     ]
+
+
+# -- the README's flag table ------------------------------------------------------------------------------------
+
+
+def readme_flag_rows() -> list[str]:
+    section = README_MD.read_text(encoding="utf-8").split("\n## Flags\n", 1)[1].split("\n## ", 1)[0]
+    return [line for line in section.splitlines() if line.startswith("| `--")]
+
+
+def test_the_readme_flag_table_covers_every_flag() -> None:
+    """Each flag is named in a row (its own, or one that mentions it), or falls under a row's ``--group.*``."""
+    rows = readme_flag_rows()
+    flag_cells = {name for row in rows for name in re.findall(r"`--([a-z][a-z0-9.-]*)`", row.split("|")[1])}
+    named = {name for row in rows for name in re.findall(r"`--([a-z][a-z0-9.-]*)[`=]", row)}
+    groups = {group for row in rows for group in re.findall(r"`--([a-z]+)\.\*`", row)}
+    flags = {flag.name for flag in FLAGS}
+    assert sorted(flag_cells - flags) == []
+    assert sorted(name for name in flags - named if name.split(".", 1)[0] not in groups) == []
