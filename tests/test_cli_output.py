@@ -50,6 +50,16 @@ def test_version_block_ends_with_one_newline(capsys: pytest.CaptureFixture[str])
     assert capsys.readouterr().err == cli.version_text()
 
 
+def test_help_names_the_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
+    """`doctor` (and `install`/`uninstall` on Windows) are commands too; --help is where a user looks for them."""
+    from nvidia_gpu_exporter.windows.scm import SUBCOMMANDS
+
+    cli.main(["--help"])
+    subcommands = next(line for line in capsys.readouterr().err.splitlines() if line.startswith("Subcommands: "))
+    for name in ("doctor", *SUBCOMMANDS):
+        assert re.search(rf"\b{name}\b", subcommands), name
+
+
 def test_help_lists_visible_flags_only(capsys: pytest.CaptureFixture[str]) -> None:
     cli.main(["--help"])
     text = capsys.readouterr().err

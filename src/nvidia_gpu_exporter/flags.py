@@ -68,6 +68,11 @@ _COMPLETION_FLAG = f"--{Action.COMPLETION_BASH.value}"
 HELP_TEXT = "Show context-sensitive help (also try --help-long and --help-man)."
 VERSION_TEXT = "Show application version."
 DESCRIPTION = "Prometheus exporter for NVIDIA GPUs, a drop-in for the Go nvidia_gpu_exporter."
+# cli.py dispatches these words before the flags are parsed (test_cli_output keeps the list whole).
+SUBCOMMANDS_HELP = (
+    "Subcommands: doctor [--json] checks this node against the GPU runbook (exit 0 pass, 1 warnings, 2 failures);"
+    " install [flags] and uninstall manage the Windows service (Windows only)."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -539,7 +544,7 @@ def _entries(describe: Callable[[Flag], str] | None = None) -> list[tuple[str, s
 
 def usage(program: str = "nvidia_gpu_exporter", describe: Callable[[Flag], str] | None = None) -> str:
     """``--help`` text: every visible flag with its default."""
-    lines = [f"usage: {program} [<flags>]", "", DESCRIPTION, "", "Flags:"]
+    lines = [f"usage: {program} [<flags>]", "", DESCRIPTION, "", SUBCOMMANDS_HELP, "", "Flags:"]
     help_entry, version_entry, *flag_entries = _entries(describe)
     for name, _, text in (help_entry, version_entry):
         lines.append(f"{'  ' if name.startswith('-h') else '      '}{name}".ljust(30) + text)
