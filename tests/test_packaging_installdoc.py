@@ -147,7 +147,7 @@ def test_macos_ssh_block_collects_through_ssh(tmp_path: Path) -> None:
     assert any("--query-gpu=" in call for call in calls)
 
 
-@pytest.mark.parametrize("name", ["pipx", "venv", "single-file", "deb-install", "systemd-manual"])
+@pytest.mark.parametrize("name", ["checkout", "wheel", "pipx", "venv", "single-file", "deb-install", "systemd-manual"])
 def test_tested_install_blocks_end_with_a_version_check(name: str) -> None:
     lines = installdoc.block(name).lines()
     if name == "systemd-manual":
