@@ -8,16 +8,15 @@ instead (INSTALL.md, "From a checkout or a wheel").
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
 from dataclasses import dataclass
 from enum import Enum
-from importlib import metadata
 from pathlib import Path
-from urllib.parse import urlparse
-from urllib.request import url2pathname
+
+# importlib.metadata (zipfile, email, datetime ...), json and urllib are imported by the functions that need them:
+# a hint is built only when an extra is missing, and every start imports this module (tests/test_footprint.py).
 
 DISTRIBUTION = "nvidia-gpu-exporter"
 _SOURCE_ROOT = Path(__file__).resolve().parents[3]  # src/nvidia_gpu_exporter/support/extras.py -> the checkout
@@ -62,6 +61,8 @@ def current_origin() -> Origin:
     """Where the running package came from: the pex and the frozen executable say so, pip records the rest."""
     if os.environ.get("PEX") or getattr(sys, "frozen", False):
         return Origin(Kind.SINGLE_FILE)
+    from importlib import metadata  # noqa: PLC0415 - see the imports above
+
     try:
         recorded = metadata.distribution(DISTRIBUTION).read_text("direct_url.json")
     except metadata.PackageNotFoundError:  # run from a source tree on PYTHONPATH, never installed
@@ -73,6 +74,10 @@ def current_origin() -> Origin:
 
 def origin_from_direct_url(recorded: str | None) -> Origin:
     """The origin PEP 610's ``direct_url.json`` records; none (an index install) or one unreadable is the index."""
+    import json  # noqa: PLC0415 - see the imports above
+    from urllib.parse import urlparse  # noqa: PLC0415
+    from urllib.request import url2pathname  # noqa: PLC0415
+
     if not recorded:
         return Origin(Kind.INDEX)
     try:
