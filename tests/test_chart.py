@@ -437,6 +437,16 @@ def test_contradictory_values_fail_the_render(values: dict[str, Any], message: s
     assert_render_fails(values, message)
 
 
+def test_the_demo_backend_runs_without_the_nvidia_runtime() -> None:
+    """KUBERNETES.md offers `--set backend=demo` for a cluster without GPUs, which has no `nvidia` RuntimeClass."""
+    objects = chart_objects({"backend": "demo"})
+    assert "runtimeClassName" not in one(objects, "DaemonSet")["spec"]["template"]["spec"]
+    notes = render_chart({"backend": "demo"})["nvidia-gpu-exporter/templates/NOTES.txt"]
+    assert "WARNING" not in notes
+    assert 'RuntimeClass "' not in notes
+    assert "The demo backend serves simulated GPUs: the pods need no NVIDIA runtime" in notes
+
+
 def test_notes_warn_about_missing_runtime_class_and_host_pid() -> None:
     notes = render_chart({"runtimeClassName": "", "computeApps": {"enabled": True}})[
         "nvidia-gpu-exporter/templates/NOTES.txt"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import docblocks
 from harness import FIXTURE_CAPTURES, MIG_FIXTURE, REPO, Exporter, fake_smi_command, start_exporter
 from k8s_fakes import CGROUP_LAYOUTS, GPU0, LOAD_PIDS, make_proc, require_grpc
 from nvidia_gpu_exporter.exposition.families import PREFIX, PROCESS_USAGE_SUCCESS, RESERVED_NAMES
@@ -388,37 +389,45 @@ def test_nothing_refers_to_a_description_outside_the_repository(needle: str) -> 
 
 
 # ``docs/<page>.md, "<Heading>"`` in code and tests; ``<page>.md, "<Heading>"`` or a link followed by
-# ``, "<Heading>"`` in the docs themselves, where a heading may wrap across lines.
-DOC_REFERENCE = re.compile(r"(docs/)?([a-z-]+\.md)\)?,? \"([^\"]+)\"")
+# ``, "<Heading>"`` in the docs themselves, where a heading may wrap across lines (and across comment lines);
+# and the same for the pages at the repository root (INSTALL.md and the others), from anywhere.
+DOC_REFERENCE = re.compile(r"(docs/)?([A-Za-z-]+\.md)\)?,? \"([^\"]+)\"")
+REFERRING = ("src", "tests", "benchmarks", "docs", "deploy", "packaging", ".ci")
+REFERRING_SUFFIXES = (".py", ".md", ".sh", ".txt", ".yaml", ".yml", ".tpl")
+
+
+def names_a_heading(heading: str, page: Path) -> bool:
+    """A heading of the page, or the start of one before its ``: detail`` or `` (issue N)``."""
+    return any(found == heading or found.startswith((f"{heading}: ", f"{heading} (")) for found in headings(page))
 
 
 def test_every_reference_to_a_docs_section_names_an_existing_heading() -> None:
     broken = []
-    for path in text_files("src", "tests", "benchmarks", "docs"):
-        if path.suffix not in (".py", ".md", ".sh", ".txt"):
+    for path in sorted({*text_files(*REFERRING), *docblocks.pages()}):
+        if path.suffix not in REFERRING_SUFFIXES:
             continue
         text = path.read_text(encoding="utf-8", errors="replace")
         for prefix, page, wrapped in DOC_REFERENCE.findall(text):
-            heading = " ".join(wrapped.split())
-            in_docs = prefix or path.parent == DOCS
-            target = DOCS / page
-            if in_docs and (not target.is_file() or heading not in headings(target)):
+            heading = " ".join(word for word in wrapped.split() if word != "#")
+            in_docs = prefix or (path.parent == DOCS and (DOCS / page).is_file())
+            target = DOCS / page if in_docs else REPO / page
+            if (in_docs or target.is_file()) and not (target.is_file() and names_a_heading(heading, target)):
                 broken.append(f"{path.relative_to(REPO)}: {prefix}{page} {heading!r}")
     assert broken == []
 
 
 def test_every_link_in_the_docs_resolves() -> None:
     broken = []
-    for page in [*sorted(DOCS.glob("*.md")), REPO / "README.md"]:
+    for page in docblocks.pages():
         for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
             if target.startswith(("http://", "https://")):
                 continue
             file_part, _, anchor = target.partition("#")
             linked = (page.parent / file_part).resolve() if file_part else page
             if not linked.exists():
-                broken.append(f"{page.name}: {target}")
+                broken.append(f"{page.relative_to(REPO)}: {target}")
             elif anchor and linked.suffix == ".md" and anchor not in {slug(h) for h in headings(linked)}:
-                broken.append(f"{page.name}: {target} (no such heading)")
+                broken.append(f"{page.relative_to(REPO)}: {target} (no such heading)")
     assert broken == []
 
 

@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 from harness import MIG_FIXTURE, REPO, exporter_argv, fake_smi_command, run_exporter_to_exit
+from nvidia_gpu_exporter.support.extras import install_hint
 
 
 def test_missing_grpc_names_the_extra(tmp_path: Path) -> None:
@@ -21,7 +22,7 @@ def test_missing_grpc_names_the_extra(tmp_path: Path) -> None:
     assert completed.returncode == 1, log
     assert "failed to run" in log
     assert "needs the 'kubernetes' extra" in log
-    assert "nvidia-gpu-exporter[kubernetes]" in log
+    assert install_hint("kubernetes") in log
     assert "Listening on" not in log
 
 

@@ -147,10 +147,27 @@ def test_macos_ssh_block_collects_through_ssh(tmp_path: Path) -> None:
     assert any("--query-gpu=" in call for call in calls)
 
 
-@pytest.mark.parametrize("name", ["pipx", "venv", "single-file", "deb-install", "systemd-manual"])
+@pytest.mark.parametrize("name", ["checkout", "wheel", "pipx", "venv", "single-file", "deb-install", "systemd-manual"])
 def test_tested_install_blocks_end_with_a_version_check(name: str) -> None:
     lines = installdoc.block(name).lines()
     if name == "systemd-manual":
         assert lines[-1] == "sudo systemctl start nvidia_gpu_exporter.service"
     else:
         assert lines[-1].endswith("nvidia_gpu_exporter --version"), lines
+
+
+RELEASE_ONLY = re.compile(
+    r"pipx install nvidia-gpu-exporter|pip install [\"']?nvidia-gpu-exporter|releases/download|ghcr\.io/"
+)
+
+
+def test_every_section_with_a_release_only_command_says_after_a_release() -> None:
+    """No release is published: a block that needs one (PyPI's name, a download, a registry) must say so."""
+    text = installdoc.INSTALL_MD.read_text(encoding="utf-8")
+    sections = re.split(r"^## ", text, flags=re.MULTILINE)
+    unmarked = [
+        section.split("\n", 1)[0]
+        for section in sections
+        if RELEASE_ONLY.search(section) and "after a release" not in " ".join(section.lower().split())
+    ]
+    assert unmarked == []

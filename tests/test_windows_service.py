@@ -25,6 +25,7 @@ import installdoc
 from harness import REPO, http_get
 from nvidia_gpu_exporter import cli, logs, windows
 from nvidia_gpu_exporter.config import Config
+from nvidia_gpu_exporter.support.extras import install_hint
 from nvidia_gpu_exporter.windows import eventlog, service
 from nvidia_gpu_exporter.windows import scm as winscm
 from polling import wait_until
@@ -461,8 +462,9 @@ def test_install_warns_but_succeeds_when_recovery_cannot_be_set(scm: Scm, monkey
 
 def test_install_without_pywin32_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "win32service", None)
-    with pytest.raises(winscm.WinServiceError, match=r'pip install "nvidia-gpu-exporter\[windows\]"'):
+    with pytest.raises(winscm.WinServiceError) as raised:
         winscm.install([], launcher_argv=LAUNCHER)
+    assert str(raised.value) == f"pywin32 is required for the Windows service: {install_hint('windows')}"
 
 
 # ---------------------------------------------------------------------------------------------------------------

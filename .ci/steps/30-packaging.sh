@@ -3,7 +3,8 @@
 # 0022 and 0002, two directories) and require byte-identical results, inspect the artifacts, install the .deb
 # into a fresh debootstrap chroot (install, remove, purge), and run INSTALL.md's tested blocks
 # (tests/installdoc.py) where they belong: the chroot for the deb, single-file and systemd blocks, the host
-# (offline, from the release's wheels) for pip and pipx. The single file carries no grpcio (packaging/README.md):
+# (offline, from the release's wheels) for pip and pipx, a snapshot of the checkout for the checkout and wheel
+# blocks. The single file carries no grpcio (packaging/README.md):
 # the deb must refuse --kubernetes.pod-resources with the message naming the extra, while the container image
 # must serve attribution (checked against a fake kubelet) and run the doctor, and the image must carry the 'fleet'
 # extra: it starts with --fleet.targets-file and /probe answers (a target that refuses: probe_success 0).
@@ -232,7 +233,8 @@ if in_chroot "nvidia_gpu_exporter --collect.backend=demo --kubernetes.pod-resour
     cat "$work/deb-k8s.log"
     fail "the deb's exporter started with --kubernetes.pod-resources and no grpcio"
 fi
-grep -F "needs the 'kubernetes' extra: pip install 'nvidia-gpu-exporter[kubernetes]'" "$work/deb-k8s.log" || {
+grep -F "needs the 'kubernetes' extra: the single file carries no extras: install the wheel with [kubernetes]" \
+    "$work/deb-k8s.log" || {
     cat "$work/deb-k8s.log"
     fail "the deb's exporter did not name the kubernetes extra"
 }
@@ -357,6 +359,17 @@ for name in pipx venv; do
     if ! env HOME="$home" PATH="$home/.local/bin:$PATH" PIP_NO_INDEX=1 \
         PIP_FIND_LINKS="$work/wheelhouse $work/pip-wheel" bash -euo pipefail -c "$(block "$name")" \
         >"$work/$name.log" 2>&1; then
+        cat "$work/$name.log"
+        fail "INSTALL.md $name block"
+    fi
+    grep "version $version" "$work/$name.log" || fail "INSTALL.md $name block: no version line"
+done
+
+step "host: INSTALL.md checkout and wheel, every extra, in a snapshot of the checkout (online: no release exists)"
+for name in checkout wheel; do
+    home=$work/home-$name
+    mkdir -p "$home"
+    if ! (cd "$work/src" && env HOME="$home" bash -euo pipefail -c "$(block "$name")") >"$work/$name.log" 2>&1; then
         cat "$work/$name.log"
         fail "INSTALL.md $name block"
     fi

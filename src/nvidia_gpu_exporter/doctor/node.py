@@ -31,6 +31,7 @@ from nvidia_gpu_exporter.model.pci import smi_bus_id
 from nvidia_gpu_exporter.model.pcibus import NO_DRIVER, PciFunction
 from nvidia_gpu_exporter.model.snapshot import KernelLogState, XidRecord
 from nvidia_gpu_exporter.model.xids import Severity, describe
+from nvidia_gpu_exporter.support.extras import install_hint
 from nvidia_gpu_exporter.web.routes import DEFAULT_TELEMETRY_PATH
 
 DEFAULT_EXPORTER_URL = f"http://127.0.0.1:{DEFAULT_PORT}{DEFAULT_TELEMETRY_PATH}"
@@ -580,7 +581,7 @@ def check_pod_resources(options: NodeOptions) -> CheckResult:
             title,
             Status.WARN,
             f"{path} exists but grpcio is not installed, so List was not called",
-            "pip install 'nvidia-gpu-exporter[kubernetes]'",
+            install_hint("kubernetes"),
         )
     except PodResourcesError as error:
         return CheckResult(

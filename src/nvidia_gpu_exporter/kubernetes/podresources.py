@@ -24,8 +24,8 @@ from nvidia_gpu_exporter.model.kubernetes import (
     UNAVAILABLE,
     PodDevice,
 )
+from nvidia_gpu_exporter.support.extras import install_hint
 
-EXTRA_HINT = "pip install 'nvidia-gpu-exporter[kubernetes]' (grpcio and protobuf)"
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # the kubelet's own send limit for this API
 
 
@@ -51,6 +51,10 @@ class PodResourcesSource(Protocol):
     async def list_devices(self, timeout_seconds: float) -> tuple[PodDevice, ...]: ...
 
 
+def _extra_hint() -> str:
+    return f"{install_hint('kubernetes')} (grpcio and protobuf)"
+
+
 def _import_grpc() -> tuple[Any, Any, Any]:
     """``(grpc, podresources_pb2, podresources_pb2_grpc)``, or :class:`MissingExtra`."""
     try:
@@ -58,10 +62,12 @@ def _import_grpc() -> tuple[Any, Any, Any]:
 
         from nvidia_gpu_exporter.kubernetes.proto import podresources_pb2, podresources_pb2_grpc  # noqa: PLC0415 - they import grpc/protobuf
     except ImportError as error:
-        raise MissingExtra(f"--kubernetes.pod-resources needs the 'kubernetes' extra: {EXTRA_HINT}: {error}") from error
+        raise MissingExtra(
+            f"--kubernetes.pod-resources needs the 'kubernetes' extra: {_extra_hint()}: {error}"
+        ) from error
     except Exception as error:  # the generated code's version checks raise RuntimeError/VersionError
         raise MissingExtra(
-            f"--kubernetes.pod-resources needs newer grpcio/protobuf than installed: {EXTRA_HINT}: {error}"
+            f"--kubernetes.pod-resources needs newer grpcio/protobuf than installed: {_extra_hint()}: {error}"
         ) from error
     return grpc, podresources_pb2, podresources_pb2_grpc
 

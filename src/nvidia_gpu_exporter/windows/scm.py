@@ -2,8 +2,8 @@
 
 Every pywin32 module (``win32service``, ``win32evtlogutil``, ``win32con``, ``servicemanager``) is imported when
 first needed through :func:`importlib.import_module`, so the tests can inject recording fakes through
-``sys.modules`` and this module imports cleanly where pywin32 is absent. pywin32 is the ``windows`` extra:
-``pip install "nvidia-gpu-exporter[windows]"``.
+``sys.modules`` and this module imports cleanly where pywin32 is absent. pywin32 is the ``windows`` extra;
+without it, the error names the command that adds it to this installation (support/extras.py).
 
 * ``install [flags...]`` registers the service ``nvidia_gpu_exporter`` (own process, automatic start) whose
   command line is this interpreter (or frozen executable) plus the given flags, each Windows-quoted. When the
@@ -27,6 +27,7 @@ from types import ModuleType
 
 from nvidia_gpu_exporter import flags, logs, preflight
 from nvidia_gpu_exporter.config import Config
+from nvidia_gpu_exporter.support.extras import install_hint
 
 SERVICE_NAME = "nvidia_gpu_exporter"
 DISPLAY_NAME = "Nvidia GPU Exporter"
@@ -48,7 +49,10 @@ ERROR_SERVICE_NOT_ACTIVE = 1062
 ERROR_FAILED_SERVICE_CONTROLLER_CONNECT = 1063
 ERROR_SERVICE_MARKED_FOR_DELETE = 1072
 
-PYWIN32_HINT = 'pywin32 is required for the Windows service: pip install "nvidia-gpu-exporter[windows]"'
+
+def pywin32_hint() -> str:
+    return f"pywin32 is required for the Windows service: {install_hint('windows')}"
+
 
 log = logging.getLogger("nvidia_gpu_exporter.windows.scm")
 
@@ -68,7 +72,7 @@ def _import(name: str) -> ModuleType:
     try:
         return importlib.import_module(name)
     except ImportError as error:
-        raise WinServiceError(PYWIN32_HINT) from error
+        raise WinServiceError(pywin32_hint()) from error
 
 
 @dataclass(frozen=True, slots=True)

@@ -155,6 +155,12 @@ Standing in for dcgm-exporter, the user's alone, as its chart: `instance` stays 
 {{- if or .Values.hostPID .Values.kubernetes.processPods.enabled }}true{{ end }}
 {{- end }}
 
+{{/* The pod's RuntimeClass: none with the demo backend, which reads no GPU and so runs on clusters without the
+NVIDIA runtime (KUBERNETES.md's "try the chart without GPUs"). */}}
+{{- define "nvidia-gpu-exporter.runtimeClassName" -}}
+{{- if ne .Values.backend "demo" }}{{ .Values.runtimeClassName }}{{ end }}
+{{- end }}
+
 {{/* Whether the pod mounts its ServiceAccount token: asked for, or needed by the doctor's API checks. */}}
 {{- define "nvidia-gpu-exporter.automountToken" -}}
 {{- if or .Values.automountServiceAccountToken .Values.doctor.rbac.create }}true{{ else }}false{{ end }}
