@@ -158,7 +158,8 @@ def test_worked_example_through_the_exec_pipeline() -> None:
         return smi, await smi.collect()
 
     smi, readings = asyncio.run(scenario())
-    assert runner.calls[1][0] == "--query-gpu=" + ",".join(WORKED_QUERY)
+    mapping_query = next(call for call in runner.calls if call[0].startswith("--query-gpu="))  # --version runs beside
+    assert mapping_query[0] == "--query-gpu=" + ",".join(WORKED_QUERY)
     snapshot = Snapshot(Attempt(readings, 0, 0.5, 1751475457.0), 0, 1751475457.0)
     text = Exposition(smi.fields, smi.status_family).render(snapshot)
     assert without_families(text, WALL_CLOCK) == WORKED_EXAMPLE_EXPECTED
