@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution
     from nvidia_gpu_exporter.model.pcibus import PciInventory
+    from nvidia_gpu_exporter.model.verdicts import GpuVerdict
 
 
 class StatusFamily(Enum):
@@ -247,6 +248,7 @@ class Snapshot:
     kubernetes: KubernetesAttribution | None = None  # None unless --kubernetes.* attribution is on
     stuck_children: StuckChildren | None = None  # exec only; rendered whatever the attempt's outcome
     pci: PciInventory | None = None  # what sysfs lists (lost GPUs); rendered whatever the attempt's outcome
+    verdicts: tuple[GpuVerdict, ...] = ()  # each GPU's health verdict, judged once per published collection
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,14 @@ from importlib import resources
 from typing import Any
 
 from nvidia_gpu_exporter import __version__
-from nvidia_gpu_exporter.web.routes import HEALTH_PATH, PPROF_PREFIX, READY_PATH, VIEW_JSON_PATH, XIDS_PATH
+from nvidia_gpu_exporter.web.routes import (
+    HEALTH_PATH,
+    PPROF_PREFIX,
+    READY_PATH,
+    VERDICTS_PATH,
+    VIEW_JSON_PATH,
+    XIDS_PATH,
+)
 from nvidia_gpu_exporter.web.settings import WebSettings
 
 SPARK_WIDTH = 120
@@ -192,6 +199,7 @@ def landing_page(settings: WebSettings, document: dict[str, Any] | None = None) 
     links.append(f'<li><a href="{HEALTH_PATH}">Health</a></li>')
     links.append(f'<li><a href="{READY_PATH}">Ready</a></li>')
     links.append(f'<li><a href="{XIDS_PATH}">XIDs</a></li>')
+    links.append(f'<li><a href="{VERDICTS_PATH}">GPU health</a></li>')
     links.append(f'<li><a href="{VIEW_JSON_PATH}">View (JSON)</a></li>')
     if settings.enable_pprof:
         links.append(f'<li><a href="{PPROF_PREFIX}/">Profiling</a></li>')
