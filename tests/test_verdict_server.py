@@ -210,3 +210,54 @@ def test_a_healthy_gpu_is_ok_everywhere(exporter: StartExporter) -> None:
     text = handle.scrape()
     assert {float(s.value) for s in series(text, "nvidia_gpu_exporter_gpu_health_state")} == {0.0}
     assert series(text, "nvidia_gpu_exporter_gpu_health_reason_info") == []
+
+
+HEALTH_COUNTER = "DCGM_EXP_GPU_HEALTH_STATUS, gauge, Current DCGM-reported GPU health status.\n"
+
+
+def dcgm_status(text: str, uuid: str) -> dict[str, tuple[str, float]]:
+    """``DCGM_EXP_GPU_HEALTH_STATUS`` of one GPU: health_watch -> (health_error_code, value)."""
+    return {
+        sample.labels["health_watch"]: (sample.labels["health_error_code"], float(sample.value))
+        for sample in series(text, "DCGM_EXP_GPU_HEALTH_STATUS")
+        if sample.labels["UUID"] == uuid
+    }
+
+
+@pytest.mark.parametrize("profile", ["dcgm", "both"])
+def test_the_dcgm_profiles_serve_the_verdict_as_dcgm_exporter_does(
+    exporter: StartExporter, tmp_path: Path, profile: str
+) -> None:
+    counters = tmp_path / "counters.csv"
+    counters.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n" + HEALTH_COUNTER)
+    handle = start(exporter, tmp_path, f"--metrics.profile={profile}", f"--dcgm.collectors={counters}")
+    handle.scrape()
+    text = handle.scrape()
+    assert dcgm_status(text, UUIDS[SICK]) == {
+        "PCIE": ("DCGM_FR_OK", 0.0),
+        "NVLINK": ("DCGM_FR_OK", 0.0),
+        "MEM": ("DCGM_FR_VOLATILE_DBE_DETECTED", 20.0),
+        "THERMAL": ("DCGM_FR_CLOCK_THROTTLE_THERMAL", 10.0),
+        "POWER": ("DCGM_FR_CLOCK_THROTTLE_POWER", 10.0),
+        "DRIVER": ("DCGM_FR_GPU_RECOVERY_REBOOT", 20.0),
+        "ALL": ("DCGM_FR_VOLATILE_DBE_DETECTED", 20.0),
+    }
+    assert "# TYPE DCGM_EXP_GPU_HEALTH_STATUS gauge\n" in text
+    assert series(text, "nvidia_gpu_exporter_gpu_health_state")  # the exporter's own families stay
+
+
+@pytest.mark.parametrize(
+    ("listed", "served"),
+    [
+        pytest.param(HEALTH_COUNTER, True, id="listed-in-the-counters-file"),
+        pytest.param("", False, id="left-out-of-the-counters-file"),
+    ],
+)
+def test_a_counters_file_serves_the_dcgm_verdict_only_when_it_lists_it(
+    exporter: StartExporter, tmp_path: Path, listed: str, served: bool
+) -> None:
+    counters = tmp_path / "counters.csv"
+    counters.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n" + listed)
+    handle = start(exporter, tmp_path, "--metrics.profile=dcgm", f"--dcgm.collectors={counters}")
+    handle.scrape()
+    assert bool(dcgm_status(handle.scrape(), UUIDS[WARN])) is served
