@@ -143,6 +143,26 @@ LISTINGS = (
 )
 
 
+VERDICT_CLASSES = {"ok": "ok", "degraded": "degraded", "failing": "failed"}
+
+
+def _verdict(health: dict[str, Any]) -> str:
+    """The GPU's verdict, first in its card: its state, what to do, and each reason with its evidence."""
+    state = health["state"]
+    text = f"Health: {state.upper() if state != 'ok' else state}"
+    if health["action_text"]:
+        text += f": {health['action_text']}"
+    items = "".join(
+        f"<li>{_e(reason['subsystem'])}: {_e(reason['reason'])} ({_e(reason['state'])}), {_e(reason['evidence'])}, "
+        f"since {_e(_when(reason['since']))}</li>"
+        for reason in health["reasons"]
+    )
+    reasons = f'<ul class="reasons">{items}</ul>' if items else ""
+    return f'<p class="verdict {VERDICT_CLASSES[state]}">{_e(text)}</p>{reasons}' + _more(
+        health["reasons_omitted"], "reasons"
+    )
+
+
 def _gpu(gpu: dict[str, Any], hot_celsius: float) -> str:
     rows = []
     history = gpu["history"]
@@ -164,6 +184,7 @@ def _gpu(gpu: dict[str, Any], hot_celsius: float) -> str:
     parts = [
         f'<section class="gpu" aria-label="GPU {_e(gpu["index"])}">',
         f"<h3>GPU {_e(gpu['index'])}: {_e(gpu['name'])}</h3>",
+        _verdict(gpu["health"]),
         f'<p class="mute">{_e(gpu["uuid"])} · {_e(gpu["pci_bus_id"])}'
         + (f" · {_e(gpu['pstate'])}" if gpu["pstate"] else "")
         + "</p>",
