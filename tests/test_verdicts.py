@@ -150,7 +150,8 @@ def verdict_of(judgement: Judgement) -> GpuVerdict:
 def fire(clock: Clock, reason: Reason, start: float = T0) -> float:
     """Drive the reason's fault until it fires; the time it fired."""
     fault = FAULTS[reason.name]
-    clock.at(start - 10, snapshot())
+    clock.at(start - 20, snapshot())
+    clock.at(start - 10, snapshot())  # unchanged inputs: the verdict is reused, not judged again
     clock.at(start, fault.make(start))
     fired = start + reason.sustain_seconds
     if reason.sustain_seconds:
@@ -228,6 +229,20 @@ def test_fallen_off_the_bus_holds_until_the_node_reboots() -> None:
 def test_an_old_xid_replayed_from_the_log_gives_no_finding() -> None:
     old = XidRecord(UUID, 48, 1, T0 - 86400)
     assert verdict_of(Clock().at(T0, snapshot(xids=(old,)))).state is State.OK
+
+
+def test_a_new_xid_of_an_expired_code_fires_again() -> None:
+    clock = Clock()
+    for now in (T0, T0 + 60):  # the second verdict reuses the first: nothing moved
+        assert verdict_of(clock.at(now, snapshot(xids=(XidRecord(UUID, 48, 1, T0 - 86400),)))).state is State.OK
+    fresh = verdict_of(clock.at(T0 + 120, snapshot(xids=(XidRecord(UUID, 48, 2, T0 + 100),))))
+    assert (fresh.state, fresh.findings[0].since) == (State.FAILING, T0 + 100)
+
+
+def test_a_verdict_with_nothing_moved_is_the_same_object() -> None:
+    clock = Clock()
+    first = clock.at(T0, snapshot()).verdicts
+    assert clock.at(T0 + 60, snapshot()).verdicts is first
 
 
 def test_an_untimed_xid_holds_from_when_its_count_moved() -> None:

@@ -38,7 +38,7 @@ from nvidia_gpu_exporter.exposition.text import (
     render_blocks,
     render_family,
 )
-from nvidia_gpu_exporter.exposition.verdicts import verdict_families
+from nvidia_gpu_exporter.exposition.verdicts import VerdictBlocks
 from nvidia_gpu_exporter.model.fields import IDENTITY_FIELDS
 from nvidia_gpu_exporter.model.snapshot import Attempt, GpuTable, ProcessList, QueryField, Snapshot, StatusFamily
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
@@ -88,6 +88,7 @@ class Exposition:
         self.kubernetes_pod_labels = kubernetes_pod_labels  # --kubernetes.pod-labels
         self.nvidia_smi = nvidia_smi  # --metrics.profile: nvidia_smi or both
         self.dcgm = dcgm  # --metrics.profile: dcgm or both
+        self._verdict_blocks = VerdictBlocks()
         self.field_metrics: tuple[FieldMetric, ...] = plan_field_metrics(
             [(field.qfield, field.rfield) for field in self.fields]
         )
@@ -265,10 +266,10 @@ class Exposition:
         families += xid_families(snapshot.xids)  # XID counts outlive failed collections
         families += pci_families(snapshot.pci)  # so does what sysfs lists: a lost GPU often fails the collection
         families += health_families(snapshot)  # so do the kernel log's other findings
-        families += verdict_families(snapshot)  # and the verdict judged from them all
         if snapshot.stuck_children is not None:  # exec only; a stuck child is why its collections fail
             families += stuck_children_families(snapshot.stuck_children)
         if snapshot.kubernetes is not None:  # only with --kubernetes.* attribution on
             families += attribution_families(snapshot.kubernetes, rendered_uuids)
         blocks += [(family.name, render_family(family)) for family in families]
+        blocks += self._verdict_blocks.blocks(snapshot.verdicts)  # the verdict judged from all of the above
         return blocks

@@ -18,6 +18,7 @@ from nvidia_gpu_exporter.model.snapshot import QueryField, Snapshot, XidRecord
 from nvidia_gpu_exporter.model.values import ABSENT_TOKENS, transform_value
 from nvidia_gpu_exporter.model.verdicts import (
     REASONS,
+    REASONS_BY_NAME,
     Cell,
     FallenOffBus,
     Finding,
@@ -51,10 +52,14 @@ class _Track:
 class VerdictMemory:
     """What one verdict hands the next: the tracks, the last counter values, the GPUs known."""
 
-    tracks: Mapping[tuple[str, str], _Track] = field(default_factory=dict)  # (gpu key, reason) -> track
+    tracks: Mapping[str, Mapping[str, _Track]] = field(default_factory=dict)  # gpu key -> reason -> live track
     counters: Mapping[tuple[str, str], float] = field(default_factory=dict)  # (gpu key, field) -> last value
     untimed_xids: Mapping[tuple[str, int], tuple[int, float]] = field(default_factory=dict)  # -> (count, moved at)
     gpus: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # gpu key -> (uuid, pci_bus_id)
+    # A GPU with no live track whose inputs read as before keeps its verdict unjudged (most GPUs, most of the time).
+    inputs: Mapping[str, tuple[object, ...]] = field(default_factory=dict)  # gpu key -> what its reasons read
+    verdicts: Mapping[str, GpuVerdict] = field(default_factory=dict)
+    latest: tuple[GpuVerdict, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +75,55 @@ class _Observation:
     evidence: str = ""
 
 
+_EMPTY = _Track()
+_FALSE = _Observation(False)
+_UNKNOWN = _Observation(None)
+# Cell texts repeat from one collection to the next ("No", "Not Active", "16"): their values are remembered, so a
+# healthy GPU costs a dictionary lookup per reason (benchmarks/bench_verdict.py). Bounded: emptied when full.
+_VALUES: dict[tuple[str, str], float | None] = {}
+_MAX_VALUES = 4096
+_TIMES: dict[int, str] = {}
+
+
+_COLUMNS: list[tuple[Sequence[QueryField], dict[str, int]]] = []  # the last query's, kept with it
+
+
+def _columns(fields: Sequence[QueryField]) -> dict[str, int]:
+    """Each query field's column (worked out once per query: a backend's fields never change)."""
+    if _COLUMNS and _COLUMNS[0][0] is fields:
+        return _COLUMNS[0][1]
+    columns = {query.qfield: position for position, query in enumerate(fields)}
+    _COLUMNS[:] = [(fields, columns)]
+    return columns
+
+
 def _key(uuid: str, pci: str) -> str:
     return pci.upper() if pci else uuid.lower()
 
 
 def _when(at: float) -> str:
-    return datetime.fromtimestamp(at, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    second = int(at)
+    text = _TIMES.get(second)
+    if text is None:
+        if len(_TIMES) >= _MAX_VALUES:
+            _TIMES.clear()
+        text = _TIMES[second] = datetime.fromtimestamp(second, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return text
+
+
+def _value(name: str, text: str) -> float | None:
+    """The cell's number as the metrics read it (None: absent or not a number)."""
+    key = (name, text)
+    try:
+        return _VALUES[key]
+    except KeyError:
+        pass
+    if len(_VALUES) >= _MAX_VALUES:
+        _VALUES.clear()
+    stripped = text.strip()
+    value = None if stripped.lower() in ABSENT_TOKENS else transform_value(stripped, value_kind(name), 1.0, name)
+    _VALUES[key] = value
+    return value
 
 
 class _Inputs:
@@ -83,7 +131,7 @@ class _Inputs:
 
     def __init__(self, snapshot: Snapshot, fields: Sequence[QueryField], memory: VerdictMemory, now: float) -> None:
         self.now = now
-        self.columns = {query.qfield: position for position, query in enumerate(fields)}
+        self.columns = _columns(fields)
         self.rows: dict[str, tuple[str, ...]] = {}
         self.gpus: dict[str, tuple[str, str]] = {}
         attempt = snapshot.attempt
@@ -123,8 +171,16 @@ class _Inputs:
         stuck = snapshot.stuck_children
         self.stuck = stuck.current if stuck is not None else None
         self.counters: dict[tuple[str, str], float] = dict(memory.counters)
-        self.untimed: dict[tuple[str, int], tuple[int, float]] = {}
+        self.untimed: dict[tuple[str, int], tuple[int, float]] = dict(memory.untimed_xids)
         self.previous = memory
+        self.read_columns = _read_columns(fields, self.columns)
+
+    def signature(self, key: str) -> tuple[object, ...]:
+        """Everything the reasons read of this GPU: equal signatures and no live track give equal verdicts."""
+        row = self.rows.get(key)
+        cells = tuple(row[column] for column in self.read_columns) if row is not None else None
+        xids = tuple((r.xid, r.count, r.last_seen) for r in self.xids.get(key, ()))
+        return (cells, xids, key in self.fallen, key in self.missing, self.read, self.stuck)
 
     def cell(self, key: str, names: Sequence[str]) -> tuple[str, str, float] | None:
         """The first queried spelling's (field, text, value), or None when not read or not a number."""
@@ -135,11 +191,9 @@ class _Inputs:
             column = self.columns.get(name)
             if column is None:
                 continue
-            text = row[column].strip()
-            if text.lower() in ABSENT_TOKENS:
-                return None
-            value = transform_value(text, value_kind(name), 1.0, name)
-            return None if value is None else (name, text, value)
+            text = row[column]
+            value = _value(name, text)
+            return None if value is None else (name, text.strip(), value)
         return None
 
     def observe(self, key: str, reason: Reason) -> _Observation:
@@ -149,27 +203,28 @@ class _Inputs:
         if isinstance(check, Xids):
             return self._xids(key, check.codes)
         if isinstance(check, FallenOffBus):
-            if key in self.fallen:
-                return _Observation(True, None, "the kernel log says it fell off the bus")
-            xid = self._xids(key, (FALLEN_OFF_THE_BUS_XID,))
-            return _Observation(True, None, xid.evidence) if xid.holds else _Observation(False)
+            if key in self.fallen:  # the ledger keeps no time: the evidence is as old as the exporter's first sight
+                known = self.previous.tracks.get(key, {}).get(reason.name)
+                seen = known.last_fired if known is not None else None
+                return _Observation(True, seen, "the kernel log says it fell off the bus")
+            return self._xids(key, (FALLEN_OFF_THE_BUS_XID,))
         if isinstance(check, MissingFromDriver):
             if not self.read:
-                return _Observation(None)
+                return _UNKNOWN
             if key in self.missing:
                 return _Observation(True, None, f"the PCI bus lists {key}, the driver does not")
-            return _Observation(False)
+            return _FALSE
         assert isinstance(check, StuckChildren)
         if self.stuck is None:
-            return _Observation(None)
+            return _UNKNOWN
         if self.stuck:
             return _Observation(True, None, f"{self.stuck} nvidia-smi children SIGKILL did not end")
-        return _Observation(False)
+        return _FALSE
 
     def _cell(self, key: str, check: Cell) -> _Observation:
         read = self.cell(key, check.fields)
         if read is None:
-            return _Observation(None)
+            return _UNKNOWN
         name, text, value = read
         evidence = f"{name} = {text}"
         if check.test is Test.ACTIVE:
@@ -183,19 +238,21 @@ class _Inputs:
         elif check.test is Test.BELOW_FIELD:
             other = self.cell(key, (check.other,))
             if other is None:
-                return _Observation(None)
+                return _UNKNOWN
             holds = value < other[2]
             evidence += f" (max {other[1]})"
         else:
             previous = self.previous.counters.get((key, name))
             self.counters[(key, name)] = value
             if previous is None:
-                return _Observation(None)
+                return _UNKNOWN
             holds = value > previous
             evidence = f"{name} rose from {previous:g} to {value:g}"
         return _Observation(holds, None, evidence)
 
     def _xids(self, key: str, codes: Sequence[int]) -> _Observation:
+        if key not in self.xids:
+            return _FALSE
         latest: float | None = None
         parts: list[str] = []
         for record in self.xids.get(key, ()):
@@ -210,13 +267,39 @@ class _Inputs:
             latest = at if latest is None else max(latest, at)
             parts.append(f"XID {record.xid} x{record.count}, last at {_when(at)}")
         if latest is None:
-            return _Observation(False)
+            return _FALSE
         return _Observation(True, latest, "; ".join(parts))
+
+
+_CELL_FIELDS = tuple(
+    dict.fromkeys(
+        name
+        for reason in REASONS
+        if isinstance(reason.check, Cell)
+        for name in (*reason.check.fields, *((reason.check.other,) if reason.check.other else ()))
+    )
+)
+
+
+def _read_columns(fields: Sequence[QueryField], columns: Mapping[str, int]) -> tuple[int, ...]:
+    """The columns of the cells some reason reads, in this query."""
+    return tuple(columns[name] for name in _CELL_FIELDS if name in columns)
+
+
+def _settled(name: str, track: _Track, now: float) -> bool:
+    """Whether the track can change only with its input: not holding and no sustain running, or holding on evidence
+    with its own time (an XID's, a GPU fallen off the bus) and not yet expired."""
+    reason = REASONS_BY_NAME[name]
+    if track.since is None:
+        return track.run_since is None or reason.sustain_seconds == 0
+    if not isinstance(reason.check, Xids | FallenOffBus) or track.last_fired is None:
+        return False
+    return reason.hold_seconds is None or now - track.last_fired < reason.hold_seconds
 
 
 def _step(reason: Reason, track: _Track, seen: _Observation, now: float) -> _Track:
     """The reason's track after this observation."""
-    if seen.holds is None:
+    if seen.holds is None or (track is _EMPTY and not seen.holds):
         return track
     if not seen.holds:
         run_since = None
@@ -232,7 +315,7 @@ def _step(reason: Reason, track: _Track, seen: _Observation, now: float) -> _Tra
     else:
         holding = last_fired is not None and now - last_fired <= reason.hold_seconds
     if not holding:
-        return _Track(run_since, last_fired)
+        return _Track(run_since, last_fired) if run_since is not None or last_fired is not None else _EMPTY
     assert last_fired is not None
     since = track.since if track.since is not None else last_fired
     return _Track(run_since, last_fired, since, seen.evidence if seen.holds else track.evidence)
@@ -241,24 +324,48 @@ def _step(reason: Reason, track: _Track, seen: _Observation, now: float) -> _Tra
 def judge(snapshot: Snapshot, fields: Sequence[QueryField], previous: VerdictMemory, now: float) -> Judgement:
     """Every GPU's verdict now, in bus order (GPUs known only by uuid last), and the memory for the next one."""
     inputs = _Inputs(snapshot, fields, previous, now)
-    tracks: dict[tuple[str, str], _Track] = {}
-    verdicts: list[GpuVerdict] = []
+    tracks: dict[str, dict[str, _Track]] = {}
+    signatures: dict[str, tuple[object, ...]] = {}
+    judged: dict[str, GpuVerdict] = {}
     for key in sorted(inputs.gpus, key=lambda gpu: (not inputs.gpus[gpu][1], gpu)):
         uuid, pci = inputs.gpus[key]
+        signature = signatures[key] = inputs.signature(key)
+        before = previous.verdicts.get(key)
+        if (
+            before is not None
+            and all(_settled(name, track, now) for name, track in previous.tracks.get(key, {}).items())
+            and previous.inputs.get(key) == signature
+            and (before.uuid, before.pci_bus_id) == (uuid, pci)
+        ):
+            judged[key] = before
+            if key in previous.tracks:
+                tracks[key] = dict(previous.tracks[key])
+            continue
+        live = previous.tracks.get(key, {})
+        mine: dict[str, _Track] = {}
         findings: dict[Subsystem, list[Finding]] = {subsystem: [] for subsystem in Subsystem}
         for reason in REASONS:
-            track = _step(reason, previous.tracks.get((key, reason.name), _Track()), inputs.observe(key, reason), now)
-            if track != _Track():
-                tracks[(key, reason.name)] = track
+            track = _step(reason, live.get(reason.name, _EMPTY), inputs.observe(key, reason), now)
+            if track is not _EMPTY:
+                mine[reason.name] = track
             if track.since is not None and track.last_fired is not None:
                 findings[reason.subsystem].append(Finding(reason, track.evidence, track.since, track.last_fired))
-        subsystems = tuple(
-            SubsystemVerdict(subsystem, max((f.reason.state for f in found), default=State.OK), tuple(found))
-            for subsystem, found in findings.items()
+        if mine:
+            tracks[key] = mine
+        verdict = GpuVerdict(
+            uuid,
+            pci,
+            tuple(
+                SubsystemVerdict(subsystem, max((f.reason.state for f in found), default=State.OK), tuple(found))
+                for subsystem, found in findings.items()
+            ),
         )
-        verdicts.append(GpuVerdict(uuid, pci, subsystems))
+        judged[key] = before if verdict == before else verdict  # an unchanged verdict keeps its identity
+    verdicts = tuple(judged.values())
+    if len(verdicts) == len(previous.latest) and all(a is b for a, b in zip(verdicts, previous.latest, strict=True)):
+        verdicts = previous.latest  # the same object: what renders it can reuse its text
     known = {**previous.gpus, **inputs.gpus}
     if len(known) > MAX_KNOWN_GPUS:  # GPUs gone for good are forgotten first
         known = dict(list(known.items())[-MAX_KNOWN_GPUS:])
-    memory = VerdictMemory(tracks, inputs.counters, inputs.untimed, known)
-    return Judgement(tuple(verdicts), memory)
+    memory = VerdictMemory(tracks, inputs.counters, inputs.untimed, known, signatures, judged, verdicts)
+    return Judgement(verdicts, memory)
