@@ -9,9 +9,9 @@ collection, a field not queried) changes nothing: the finding keeps its last sta
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 
 from nvidia_gpu_exporter.model.fields import value_kind
 from nvidia_gpu_exporter.model.snapshot import QueryField, Snapshot, XidRecord
@@ -107,7 +107,7 @@ def _when(at: float) -> str:
     if text is None:
         if len(_TIMES) >= _MAX_VALUES:
             _TIMES.clear()
-        text = _TIMES[second] = datetime.fromtimestamp(second, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        text = _TIMES[second] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
     return text
 
 
