@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from nvidia_gpu_exporter.model import judge as judge_module
 from nvidia_gpu_exporter.model.judge import Judgement, VerdictMemory, judge
 from nvidia_gpu_exporter.model.pcibus import PciFunction, PciInventory, PciKind
 from nvidia_gpu_exporter.model.snapshot import (
@@ -279,3 +280,16 @@ def verdict_table() -> str:
 def test_the_docs_table_of_reasons_is_the_codes() -> None:
     docs = (REPO / "docs" / "health.md").read_text(encoding="utf-8")
     assert verdict_table() in docs
+
+
+def test_what_is_kept_of_gpus_gone_for_good_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backend naming a new GPU at every collection (a hostile nvidia-smi) cannot grow the memory without bound."""
+    monkeypatch.setattr(judge_module, "MAX_KNOWN_GPUS", 8)
+    clock = Clock()
+    for step in range(20):
+        cells = {"uuid": f"GPU-{step:08d}", "pci.bus_id": f"00000000:{step:02X}:00.0"}
+        clock.at(T0 + step, snapshot(cells=cells, xids=(XidRecord(f"GPU-{step:08d}", 74, 1, None),)))
+    memory = clock.memory
+    assert len(memory.gpus) == 8
+    assert {key for key, _ in memory.counters} <= set(memory.gpus)
+    assert {key for key, _ in memory.untimed_xids} <= set(memory.gpus)

@@ -367,5 +367,8 @@ def judge(snapshot: Snapshot, fields: Sequence[QueryField], previous: VerdictMem
     known = {**previous.gpus, **inputs.gpus}
     if len(known) > MAX_KNOWN_GPUS:  # GPUs gone for good are forgotten first
         known = dict(list(known.items())[-MAX_KNOWN_GPUS:])
-    memory = VerdictMemory(tracks, inputs.counters, inputs.untimed, known, signatures, judged, verdicts)
+    # What is kept of a GPU is kept only while the GPU is known: a GPU gone for good takes it along.
+    counters = {pair: value for pair, value in inputs.counters.items() if pair[0] in known}
+    untimed = {pair: moved for pair, moved in inputs.untimed.items() if pair[0] in known}
+    memory = VerdictMemory(tracks, counters, untimed, known, signatures, judged, verdicts)
     return Judgement(verdicts, memory)
