@@ -165,7 +165,7 @@ def test_a_failing_gpu_of_the_real_exporter_is_a_problem(exporter: StartExporter
     completed = plugin(handle.url, "--max-length=200")
     assert completed.returncode == 1, completed.stdout + completed.stderr
     assert completed.stdout.startswith(f"GPU {SICK} failing: ")
-    assert completed.stdout.endswith("; 2 more\n")
+    assert completed.stdout.endswith("; 3 more\n")
 
 
 def test_the_real_exporters_healthy_gpus_are_ok(exporter: StartExporter) -> None:

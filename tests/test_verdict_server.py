@@ -17,8 +17,12 @@ from nvidia_gpu_exporter.model.verdicts import REASONS_BY_NAME
 from sysfs_fakes import gpu, make_sysfs
 
 FENCE = "#" * 80
-SICK, WARN, LOST = "00000000:3B:00.0", "00000000:5E:00.0", "00000000:86:00.0"
-UUIDS = {SICK: "GPU-11111111-2222-3333-4444-555555555555", WARN: "GPU-66666666-7777-8888-9999-000000000000"}
+SICK, WARN, LOST, RESET = "00000000:3B:00.0", "00000000:5E:00.0", "00000000:86:00.0", "00000000:AF:00.0"
+UUIDS = {
+    SICK: "GPU-11111111-2222-3333-4444-555555555555",
+    WARN: "GPU-66666666-7777-8888-9999-000000000000",
+    RESET: "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee",
+}
 HEALTHY = {
     "ecc.errors.uncorrected.volatile.total": "0",
     "remapped_rows.pending": "No",
@@ -39,6 +43,7 @@ FAULTY_CELLS = {
         "gpu_recovery_action": "Node Reboot",
     },
     WARN: {"gpu_recovery_action": "Drain P2P"},
+    RESET: {"gpu_recovery_action": "GPU Reset"},
 }
 XID_LINES = {WARN: (48, 63, 64, 74, 94, 119, 121, 143, 61)}
 # Every reason the server test shows, with the GPU it fires on and the words of its evidence.
@@ -51,6 +56,7 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "hw_power_brake": (SICK, "clocks_event_reasons.hw_power_brake_slowdown = Active"),
     "recovery_action_reboot": (SICK, "gpu_recovery_action = Node Reboot"),
     "recovery_action_drain_p2p": (WARN, "gpu_recovery_action = Drain P2P"),
+    "recovery_action_reset": (RESET, "gpu_recovery_action = GPU Reset"),
     "xid_uncorrectable_memory": (WARN, "XID 48 x1"),
     "xid_memory_repair_failed": (WARN, "XID 64 x1"),
     "xid_memory_repair_pending": (WARN, "XID 63 x1"),
@@ -66,10 +72,10 @@ EXPECTED: dict[str, tuple[str, str]] = {
 
 
 def capture_text() -> str:
-    """A capture of the two GPUs the driver still has, each with its cells."""
+    """A capture of the three GPUs the driver still has, each with its cells."""
     fields = [*IDENTITY_FIELDS, *HEALTHY]
     rows = []
-    for index, pci in enumerate((SICK, WARN)):
+    for index, pci in enumerate((SICK, WARN, RESET)):
         identity = {"uuid": UUIDS[pci], "name": "NVIDIA H200", "pci.bus_id": pci, "index": str(index)}
         cells = {**HEALTHY, **identity, **FAULTY_CELLS.get(pci, {})}
         rows.append(", ".join(cells.get(field, "[N/A]") for field in fields))
@@ -105,7 +111,8 @@ def start(exporter: StartExporter, tmp_path: Path, *extra: str) -> Exporter:
     capture, log = tmp_path / "verdicts.txt", tmp_path / "kern.log"
     capture.write_text(capture_text())
     log.write_text(kernel_log())
-    sysfs = make_sysfs(tmp_path / "sys", [gpu("0000:3b:00.0"), gpu("0000:5e:00.0"), gpu("0000:86:00.0", driver=None)])
+    bus = [gpu("0000:3b:00.0"), gpu("0000:5e:00.0"), gpu("0000:86:00.0", driver=None), gpu("0000:af:00.0")]
+    sysfs = make_sysfs(tmp_path / "sys", bus)
     return exporter(
         "--nvidia-smi-command",
         fake_smi_command(capture),
@@ -199,6 +206,7 @@ def test_the_json_route_says_each_gpus_state_and_action(served: tuple[str, dict[
         SICK: ("11111111-2222-3333-4444-555555555555", "failing", "replace_gpu"),
         WARN: ("66666666-7777-8888-9999-000000000000", "failing", "replace_gpu"),
         LOST: ("", "failing", "reboot_node"),
+        RESET: ("aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", "failing", "reset_gpu"),
     }
     assert served[1]["state"] == "failing"
 
