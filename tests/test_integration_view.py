@@ -103,7 +103,14 @@ def _basic(user: str, password: str) -> dict[str, str]:
     return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
 
-@pytest.mark.parametrize("path", [pytest.param("/", id="page"), pytest.param("/-/view.json", id="json")])
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param("/", id="page"),
+        pytest.param("/-/view.json", id="json"),
+        pytest.param("/-/health", id="verdicts"),  # the GPU verdicts sit behind the same authentication
+    ],
+)
 @pytest.mark.parametrize(
     ("headers", "status"),
     [

@@ -30,6 +30,7 @@ from deploy_helpers import (
 )
 from exposition_reader import series
 from harness import MIG_FIXTURE, REPO, fake_smi_command
+from nvidia_gpu_exporter.model.verdicts import Action
 from nvidia_gpu_exporter.model.xids import Severity, codes_of
 from sysfs_fakes import gpu, make_sysfs, remove_function
 
@@ -58,6 +59,8 @@ ACTIONS = {
     "NvidiaGpuFallenOffBus": ["Drain the node and reboot it", "seating", "RMA"],
     "NvidiaGpuExporterKernelLogUnreadable": ["/dev/kmsg", "CAP_SYSLOG", "ProtectKernelLogs=no", "xid-source=nvml"],
     "NvidiaNvswitchSxidFatal": ["nvidia-fabricmanager", "reset", "reboot", "RMA"],
+    "NvidiaGpuHealthFailing": ["{{ $labels.action }}", "cordon the node", "/-/health"],
+    "NvidiaGpuHealthDegraded": ["{{ $labels.action }}", "next drain", "/-/health"],
 }
 DEFAULT_OFF = {"NvidiaGpuSoftwareThermalSlowdown"}
 
@@ -106,7 +109,7 @@ def checks_by_alert(test_file: Path) -> dict[str, list[bool]]:
 
 def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
     alerts = alert_names(rules_text())
-    assert len(alerts) == len(set(alerts)) == 21
+    assert len(alerts) == len(set(alerts)) == 23
     checks = checks_by_alert(RULE_TESTS / "rules.test.yml")
     optin = checks_by_alert(RULE_TESTS / "optin-rules.test.yml")
     for alert in alerts:
@@ -133,6 +136,15 @@ def test_every_alert_states_the_corrective_action() -> None:
         for phrase in ACTIONS[rule["alert"]]:
             assert phrase in annotations["description"], f"{rule['alert']}: {phrase!r} missing"
         assert rule["labels"]["severity"] in ("warning", "critical")
+
+
+@pytest.mark.parametrize("alert", ["NvidiaGpuHealthFailing", "NvidiaGpuHealthDegraded"])
+def test_the_verdict_alerts_explain_every_action_of_the_table(alert: str) -> None:
+    """The action is a label; the description says what each value means, in the verdict table's words."""
+    rules = {rule["alert"]: rule for group in yaml.safe_load(rules_text())["groups"] for rule in group["rules"]}
+    description = rules[alert]["annotations"]["description"]
+    for action in Action:
+        assert f"{action.value} = {action.text[0].lower()}{action.text[1:]}" in description, action
 
 
 def test_the_seed_thresholds_are_the_defaults() -> None:
@@ -212,7 +224,7 @@ def test_all_rules_off_renders_no_prometheusrule() -> None:
         )["prometheusRule"]
         if key not in ("enabled", "additionalLabels", "dualScheme")
     }
-    assert len(toggles) == 22
+    assert len(toggles) == 24
     assert RULE_TEMPLATE not in render_chart({"prometheusRule": {"enabled": True, **toggles}})
     assert RULE_TEMPLATE not in render_chart({})
 
@@ -223,7 +235,7 @@ def test_all_rules_off_renders_no_prometheusrule() -> None:
 def test_promtool_checks_the_rules() -> None:
     completed = run_promtool("check", "rules", RULES_FILE)
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "SUCCESS: 21 rules found" in completed.stdout
+    assert "SUCCESS: 23 rules found" in completed.stdout
 
 
 def test_promtool_unit_tests_pass(tmp_path: Path) -> None:
@@ -249,6 +261,8 @@ def test_promtool_annotation_tests_pass() -> None:
             "NvidiaGpuPciDeviceNotVisible",
         ),
         (("nvidia_smi_gpu_recovery_action > 0", "nvidia_smi_gpu_recovery_action > 2"), "NvidiaGpuRecoveryActionNeeded"),
+        (('{state="failing"} == 1', '{state="degraded"} == 1'), "NvidiaGpuHealthFailing"),
+        (('{state="degraded"} == 1', '{state="degraded"} > 1'), "NvidiaGpuHealthDegraded"),
     ],
 )
 def test_unit_tests_catch_a_broken_rule(tmp_path: Path, mutation: tuple[str, str], alert: str) -> None:
@@ -361,4 +375,4 @@ def test_kubernetes_md_scrape_example_is_valid(tmp_path: Path) -> None:
     shutil.copy(RULES_FILE, tmp_path / RULES_FILE.name)
     completed = run_promtool("check", "config", _write(tmp_path / "prometheus.yml", yaml.safe_dump(config)))
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "SUCCESS: 21 rules found" in completed.stdout
+    assert "SUCCESS: 23 rules found" in completed.stdout

@@ -90,7 +90,7 @@ def test_hot_gpu_pages_through_alertmanager_and_resolves(tmp_path: Path) -> None
     write_fake_config(fake_config, 95)
     rules, rule_names = fast_rules()
     assert ALERT in rule_names
-    assert len(rule_names) == 21
+    assert len(rule_names) == 23
 
     with webhook_receiver() as hook:
         am_config = alertmanager_config(hook.url)

@@ -28,6 +28,7 @@ from nvidia_gpu_exporter.model.snapshot import (
     Snapshot,
     XidRecord,
 )
+from nvidia_gpu_exporter.model.verdicts import REASONS, REASONS_BY_NAME, Finding, GpuVerdict, State, SubsystemVerdict
 from nvidia_gpu_exporter.web.landing import landing_page, sparkline
 from nvidia_gpu_exporter.web.settings import WebSettings
 from nvidia_gpu_exporter.web.view import MAX_GPUS, MAX_ROWS, MAX_TEXT, build_document
@@ -185,7 +186,9 @@ def test_the_worst_case_document_and_page_stay_within_their_stated_size() -> Non
     processes = tuple(ProcessRow(f"GPU-{i:04d}", worst, worst, "1 MiB", worst, worst) for i in gpus for _ in many)
     xids = tuple(XidRecord(f"GPU-{i:04d}", xid, 10**9, 1.7e9) for i in gpus for xid in many)
     mig = tuple(MigDevice(f"GPU-{i:04d}", "MIG-" + worst, 10**6, 10**6, worst) for i in gpus for _ in many)
-    snapshot = _snapshot(rows, processes, xids=xids, extras=NvmlExtras(mig_devices=mig))
+    findings = [Finding(reason, worst, 1.7e9, 1.7e9) for reason in REASONS]
+    verdicts = tuple(verdict(f"GPU-{i:04d}", *findings) for i in gpus)
+    snapshot = _snapshot(rows, processes, xids=xids, extras=NvmlExtras(mig_devices=mig), verdicts=verdicts)
     assert snapshot.attempt is not None
     assert snapshot.attempt.readings is not None
     history = History()
@@ -194,6 +197,30 @@ def test_the_worst_case_document_and_page_stay_within_their_stated_size() -> Non
     document = _document(snapshot, history)
     assert len(json.dumps(document, separators=(",", ":"))) <= MAX_JSON_BYTES
     assert len(landing_page(SETTINGS, document).encode("utf-8")) <= MAX_PAGE_BYTES
+
+
+def verdict(uuid: str, *findings: Finding) -> GpuVerdict:
+    """A GPU's verdict with these findings, each in its own subsystem."""
+    parts = {reason.subsystem: SubsystemVerdict(reason.subsystem, State.OK) for reason in REASONS}
+    for finding in findings:
+        old = parts[finding.reason.subsystem]
+        state = max(old.state, finding.reason.state)
+        parts[finding.reason.subsystem] = SubsystemVerdict(old.subsystem, state, (*old.findings, finding))
+    return GpuVerdict(uuid, "", tuple(parts.values()))
+
+
+def test_each_gpu_shows_its_verdict_first_with_its_action_and_reasons() -> None:
+    failure = Finding(REASONS_BY_NAME["remapped_rows_failure"], "remapped_rows.failure = Yes", 1000.0, 1000.0)
+    snapshot = _snapshot((_row(0), _row(1)), verdicts=(verdict("GPU-0000", failure), verdict("GPU-0001")))
+    document = _document(snapshot)
+    _valid(document)
+    sick, healthy = (gpu["health"] for gpu in document["gpus"])
+    assert (sick["state"], sick["action"], healthy["state"], healthy["reasons"]) == ("failing", "replace_gpu", "ok", [])
+    assert sick["reasons"][0]["evidence"] == "remapped_rows.failure = Yes"
+    page = landing_page(SETTINGS, document)
+    card = page[page.index('aria-label="GPU 0"') : page.index('aria-label="GPU 1"')]
+    assert card.index("Health: FAILING: Drain the GPU and replace the card (RMA)") < card.index("Readings")
+    assert "memory: remapped_rows_failure (failing), remapped_rows.failure = Yes" in card
 
 
 def test_a_long_text_is_cut() -> None:

@@ -1,5 +1,5 @@
-"""The ``nvidia_gpu_exporter`` command: subcommands (``doctor``; ``install``/``uninstall`` on Windows), ``--help``,
-``--version``, else the exporter itself through :mod:`nvidia_gpu_exporter.app`.
+"""The ``nvidia_gpu_exporter`` command: subcommands (``doctor``, ``npd-plugin``; ``install``/``uninstall`` on
+Windows), ``--help``, ``--version``, else the exporter itself through :mod:`nvidia_gpu_exporter.app`.
 
 Up to the decision whether ``ssl`` may load (:func:`main`, ``preflight.needs_ssl``), nothing imported here
 imports asyncio, which would import ``ssl``: ``app`` is imported after it.
@@ -101,6 +101,10 @@ def main(argv: Sequence[str] | None = None, *, dcgm_exporter: bool = False) -> i
         from nvidia_gpu_exporter.doctor import main as doctor_main  # noqa: PLC0415 - a separate command
 
         return doctor_main(arguments[1:])
+    if arguments[:1] == ["npd-plugin"]:  # node-problem-detector's custom plugin on /-/health: exit 0/1/2
+        from nvidia_gpu_exporter.doctor.npd import main as npd_main  # noqa: PLC0415 - a separate command
+
+        return npd_main(arguments[1:])
     if sys.platform == "win32":  # `install`/`uninstall`, and running under the Service Control Manager
         from nvidia_gpu_exporter import windows  # noqa: PLC0415 - Windows only
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from nvidia_gpu_exporter.backends import Backend, CollectionError
 from nvidia_gpu_exporter.history import History
+from nvidia_gpu_exporter.model.judge import Judgement, VerdictMemory, judge
 from nvidia_gpu_exporter.model.processusage import DEFAULT_MAX_PROCESSES, cap_usage
 from nvidia_gpu_exporter.model.snapshot import Attempt, Readings, Snapshot
 from nvidia_gpu_exporter.support.asynctimeout import within_timeout
@@ -72,8 +73,11 @@ class Collector:
         xid_source: str = "",
         pci: PciSource | None = None,
         process_usage_limit: int | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.backend = backend
+        self.clock = clock  # the verdict's time (tests step it; collections time themselves)
+        self._judgement = Judgement((), VerdictMemory())
         self.kernel_log = kernel_log  # when set, the XIDs come from the kernel log
         self.backend_xids = backend_xids  # otherwise from the backend's NVML events (or the demo), unless off
         self.xid_source = xid_source
@@ -144,7 +148,9 @@ class Collector:
             if attempt.readings is not None and self.kernel_log is not None:
                 holders = self._kubernetes.sole_holders() if self._kubernetes is not None else None
                 self.kernel_log.learn(self.backend.fields, attempt.readings.gpus, holders)
-        self._latest = self._snapshot(attempt)
+        snapshot = self._snapshot(attempt)
+        self._judgement = judge(snapshot, self.backend.fields, self._judgement.memory, self.clock())
+        self._latest = replace(snapshot, verdicts=self._judgement.verdicts)
         return self._latest
 
     def no_result(self) -> Snapshot:
@@ -175,6 +181,7 @@ class Collector:
             stuck_children=self.backend.stuck_children(),
             pci=self._pci,
             process_usage_overflowed=self._usage_overflowed if self.process_usage_limit is not None else None,
+            verdicts=self._judgement.verdicts,
         )
 
     def _capped(self, readings: Readings) -> Readings:

@@ -124,6 +124,8 @@ def test_the_live_view_renders_updates_and_shows_a_hot_gpu(demo: tuple[Exporter,
     page.wait_for_function(
         f"Number(document.getElementById('view').getAttribute('data-sequence')) > {first}", timeout=WAIT_MS
     )
+    # Each GPU's verdict heads its card, drawn by the script too (the demo's default scenario is healthy).
+    assert page.locator("#gpus p.verdict").all_inner_texts() == ["Health: ok", "Health: ok"]
 
     # A GPU going hot shows: the demo re-reads its config every collection.
     config.write_text(HOT)

@@ -27,6 +27,8 @@ from nvidia_gpu_exporter.exposition.dcgm_generations import (
     facts_of,
     in_default_file,
 )
+from nvidia_gpu_exporter.exposition.dcgm_health import NAME as HEALTH_STATUS
+from nvidia_gpu_exporter.exposition.dcgm_health import health_status_text
 from nvidia_gpu_exporter.exposition.dcgm_xids import xid_message
 from nvidia_gpu_exporter.exposition.text import escape_label_value, format_value, has_surrogates, header
 from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution
@@ -428,7 +430,11 @@ class DcgmExposition:
         self._served: list[tuple[DcgmFamily, int | None]] = []
         self._label_columns: list[tuple[str, int]] = []
         unavailable: list[str] = []
+        # Only when listed, as dcgm-exporter (its default file has it commented out): the built-in set stays its own.
+        self._health_status = any(counter.name == HEALTH_STATUS for counter in counters or ())
         for counter in counters or ():
+            if counter.name == HEALTH_STATUS:  # the verdict, rendered last (dcgm_health.py)
+                continue
             family = _KNOWN.get(counter.name)
             reason = _not_servable(family, counter)
             if family is not None and reason is None:
@@ -501,7 +507,12 @@ class DcgmExposition:
         attempt = snapshot.attempt
         if attempt is None or attempt.readings is None:
             return ""
-        return self._render(attempt.readings, snapshot.xids, snapshot.kubernetes if self.pod_labels else None)
+        text = self._render(attempt.readings, snapshot.xids, snapshot.kubernetes if self.pod_labels else None)
+        if not self._health_status:
+            return text
+        rows = attempt.readings.gpus.rows
+        gpus = {normalize_uuid(row[self._identity[1]]): self._labels(row, None, None) for row in rows}
+        return text + health_status_text({uuid: labels for uuid, labels in gpus.items() if labels}, snapshot.verdicts)
 
     def _entities(self, readings: Readings, attribution: KubernetesAttribution | None) -> list[_Entity]:
         """Every GPU, or each GPU instance of a MIG GPU, in index (then GPU instance id) order."""

@@ -276,6 +276,31 @@ KERNEL_LOG_DROPPED = FamilySpec(
     "XID events not counted because the log named more GPUs or codes than the exporter keeps (a flooded log).",
 )
 
+# -- the health verdict per GPU and subsystem (docs/health.md, "Verdicts") ---------------------------------------
+
+GPU_HEALTH_LABELS = ("uuid", "pci_bus_id", "subsystem")
+GPU_HEALTH_REASON_LABELS = (*GPU_HEALTH_LABELS, "reason", "state", "action")
+GPU_HEALTH_STATE = FamilySpec(
+    "nvidia_gpu_exporter_gpu_health_state",
+    "gauge",
+    "The health verdict of a GPU's subsystem (memory, pcie, thermal, power, nvlink, driver): 0 ok, 1 degraded, "
+    "2 failing.",
+    GPU_HEALTH_LABELS,
+)
+GPU_HEALTH_REASON = FamilySpec(
+    "nvidia_gpu_exporter_gpu_health_reason_info",
+    "gauge",
+    "A metric with a constant '1' value for each reason a GPU's subsystem is not ok, labeled by the state it "
+    "gives and the recommended action.",
+    GPU_HEALTH_REASON_LABELS,
+)
+GPU_HEALTH_REASON_SINCE = FamilySpec(
+    "nvidia_gpu_exporter_gpu_health_reason_since_timestamp_seconds",
+    "gauge",
+    "Unix timestamp since when the reason holds on the GPU's subsystem.",
+    GPU_HEALTH_REASON_LABELS,
+)
+
 # -- Kubernetes attribution (opt-in; reserved whether or not it is on) ------------------------------------------
 
 GPU_POD_LABELS = ("uuid", "namespace", "pod", "container", "mig_uuid")
@@ -467,6 +492,9 @@ OWNED: tuple[FamilySpec, ...] = (
     KERNEL_LOG_RECORDS,
     KERNEL_LOG_LOST,
     KERNEL_LOG_DROPPED,
+    GPU_HEALTH_STATE,
+    GPU_HEALTH_REASON,
+    GPU_HEALTH_REASON_SINCE,
     ATTRIBUTION_UP,
     GPU_POD_INFO,
     COMPUTE_APP_POD_INFO,
@@ -503,6 +531,7 @@ WALL_CLOCK_FAMILIES = frozenset(
         XID_LAST_TIMESTAMP.name,
         XID_OCCURRENCE.name,
         SXID_LAST_TIMESTAMP.name,
+        GPU_HEALTH_REASON_SINCE.name,
         WEB_CONFIG_RELOAD_SUCCESS_TIMESTAMP.name,
         COLLECTION_DURATION.name,
         COLLECTION_SUCCESS_TIMESTAMP.name,

@@ -39,6 +39,7 @@ from nvidia_gpu_exporter.exposition.text import (
     render_blocks,
     render_family,
 )
+from nvidia_gpu_exporter.exposition.verdicts import VerdictBlocks
 from nvidia_gpu_exporter.model.fields import IDENTITY_FIELDS
 from nvidia_gpu_exporter.model.snapshot import Attempt, GpuTable, ProcessList, QueryField, Snapshot, StatusFamily
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
@@ -88,6 +89,7 @@ class Exposition:
         self.kubernetes_pod_labels = kubernetes_pod_labels  # --kubernetes.pod-labels
         self.nvidia_smi = nvidia_smi  # --metrics.profile: nvidia_smi or both
         self.dcgm = dcgm  # --metrics.profile: dcgm or both
+        self._verdict_blocks = VerdictBlocks()
         self.field_metrics: tuple[FieldMetric, ...] = plan_field_metrics(
             [(field.qfield, field.rfield) for field in self.fields]
         )
@@ -274,4 +276,5 @@ class Exposition:
         if snapshot.kubernetes is not None:  # only with --kubernetes.* attribution on
             families += attribution_families(snapshot.kubernetes, rendered_uuids)
         blocks += [(family.name, render_family(family)) for family in families]
+        blocks += self._verdict_blocks.blocks(snapshot.verdicts)  # the verdict judged from all of the above
         return blocks

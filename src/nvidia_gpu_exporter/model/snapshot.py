@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution
     from nvidia_gpu_exporter.model.pcibus import PciInventory
+    from nvidia_gpu_exporter.model.verdicts import GpuVerdict
 
 
 class StatusFamily(Enum):
@@ -290,6 +291,7 @@ class Snapshot:
     pci: PciInventory | None = None  # what sysfs lists (lost GPUs); rendered whatever the attempt's outcome
     # Processes summed into an overflow series since the start (--collect.process-usage); None when that is off.
     process_usage_overflowed: int | None = None
+    verdicts: tuple[GpuVerdict, ...] = ()  # each GPU's health verdict, judged once per published collection
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,14 @@ from importlib import resources
 from typing import Any
 
 from nvidia_gpu_exporter import __version__
-from nvidia_gpu_exporter.web.routes import HEALTH_PATH, PPROF_PREFIX, READY_PATH, VIEW_JSON_PATH, XIDS_PATH
+from nvidia_gpu_exporter.web.routes import (
+    HEALTH_PATH,
+    PPROF_PREFIX,
+    READY_PATH,
+    VERDICTS_PATH,
+    VIEW_JSON_PATH,
+    XIDS_PATH,
+)
 from nvidia_gpu_exporter.web.settings import WebSettings
 
 SPARK_WIDTH = 120
@@ -136,6 +143,26 @@ LISTINGS = (
 )
 
 
+VERDICT_CLASSES = {"ok": "ok", "degraded": "degraded", "failing": "failed"}
+
+
+def _verdict(health: dict[str, Any]) -> str:
+    """The GPU's verdict, first in its card: its state, what to do, and each reason with its evidence."""
+    state = health["state"]
+    text = f"Health: {state.upper() if state != 'ok' else state}"
+    if health["action_text"]:
+        text += f": {health['action_text']}"
+    items = "".join(
+        f"<li>{_e(reason['subsystem'])}: {_e(reason['reason'])} ({_e(reason['state'])}), {_e(reason['evidence'])}, "
+        f"since {_e(_when(reason['since']))}</li>"
+        for reason in health["reasons"]
+    )
+    reasons = f'<ul class="reasons">{items}</ul>' if items else ""
+    return f'<p class="verdict {VERDICT_CLASSES[state]}">{_e(text)}</p>{reasons}' + _more(
+        health["reasons_omitted"], "reasons"
+    )
+
+
 def _gpu(gpu: dict[str, Any], hot_celsius: float) -> str:
     rows = []
     history = gpu["history"]
@@ -157,6 +184,7 @@ def _gpu(gpu: dict[str, Any], hot_celsius: float) -> str:
     parts = [
         f'<section class="gpu" aria-label="GPU {_e(gpu["index"])}">',
         f"<h3>GPU {_e(gpu['index'])}: {_e(gpu['name'])}</h3>",
+        _verdict(gpu["health"]),
         f'<p class="mute">{_e(gpu["uuid"])} · {_e(gpu["pci_bus_id"])}'
         + (f" · {_e(gpu['pstate'])}" if gpu["pstate"] else "")
         + "</p>",
@@ -192,6 +220,7 @@ def landing_page(settings: WebSettings, document: dict[str, Any] | None = None) 
     links.append(f'<li><a href="{HEALTH_PATH}">Health</a></li>')
     links.append(f'<li><a href="{READY_PATH}">Ready</a></li>')
     links.append(f'<li><a href="{XIDS_PATH}">XIDs</a></li>')
+    links.append(f'<li><a href="{VERDICTS_PATH}">GPU health</a></li>')
     links.append(f'<li><a href="{VIEW_JSON_PATH}">View (JSON)</a></li>')
     if settings.enable_pprof:
         links.append(f'<li><a href="{PPROF_PREFIX}/">Profiling</a></li>')

@@ -10,6 +10,7 @@ from nvidia_gpu_exporter.httpserver.responses import plain_text
 from nvidia_gpu_exporter.httpserver.security import Security
 from nvidia_gpu_exporter.httpserver.server import HttpServer, ServerLimits, go_style_errors
 from nvidia_gpu_exporter.httpserver.stats import ConnectionStats
+from nvidia_gpu_exporter.web.health import health_handler
 from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
 from nvidia_gpu_exporter.web.readiness import Readiness, ready_handler
 from nvidia_gpu_exporter.web.routes import (
@@ -20,6 +21,7 @@ from nvidia_gpu_exporter.web.routes import (
     PPROF_PREFIX,
     PROBE_PATH,
     READY_PATH,
+    VERDICTS_PATH,
     VIEW_JSON_PATH,
     XIDS_PATH,
 )
@@ -85,6 +87,7 @@ def build_app(
     app.add_get(HEALTH_PATH, healthy)
     app.add_get(READY_PATH, ready_handler(endpoint.collector, readiness, endpoint.answer_within(None)))
     app.add_get(XIDS_PATH, xids_handler(endpoint.collector))
+    app.add_get(VERDICTS_PATH, health_handler(endpoint.collector))
     app.add_get(VIEW_JSON_PATH, view_json)
     if settings.dcgm_health:
         app.add_get(DCGM_HEALTH_PATH, dcgm_health)

@@ -27,6 +27,7 @@ from nvidia_gpu_exporter.model.fields import EVENT_REASONS_PREFIX, REASON_BITS, 
 from nvidia_gpu_exporter.model.snapshot import ProcessRow, QueryField, Readings, Snapshot, column_of
 from nvidia_gpu_exporter.model.uuids import normalize_mig_uuid, normalize_uuid
 from nvidia_gpu_exporter.model.values import ABSENT_TOKENS, PROCESS_ABSENT_TOKENS, transform_generic
+from nvidia_gpu_exporter.model.verdicts import GpuVerdict
 from nvidia_gpu_exporter.model.xids import describe
 
 SCHEMA_VERSION = 1
@@ -129,6 +130,31 @@ def _process(row: ProcessRow, pods: dict[tuple[str, str], tuple[str, str]]) -> d
     }
 
 
+def _health(verdict: GpuVerdict | None) -> dict[str, Any]:
+    """The GPU's verdict (docs/health.md, "Verdicts"): ``ok`` with no reasons until one is judged."""
+    if verdict is None:
+        return {"state": "ok", "action": None, "action_text": None, "reasons": [], "reasons_omitted": 0}
+    action = verdict.action
+    listed, omitted = _limited(verdict.findings)
+    return {
+        "state": verdict.state.label,
+        "action": None if action is None else action.value,
+        "action_text": None if action is None else action.text,
+        "reasons": [
+            {
+                "subsystem": finding.reason.subsystem.value,
+                "reason": finding.reason.name,
+                "state": finding.reason.state.label,
+                "evidence": cut(finding.evidence),
+                "since": finding.since,
+                "action": finding.reason.action.value,
+            }
+            for finding in listed
+        ],
+        "reasons_omitted": omitted,
+    }
+
+
 def build_document(
     snapshot: Snapshot,
     fields: Sequence[QueryField],
@@ -149,11 +175,13 @@ def build_document(
     processes = readings.processes if readings is not None else None
     extras = readings.extras if readings is not None else None
     rows = readings.gpus.rows if readings is not None else ()
+    verdicts = {normalize_uuid(verdict.uuid): verdict for verdict in snapshot.verdicts if verdict.uuid}
     gpus: list[dict[str, Any]] = []
     for row in rows[:MAX_GPUS]:
         raw_uuid = _cell(row, uuid_column)
         uuid = normalize_uuid(raw_uuid)
         gpu: dict[str, Any] = {key: cut(_cell(row, column)) for key, column in columns.texts}
+        gpu["health"] = _health(verdicts.get(uuid))
         gpu.update({key: _number(_cell(row, column)) for key, column in columns.numbers})
         gpu["clock_event_reasons"] = [
             reason for reason, column in columns.reasons if column is not None and _number(_cell(row, column)) == 1.0

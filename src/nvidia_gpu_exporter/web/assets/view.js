@@ -97,10 +97,25 @@
     tr.appendChild(cell);
     return tr;
   }
+  var VERDICT_CLASSES = { ok: "ok", degraded: "degraded", failing: "failed" };
+  function verdict(section, h) {
+    var text = "Health: " + (h.state === "ok" ? h.state : h.state.toUpperCase());
+    if (h.action_text) text += ": " + h.action_text;
+    section.appendChild(el("p", text, "verdict " + VERDICT_CLASSES[h.state]));
+    if (h.reasons.length) {
+      var list = el("ul", null, "reasons");
+      h.reasons.forEach(function (r) {
+        list.appendChild(el("li", r.subsystem + ": " + r.reason + " (" + r.state + "), " + r.evidence + ", since " + when(r.since)));
+      });
+      section.appendChild(list);
+    }
+    more(section, h.reasons_omitted, "reasons");
+  }
   function gpu(g) {
     var section = el("section", null, "gpu");
     section.setAttribute("aria-label", "GPU " + g.index);
     section.appendChild(el("h3", "GPU " + g.index + ": " + g.name));
+    verdict(section, g.health);
     section.appendChild(el("p", g.uuid + " \u00b7 " + g.pci_bus_id + (g.pstate ? " \u00b7 " + g.pstate : ""), "mute"));
     var readings = el("table");
     readings.appendChild(el("caption", "Readings"));
