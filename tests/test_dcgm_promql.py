@@ -106,6 +106,20 @@ def test_at_least_fifty_distinct_expressions_must_return_data() -> None:
     assert len(answering) >= 50, len(answering)
 
 
+def test_the_fixtures_summary_counts_what_it_holds() -> None:
+    """The header's numbers are the file's: expressions, those that must answer, distinct texts among them."""
+    header = FIXTURE.read_text(encoding="utf-8").split("\n- source:", 1)[0]
+    total = re.search(r"# (\d+) expressions from", header)
+    answering = re.search(r"Every other expression \((\d+), of which (\d+) distinct", header)
+    assert total, header
+    assert answering, header
+    unavailable = [entry for entry in entries() if "unavailable" in entry]
+    expected = {entry["expr"] for entry in entries() if "unavailable" not in entry}
+    assert int(total.group(1)) == len(entries())
+    assert int(answering.group(1)) == len(entries()) - len(unavailable)
+    assert int(answering.group(2)) == len(expected)
+
+
 # --- against a real Prometheus ----------------------------------------------------------------------------------
 
 
