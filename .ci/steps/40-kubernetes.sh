@@ -5,16 +5,18 @@
 # the demo backend), the SRE loop (fake nvidia-smi -> exporter -> Prometheus -> Alertmanager -> webhook) and, under
 # --metrics.profile=dcgm, NVIDIA's dashboard 12239, the runbook's alert and the dual-scheme rules, the gpu-test
 # pod manifest and the doctor's Prometheus checks (issue 12), and the compose and Windows stacks (deploy/build_stack.py:
-# the compose-spec schema, promtool/amtool, Grafana provisioning, the PowerShell scripts parsed by tree-sitter).
+# the compose-spec schema, promtool/amtool, Grafana provisioning, the PowerShell scripts parsed by tree-sitter),
+# and 70 public PromQL expressions written against dcgm-exporter, scraped as its chart scrapes (issue 27).
 #
 # Installs what it needs: the Python tools into .venv (kept out of pyproject's test extra: helm-python-sdk alone
-# is a 71 MB wheel), and Debian's prometheus and prometheus-alertmanager unpacked into a temporary directory (no
-# service is installed or started). Fails if any of these tests was skipped.
+# is a 71 MB wheel; the `kubernetes` extra for the PromQL test's fake kubelet), and Debian's prometheus and
+# prometheus-alertmanager unpacked into a temporary directory (no service is installed or started). Fails if any
+# of these tests was skipped.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 started=$(date +%s)
 
-.venv/bin/pip install -q \
+.venv/bin/pip install -q -e '.[kubernetes]' \
     'helm-python-sdk==0.2.2' \
     'kubernetes-validate==1.37.0' \
     'cloudcoil-models-prometheus-operator==0.80.1.0' \
@@ -53,7 +55,7 @@ status=0
     tests/test_chart.py tests/test_chart_dcgm.py tests/test_chart_fleet.py tests/test_chart_kustomize.py tests/test_rules.py \
     tests/test_dashboards.py \
     tests/test_sre_loop.py tests/test_dcgm_rules.py tests/test_dcgm_runbook.py tests/test_gpu_test_pod.py \
-    tests/test_doctor_deploy.py tests/test_stack.py 2>&1 | tee "$out" || status=$?
+    tests/test_doctor_deploy.py tests/test_stack.py tests/test_dcgm_promql.py 2>&1 | tee "$out" || status=$?
 if grep -q '^SKIPPED' "$out"; then
     echo "some deployment tests were skipped: every one must run in this step" >&2
     exit 1
