@@ -17,8 +17,8 @@ skip with a message naming what is missing.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,7 +82,7 @@ def params() -> list[Any]:
         marks = []
         if "unavailable" in entry:
             marks.append(pytest.mark.xfail(strict=True, raises=NoData, reason=entry["unavailable"]))
-        found.append(pytest.param(entry["generation"], entry, id=entry_id(index, entry), marks=marks))
+        found.append(pytest.param(entry, id=entry_id(index, entry), marks=marks))
     return found
 
 
@@ -153,12 +153,31 @@ def whole_gpu_uuid(exporter: Exporter) -> str:
 
 
 @pytest.fixture(scope="module")
-def live(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, fake_nvml_library: FakeNvmlLibrary
-) -> Iterator[Cluster]:
-    generation: str = request.param
+def clusters(
+    tmp_path_factory: pytest.TempPathFactory, fake_nvml_library: FakeNvmlLibrary
+) -> Iterator[Callable[[str], Cluster]]:
+    """A cluster per generation, started when a test first asks for it and kept to the module's end (a
+    parametrized module fixture would be set up again for every expression: its cache is keyed by the
+    parameter's position, not its value)."""
     binary("prometheus")
     require_grpc()
+    with ExitStack() as stack:
+        started: dict[str, Cluster] = {}
+
+        def cluster_of(generation: str) -> Cluster:
+            if generation not in started:
+                started[generation] = stack.enter_context(
+                    running_cluster(generation, tmp_path_factory, fake_nvml_library)
+                )
+            return started[generation]
+
+        yield cluster_of
+
+
+@contextmanager
+def running_cluster(
+    generation: str, tmp_path_factory: pytest.TempPathFactory, fake_nvml_library: FakeNvmlLibrary
+) -> Iterator[Cluster]:
     workdir = tmp_path_factory.mktemp(f"dcgm-promql-{generation}")
     demo_config = workdir / "demo.yaml"
     demo_config.write_text(yaml.safe_dump(DEMO_CONFIG), encoding="utf-8")
@@ -261,8 +280,8 @@ def answer(cluster: Cluster, expr: str, *, patient: bool) -> list[dict[str, Any]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("live", ["4.8"], indirect=True)
-def test_the_data_check_can_fail(live: Cluster) -> None:
+def test_the_data_check_can_fail(clusters: Callable[[str], Cluster]) -> None:
+    live = clusters("4.8")
     assert answer(live, "DCGM_FI_DEV_GPU_TEMP", patient=False)
     with pytest.raises(NoData):
         answer(live, "DCGM_FI_DEV_GPU_TEMPERATURE", patient=False)
@@ -271,8 +290,9 @@ def test_the_data_check_can_fail(live: Cluster) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("live", "entry"), params(), indirect=["live"])
-def test_expression_returns_data(live: Cluster, entry: dict[str, Any]) -> None:
+@pytest.mark.parametrize("entry", params())
+def test_expression_returns_data(clusters: Callable[[str], Cluster], entry: dict[str, Any]) -> None:
+    live = clusters(entry["generation"])
     if "operand" in entry:
         # An alert whose threshold a healthy GPU does not cross: the series it compares must be there.
         answer(live, entry["operand"], patient="unavailable" not in entry)
@@ -286,9 +306,9 @@ def test_expression_returns_data(live: Cluster, entry: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("live", ["4.8"], indirect=True)
-def test_pod_labels_arrive_as_exported_labels(live: Cluster) -> None:
+def test_pod_labels_arrive_as_exported_labels(clusters: Callable[[str], Cluster]) -> None:
     """The chart's scrape: the workload's pod labels as exported_*, the exporter pod's own as pod/namespace."""
+    live = clusters("4.8")
     result = answer(live, 'DCGM_FI_DEV_GPU_TEMP{exported_pod="trainer-0"}', patient=False)
     (series,) = result
     labels = series["metric"]
