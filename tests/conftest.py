@@ -78,6 +78,7 @@ UNIT_MODULES: dict[str, tuple[str, ...]] = {
     "test_unit_naming": (),
     "test_unit_pci": (),
     "test_unit_pmon": (),
+    "test_unit_pod_usage": (),
     "test_unit_process_usage_cap": (),
     "test_unit_smi_backend": (),
     "test_unit_smi_output": (),
