@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from nvidia_gpu_exporter.model.podusage import PodEnergyLedger, PodShare, pod_shares
-from nvidia_gpu_exporter.model.snapshot import ProcessUsage, ProcessUsageRow
+from nvidia_gpu_exporter.model.podusage import PodEnergyLedger, pod_shares
+from nvidia_gpu_exporter.model.snapshot import PodShare, ProcessUsage, ProcessUsageRow
 
 SLICED = "GPU-AAAAAAAA-0000-0000-0000-000000000000"
 MPS = "GPU-BBBBBBBB-0000-0000-0000-000000000000"

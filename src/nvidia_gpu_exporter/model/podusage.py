@@ -9,35 +9,10 @@ do the pods past the per-GPU cap. docs/metrics.md ("Per-pod shares") states thes
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from nvidia_gpu_exporter.model.snapshot import ProcessUsage, ProcessUsageRow
+from nvidia_gpu_exporter.model.snapshot import PodShare, PodUsage, ProcessUsage, ProcessUsageRow
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
-
-
-@dataclass(frozen=True, slots=True)
-class PodShare:
-    """One pod's use of one GPU in one collection; the names are "" unless one container holds the GPU."""
-
-    uuid: str  # normalized
-    pod_uid: str
-    namespace: str = ""
-    pod: str = ""
-    container: str = ""
-    processes: int = 0
-    sm_percent: float | None = None  # the sum of its processes' (None when none had a value)
-    used_memory_bytes: float | None = None
-    share: float = 0.0  # 0-1: its part of the GPU, as the module docstring says
-    power_watts: float | None = None  # the GPU's power draw times the share (None: no power reading)
-    energy_joules: float | None = None  # its energy since it was first seen (None: the GPU reports none)
-
-
-@dataclass(frozen=True, slots=True)
-class PodUsage:
-    """What a collection serves per pod, and per GPU the energy no pod's use accounts for, since the start."""
-
-    pods: tuple[PodShare, ...] = ()
-    unattributed_energy: tuple[tuple[str, float], ...] = ()  # (uuid, joules)
 
 
 def _add(total: float | None, value: float | None) -> float | None:

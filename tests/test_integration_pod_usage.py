@@ -1,0 +1,130 @@
+"""Per-pod shares against the real server: exec with the fake nvidia-smi's pmon and a fake /proc whose cgroups put
+the processes in pods; three pods time-sliced on one GPU (one of them with two processes, beside a host process)
+and two MPS clients beside their server on another."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import StartExporter
+from exposition_reader import series
+from harness import Exporter, fake_smi_command
+from k8s_fakes import HOST_SERVICE, make_proc
+from nvidia_gpu_exporter.capture.format import FENCE
+from nvidia_gpu_exporter.model.fields import IDENTITY_FIELDS
+
+GPU0 = "GPU-11111111-2222-4333-8444-555555555555"
+GPU1 = "GPU-66666666-7777-4888-9999-000000000000"
+UUID0 = GPU0.removeprefix("GPU-").lower()
+UUID1 = GPU1.removeprefix("GPU-").lower()
+MIB = 1_048_576.0
+POWER = {GPU0: 400.0, GPU1: 300.0}
+SHARE = "nvidia_smi_pod_gpu_share_ratio"
+SM = "nvidia_smi_pod_sm_utilization_ratio"
+
+# (gpu, pid, pod uid or "" for a host process, SM %, MiB)
+PROCESSES = (
+    (GPU0, 1001, "0a0a0a0a-0000-4000-8000-00000000000a", 30, 1000),
+    (GPU0, 1002, "0b0b0b0b-0000-4000-8000-00000000000b", 20, 500),
+    (GPU0, 1003, "0c0c0c0c-0000-4000-8000-00000000000c", 10, 250),
+    (GPU0, 1004, "0c0c0c0c-0000-4000-8000-00000000000c", 5, 250),
+    (GPU0, 1900, "", 15, 100),
+    (GPU1, 2001, "1a1a1a1a-0000-4000-8000-00000000001a", 60, 2000),
+    (GPU1, 2002, "1b1b1b1b-0000-4000-8000-00000000001b", 20, 1000),
+    (GPU1, 2900, "", 0, 30),  # nvidia-cuda-mps-server, here a host process
+)
+CID = "f" * 64
+MEMORY = {1001: 1000, 1002: 500, 1003: 500, 2001: 2000, 2002: 1000}  # pod c's two processes summed under 1003
+
+
+def _block(label: str, command: str, body: str) -> str:
+    return f"{FENCE}\n# load :: {label}\n# $ {command}\n{FENCE}\n{body.rstrip(chr(10))}\n\n"
+
+
+def write_capture(path: Path, processes: tuple[tuple[str, int, str, int, int], ...]) -> Path:
+    """Two GPUs with their power draw, the compute apps and a pmon answer with the processes' SM and memory."""
+    fields = [*IDENTITY_FIELDS, "power.draw"]
+    header = ", ".join([*IDENTITY_FIELDS, "power.draw [W]"])
+    rows = []
+    for index, uuid in enumerate((GPU0, GPU1)):
+        identity = {"uuid": uuid, "name": "NVIDIA H200", "index": str(index), "pci.bus_id": f"00000000:0{index}:00.0"}
+        rows.append(", ".join([*(identity.get(name, "[N/A]") for name in IDENTITY_FIELDS), f"{POWER[uuid]:.2f} W"]))
+    apps = "\n".join(f"{gpu}, {pid}, job{pid}, {mib} MiB" for gpu, pid, _, _, mib in processes)
+    pmon = [
+        "# gpu         pid   type     sm    mem    enc    dec     fb    command ",
+        "# Idx           #    C/G      %      %      %      %     MB    name ",
+        *(
+            f"{(GPU0, GPU1).index(gpu):5} {pid:10} {'C':>5} {sm:6} {'0':>6} {'-':>6} {'-':>6} {mib:6}    job{pid}"
+            for gpu, pid, _, sm, mib in processes
+        ),
+    ]
+    text = _block(
+        "query-gpu (csv, test)", f"nvidia-smi --query-gpu={','.join(fields)} --format=csv", "\n".join([header, *rows])
+    )
+    text += _block(
+        "query-compute-apps (per-process)",
+        "nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_gpu_memory --format=csv",
+        "gpu_uuid, pid, process_name, used_gpu_memory [MiB]\n" + apps,
+    )
+    text += _block("pmon (recorded)", "nvidia-smi pmon -c 1 -s um", "\n".join(pmon) + "\n")
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _start(exporter: StartExporter, tmp_path: Path) -> tuple[Exporter, Path]:
+    cgroups = {
+        str(pid): f"0::/kubepods/besteffort/pod{uid}/{CID}\n" if uid else HOST_SERVICE
+        for _, pid, uid, _, _ in PROCESSES
+    }
+    proc = make_proc(tmp_path, cgroups)
+    capture = write_capture(tmp_path / "c.txt", PROCESSES)
+    handle = exporter(
+        "--nvidia-smi-command",
+        fake_smi_command(capture, "--state", "load"),
+        "--query-field-names=power.draw",
+        "--collect.compute-apps",
+        "--collect.process-usage",
+        "--kubernetes.process-pods",
+        f"--kubernetes.proc-root={proc}",
+    )
+    return handle, capture
+
+
+def _per_pod(text: str, family: str, uuid: str) -> dict[str, float]:
+    return {sample.labels["pod_uid"]: sample.value for sample in series(text, family) if sample.labels["uuid"] == uuid}
+
+
+@pytest.mark.parametrize(
+    ("uuid", "pods", "pod_sm"),
+    [
+        (UUID0, {1001: 30, 1002: 20, 1003: 15}, 65),  # pod c runs 1003 and 1004
+        (UUID1, {2001: 60, 2002: 20}, 80),
+    ],
+)
+def test_pods_sharing_a_gpu_get_their_own_share(
+    exporter: StartExporter, tmp_path: Path, uuid: str, pods: dict[int, int], pod_sm: int
+) -> None:
+    handle, _ = _start(exporter, tmp_path)
+    text = handle.scrape()
+    uid_of = {pid: uid for _, pid, uid, _, _ in PROCESSES}
+    process_sm = sum(sm for gpu, _, _, sm, _ in PROCESSES if gpu.removeprefix("GPU-").lower() == uuid)
+    shares = _per_pod(text, SHARE, uuid)
+    assert shares == pytest.approx({uid_of[pid]: sm / process_sm for pid, sm in pods.items()})
+    assert sum(_per_pod(text, SM, uuid).values()) == pytest.approx(pod_sm / 100)
+    watts = _per_pod(text, "nvidia_smi_pod_power_draw_watts", uuid)
+    gpu_watts = POWER[GPU0 if uuid == UUID0 else GPU1]
+    assert sum(watts.values()) == pytest.approx(gpu_watts * pod_sm / process_sm)  # the host's part is no pod's
+    memory = _per_pod(text, "nvidia_smi_pod_used_memory_bytes", uuid)
+    assert memory == {uid_of[pid]: mib * MIB for pid, mib in MEMORY.items() if uid_of[pid] in shares}
+
+
+def test_an_ended_pods_series_are_gone_at_the_next_collection(exporter: StartExporter, tmp_path: Path) -> None:
+    handle, capture = _start(exporter, tmp_path)
+    ended = "0c0c0c0c-0000-4000-8000-00000000000c"
+    assert ended in _per_pod(handle.scrape(), SHARE, UUID0)
+    write_capture(capture, tuple(process for process in PROCESSES if process[2] != ended))
+    text = handle.scrape()
+    assert ended not in text
+    assert sum(_per_pod(text, SHARE, UUID0).values()) == pytest.approx(50 / 65)
