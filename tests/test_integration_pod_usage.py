@@ -1,6 +1,6 @@
 """Per-pod shares against the real server: exec with the fake nvidia-smi's pmon and a fake /proc whose cgroups put
 the processes in pods; three pods time-sliced on one GPU (one of them with two processes, beside a host process)
-and two MPS clients beside their server on another."""
+and two MPS clients beside their server on another; and the demo, whose energy counters the pods' split."""
 
 from __future__ import annotations
 
@@ -128,3 +128,38 @@ def test_an_ended_pods_series_are_gone_at_the_next_collection(exporter: StartExp
     text = handle.scrape()
     assert ended not in text
     assert sum(_per_pod(text, SHARE, UUID0).values()) == pytest.approx(50 / 65)
+
+
+def _by_gpu(text: str, family: str) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for sample in series(text, family):
+        totals[sample.labels["uuid"]] = totals.get(sample.labels["uuid"], 0.0) + sample.value
+    return totals
+
+
+def test_demo_pod_energy_adds_up_to_each_gpus_energy_increment(exporter: StartExporter, tmp_path: Path) -> None:
+    """The demo's GPU 0 trains (pid 4242) beside a profiler (4249): two pods; every other process is the host's."""
+    pods = {"4242": "0d0d0d0d-0000-4000-8000-00000000000d", "4249": "0e0e0e0e-0000-4000-8000-00000000000e"}
+    proc = make_proc(tmp_path, {pid: f"0::/kubepods/besteffort/pod{uid}/{CID}\n" for pid, uid in pods.items()})
+    handle = exporter(
+        "--collect.backend=demo",
+        "--collect.compute-apps",
+        "--collect.process-usage",
+        "--kubernetes.process-pods",
+        f"--kubernetes.proc-root={proc}",
+    )
+    first = handle.scrape()
+    assert set(_by_gpu(first, "nvidia_smi_pod_energy_joules_total").values()) == {0.0}  # a baseline only
+    baseline = _by_gpu(first, "nvidia_smi_energy_joules_total")
+    for _ in range(2):
+        text = handle.scrape()
+        gpus = _by_gpu(text, "nvidia_smi_energy_joules_total")
+        pods_energy = _by_gpu(text, "nvidia_smi_pod_energy_joules_total")
+        unattributed = _by_gpu(text, "nvidia_smi_unattributed_energy_joules_total")
+        assert set(unattributed) == set(gpus)
+        for uuid, joules in gpus.items():
+            increment = joules - baseline[uuid]
+            assert pods_energy.get(uuid, 0.0) + unattributed[uuid] == pytest.approx(increment, rel=1e-9, abs=1e-6)
+    energy = {sample.labels["pod_uid"]: sample.value for sample in series(text, "nvidia_smi_pod_energy_joules_total")}
+    assert set(energy) == set(pods.values())
+    assert min(energy.values()) > 0.0  # the demo's GPU 0 draws power, and both pods use it
