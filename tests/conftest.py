@@ -46,6 +46,7 @@ StartExporter = Callable[..., Exporter]
 # inputs: those stay unmarked.
 UNIT_MODULES: dict[str, tuple[str, ...]] = {
     "test_collector": (),
+    "test_collector_pod_usage": (),
     "test_demo_extras": (),
     "test_fakesmi": (),
     "test_fakesmi_capture": (),

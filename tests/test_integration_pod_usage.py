@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import StartExporter
-from exposition_reader import series
+from exposition_reader import sample_value, series
 from harness import Exporter, fake_smi_command
 from k8s_fakes import HOST_SERVICE, make_proc
 from nvidia_gpu_exporter.capture.format import FENCE
@@ -163,3 +163,20 @@ def test_demo_pod_energy_adds_up_to_each_gpus_energy_increment(exporter: StartEx
     energy = {sample.labels["pod_uid"]: sample.value for sample in series(text, "nvidia_smi_pod_energy_joules_total")}
     assert set(energy) == set(pods.values())
     assert min(energy.values()) > 0.0  # the demo's GPU 0 draws power, and both pods use it
+
+
+def test_a_failed_usage_reading_serves_no_pod_series(exporter: StartExporter, tmp_path: Path) -> None:
+    proc = make_proc(tmp_path, {"1001": f"0::/kubepods/besteffort/pod{PROCESSES[0][2]}/{CID}\n"})
+    handle = exporter(
+        "--nvidia-smi-command",
+        fake_smi_command(write_capture(tmp_path / "c.txt", PROCESSES), "--state", "load", "--fail-arg", "pmon"),
+        "--query-field-names=power.draw",
+        "--collect.compute-apps",
+        "--collect.process-usage",
+        "--kubernetes.process-pods",
+        f"--kubernetes.proc-root={proc}",
+    )
+    text = handle.scrape()
+    assert sample_value(text, "nvidia_smi_process_usage_last_collect_success") == 0.0
+    assert [line for line in text.splitlines() if "_pod_" in line and "compute_app_pod_info" not in line] == []
+    assert "nvidia_smi_unattributed_energy_joules_total" not in text

@@ -194,9 +194,15 @@ class Collector:
         return replace(readings, process_usage=usage)
 
     def _pods(self, usage: ProcessUsage | None, readings: Readings | None) -> PodUsage | None:
-        """Each GPU's pods from the uncapped usage rows, the pids' pods, the GPUs' power and energy."""
+        """Each GPU's pods from the uncapped usage rows, the pids' pods, the GPUs' power and energy.
+
+        A failed usage reading serves no pods and leaves the ledger as it was: the energy since its last reading
+        goes to the next reading's shares, and no pod's counter restarts for a reading that failed.
+        """
         kubernetes = self._kubernetes
-        if usage is None or readings is None or kubernetes is None or kubernetes.processes is None:
+        if self.process_usage_limit is None or usage is None or not usage.succeeded or readings is None:
+            return None
+        if kubernetes is None or kubernetes.processes is None:
             return None
         pod_of = {process.pid: process.pod_uid for process in kubernetes.processes if process.pod_uid}
         holders = {
@@ -215,8 +221,7 @@ class Collector:
             for gpu in (readings.extras.gpus if readings.extras is not None else ())
             if gpu.energy_joules is not None
         }
-        limit = DEFAULT_MAX_PROCESSES if self.process_usage_limit is None else self.process_usage_limit
-        return self._pod_ledger.account(pod_shares(usage, pod_of, holders, power, limit), energy)
+        return self._pod_ledger.account(pod_shares(usage, pod_of, holders, power, self.process_usage_limit), energy)
 
     async def _attribute(self, lookup: asyncio.Task[PodResourcesReading | None], readings: Readings | None) -> None:
         """Join the kubelet's answer (fetched alongside the collection, bounded by its own timeout) with it."""
