@@ -180,3 +180,24 @@ def test_a_failed_usage_reading_serves_no_pod_series(exporter: StartExporter, tm
     assert sample_value(text, "nvidia_smi_process_usage_last_collect_success") == 0.0
     assert [line for line in text.splitlines() if "_pod_" in line and "compute_app_pod_info" not in line] == []
     assert "nvidia_smi_unattributed_energy_joules_total" not in text
+
+
+def test_demo_mig_pods_carry_the_gpu_instance_their_processes_run_in(exporter: StartExporter, tmp_path: Path) -> None:
+    proc = make_proc(tmp_path, {})
+    handle = exporter(
+        "--collect.backend=demo",
+        "--collect.compute-apps",
+        "--collect.compute-apps-mig",
+        "--collect.process-usage",
+        "--kubernetes.process-pods",
+        f"--kubernetes.proc-root={proc}",
+    )
+    apps = series(handle.scrape(), "nvidia_smi_compute_app_info")
+    on_mig = {sample.labels["pid"]: sample.labels for sample in apps if sample.labels["gpu_instance_id"]}
+    assert on_mig, "the default demo scenario has a MIG GPU with processes"
+    uids = {pid: f"{int(pid):08x}-0000-4000-8000-000000000000" for pid in on_mig}
+    make_proc(tmp_path, {pid: f"0::/kubepods/besteffort/pod{uid}/{CID}\n" for pid, uid in uids.items()})
+    shares = series(handle.scrape(), SHARE)
+    expected = {(on_mig[pid]["uuid"], on_mig[pid]["gpu_instance_id"], uid) for pid, uid in uids.items()}
+    served = {(s.labels["uuid"], s.labels["gpu_instance_id"], s.labels["pod_uid"]) for s in shares}
+    assert expected <= served

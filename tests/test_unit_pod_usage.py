@@ -185,3 +185,22 @@ def test_a_gpu_without_an_energy_reading_gives_its_pods_no_energy() -> None:
     accounted = PodEnergyLedger().account(pod_shares(SHARED, PODS, {}, POWER, 16), {SLICED_UUID: 10.0})
     assert {share.uuid for share in accounted.pods if share.energy_joules is None} == {MPS_UUID}
     assert dict(accounted.unattributed_energy) == {SLICED_UUID: 0.0}
+
+
+def test_a_pod_on_two_gpu_instances_of_a_mig_gpu_gets_a_series_for_each() -> None:
+    """MIG: no per-process SM, so the shares follow memory; the instance comes from the process list."""
+    usage = ProcessUsage(
+        True, (_row(SLICED, "101", None, 300), _row(SLICED, "102", None, 100), _row(SLICED, "103", None, 100))
+    )
+    instances = {(SLICED_UUID, "101"): "1", (SLICED_UUID, "102"): "2", (SLICED_UUID, "103"): "2"}
+    pods = {"101": "pod-a", "102": "pod-a", "103": "pod-b"}
+    shares = pod_shares(usage, pods, {}, POWER, 16, instances=instances)
+    assert {(share.gpu_instance_id, share.pod_uid): share.share for share in shares} == pytest.approx(
+        {("1", "pod-a"): 0.6, ("2", "pod-a"): 0.2, ("2", "pod-b"): 0.2}
+    )
+    ledger = PodEnergyLedger()
+    ledger.account(shares, {SLICED_UUID: 0.0})
+    accounted = ledger.account(shares, {SLICED_UUID: 100.0})
+    assert {(share.gpu_instance_id, share.pod_uid): share.energy_joules for share in accounted.pods} == pytest.approx(
+        {("1", "pod-a"): 60.0, ("2", "pod-a"): 20.0, ("2", "pod-b"): 20.0}
+    )

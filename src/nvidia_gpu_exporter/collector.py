@@ -221,7 +221,13 @@ class Collector:
             for gpu in (readings.extras.gpus if readings.extras is not None else ())
             if gpu.energy_joules is not None
         }
-        return self._pod_ledger.account(pod_shares(usage, pod_of, holders, power, self.process_usage_limit), energy)
+        instances = {
+            (normalize_uuid(row.gpu_uuid), row.pid): row.gpu_instance_id
+            for row in (readings.processes.rows if readings.processes is not None else ())
+            if row.gpu_instance_id
+        }
+        shares = pod_shares(usage, pod_of, holders, power, self.process_usage_limit, instances=instances)
+        return self._pod_ledger.account(shares, energy)
 
     async def _attribute(self, lookup: asyncio.Task[PodResourcesReading | None], readings: Readings | None) -> None:
         """Join the kubelet's answer (fetched alongside the collection, bounded by its own timeout) with it."""

@@ -135,7 +135,7 @@ PROCESS_USAGE_OVERFLOWED = FamilySpec(
 
 # -- per-pod shares of shared GPUs (--collect.process-usage with --kubernetes.process-pods) ------------------------
 
-POD_SHARE_LABELS = ("uuid", "pod_uid", "namespace", "pod", "container")
+POD_SHARE_LABELS = ("uuid", "gpu_instance_id", "pod_uid", "namespace", "pod", "container")
 _POD_NAMES = " namespace, pod and container are set only where one container holds the GPU; join kube_pod_info{uid}."
 
 POD_SM_UTILIZATION = FamilySpec(

@@ -27,7 +27,7 @@ def pod_families(usage: PodUsage, gpu_uuids: Collection[str]) -> list[Family]:
     for pod in usage.pods:
         if pod.uuid not in gpu_uuids:
             continue
-        labels = (pod.uuid, pod.pod_uid, pod.namespace, pod.pod, pod.container)
+        labels = (pod.uuid, pod.gpu_instance_id, pod.pod_uid, pod.namespace, pod.pod, pod.container)
         if pod.sm_percent is not None:
             sm.add(labels, pod.sm_percent * PERCENT)
         if pod.used_memory_bytes is not None:

@@ -21,8 +21,8 @@ def _add(total: float | None, value: float | None) -> float | None:
     return value if total is None else total + value
 
 
-def _rank(share: PodShare) -> tuple[float, float, str]:
-    return (-(share.sm_percent or 0.0), -(share.used_memory_bytes or 0.0), share.pod_uid)
+def _rank(share: PodShare) -> tuple[float, float, str, str]:
+    return (-(share.sm_percent or 0.0), -(share.used_memory_bytes or 0.0), share.pod_uid, share.gpu_instance_id)
 
 
 def _gpu_shares(
@@ -33,22 +33,24 @@ def _gpu_shares(
     power: float | None,
     *,
     limit: int,
+    instances: Mapping[tuple[str, str], str],
 ) -> list[PodShare]:
     sm_sum = sum(row.sm_percent or 0.0 for row in rows)
     memory_sum = sum(row.used_memory_bytes or 0.0 for row in rows)
-    pods: dict[str, PodShare] = {}
+    pods: dict[tuple[str, str], PodShare] = {}
     for row in rows:
         pod_uid = pod_of.get(row.pid, "")
         if not pod_uid:
             continue
-        found = pods.get(pod_uid) or PodShare(uuid, pod_uid)
-        pods[pod_uid] = replace(
+        key = (instances.get((uuid, row.pid), ""), pod_uid)
+        found = pods.get(key) or PodShare(uuid, pod_uid, key[0])
+        pods[key] = replace(
             found,
             processes=found.processes + 1,
             sm_percent=_add(found.sm_percent, row.sm_percent),
             used_memory_bytes=_add(found.used_memory_bytes, row.used_memory_bytes),
         )
-    names = holder if holder is not None and len(pods) == 1 else ("", "", "")
+    names = holder if holder is not None and len({pod_uid for _, pod_uid in pods}) == 1 else ("", "", "")
     kept: list[PodShare] = []
     for found in sorted(pods.values(), key=_rank)[:limit]:
         if sm_sum > 0:
@@ -77,12 +79,15 @@ def pod_shares(
     holders: Mapping[str, tuple[str, str, str]],
     power: Mapping[str, float],
     limit: int,
+    *,
+    instances: Mapping[tuple[str, str], str] | None = None,
 ) -> tuple[PodShare, ...]:
     """Each GPU's pods (at most ``limit``, the busiest) from the uncapped usage rows.
 
     ``pod_of`` maps a pid to its pod uid (processes without one are the host's); ``holders`` maps a GPU uuid to
     the (namespace, pod, container) the kubelet says holds it alone, which names its pod when it runs just one;
-    ``power`` maps a GPU uuid to its power draw in watts.
+    ``power`` maps a GPU uuid to its power draw in watts; ``instances`` maps (GPU uuid, pid) to the MIG GPU
+    instance the process runs in, so a pod on two instances of a GPU has a share for each.
     """
     if not usage.succeeded:
         return ()
@@ -91,7 +96,9 @@ def pod_shares(
         per_gpu.setdefault(normalize_uuid(row.gpu_uuid), []).append(row)
     shares: list[PodShare] = []
     for uuid in sorted(per_gpu):
-        shares += _gpu_shares(uuid, per_gpu[uuid], pod_of, holders.get(uuid), power.get(uuid), limit=limit)
+        shares += _gpu_shares(
+            uuid, per_gpu[uuid], pod_of, holders.get(uuid), power.get(uuid), limit=limit, instances=instances or {}
+        )
     return tuple(shares)
 
 
@@ -108,7 +115,7 @@ class PodEnergyLedger:
 
     def __init__(self) -> None:
         self._previous: dict[str, float] = {}  # GPU uuid -> its energy counter at the last collection
-        self._pods: dict[tuple[str, str], float] = {}  # (GPU uuid, pod uid) -> joules
+        self._pods: dict[tuple[str, str, str], float] = {}  # (GPU uuid, GPU instance, pod uid) -> joules
         self._unattributed: dict[str, float] = {}
 
     def account(self, shares: Sequence[PodShare], energy: Mapping[str, float]) -> PodUsage:
@@ -118,7 +125,7 @@ class PodEnergyLedger:
             previous = self._previous.get(uuid)
             increments[uuid] = joules - previous if previous is not None and joules >= previous else 0.0
         self._previous = dict(energy)
-        pods: dict[tuple[str, str], float] = {}
+        pods: dict[tuple[str, str, str], float] = {}
         attributed: dict[str, float] = {}
         served: list[PodShare] = []
         for share in shares:
@@ -128,7 +135,7 @@ class PodEnergyLedger:
                 continue
             part = increment * share.share
             attributed[share.uuid] = attributed.get(share.uuid, 0.0) + part
-            key = (share.uuid, share.pod_uid)
+            key = (share.uuid, share.gpu_instance_id, share.pod_uid)
             pods[key] = self._pods.get(key, 0.0) + part
             served.append(replace(share, energy_joules=pods[key]))
         self._pods = pods

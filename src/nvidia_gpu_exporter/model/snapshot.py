@@ -110,6 +110,7 @@ class PodShare:
 
     uuid: str  # normalized
     pod_uid: str
+    gpu_instance_id: str = ""  # the MIG GPU instance its processes run in, where the process list says; else ""
     namespace: str = ""
     pod: str = ""
     container: str = ""
