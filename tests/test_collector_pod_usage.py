@@ -10,11 +10,13 @@ import pytest
 from async_helpers import bounded, run
 from fakes import FIELDS, FakeBackend
 from k8s_fakes import HOST_SERVICE, make_proc
-from nvidia_gpu_exporter.collector import Collector
+from nvidia_gpu_exporter.collector import Collector, _holders
 from nvidia_gpu_exporter.kubernetes.attribution import AttributionSettings, Attributor
+from nvidia_gpu_exporter.model.kubernetes import GpuPod, KubernetesAttribution
 from nvidia_gpu_exporter.model.snapshot import (
     GpuExtras,
     GpuTable,
+    MigDevice,
     NvmlExtras,
     PodUsage,
     ProcessList,
@@ -69,3 +71,19 @@ def test_a_failed_usage_reading_serves_no_pods_and_leaves_its_increment_to_the_n
 @pytest.mark.parametrize(("usage", "pods"), [(False, True), (True, False)])
 def test_without_both_options_there_are_no_pod_shares(tmp_path: Path, usage: bool, pods: bool) -> None:
     assert _collect(tmp_path, [_readings(1000.0)], usage=usage, pods=pods) == [None]
+
+
+def test_pods_are_named_by_the_one_container_holding_a_whole_gpu_or_a_gpu_instance() -> None:
+    whole, split = "GPU-AAAA", "GPU-BBBB"
+    mig = [MigDevice(split, f"MIG-{gi}{ci}", gi, ci, "1g.10gb") for gi, ci in ((1, 0), (2, 0), (2, 1), (3, 0))]
+    held = [
+        GpuPod("aaaa", "", "ml", "train", "trainer", "nvidia.com/gpu", whole),
+        GpuPod("bbbb", "10", "ml", "infer", "server", "nvidia.com/mig-1g.10gb", "MIG-10"),
+        GpuPod("bbbb", "20", "ml", "a", "c", "nvidia.com/mig-1g.10gb", "MIG-20"),
+        GpuPod("bbbb", "21", "ml", "b", "c", "nvidia.com/mig-1g.10gb", "MIG-21"),
+    ]
+    readings = Readings(GpuTable(()), None, extras=NvmlExtras(mig_devices=tuple(mig)))
+    assert _holders(KubernetesAttribution(None, gpu_pods=tuple(held)), readings) == {
+        ("aaaa", ""): ("ml", "train", "trainer"),
+        ("bbbb", "1"): ("ml", "infer", "server"),  # instance 2 is held by two containers, 3 by none
+    }

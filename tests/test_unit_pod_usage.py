@@ -102,12 +102,13 @@ def test_a_gpu_without_a_power_reading_gives_no_power_share() -> None:
 @pytest.mark.parametrize(
     ("holders", "expected"),
     [
-        ({SLICED_UUID: ("ml", "train-0", "trainer")}, ("ml", "train-0", "trainer")),
+        ({(SLICED_UUID, ""): ("ml", "train-0", "trainer")}, ("ml", "train-0", "trainer")),
+        ({(SLICED_UUID, "1"): ("ml", "train-0", "trainer")}, ("", "", "")),  # a GPU instance's holder
         ({}, ("", "", "")),
     ],
 )
 def test_names_come_from_the_one_container_the_kubelet_says_holds_the_gpu(
-    holders: dict[str, tuple[str, str, str]], expected: tuple[str, str, str]
+    holders: dict[tuple[str, str], tuple[str, str, str]], expected: tuple[str, str, str]
 ) -> None:
     (share,) = pod_shares(ProcessUsage(True, (_row(SLICED, "101", 10.0, 1),)), PODS, holders, {}, 16)
     assert (share.namespace, share.pod, share.container) == expected
@@ -115,7 +116,7 @@ def test_names_come_from_the_one_container_the_kubelet_says_holds_the_gpu(
 
 def test_a_gpu_running_two_pods_names_neither_even_with_one_listed_holder() -> None:
     usage = ProcessUsage(True, (_row(SLICED, "101", 10.0, 1), _row(SLICED, "102", 10.0, 1)))
-    shares = pod_shares(usage, PODS, {SLICED_UUID: ("ml", "train-0", "trainer")}, {}, 16)
+    shares = pod_shares(usage, PODS, {(SLICED_UUID, ""): ("ml", "train-0", "trainer")}, {}, 16)
     assert {(share.namespace, share.pod, share.container) for share in shares} == {("", "", "")}
 
 
@@ -204,3 +205,17 @@ def test_a_pod_on_two_gpu_instances_of_a_mig_gpu_gets_a_series_for_each() -> Non
     assert {(share.gpu_instance_id, share.pod_uid): share.energy_joules for share in accounted.pods} == pytest.approx(
         {("1", "pod-a"): 60.0, ("2", "pod-a"): 20.0, ("2", "pod-b"): 20.0}
     )
+
+
+def test_a_gpu_instance_one_container_holds_names_the_one_pod_running_there() -> None:
+    usage = ProcessUsage(
+        True, (_row(SLICED, "101", None, 300), _row(SLICED, "102", None, 100), _row(SLICED, "103", None, 100))
+    )
+    instances = {(SLICED_UUID, "101"): "1", (SLICED_UUID, "102"): "2", (SLICED_UUID, "103"): "2"}
+    holders = {(SLICED_UUID, "1"): ("ml", "train-0", "trainer"), (SLICED_UUID, "2"): ("ml", "serve-0", "server")}
+    shares = pod_shares(usage, PODS, holders, {}, 16, instances=instances)
+    assert {(share.gpu_instance_id, share.pod_uid): share.pod for share in shares} == {
+        ("1", "pod-a"): "train-0",
+        ("2", "pod-b"): "",  # two pods run on instance 2: its one listed holder names neither
+        ("2", "pod-c"): "",
+    }

@@ -25,7 +25,7 @@ from nvidia_gpu_exporter.history import History
 from nvidia_gpu_exporter.model.podusage import PodEnergyLedger, pod_shares
 from nvidia_gpu_exporter.model.processusage import DEFAULT_MAX_PROCESSES, cap_usage
 from nvidia_gpu_exporter.model.snapshot import Attempt, PodUsage, ProcessUsage, Readings, Snapshot, column_of
-from nvidia_gpu_exporter.model.uuids import normalize_uuid
+from nvidia_gpu_exporter.model.uuids import normalize_mig_uuid, normalize_uuid
 from nvidia_gpu_exporter.model.values import transform_generic
 from nvidia_gpu_exporter.support.asynctimeout import within_timeout
 
@@ -43,6 +43,27 @@ SHUTDOWN_ON_ERROR_DOES_NOT_APPLY = (
     "non-zero status (nvml: a lifecycle error) stops it, as in the Go exporter, not a command that cannot start, "
     "a timeout or output that cannot be read"
 )
+
+
+def _holders(kubernetes: KubernetesAttribution, readings: Readings) -> dict[tuple[str, str], tuple[str, str, str]]:
+    """(GPU uuid, GPU instance id or "" for the whole GPU) -> (namespace, pod, container) of the one container
+    the kubelet says holds it: a whole GPU (or each replica of it), or every held MIG device of a GPU instance."""
+    holders = {
+        (uuid, ""): (namespace, pod, container)
+        for uuid, (container, namespace, pod) in kubernetes.sole_holders().items()
+    }
+    devices = kubernetes.pod_holders()
+    per_instance: dict[tuple[str, str], set[tuple[str, str, str] | None]] = {}
+    for device in readings.extras.mig_devices if readings.extras is not None else ():
+        uuid = normalize_uuid(device.gpu_uuid)
+        holder = devices.get((uuid, normalize_mig_uuid(device.mig_uuid)))
+        per_instance.setdefault((uuid, str(device.gpu_instance_id)), set()).add(holder)
+    for key, found in per_instance.items():
+        held = [holder for holder in found if holder is not None]
+        if len(held) == 1:
+            pod, namespace, container = held[0]
+            holders[key] = (namespace, pod, container)
+    return holders
 
 
 @dataclass(slots=True)
@@ -205,9 +226,7 @@ class Collector:
         if kubernetes is None or kubernetes.processes is None:
             return None
         pod_of = {process.pid: process.pod_uid for process in kubernetes.processes if process.pod_uid}
-        holders = {
-            uuid: (namespace, pod, container) for uuid, (container, namespace, pod) in kubernetes.sole_holders().items()
-        }
+        holders = _holders(kubernetes, readings)
         fields = self.backend.fields
         uuid_column, power_column = column_of(fields, "uuid"), column_of(fields, "power.draw")
         power: dict[str, float] = {}

@@ -29,7 +29,7 @@ def _gpu_shares(
     uuid: str,
     rows: Sequence[ProcessUsageRow],
     pod_of: Mapping[str, str],
-    holder: tuple[str, str, str] | None,
+    holders: Mapping[tuple[str, str], tuple[str, str, str]],
     power: float | None,
     *,
     limit: int,
@@ -50,7 +50,9 @@ def _gpu_shares(
             sm_percent=_add(found.sm_percent, row.sm_percent),
             used_memory_bytes=_add(found.used_memory_bytes, row.used_memory_bytes),
         )
-    names = holder if holder is not None and len({pod_uid for _, pod_uid in pods}) == 1 else ("", "", "")
+    running: dict[str, set[str]] = {}  # GPU instance ("" for the whole GPU) -> the pods running there
+    for instance, pod_uid in pods:
+        running.setdefault(instance, set()).add(pod_uid)
     kept: list[PodShare] = []
     for found in sorted(pods.values(), key=_rank)[:limit]:
         if sm_sum > 0:
@@ -59,7 +61,9 @@ def _gpu_shares(
             share = (found.used_memory_bytes or 0.0) / memory_sum
         else:
             share = 0.0
-        namespace, pod, container = names
+        holder = holders.get((uuid, found.gpu_instance_id))
+        alone = holder is not None and len(running[found.gpu_instance_id]) == 1
+        namespace, pod, container = holder if holder is not None and alone else ("", "", "")
         kept.append(
             replace(
                 found,
@@ -76,7 +80,7 @@ def _gpu_shares(
 def pod_shares(
     usage: ProcessUsage,
     pod_of: Mapping[str, str],
-    holders: Mapping[str, tuple[str, str, str]],
+    holders: Mapping[tuple[str, str], tuple[str, str, str]],
     power: Mapping[str, float],
     limit: int,
     *,
@@ -84,8 +88,9 @@ def pod_shares(
 ) -> tuple[PodShare, ...]:
     """Each GPU's pods (at most ``limit``, the busiest) from the uncapped usage rows.
 
-    ``pod_of`` maps a pid to its pod uid (processes without one are the host's); ``holders`` maps a GPU uuid to
-    the (namespace, pod, container) the kubelet says holds it alone, which names its pod when it runs just one;
+    ``pod_of`` maps a pid to its pod uid (processes without one are the host's); ``holders`` maps (GPU uuid, GPU
+    instance or "" for the whole GPU) to the (namespace, pod, container) the kubelet says holds it alone, which
+    names its pod when just one runs there;
     ``power`` maps a GPU uuid to its power draw in watts; ``instances`` maps (GPU uuid, pid) to the MIG GPU
     instance the process runs in, so a pod on two instances of a GPU has a share for each.
     """
@@ -97,7 +102,7 @@ def pod_shares(
     shares: list[PodShare] = []
     for uuid in sorted(per_gpu):
         shares += _gpu_shares(
-            uuid, per_gpu[uuid], pod_of, holders.get(uuid), power.get(uuid), limit=limit, instances=instances or {}
+            uuid, per_gpu[uuid], pod_of, holders, power.get(uuid), limit=limit, instances=instances or {}
         )
     return tuple(shares)
 
