@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import StartExporter
-from exposition_reader import sample_value, series
+from exposition_reader import parse_openmetrics, sample_value, series
 from harness import Exporter, fake_smi_command
 from k8s_fakes import HOST_SERVICE, make_proc
 from nvidia_gpu_exporter.capture.format import FENCE
@@ -201,3 +201,20 @@ def test_demo_mig_pods_carry_the_gpu_instance_their_processes_run_in(exporter: S
     expected = {(on_mig[pid]["uuid"], on_mig[pid]["gpu_instance_id"], uid) for pid, uid in uids.items()}
     served = {(s.labels["uuid"], s.labels["gpu_instance_id"], s.labels["pod_uid"]) for s in shares}
     assert expected <= served
+
+
+def test_an_openmetrics_scrape_parses_with_the_pod_families(exporter: StartExporter, tmp_path: Path) -> None:
+    proc = make_proc(tmp_path, {"4242": f"0::/kubepods/besteffort/pod{PROCESSES[0][2]}/{CID}\n"})
+    handle = exporter(
+        "--collect.backend=demo",
+        "--collect.compute-apps",
+        "--collect.process-usage",
+        "--kubernetes.process-pods",
+        f"--kubernetes.proc-root={proc}",
+    )
+    handle.scrape()
+    response = handle.get(headers={"Accept": "application/openmetrics-text;version=1.0.0"})
+    families = {family.name: family for family in parse_openmetrics(response.text)}
+    for counter in ("nvidia_smi_pod_energy_joules", "nvidia_smi_unattributed_energy_joules"):
+        assert families[counter].type == "counter"
+    assert {sample.labels["pod_uid"] for sample in families[SHARE].samples} == {PROCESSES[0][2]}
