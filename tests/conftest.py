@@ -46,6 +46,7 @@ StartExporter = Callable[..., Exporter]
 # inputs: those stay unmarked.
 UNIT_MODULES: dict[str, tuple[str, ...]] = {
     "test_collector": (),
+    "test_collector_pod_usage": (),
     "test_demo_extras": (),
     "test_fakesmi": (),
     "test_fakesmi_capture": (),
@@ -78,6 +79,7 @@ UNIT_MODULES: dict[str, tuple[str, ...]] = {
     "test_unit_naming": (),
     "test_unit_pci": (),
     "test_unit_pmon": (),
+    "test_unit_pod_usage": (),
     "test_unit_process_usage_cap": (),
     "test_unit_smi_backend": (),
     "test_unit_smi_output": (),

@@ -17,10 +17,12 @@ from harness import FIXTURE_CAPTURES, MIG_FIXTURE, REPO, Exporter, fake_smi_comm
 from k8s_fakes import CGROUP_LAYOUTS, GPU0, LOAD_PIDS, make_proc, require_grpc
 from nvidia_gpu_exporter.exposition.families import PREFIX, PROCESS_USAGE_SUCCESS, RESERVED_NAMES
 from nvidia_gpu_exporter.exposition.naming import UNIT_TABLE, derive_name
+from nvidia_gpu_exporter.exposition.podusage import pod_families
 from nvidia_gpu_exporter.exposition.processusage import usage_families
 from nvidia_gpu_exporter.exposition.text import format_value
 from nvidia_gpu_exporter.flags import FLAGS, Kind, usage
 from nvidia_gpu_exporter.model.fields import value_kind
+from nvidia_gpu_exporter.model.podusage import PodEnergyLedger, pod_shares
 from nvidia_gpu_exporter.model.processusage import DEFAULT_MAX_PROCESSES, cap_usage
 from nvidia_gpu_exporter.model.snapshot import ProcessUsage, ProcessUsageRow
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
@@ -232,6 +234,27 @@ def test_kubernetes_attribution_families_are_documented(request: pytest.FixtureR
         "nvidia_smi_compute_app_pod_info",
         "nvidia_smi_kubernetes_attribution_up",
     } <= set(served)
+    assert undocumented(served) == []
+
+
+def test_per_pod_share_families_are_documented(tmp_path: Path) -> None:
+    """Served only with process usage and process pods together (no kubelet needed: the pod comes from the cgroup)."""
+    proc = make_proc(tmp_path, {LOAD_PIDS[0]: CGROUP_LAYOUTS[1][1]})
+    handle = start_exporter(
+        (
+            "--nvidia-smi-command",
+            fake_smi_command(MIG_FIXTURE, "--state", "load"),
+            "--collect.compute-apps",
+            "--collect.process-usage",
+            "--kubernetes.process-pods",
+            f"--kubernetes.proc-root={proc}",
+        )
+    )
+    try:
+        served = scrapes(handle, 1)
+    finally:
+        handle.stop()
+    assert {"nvidia_smi_pod_gpu_share_ratio", "nvidia_smi_pod_power_draw_watts"} <= set(served)
     assert undocumented(served) == []
 
 
@@ -452,3 +475,28 @@ def test_the_series_per_gpu_the_docs_give_are_what_the_exposition_renders() -> N
     assert int(default.group(1)) == usage_series_per_gpu(1000, DEFAULT_MAX_PROCESSES) == 5 * (16 + 1) + 1
     assert int(only_sums.group(1)) == usage_series_per_gpu(1000, 0)
     assert usage_series_per_gpu(3, DEFAULT_MAX_PROCESSES) == 5 * 3 + 1  # fewer processes than the cap: no sum
+
+
+def pod_series_per_gpu(pods: int, cap: int) -> int:
+    """The per-pod series one GPU adds when each of its pods has every value (energy read twice)."""
+    gpu = "GPU-00000000-0000-4000-8000-000000000000"
+    uuid = normalize_uuid(gpu)
+    rows = tuple(ProcessUsageRow(gpu, str(pid), f"p{pid}", 1.0, 1.0, 1.0, 1.0, 1.0) for pid in range(1, pods + 1))
+    shares = pod_shares(
+        ProcessUsage(True, rows), {str(pid): f"pod-{pid}" for pid in range(1, pods + 1)}, {}, {uuid: 1.0}, cap
+    )
+    ledger = PodEnergyLedger()
+    ledger.account(shares, {uuid: 1.0})
+    families = pod_families(ledger.account(shares, {uuid: 2.0}), {uuid})
+    return sum(len(family.samples) for family in families)
+
+
+def test_the_pod_series_per_gpu_the_docs_give_are_what_the_exposition_renders() -> None:
+    text = " ".join(section(METRICS_TEXT, "Series per GPU").split())
+    found = re.search(
+        r"The per-pod shares add at most (\d+) series per GPU with the default cap, and (\d+) with a cap", text
+    )
+    assert found is not None
+    assert int(found.group(1)) == pod_series_per_gpu(1000, DEFAULT_MAX_PROCESSES) == 5 * 16 + 1
+    assert int(found.group(2)) == pod_series_per_gpu(1000, 0)
+    assert pod_series_per_gpu(3, DEFAULT_MAX_PROCESSES) == 5 * 3 + 1  # fewer pods than the cap

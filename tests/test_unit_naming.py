@@ -161,6 +161,12 @@ DOCUMENTED_RESERVED = [
     "process_used_memory_bytes",
     "process_usage_overflow_processes",
     "process_usage_last_collect_success",
+    "pod_sm_utilization_ratio",
+    "pod_used_memory_bytes",
+    "pod_gpu_share_ratio",
+    "pod_power_draw_watts",
+    "pod_energy_joules_total",
+    "unattributed_energy_joules_total",
 ]
 
 

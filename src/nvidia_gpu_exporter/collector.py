@@ -23,8 +23,11 @@ from typing import TYPE_CHECKING, Any
 from nvidia_gpu_exporter.backends import Backend, CollectionError
 from nvidia_gpu_exporter.history import History
 from nvidia_gpu_exporter.model.judge import Judgement, VerdictMemory, judge
+from nvidia_gpu_exporter.model.podusage import PodEnergyLedger, pod_shares
 from nvidia_gpu_exporter.model.processusage import DEFAULT_MAX_PROCESSES, cap_usage
-from nvidia_gpu_exporter.model.snapshot import Attempt, Readings, Snapshot
+from nvidia_gpu_exporter.model.snapshot import Attempt, PodUsage, ProcessUsage, Readings, Snapshot, column_of
+from nvidia_gpu_exporter.model.uuids import normalize_mig_uuid, normalize_uuid
+from nvidia_gpu_exporter.model.values import transform_generic
 from nvidia_gpu_exporter.support.asynctimeout import within_timeout
 
 if TYPE_CHECKING:
@@ -41,6 +44,27 @@ SHUTDOWN_ON_ERROR_DOES_NOT_APPLY = (
     "non-zero status (nvml: a lifecycle error) stops it, as in the Go exporter, not a command that cannot start, "
     "a timeout or output that cannot be read"
 )
+
+
+def _holders(kubernetes: KubernetesAttribution, readings: Readings) -> dict[tuple[str, str], tuple[str, str, str]]:
+    """(GPU uuid, GPU instance id or "" for the whole GPU) -> (namespace, pod, container) of the one container
+    the kubelet says holds it: a whole GPU (or each replica of it), or every held MIG device of a GPU instance."""
+    holders = {
+        (uuid, ""): (namespace, pod, container)
+        for uuid, (container, namespace, pod) in kubernetes.sole_holders().items()
+    }
+    devices = kubernetes.pod_holders()
+    per_instance: dict[tuple[str, str], set[tuple[str, str, str] | None]] = {}
+    for device in readings.extras.mig_devices if readings.extras is not None else ():
+        uuid = normalize_uuid(device.gpu_uuid)
+        holder = devices.get((uuid, normalize_mig_uuid(device.mig_uuid)))
+        per_instance.setdefault((uuid, str(device.gpu_instance_id)), set()).add(holder)
+    for key, found in per_instance.items():
+        held = [holder for holder in found if holder is not None]
+        if len(held) == 1:
+            pod, namespace, container = held[0]
+            holders[key] = (namespace, pod, container)
+    return holders
 
 
 @dataclass(slots=True)
@@ -88,6 +112,9 @@ class Collector:
         # --collect.process-usage-max-processes (None: per-process usage is off), and the processes summed so far
         self.process_usage_limit = process_usage_limit
         self._usage_overflowed = 0
+        # Per-pod shares (process usage with --kubernetes.process-pods), and their energy since each pod appeared
+        self._pod_ledger = PodEnergyLedger()
+        self._pod_usage: PodUsage | None = None
         self.timeout_seconds = timeout_seconds or None
         self.interval_seconds = interval_seconds
         self.shutdown_on_error = shutdown_on_error
@@ -182,6 +209,7 @@ class Collector:
             pci=self._pci,
             process_usage_overflowed=self._usage_overflowed if self.process_usage_limit is not None else None,
             verdicts=self._judgement.verdicts,
+            pod_usage=self._pod_usage if attempt is not None and attempt.readings is not None else None,
         )
 
     def _capped(self, readings: Readings) -> Readings:
@@ -192,6 +220,40 @@ class Collector:
         usage, overflowed = cap_usage(readings.process_usage, limit)
         self._usage_overflowed += overflowed
         return replace(readings, process_usage=usage)
+
+    def _pods(self, usage: ProcessUsage | None, readings: Readings | None) -> PodUsage | None:
+        """Each GPU's pods from the uncapped usage rows, the pids' pods, the GPUs' power and energy.
+
+        A failed usage reading serves no pods and leaves the ledger as it was: the energy since its last reading
+        goes to the next reading's shares, and no pod's counter restarts for a reading that failed.
+        """
+        kubernetes = self._kubernetes
+        if self.process_usage_limit is None or usage is None or not usage.succeeded or readings is None:
+            return None
+        if kubernetes is None or kubernetes.processes is None:
+            return None
+        pod_of = {process.pid: process.pod_uid for process in kubernetes.processes if process.pod_uid}
+        holders = _holders(kubernetes, readings)
+        fields = self.backend.fields
+        uuid_column, power_column = column_of(fields, "uuid"), column_of(fields, "power.draw")
+        power: dict[str, float] = {}
+        if uuid_column is not None and power_column is not None:
+            for row in readings.gpus.rows:
+                watts = transform_generic(row[power_column], 1.0)
+                if watts is not None:
+                    power[normalize_uuid(row[uuid_column])] = watts
+        energy = {
+            normalize_uuid(gpu.gpu_uuid): gpu.energy_joules
+            for gpu in (readings.extras.gpus if readings.extras is not None else ())
+            if gpu.energy_joules is not None
+        }
+        instances = {
+            (normalize_uuid(row.gpu_uuid), row.pid): row.gpu_instance_id
+            for row in (readings.processes.rows if readings.processes is not None else ())
+            if row.gpu_instance_id
+        }
+        shares = pod_shares(usage, pod_of, holders, power, self.process_usage_limit, instances=instances)
+        return self._pod_ledger.account(shares, energy)
 
     async def _attribute(self, lookup: asyncio.Task[PodResourcesReading | None], readings: Readings | None) -> None:
         """Join the kubelet's answer (fetched alongside the collection, bounded by its own timeout) with it."""
@@ -246,6 +308,7 @@ class Collector:
             error = CollectionError(f"unexpected error: {failure!r}")
         duration = time.perf_counter() - started
         finished = time.time()
+        uncapped = readings.process_usage if readings is not None else None
         if error is None and readings is not None:
             readings = self._capped(readings)
             attempt = Attempt(readings, 0, duration, finished)
@@ -267,6 +330,7 @@ class Collector:
             except asyncio.CancelledError:
                 lookup.cancel()
                 cancelled = True
+        self._pod_usage = self._pods(uncapped, attempt.readings)
         cancelled = await self._read_pci(scan, cancelled)
         snapshot = self._publish(attempt)
         if attempt.fatal and self.shutdown_on_error and self.on_fatal is not None:

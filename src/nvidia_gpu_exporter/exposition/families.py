@@ -133,6 +133,52 @@ PROCESS_USAGE_OVERFLOWED = FamilySpec(
     "collection since the exporter started (--collect.process-usage-max-processes).",
 )
 
+# -- per-pod shares of shared GPUs (--collect.process-usage with --kubernetes.process-pods) ------------------------
+
+POD_SHARE_LABELS = ("uuid", "gpu_instance_id", "pod_uid", "namespace", "pod", "container")
+_POD_NAMES = " namespace, pod and container are set only where one container holds the GPU; join kube_pod_info{uid}."
+
+POD_SM_UTILIZATION = FamilySpec(
+    "nvidia_smi_pod_sm_utilization_ratio",
+    "gauge",
+    "Sum of the SM utilization ratios of the pod's processes on the GPU over the driver's latest sample window."
+    + _POD_NAMES,
+    POD_SHARE_LABELS,
+)
+POD_USED_MEMORY = FamilySpec(
+    "nvidia_smi_pod_used_memory_bytes",
+    "gauge",
+    "GPU memory used by the pod's processes on the GPU." + _POD_NAMES,
+    POD_SHARE_LABELS,
+)
+POD_GPU_SHARE = FamilySpec(
+    "nvidia_smi_pod_gpu_share_ratio",
+    "gauge",
+    "The pod's share of the GPU: its processes' part of the GPU's summed per-process SM utilization, or of their "
+    "used memory when that sum is 0; host processes' parts belong to no pod." + _POD_NAMES,
+    POD_SHARE_LABELS,
+)
+POD_POWER = FamilySpec(
+    "nvidia_smi_pod_power_draw_watts",
+    "gauge",
+    "The GPU's power draw times the pod's share of the GPU (nvidia_smi_pod_gpu_share_ratio)." + _POD_NAMES,
+    POD_SHARE_LABELS,
+)
+POD_ENERGY = FamilySpec(
+    "nvidia_smi_pod_energy_joules_total",
+    "counter",
+    "Energy of the GPU attributed to the pod since the exporter first saw it there: each collection's increment "
+    "of nvidia_smi_energy_joules_total times the pod's share." + _POD_NAMES,
+    POD_SHARE_LABELS,
+)
+UNATTRIBUTED_ENERGY = FamilySpec(
+    "nvidia_smi_unattributed_energy_joules_total",
+    "counter",
+    "Energy of the GPU since the exporter started that no pod's share covers: host processes, pods past "
+    "--collect.process-usage-max-processes, and collections in which no process used the GPU.",
+    ("uuid",),
+)
+
 # -- NVML-only readings (nvml backend, and the demo that simulates it) ------------------------------------------
 
 GPU_LABELS = ("uuid",)
@@ -467,6 +513,12 @@ OWNED: tuple[FamilySpec, ...] = (
     PROCESS_USAGE_OVERFLOW,
     PROCESS_USAGE_SUCCESS,
     PROCESS_USAGE_OVERFLOWED,
+    POD_SM_UTILIZATION,
+    POD_USED_MEMORY,
+    POD_GPU_SHARE,
+    POD_POWER,
+    POD_ENERGY,
+    UNATTRIBUTED_ENERGY,
     ENERGY,
     PCIE_TX,
     PCIE_RX,

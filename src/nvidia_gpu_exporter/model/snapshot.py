@@ -105,6 +105,33 @@ class ProcessUsage:
 
 
 @dataclass(frozen=True, slots=True)
+class PodShare:
+    """One pod's use of one GPU in one collection (:mod:`.podusage` says how); the names are "" unless one
+    container holds the GPU."""
+
+    uuid: str  # normalized
+    pod_uid: str
+    gpu_instance_id: str = ""  # the MIG GPU instance its processes run in, where the process list says; else ""
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
+    processes: int = 0
+    sm_percent: float | None = None  # the sum of its processes' (None when none had a value)
+    used_memory_bytes: float | None = None
+    share: float = 0.0  # 0-1: its part of the GPU, by the rule in :mod:`.podusage`
+    power_watts: float | None = None  # the GPU's power draw times the share (None: no power reading)
+    energy_joules: float | None = None  # its energy since it was first seen (None: the GPU reports none)
+
+
+@dataclass(frozen=True, slots=True)
+class PodUsage:
+    """What a collection serves per pod, and per GPU the energy no pod's use accounts for, since the start."""
+
+    pods: tuple[PodShare, ...] = ()
+    unattributed_energy: tuple[tuple[str, float], ...] = ()  # (uuid, joules)
+
+
+@dataclass(frozen=True, slots=True)
 class GpuExtras:
     """NVML-only per-GPU readings (``None`` = the GPU cannot report it: no series)."""
 
@@ -292,6 +319,8 @@ class Snapshot:
     # Processes summed into an overflow series since the start (--collect.process-usage); None when that is off.
     process_usage_overflowed: int | None = None
     verdicts: tuple[GpuVerdict, ...] = ()  # each GPU's health verdict, judged once per published collection
+    # Per-pod shares and energy (--collect.process-usage with --kubernetes.process-pods); None when either is off.
+    pod_usage: PodUsage | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,151 @@
+"""Per-pod shares of shared GPUs (time-sliced replicas, MPS clients), and the per-pod energy ledger.
+
+A pod's share of a GPU is its processes' part of the GPU's summed per-process SM utilization; on a GPU where
+that sum is 0 (idle, or MIG, where drivers report no per-process utilization) it is their part of the summed
+per-process used memory; with neither, nobody's. Host processes (no pod) keep their part unattributed, and so
+do the pods past the per-GPU cap. docs/metrics.md ("Per-pod shares") states these rules; this module holds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from nvidia_gpu_exporter.model.snapshot import PodShare, PodUsage, ProcessUsage, ProcessUsageRow
+from nvidia_gpu_exporter.model.uuids import normalize_uuid
+
+
+def _add(total: float | None, value: float | None) -> float | None:
+    if value is None:
+        return total
+    return value if total is None else total + value
+
+
+def _rank(share: PodShare) -> tuple[float, float, str, str]:
+    return (-(share.sm_percent or 0.0), -(share.used_memory_bytes or 0.0), share.pod_uid, share.gpu_instance_id)
+
+
+def _gpu_shares(
+    uuid: str,
+    rows: Sequence[ProcessUsageRow],
+    pod_of: Mapping[str, str],
+    holders: Mapping[tuple[str, str], tuple[str, str, str]],
+    power: float | None,
+    *,
+    limit: int,
+    instances: Mapping[tuple[str, str], str],
+) -> list[PodShare]:
+    sm_sum = sum(row.sm_percent or 0.0 for row in rows)
+    memory_sum = sum(row.used_memory_bytes or 0.0 for row in rows)
+    pods: dict[tuple[str, str], PodShare] = {}
+    for row in rows:
+        pod_uid = pod_of.get(row.pid, "")
+        if not pod_uid:
+            continue
+        key = (instances.get((uuid, row.pid), ""), pod_uid)
+        found = pods.get(key) or PodShare(uuid, pod_uid, key[0])
+        pods[key] = replace(
+            found,
+            processes=found.processes + 1,
+            sm_percent=_add(found.sm_percent, row.sm_percent),
+            used_memory_bytes=_add(found.used_memory_bytes, row.used_memory_bytes),
+        )
+    running: dict[str, set[str]] = {}  # GPU instance ("" for the whole GPU) -> the pods running there
+    for instance, pod_uid in pods:
+        running.setdefault(instance, set()).add(pod_uid)
+    kept: list[PodShare] = []
+    for found in sorted(pods.values(), key=_rank)[:limit]:
+        if sm_sum > 0:
+            share = (found.sm_percent or 0.0) / sm_sum
+        elif memory_sum > 0:
+            share = (found.used_memory_bytes or 0.0) / memory_sum
+        else:
+            share = 0.0
+        holder = holders.get((uuid, found.gpu_instance_id))
+        alone = holder is not None and len(running[found.gpu_instance_id]) == 1
+        namespace, pod, container = holder if holder is not None and alone else ("", "", "")
+        kept.append(
+            replace(
+                found,
+                namespace=namespace,
+                pod=pod,
+                container=container,
+                share=share,
+                power_watts=None if power is None else power * share,
+            )
+        )
+    return kept
+
+
+def pod_shares(
+    usage: ProcessUsage,
+    pod_of: Mapping[str, str],
+    holders: Mapping[tuple[str, str], tuple[str, str, str]],
+    power: Mapping[str, float],
+    limit: int,
+    *,
+    instances: Mapping[tuple[str, str], str] | None = None,
+) -> tuple[PodShare, ...]:
+    """Each GPU's pods (at most ``limit``, the busiest) from the uncapped usage rows.
+
+    ``pod_of`` maps a pid to its pod uid (processes without one are the host's); ``holders`` maps (GPU uuid, GPU
+    instance or "" for the whole GPU) to the (namespace, pod, container) the kubelet says holds it alone, which
+    names its pod when just one runs there;
+    ``power`` maps a GPU uuid to its power draw in watts; ``instances`` maps (GPU uuid, pid) to the MIG GPU
+    instance the process runs in, so a pod on two instances of a GPU has a share for each.
+    """
+    if not usage.succeeded:
+        return ()
+    per_gpu: dict[str, list[ProcessUsageRow]] = {}
+    for row in usage.rows:
+        per_gpu.setdefault(normalize_uuid(row.gpu_uuid), []).append(row)
+    shares: list[PodShare] = []
+    for uuid in sorted(per_gpu):
+        shares += _gpu_shares(
+            uuid, per_gpu[uuid], pod_of, holders, power.get(uuid), limit=limit, instances=instances or {}
+        )
+    return tuple(shares)
+
+
+class PodEnergyLedger:
+    """Splits each GPU's energy increments by the pods' shares, so a pod's counter says what its use cost.
+
+    An increment is the GPU's energy counter now less at the collection before, split by this collection's
+    shares; the part no pod's share covers (host processes, pods past the cap, a GPU nobody used) goes to the
+    GPU's unattributed counter, so a GPU's pods and its unattributed part add up to its increments. The first
+    reading of a GPU, and one lower than the one before (a driver reload), only become the new baseline. A pod
+    keeps its total while it has a share in every collection; one missing from a collection is forgotten, so
+    the state is bounded by the pods a collection serves.
+    """
+
+    def __init__(self) -> None:
+        self._previous: dict[str, float] = {}  # GPU uuid -> its energy counter at the last collection
+        self._pods: dict[tuple[str, str, str], float] = {}  # (GPU uuid, GPU instance, pod uid) -> joules
+        self._unattributed: dict[str, float] = {}
+
+    def account(self, shares: Sequence[PodShare], energy: Mapping[str, float]) -> PodUsage:
+        """This collection's shares with their energy totals; ``energy`` maps a GPU uuid to its counter."""
+        increments: dict[str, float] = {}
+        for uuid, joules in energy.items():
+            previous = self._previous.get(uuid)
+            increments[uuid] = joules - previous if previous is not None and joules >= previous else 0.0
+        self._previous = dict(energy)
+        pods: dict[tuple[str, str, str], float] = {}
+        attributed: dict[str, float] = {}
+        served: list[PodShare] = []
+        for share in shares:
+            increment = increments.get(share.uuid)
+            if increment is None:
+                served.append(share)
+                continue
+            part = increment * share.share
+            attributed[share.uuid] = attributed.get(share.uuid, 0.0) + part
+            key = (share.uuid, share.gpu_instance_id, share.pod_uid)
+            pods[key] = self._pods.get(key, 0.0) + part
+            served.append(replace(share, energy_joules=pods[key]))
+        self._pods = pods
+        self._unattributed = {
+            uuid: self._unattributed.get(uuid, 0.0) + max(0.0, increment - attributed.get(uuid, 0.0))
+            for uuid, increment in increments.items()
+        }
+        return PodUsage(tuple(served), tuple(sorted(self._unattributed.items())))

@@ -1,0 +1,220 @@
+"""Per-pod shares against the real server: exec with the fake nvidia-smi's pmon and a fake /proc whose cgroups put
+the processes in pods; three pods time-sliced on one GPU (one of them with two processes, beside a host process)
+and two MPS clients beside their server on another; and the demo, whose energy counters the pods' split."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import StartExporter
+from exposition_reader import parse_openmetrics, sample_value, series
+from harness import Exporter, fake_smi_command
+from k8s_fakes import HOST_SERVICE, make_proc
+from nvidia_gpu_exporter.capture.format import FENCE
+from nvidia_gpu_exporter.model.fields import IDENTITY_FIELDS
+
+GPU0 = "GPU-11111111-2222-4333-8444-555555555555"
+GPU1 = "GPU-66666666-7777-4888-9999-000000000000"
+UUID0 = GPU0.removeprefix("GPU-").lower()
+UUID1 = GPU1.removeprefix("GPU-").lower()
+MIB = 1_048_576.0
+POWER = {GPU0: 400.0, GPU1: 300.0}
+SHARE = "nvidia_smi_pod_gpu_share_ratio"
+SM = "nvidia_smi_pod_sm_utilization_ratio"
+
+# (gpu, pid, pod uid or "" for a host process, SM %, MiB)
+PROCESSES = (
+    (GPU0, 1001, "0a0a0a0a-0000-4000-8000-00000000000a", 30, 1000),
+    (GPU0, 1002, "0b0b0b0b-0000-4000-8000-00000000000b", 20, 500),
+    (GPU0, 1003, "0c0c0c0c-0000-4000-8000-00000000000c", 10, 250),
+    (GPU0, 1004, "0c0c0c0c-0000-4000-8000-00000000000c", 5, 250),
+    (GPU0, 1900, "", 15, 100),
+    (GPU1, 2001, "1a1a1a1a-0000-4000-8000-00000000001a", 60, 2000),
+    (GPU1, 2002, "1b1b1b1b-0000-4000-8000-00000000001b", 20, 1000),
+    (GPU1, 2900, "", 0, 30),  # nvidia-cuda-mps-server, here a host process
+)
+CID = "f" * 64
+MEMORY = {1001: 1000, 1002: 500, 1003: 500, 2001: 2000, 2002: 1000}  # pod c's two processes summed under 1003
+
+
+def _block(label: str, command: str, body: str) -> str:
+    return f"{FENCE}\n# load :: {label}\n# $ {command}\n{FENCE}\n{body.rstrip(chr(10))}\n\n"
+
+
+def write_capture(path: Path, processes: tuple[tuple[str, int, str, int, int], ...]) -> Path:
+    """Two GPUs with their power draw, the compute apps and a pmon answer with the processes' SM and memory."""
+    fields = [*IDENTITY_FIELDS, "power.draw"]
+    header = ", ".join([*IDENTITY_FIELDS, "power.draw [W]"])
+    rows = []
+    for index, uuid in enumerate((GPU0, GPU1)):
+        identity = {"uuid": uuid, "name": "NVIDIA H200", "index": str(index), "pci.bus_id": f"00000000:0{index}:00.0"}
+        rows.append(", ".join([*(identity.get(name, "[N/A]") for name in IDENTITY_FIELDS), f"{POWER[uuid]:.2f} W"]))
+    apps = "\n".join(f"{gpu}, {pid}, job{pid}, {mib} MiB" for gpu, pid, _, _, mib in processes)
+    pmon = [
+        "# gpu         pid   type     sm    mem    enc    dec     fb    command ",
+        "# Idx           #    C/G      %      %      %      %     MB    name ",
+        *(
+            f"{(GPU0, GPU1).index(gpu):5} {pid:10} {'C':>5} {sm:6} {'0':>6} {'-':>6} {'-':>6} {mib:6}    job{pid}"
+            for gpu, pid, _, sm, mib in processes
+        ),
+    ]
+    text = _block(
+        "query-gpu (csv, test)", f"nvidia-smi --query-gpu={','.join(fields)} --format=csv", "\n".join([header, *rows])
+    )
+    text += _block(
+        "query-compute-apps (per-process)",
+        "nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_gpu_memory --format=csv",
+        "gpu_uuid, pid, process_name, used_gpu_memory [MiB]\n" + apps,
+    )
+    text += _block("pmon (recorded)", "nvidia-smi pmon -c 1 -s um", "\n".join(pmon) + "\n")
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _start(exporter: StartExporter, tmp_path: Path) -> tuple[Exporter, Path]:
+    cgroups = {
+        str(pid): f"0::/kubepods/besteffort/pod{uid}/{CID}\n" if uid else HOST_SERVICE
+        for _, pid, uid, _, _ in PROCESSES
+    }
+    proc = make_proc(tmp_path, cgroups)
+    capture = write_capture(tmp_path / "c.txt", PROCESSES)
+    handle = exporter(
+        "--nvidia-smi-command",
+        fake_smi_command(capture, "--state", "load"),
+        "--query-field-names=power.draw",
+        "--collect.compute-apps",
+        "--collect.process-usage",
+        "--kubernetes.process-pods",
+        f"--kubernetes.proc-root={proc}",
+    )
+    return handle, capture
+
+
+def _per_pod(text: str, family: str, uuid: str) -> dict[str, float]:
+    return {sample.labels["pod_uid"]: sample.value for sample in series(text, family) if sample.labels["uuid"] == uuid}
+
+
+@pytest.mark.parametrize(
+    ("uuid", "pods", "pod_sm"),
+    [
+        (UUID0, {1001: 30, 1002: 20, 1003: 15}, 65),  # pod c runs 1003 and 1004
+        (UUID1, {2001: 60, 2002: 20}, 80),
+    ],
+)
+def test_pods_sharing_a_gpu_get_their_own_share(
+    exporter: StartExporter, tmp_path: Path, uuid: str, pods: dict[int, int], pod_sm: int
+) -> None:
+    handle, _ = _start(exporter, tmp_path)
+    text = handle.scrape()
+    uid_of = {pid: uid for _, pid, uid, _, _ in PROCESSES}
+    process_sm = sum(sm for gpu, _, _, sm, _ in PROCESSES if gpu.removeprefix("GPU-").lower() == uuid)
+    shares = _per_pod(text, SHARE, uuid)
+    assert shares == pytest.approx({uid_of[pid]: sm / process_sm for pid, sm in pods.items()})
+    assert sum(_per_pod(text, SM, uuid).values()) == pytest.approx(pod_sm / 100)
+    watts = _per_pod(text, "nvidia_smi_pod_power_draw_watts", uuid)
+    gpu_watts = POWER[GPU0 if uuid == UUID0 else GPU1]
+    assert sum(watts.values()) == pytest.approx(gpu_watts * pod_sm / process_sm)  # the host's part is no pod's
+    memory = _per_pod(text, "nvidia_smi_pod_used_memory_bytes", uuid)
+    assert memory == {uid_of[pid]: mib * MIB for pid, mib in MEMORY.items() if uid_of[pid] in shares}
+
+
+def test_an_ended_pods_series_are_gone_at_the_next_collection(exporter: StartExporter, tmp_path: Path) -> None:
+    handle, capture = _start(exporter, tmp_path)
+    ended = "0c0c0c0c-0000-4000-8000-00000000000c"
+    assert ended in _per_pod(handle.scrape(), SHARE, UUID0)
+    write_capture(capture, tuple(process for process in PROCESSES if process[2] != ended))
+    text = handle.scrape()
+    assert ended not in text
+    assert sum(_per_pod(text, SHARE, UUID0).values()) == pytest.approx(50 / 65)
+
+
+def _by_gpu(text: str, family: str) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for sample in series(text, family):
+        totals[sample.labels["uuid"]] = totals.get(sample.labels["uuid"], 0.0) + sample.value
+    return totals
+
+
+def test_demo_pod_energy_adds_up_to_each_gpus_energy_increment(exporter: StartExporter, tmp_path: Path) -> None:
+    """The demo's GPU 0 trains (pid 4242) beside a profiler (4249): two pods; every other process is the host's."""
+    pods = {"4242": "0d0d0d0d-0000-4000-8000-00000000000d", "4249": "0e0e0e0e-0000-4000-8000-00000000000e"}
+    proc = make_proc(tmp_path, {pid: f"0::/kubepods/besteffort/pod{uid}/{CID}\n" for pid, uid in pods.items()})
+    handle = exporter(
+        "--collect.backend=demo",
+        "--collect.compute-apps",
+        "--collect.process-usage",
+        "--kubernetes.process-pods",
+        f"--kubernetes.proc-root={proc}",
+    )
+    first = handle.scrape()
+    assert set(_by_gpu(first, "nvidia_smi_pod_energy_joules_total").values()) == {0.0}  # a baseline only
+    baseline = _by_gpu(first, "nvidia_smi_energy_joules_total")
+    for _ in range(2):
+        text = handle.scrape()
+        gpus = _by_gpu(text, "nvidia_smi_energy_joules_total")
+        pods_energy = _by_gpu(text, "nvidia_smi_pod_energy_joules_total")
+        unattributed = _by_gpu(text, "nvidia_smi_unattributed_energy_joules_total")
+        assert set(unattributed) == set(gpus)
+        for uuid, joules in gpus.items():
+            increment = joules - baseline[uuid]
+            assert pods_energy.get(uuid, 0.0) + unattributed[uuid] == pytest.approx(increment, rel=1e-9, abs=1e-6)
+    energy = {sample.labels["pod_uid"]: sample.value for sample in series(text, "nvidia_smi_pod_energy_joules_total")}
+    assert set(energy) == set(pods.values())
+    assert min(energy.values()) > 0.0  # the demo's GPU 0 draws power, and both pods use it
+
+
+def test_a_failed_usage_reading_serves_no_pod_series(exporter: StartExporter, tmp_path: Path) -> None:
+    proc = make_proc(tmp_path, {"1001": f"0::/kubepods/besteffort/pod{PROCESSES[0][2]}/{CID}\n"})
+    handle = exporter(
+        "--nvidia-smi-command",
+        fake_smi_command(write_capture(tmp_path / "c.txt", PROCESSES), "--state", "load", "--fail-arg", "pmon"),
+        "--query-field-names=power.draw",
+        "--collect.compute-apps",
+        "--collect.process-usage",
+        "--kubernetes.process-pods",
+        f"--kubernetes.proc-root={proc}",
+    )
+    text = handle.scrape()
+    assert sample_value(text, "nvidia_smi_process_usage_last_collect_success") == 0.0
+    assert [line for line in text.splitlines() if "_pod_" in line and "compute_app_pod_info" not in line] == []
+    assert "nvidia_smi_unattributed_energy_joules_total" not in text
+
+
+def test_demo_mig_pods_carry_the_gpu_instance_their_processes_run_in(exporter: StartExporter, tmp_path: Path) -> None:
+    proc = make_proc(tmp_path, {})
+    handle = exporter(
+        "--collect.backend=demo",
+        "--collect.compute-apps",
+        "--collect.compute-apps-mig",
+        "--collect.process-usage",
+        "--kubernetes.process-pods",
+        f"--kubernetes.proc-root={proc}",
+    )
+    apps = series(handle.scrape(), "nvidia_smi_compute_app_info")
+    on_mig = {sample.labels["pid"]: sample.labels for sample in apps if sample.labels["gpu_instance_id"]}
+    assert on_mig, "the default demo scenario has a MIG GPU with processes"
+    uids = {pid: f"{int(pid):08x}-0000-4000-8000-000000000000" for pid in on_mig}
+    make_proc(tmp_path, {pid: f"0::/kubepods/besteffort/pod{uid}/{CID}\n" for pid, uid in uids.items()})
+    shares = series(handle.scrape(), SHARE)
+    expected = {(on_mig[pid]["uuid"], on_mig[pid]["gpu_instance_id"], uid) for pid, uid in uids.items()}
+    served = {(s.labels["uuid"], s.labels["gpu_instance_id"], s.labels["pod_uid"]) for s in shares}
+    assert expected <= served
+
+
+def test_an_openmetrics_scrape_parses_with_the_pod_families(exporter: StartExporter, tmp_path: Path) -> None:
+    proc = make_proc(tmp_path, {"4242": f"0::/kubepods/besteffort/pod{PROCESSES[0][2]}/{CID}\n"})
+    handle = exporter(
+        "--collect.backend=demo",
+        "--collect.compute-apps",
+        "--collect.process-usage",
+        "--kubernetes.process-pods",
+        f"--kubernetes.proc-root={proc}",
+    )
+    handle.scrape()
+    response = handle.get(headers={"Accept": "application/openmetrics-text;version=1.0.0"})
+    families = {family.name: family for family in parse_openmetrics(response.text)}
+    for counter in ("nvidia_smi_pod_energy_joules", "nvidia_smi_unattributed_energy_joules"):
+        assert families[counter].type == "counter"
+    assert {sample.labels["pod_uid"] for sample in families[SHARE].samples} == {PROCESSES[0][2]}
