@@ -194,6 +194,7 @@ def test_hot_gpu_pages_through_alertmanager_and_resolves(tmp_path: Path) -> None
 
 XID_ALERTS = {"NvidiaGpuXidCritical", "NvidiaGpuFallenOffBus"}
 LOST_GPU_ALERTS = {"NvidiaGpuFewerThanExpected", "NvidiaGpuPciDeviceNotVisible"}
+HEALTH_ALERTS = {"NvidiaGpuHealthFailing"}  # the verdict (docs/health.md): XID 79 is `fallen_off_bus`, failing
 LOST_GPU = "0000:1a:00.0"  # on the fake bus, bound to nvidia, and not in the capture: the driver lost it
 MIG_GPU0 = "3f1a9c2e-7b4d-4e8a-9c61-2d5e8f0a1b37"  # at 00000000:07:00.0 in the fixture capture
 
@@ -272,6 +273,21 @@ def test_a_kernel_log_xid_and_a_lost_gpu_on_the_exec_backend_page_through_alertm
                         lambda body: _firing(body, "NvidiaGpuFewerThanExpected"),
                         timeout=60,
                     )
+                    # One per GPU: the lost GPU's `missing_from_driver` and the XID 79 GPU's `fallen_off_bus`, both
+                    # failing with the node rebooted as the action.
+                    for reason in ("missing_from_driver", "fallen_off_bus"):
+                        hook.wait_for(
+                            f"the verdict's failing notification for {reason}, with its action",
+                            lambda body, reason=reason: (
+                                _firing(body, "NvidiaGpuHealthFailing")
+                                and any(
+                                    (alert["labels"].get("reason"), alert["labels"].get("action"))
+                                    == (reason, "reboot_node")
+                                    for alert in body["alerts"]
+                                )
+                            ),
+                            timeout=60,
+                        )
                     remove_function(sysfs, LOST_GPU)
                     hook.wait_for(
                         "the lost GPU's alert resolved once it left the bus",
@@ -282,6 +298,6 @@ def test_a_kernel_log_xid_and_a_lost_gpu_on_the_exec_backend_page_through_alertm
                         timeout=60,
                     )
                     alerts_seen = {alert["labels"]["alertname"] for body in hook.received for alert in body["alerts"]}
-                    assert alerts_seen == XID_ALERTS | LOST_GPU_ALERTS, hook.received
+                    assert alerts_seen == XID_ALERTS | LOST_GPU_ALERTS | HEALTH_ALERTS, hook.received
         finally:
             handle.stop()
