@@ -13,6 +13,7 @@ installs them); skips with a clear message without them.
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -211,6 +212,13 @@ def _firing(body: dict[str, Any], name: str) -> bool:
     return bool(body["status"] == "firing" and body["commonLabels"].get("alertname") == name)
 
 
+def _verdict_firing(body: dict[str, Any], *, reason: str, action: str) -> bool:
+    """A firing verdict notification holding an alert for the reason, with its action."""
+    return _firing(body, "NvidiaGpuHealthFailing") and any(
+        (alert["labels"].get("reason"), alert["labels"].get("action")) == (reason, action) for alert in body["alerts"]
+    )
+
+
 def test_a_kernel_log_xid_and_a_lost_gpu_on_the_exec_backend_page_through_alertmanager(tmp_path: Path) -> None:
     """The default exec backend serves no NVML events: the XID comes from the kernel log, as on a real node;
     a GPU the bus lists and the driver does not pages until it leaves the bus."""
@@ -278,14 +286,7 @@ def test_a_kernel_log_xid_and_a_lost_gpu_on_the_exec_backend_page_through_alertm
                     for reason in ("missing_from_driver", "fallen_off_bus"):
                         hook.wait_for(
                             f"the verdict's failing notification for {reason}, with its action",
-                            lambda body, reason=reason: (
-                                _firing(body, "NvidiaGpuHealthFailing")
-                                and any(
-                                    (alert["labels"].get("reason"), alert["labels"].get("action"))
-                                    == (reason, "reboot_node")
-                                    for alert in body["alerts"]
-                                )
-                            ),
+                            partial(_verdict_firing, reason=reason, action="reboot_node"),
                             timeout=60,
                         )
                     remove_function(sysfs, LOST_GPU)
