@@ -206,6 +206,7 @@ echo "$security" | tail -1
 
 step "chroot: wait for debootstrap"
 debootstrap_wait "$work/debootstrap.log"
+debootstrap_keep_pristine "$chroot_dir" # for 35-fresh-debian.sh, before anything is installed
 mount -t proc proc "$chroot_dir/proc"
 printf '#!/bin/sh\nexec "$@"\n' >"$chroot_dir/usr/local/bin/sudo" # INSTALL.md's blocks say sudo; root here
 chmod 0755 "$chroot_dir/usr/local/bin/sudo"

@@ -8,6 +8,8 @@
 # for 24.04 (noble) nor Ubuntu's keyring.
 # Measured on a shared 2-core machine: 9 min 24 s (debootstrap 96 s, apt 29 s, the first command 15 s to GPU data,
 # the second 6 min 47 s: 3184 passed, 459 skipped), far less on CI's larger machine.
+# The image is the packaging step's, copied as debootstrap left it before that step installed anything (one
+# debootstrap fewer); run alone, or more than an hour after it, this step builds its own.
 # Needs root, git and network access to deb.debian.org and PyPI; installs debootstrap with apt.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -41,8 +43,12 @@ if ! command -v debootstrap >/dev/null; then
     apt-get update -qq >/dev/null
     apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
 fi
-debootstrap_start "$image" "$work/debootstrap.log"
-debootstrap_wait "$work/debootstrap.log"
+if debootstrap_take_pristine "$image"; then
+    echo "the packaging step's image, as debootstrap left it"
+else
+    debootstrap_start "$image" "$work/debootstrap.log"
+    debootstrap_wait "$work/debootstrap.log"
+fi
 clone=/root/nvidia_gpu_exporter
 git clone --quiet --no-hardlinks "$root" "$image$clone"
 git -C "$image$clone" checkout --quiet --detach "$(git rev-parse HEAD)"

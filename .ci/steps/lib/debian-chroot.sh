@@ -18,6 +18,22 @@ debootstrap_start() { # DIR LOG: build a minimal Debian 12 in DIR in the backgro
     deboot_pid=$!
 }
 
+# The packaging step keeps a copy of its image as debootstrap left it, before it installs anything, and the
+# fresh-Debian step that runs next takes that copy instead of building its own (about 45 s saved of CI's 30
+# minutes). Only a copy made within the last hour is taken; else the step builds its own.
+pristine_image=$PWD/.ci-cache/debian-bookworm
+
+debootstrap_keep_pristine() { # DIR: copy the image just built in DIR to $pristine_image
+    rm -rf "$pristine_image"
+    mkdir -p "$(dirname "$pristine_image")"
+    cp -a "$1" "$pristine_image"
+}
+
+debootstrap_take_pristine() { # DIR: move a recent $pristine_image to DIR (which must not exist); 1 if there is none
+    [ -d "$pristine_image" ] && [ -n "$(find "$pristine_image" -maxdepth 0 -mmin -60)" ] || return 1
+    mv "$pristine_image" "$1"
+}
+
 debootstrap_wait() { # LOG: wait for debootstrap_start's build; on failure print its LOG and fail
     wait "$deboot_pid" || {
         cat "$1"
