@@ -86,11 +86,28 @@ def footprint(pid: int, at: float, collections: int) -> Sample:
     return Sample(at, collections, int(status["VmRSS"].split()[0]), fds, int(status["Threads"]))
 
 
-def counted_smi_command(capture: Path, runs: Path) -> str:
-    """The fake nvidia-smi behind ``sh``, which appends one byte to ``runs`` per run and then becomes the fake
-    (``exec``): the collections are the file's size, and each run is the same one process as without it."""
-    script = 'printf . >> "$0"; exec "$@"'
-    return " ".join(quote_word(word) for word in ("/bin/sh", "-c", script, str(runs))) + " " + fake_smi_command(capture)
+# The fake behind ``sh``: one byte appended to the runs file per run (the collections are its size), then the
+# fake's answer to this command line, kept in the cache directory the first time and replayed from it after (the
+# capture's values are fixed, so every answer repeats). A collection then costs a shell, cksum and cat instead of
+# a Python start: the soak's collection loop keeps its 150 ms pace on a loaded machine and leaves the cores to the
+# exporter and the other tests. Answers are written under a temporary name and renamed, so a concurrent run reads
+# a whole one or none.
+CACHED_FAKE_SCRIPT = """printf . >> "$0"; cache=$1; shift
+key=$cache/$(printf '%s' "$*" | cksum | cut -d ' ' -f 1)
+if [ ! -f "$key.code" ]; then
+    "$@" > "$key.out.$$" 2> "$key.err.$$"; echo $? > "$key.code.$$"
+    mv "$key.out.$$" "$key.out"; mv "$key.err.$$" "$key.err"; mv "$key.code.$$" "$key.code"
+fi
+cat "$key.out"; cat "$key.err" >&2; exit "$(cat "$key.code")"
+"""
+
+
+def counted_smi_command(capture: Path, runs: Path, cache: Path) -> str:
+    """The fake nvidia-smi for ``capture`` behind :data:`CACHED_FAKE_SCRIPT`, counting its runs in ``runs`` and
+    keeping its answers in ``cache``."""
+    cache.mkdir(exist_ok=True)
+    wrapper = ("/bin/sh", "-c", CACHED_FAKE_SCRIPT, str(runs), str(cache))
+    return " ".join(quote_word(word) for word in wrapper) + " " + fake_smi_command(capture)
 
 
 def window(samples: list[Sample]) -> tuple[list[Sample], list[Sample]]:
@@ -157,7 +174,7 @@ def soak_args(directory: Path, runs: Path) -> tuple[str, ...]:
     capture = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
     return (
         "--nvidia-smi-command",
-        counted_smi_command(capture, runs),
+        counted_smi_command(capture, runs, directory / "answers"),
         "--collect.interval=150ms",
         "--web.config.file",
         str(web_config(directory)),
