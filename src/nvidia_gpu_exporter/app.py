@@ -40,7 +40,6 @@ from nvidia_gpu_exporter.httpserver.security import Security
 from nvidia_gpu_exporter.httpserver.server import ListenError, bind_socket
 from nvidia_gpu_exporter.preflight import StartupError, checked
 from nvidia_gpu_exporter.support import garbage
-from nvidia_gpu_exporter.support.extras import install_hint
 from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
 from nvidia_gpu_exporter.web.readiness import Readiness
 from nvidia_gpu_exporter.web.server import WebServer, build_app
@@ -334,6 +333,8 @@ def build_fleet(config: Config) -> Fleet | None:
     try:
         from nvidia_gpu_exporter.fleet import Fleet  # noqa: PLC0415 - imports asyncssh
     except ImportError as error:
+        from nvidia_gpu_exporter.support.extras import install_hint  # noqa: PLC0415 - for this refusal only
+
         raise StartupError(
             f"--fleet.targets-file needs the 'fleet' extra ({install_hint('fleet')}): {error.msg}"
         ) from error
