@@ -285,3 +285,16 @@ TLS = WebConfig(tls=TlsSettings(cert_file="cert.pem", key_file="key.pem"))
 )
 def test_needs_ssl(config: Config, web: WebConfig | None, needed: bool) -> None:
     assert needs_ssl(config, web) is needed
+
+
+def test_importing_the_app_leaves_serving_modules_for_the_first_nvidia_smi_run() -> None:
+    """``app.serve`` imports these on a thread while startup's first nvidia-smi run is under way (issue 31,
+    item 2); one imported by ``app`` itself would put its CPU back in front of that run."""
+    script = (
+        "import sys\n"
+        "from nvidia_gpu_exporter import app\n"
+        "print(sorted(name for name in app.SERVING_MODULES if name in sys.modules))\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == "[]"
