@@ -19,7 +19,7 @@ as an installed exporter does: pip compiles the wheel's modules at install and t
 ours from source at every start instead (several times the import time: ``--from-source`` measures that).
 
     python benchmarks/bench_footprint.py [--rest 2] [--scrapes 20000] [--skip-scaling] [--from-source]
-    python benchmarks/bench_footprint.py --startup-only 7   # only where the startup time goes (exec, the fake)
+    python benchmarks/bench_footprint.py --startup-only 7 [--baseline SRC] [--go-binary PATH]   # only the startup
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -446,56 +446,121 @@ def bytecode_mode() -> str:
     return "bytecode beside the sources (__pycache__)"
 
 
-def startup(rounds: int) -> None:
-    """Startup to the first successful scrape on exec with the fake, and its parts, each the median of `rounds`.
+# nvidia-smi runs one after the other from the start to the first scrape's answer: ours `--help-query-gpu`,
+# the mapping query (with `--version` beside them) and the scrape's; the Go exporter runs `--version` after the
+# other two (BENCHMARKS.md, "Start to the first scrape").
+SEQUENTIAL_RUNS = {"python": 3, "go": 4}
 
-    The exporter runs nvidia-smi three times before it listens (``--help-query-gpu``, then the initial query,
-    with ``--version`` beside them, so two runs' time) and once more for the first scrape (a collection per
-    scrape); the fake nvidia-smi is a Python process, so each run costs an interpreter start, unlike the real
-    one. One unmeasured start first, which writes the bytecode cache (:func:`use_bytecode`).
+# What a start imports, timed in CPU seconds (on a shared machine the wall time of the same import varies
+# twofold): with ssl kept out, as a plain start does, where the tree can; with what serve() imports beside the
+# first nvidia-smi run, where the tree defers it (app.import_serving_modules).
+IMPORT_TIMER = """
+import time; t = time.process_time()
+try:
+    from nvidia_gpu_exporter.support.sslgate import keep_ssl_out
+except ImportError:
+    pass
+else:
+    keep_ssl_out()
+import nvidia_gpu_exporter.cli, nvidia_gpu_exporter.app
+before = time.process_time() - t
+getattr(nvidia_gpu_exporter.app, "import_serving_modules", lambda: None)()
+print(before, time.process_time() - t)
+"""
+
+
+@dataclass
+class Side:
+    """One exporter measured by :func:`startup`: this checkout, another checkout's ``src/`` or the Go binary."""
+
+    name: str
+    launch: Callable[[list[str]], Exporter]
+    env: dict[str, str] = field(default_factory=dict)  # a Python side's PYTHONPATH (the fake runs from it too)
+    kind: str = "python"
+    imports: list[tuple[float, float]] = field(default_factory=list)
+    fake: list[float] = field(default_factory=list)
+    listening: list[float] = field(default_factory=list)
+    first: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    overhead: list[float] = field(default_factory=list)
+
+
+def startup_sides(baseline: str | None, go_binary: str | None) -> list[Side]:
+    sides = [Side("this checkout", start)]
+    if baseline is not None:
+        env = {"PYTHONPATH": str(Path(baseline).resolve())}
+        sides.append(Side(f"baseline {baseline}", lambda args: start(args, env), env))
+    if go_binary is not None:
+        from bench_pipeline import go_launcher  # here: bench_pipeline imports this module
+
+        sides.append(Side("Go exporter", go_launcher(go_binary), kind="go"))
+    return sides
+
+
+def measure_start(side: Side) -> None:
+    """One start of ``side`` to its first successful scrape, and (Python) its imports and one fake run."""
+    env = {**os.environ, **side.env}
+    if side.kind == "python":
+        output = subprocess.check_output([sys.executable, "-c", IMPORT_TIMER], cwd=REPO, env=env)
+        before, everything = (float(value) for value in output.split())
+        side.imports.append((before, everything))
+    started = time.monotonic()
+    subprocess.run([*fake_smi().split(), "--version"], stdout=subprocess.DEVNULL, check=True, cwd=REPO, env=env)
+    side.fake.append(time.monotonic() - started)
+    exporter = side.launch(["--nvidia-smi-command", fake_smi()])
+    try:
+        connection = exporter.client.connect(exporter.address)
+        took, _ = first_scrape(exporter, connection)
+        connection.close()
+        side.cpu.append(cpu_seconds(exporter.process.pid))
+    finally:
+        exporter.stop()
+    side.listening.append(exporter.listening - exporter.started)
+    side.first.append(took)
+    side.overhead.append(took - SEQUENTIAL_RUNS[side.kind] * side.fake[-1])
+
+
+def startup(rounds: int, baseline: str | None = None, go_binary: str | None = None) -> None:
+    """Startup to the first successful scrape on exec with the fake, and its parts, each the median of `rounds`,
+    the sides (this checkout, ``baseline``, the Go exporter) alternating start by start so the machine's load
+    falls on each alike.
+
+    Own overhead is the start to the first scrape less the fake's own run time for each nvidia-smi run the
+    exporter waits for one after the other (:data:`SEQUENTIAL_RUNS`); the fake is a Python process, so each run
+    costs an interpreter start, unlike the real one. One unmeasured start of each side first, which writes the
+    bytecode cache (:func:`use_bytecode`).
     """
-    at_rest(Scenario("warm-up", ["--nvidia-smi-command", fake_smi()]), 0)
+    sides = startup_sides(baseline, go_binary)
+    for side in sides:
+        if side.kind == "python":
+            at_rest(Scenario("warm-up", ["--nvidia-smi-command", fake_smi()], side.env), 0)
     load = os.getloadavg()
     bare = median([wall([sys.executable, "-c", "pass"]) for _ in range(rounds)])
-    # CPU seconds, not wall: on a shared machine the wall time of the same import varies twofold.
-    # With ssl kept out, as a plain start does (aiohttp's client then builds no TLS contexts); a tree without
-    # support/sslgate.py (an older commit, measured for comparison) imports it as it always did.
-    timer = (
-        "import time; t = time.process_time()\n"
-        "try:\n    from nvidia_gpu_exporter.support.sslgate import keep_ssl_out\n"
-        "except ImportError:\n    pass\nelse:\n    keep_ssl_out()\n"
-        "import nvidia_gpu_exporter.cli, nvidia_gpu_exporter.app\nprint(time.process_time() - t)"
-    )
-    imports = median([float(subprocess.check_output([sys.executable, "-c", timer], cwd=REPO)) for _ in range(rounds)])
-    smi = fake_smi().split()
-    fake = median([wall([*smi, "--version"]) for _ in range(rounds)])
-    listening, first, rss, cpu = [], [], [], []
     for _ in range(rounds):
-        exporter = start(["--nvidia-smi-command", fake_smi()])
-        try:
-            connection = exporter.client.connect(exporter.address)
-            took, _ = first_scrape(exporter, connection)
-            connection.close()
-            rss.append(rss_mib(exporter.process.pid))
-            cpu.append(cpu_seconds(exporter.process.pid))
-        finally:
-            exporter.stop()
-        listening.append(exporter.listening - exporter.started)
-        first.append(took)
+        for side in sides:
+            measure_start(side)
     end = os.getloadavg()
     print(
-        f"\n### Startup, exec on the fake nvidia-smi (median of {rounds}; {bytecode_mode()}; load average "
-        f"{load[0]:.2f} at the start, {end[0]:.2f} at the end)\n"
+        f"\n### Startup, exec on the fake nvidia-smi (median of {rounds}, sides alternating; {bytecode_mode()}; "
+        f"load average {load[0]:.2f} at the start, {end[0]:.2f} at the end; bare interpreter {bare:.3f} s)\n"
     )
-    print("| part | seconds |")
-    print("|---|---:|")
-    print(f"| bare interpreter (`python -c pass`) | {bare:.3f} |")
-    print(f"| `import nvidia_gpu_exporter.cli, nvidia_gpu_exporter.app` (all a start imports), CPU | {imports:.3f} |")
-    print(f"| one fake nvidia-smi run (`--version`; 2 runs' time before listening, 1 per scrape) | {fake:.3f} |")
-    print(f"| start to listening (min {min(listening):.2f}, max {max(listening):.2f}) | {median(listening):.3f} |")
-    print(f"| start to first successful scrape (min {min(first):.2f}, max {max(first):.2f}) | {median(first):.3f} |")
-    print(f"| the exporter's own CPU to its first successful scrape (min {min(cpu):.2f}) | {median(cpu):.3f} |")
-    print(f"\nRSS just after the first successful scrape: median {median(rss):.1f} MiB")
+    print("| part | " + " | ".join(side.name for side in sides) + " |")
+    print("|---|" + "---:|" * len(sides))
+
+    def row(label: str, values: Callable[[Side], list[float]], python_only: bool = False) -> None:
+        cells = []
+        for side in sides:
+            samples = values(side)
+            cells.append("" if not samples or (python_only and side.kind != "python") else f"{median(samples):.3f}")
+        print(f"| {label} | " + " | ".join(cells) + " |")
+
+    row("imports, CPU: all a start imports", lambda side: [pair[1] for pair in side.imports], python_only=True)
+    row("imports, CPU: before the first nvidia-smi run", lambda side: [pair[0] for pair in side.imports], True)
+    row("one fake nvidia-smi run (`--version`), wall", lambda side: side.fake)
+    row("start to listening, wall", lambda side: side.listening)
+    row("start to first successful scrape, wall", lambda side: side.first)
+    row("own CPU to the first successful scrape", lambda side: side.cpu)
+    row("own overhead: the first scrape less the fake's sequential runs", lambda side: side.overhead)
 
 
 def interpreter_rss(code: str) -> float:
@@ -514,6 +579,8 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=14, help="packages shown in the import breakdown")
     parser.add_argument("--skip-scaling", action="store_true")
     parser.add_argument("--startup-only", type=int, metavar="ROUNDS", help="only the startup time, median of ROUNDS")
+    parser.add_argument("--baseline", metavar="SRC", help="--startup-only: also another checkout's src/, alternating")
+    parser.add_argument("--go-binary", metavar="PATH", help="--startup-only: also the Go exporter, alternating")
     parser.add_argument(
         "--from-source", action="store_true", help="no bytecode cache: children compile as this environment says"
     )
@@ -525,7 +592,7 @@ def main() -> None:
         if not args.from_source:
             use_bytecode(directory)
         if args.startup_only:
-            startup(args.startup_only)
+            startup(args.startup_only, args.baseline, args.go_binary)
             return
         library = compile_fake_nvml(directory, "MAX_TOP=256", "MAX_DEVICES=512")  # room for 256 GPUs
         print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs")

@@ -50,6 +50,8 @@ OPTIONAL = (
     "ssl",  # TLS (tls_server_config), fleet mode, Kubernetes attribution (preflight.needs_ssl)
     "_ssl",
     "bcrypt",  # basic_auth_users
+    "nvidia_gpu_exporter.httpserver.auth",  # basic_auth_users: the authenticator, built with the users
+    "base64",
     "yaml",  # a config file (--web.config.file, --demo-config)
     "nvidia_gpu_exporter.support.strictyaml",
     "pynvml",  # --collect.backend=nvml
@@ -60,6 +62,8 @@ OPTIONAL = (
     "nvidia_gpu_exporter.doctor",
     "nvidia_gpu_exporter.windows",
     "nvidia_gpu_exporter.kubernetes.attribution",  # --kubernetes.*
+    "nvidia_gpu_exporter.exposition.kubernetes",  # the attribution's families and pod labels (issue 31, item 2)
+    "nvidia_gpu_exporter.model.kubernetes",
     "nvidia_gpu_exporter.exposition.dcgm",  # --metrics.profile=dcgm or both
     "grpc",
     "asyncssh",  # --fleet.targets-file
@@ -79,6 +83,8 @@ OPTIONAL = (
     "importlib.resources",  # the build record is read through the package's loader (support/buildinfo.py)
     "zipfile",
     "platform",  # only `--version` names the machine (cli.version_text)
+    "nvidia_gpu_exporter.support.extras",  # the install hint of an extra that is missing
+    "shlex",
     "datetime",  # the build date is formatted at build time (buildinfo.from_source); PyYAML's constructor loads it
     "encodings.idna",  # a str host makes getaddrinfo encode it with the idna codec (unicodedata, stringprep)
 )
@@ -102,7 +108,14 @@ CASES = [
     pytest.param(
         Case(
             EXEC,
-            ("bcrypt", "yaml", "datetime", "nvidia_gpu_exporter.support.strictyaml"),
+            (
+                "bcrypt",
+                "yaml",
+                "datetime",
+                "nvidia_gpu_exporter.support.strictyaml",
+                "nvidia_gpu_exporter.httpserver.auth",
+                "base64",
+            ),
             web_config=USERS,
         ),
         id="web-config-users-load-yaml-and-bcrypt",
@@ -110,14 +123,27 @@ CASES = [
     pytest.param(
         Case(
             EXEC,
-            ("ssl", "_ssl", "bcrypt", "yaml", "datetime", "nvidia_gpu_exporter.support.strictyaml"),
+            (
+                "ssl",
+                "_ssl",
+                "bcrypt",
+                "yaml",
+                "datetime",
+                "nvidia_gpu_exporter.support.strictyaml",
+                "nvidia_gpu_exporter.httpserver.auth",
+                "base64",
+            ),
             web_config=f"tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n{USERS}",
             tls=True,
         ),
         id="tls-web-config-loads-ssl",
     ),
     pytest.param(
-        Case((*EXEC, "--metrics.profile=dcgm"), ("nvidia_gpu_exporter.exposition.dcgm",)),
+        # The DCGM block reads the attribution's types whether or not it is on.
+        Case(
+            (*EXEC, "--metrics.profile=dcgm"),
+            ("nvidia_gpu_exporter.exposition.dcgm", "nvidia_gpu_exporter.model.kubernetes"),
+        ),
         id="dcgm-profile-loads-its-table",
         marks=pytest.mark.slow,  # the CI budget: the two cases above guard the exec path
     ),
@@ -259,3 +285,16 @@ TLS = WebConfig(tls=TlsSettings(cert_file="cert.pem", key_file="key.pem"))
 )
 def test_needs_ssl(config: Config, web: WebConfig | None, needed: bool) -> None:
     assert needs_ssl(config, web) is needed
+
+
+def test_importing_the_app_leaves_serving_modules_for_the_first_nvidia_smi_run() -> None:
+    """``app.serve`` imports these on a thread while startup's first nvidia-smi run is under way (issue 31,
+    item 2); one imported by ``app`` itself would put its CPU back in front of that run."""
+    script = (
+        "import sys\n"
+        "from nvidia_gpu_exporter import app\n"
+        "print(sorted(name for name in app.SERVING_MODULES if name in sys.modules))\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == "[]"

@@ -24,7 +24,6 @@ from nvidia_gpu_exporter.exposition.families import (
     STATUS,
 )
 from nvidia_gpu_exporter.exposition.health import health_families
-from nvidia_gpu_exporter.exposition.kubernetes import attribution_families, labelled_gpu
 from nvidia_gpu_exporter.exposition.naming import FieldMetric, plan_field_metrics
 from nvidia_gpu_exporter.exposition.nvml import extras_families, xid_families
 from nvidia_gpu_exporter.exposition.pci import pci_families
@@ -255,6 +254,8 @@ class Exposition:
             gpus, info = self._renderable_gpus(readings.gpus, readings.cuda_version)
             families.append(info)
             if self.kubernetes_pod_labels and snapshot.kubernetes is not None:
+                from nvidia_gpu_exporter.exposition.kubernetes import labelled_gpu  # noqa: PLC0415 - attribution only
+
                 holders = snapshot.kubernetes.sole_holders()
                 gpus = [replace(gpu, label=labelled_gpu(gpu.uuid, holders.get(gpu.uuid))) for gpu in gpus]
             blocks += self._field_blocks(gpus)
@@ -277,6 +278,8 @@ class Exposition:
         if snapshot.process_usage_overflowed is not None:  # only with --collect.process-usage
             families.append(overflowed_family(snapshot.process_usage_overflowed))
         if snapshot.kubernetes is not None:  # only with --kubernetes.* attribution on
+            from nvidia_gpu_exporter.exposition.kubernetes import attribution_families  # noqa: PLC0415 - attribution only
+
             families += attribution_families(snapshot.kubernetes, rendered_uuids)
         blocks += [(family.name, render_family(family)) for family in families]
         blocks += self._verdict_blocks.blocks(snapshot.verdicts)  # the verdict judged from all of the above

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar
 
-from nvidia_gpu_exporter.httpserver.auth import BasicAuthenticator, Verdict, parse_basic_authorization
 from nvidia_gpu_exporter.httpserver.config import (
     RateLimit,
     WebConfig,
@@ -36,6 +35,8 @@ from nvidia_gpu_exporter.httpserver.stats import ReloadStats
 
 if TYPE_CHECKING:
     import ssl  # imported by TLS only (support/sslgate.py)
+
+    from nvidia_gpu_exporter.httpserver.auth import BasicAuthenticator  # imported with basic_auth_users only
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -170,9 +171,11 @@ class Security:
     def _apply(self, config: WebConfig) -> None:
         self.config = config
         previous = getattr(self, "authenticator", None)
-        self.authenticator = (
-            BasicAuthenticator(config.basic_auth_users, previous=previous) if config.basic_auth_users else None
-        )
+        self.authenticator: BasicAuthenticator | None = None
+        if config.basic_auth_users:  # a start without users never loads the authenticator (issue 31, item 2)
+            from nvidia_gpu_exporter.httpserver import auth  # noqa: PLC0415
+
+            self.authenticator = auth.BasicAuthenticator(config.basic_auth_users, previous=previous)
         self.buckets = ClientBuckets(config.rate_limit) if config.rate_limit else None
         self.headers = dict(config.headers)
 
@@ -201,11 +204,13 @@ class Security:
             return plain_text("Forbidden\n", 403)
         client = request.remote or ""
         if self.authenticator is not None:
-            credentials = parse_basic_authorization(request.headers.get("Authorization"))
-            verdict = await self.authenticator.check(*credentials, client) if credentials else Verdict.DENIED
-            if verdict is Verdict.BUSY:
+            from nvidia_gpu_exporter.httpserver import auth  # noqa: PLC0415 - loaded with the users (_apply)
+
+            credentials = auth.parse_basic_authorization(request.headers.get("Authorization"))
+            verdict = await self.authenticator.check(*credentials, client) if credentials else auth.Verdict.DENIED
+            if verdict is auth.Verdict.BUSY:
                 return plain_text("Too Many Requests\n", 429, {"Retry-After": "1"})
-            if verdict is not Verdict.ALLOWED:
+            if verdict is not auth.Verdict.ALLOWED:
                 return plain_text("Unauthorized\n", 401, {"WWW-Authenticate": "Basic"})
             assert credentials is not None
             client = "user:" + credentials[0]  # after auth, the user is the client: its own bucket
