@@ -424,6 +424,7 @@ class DcgmExposition:
         self._identity = tuple(column for column in identity if column is not None)
         self.hostname = hostname  # None: no hostname label (dcgm-exporter's -n / --no-hostname)
         self.hostname_label = facts_of(generation).hostname_label
+        self.generation = generation
         self.xids = xids
         self.model_name_dashes = model_name_dashes  # its --replace-blanks-in-model-name
         self.pod_labels = pod_labels  # --kubernetes.pod-labels
@@ -581,7 +582,7 @@ class DcgmExposition:
                     if self.xids:
                         records = by_gpu.get(entity.uuid)
                         code = latest_xid(records).xid if records else 0  # 0: dcgm-exporter's "No Error"
-                        message = escape_label_value(xid_message(code))
+                        message = escape_label_value(xid_message(code, self.generation))
                         lines.append(f'{family.name}{{{entity.labels},err_code="{code}",err_msg="{message}"}} {code}\n')
                     continue
                 else:
