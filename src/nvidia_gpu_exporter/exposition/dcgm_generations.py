@@ -29,8 +29,8 @@ class Generation(str, Enum):
 
 _ORDER = tuple(Generation)
 NEWEST = Generation.V4_10
-# What --dcgm.compatibility defaults to: the generation this exporter's own rules, chart, doctor and docs query
-# (and NVIDIA's dashboard 12239), until they move to the newest names.
+# What --dcgm.compatibility defaults to: the generation of the dcgm-exporter the GPU Operator pins (4.8.3), which
+# this exporter's own rules, chart, doctor and docs query, as NVIDIA's dashboard 12239 does (docs/dcgm.md says why).
 DEFAULT_GENERATION = Generation.V4_8
 
 
