@@ -133,6 +133,11 @@ IMPLEMENTED: list[tuple[list[str], dict[str, str], dict[str, Any]]] = [
     ([], {"DCGM_EXPORTER_NO_HOSTNAME": "true"}, {"dcgm_hostname_label": False}),
     (["-rbmn"], {}, {"dcgm_model_name_dashes": True}),
     ([], {"DCGM_EXPORTER_REPLACE_BLANKS_IN_MODEL_NAME": "true"}, {"dcgm_model_name_dashes": True}),
+    (["-x", "60000"], {}, {"dcgm_xid_count_window_ms": 60_000}),
+    ([], {"DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE": "1"}, {"dcgm_xid_count_window_ms": 1}),
+    (["--clock-events-count-window-size=0x10"], {}, {"dcgm_clock_events_count_window_ms": 16}),
+    ([], {"DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE": "1"}, {"dcgm_clock_events_count_window_ms": 1}),
+    (["-a", ":9400"], {}, {"dcgm_xid_count_window_ms": 300_000, "dcgm_clock_events_count_window_ms": 300_000}),
     # values that ask for nothing this exporter does not do already
     (["-d", "f", "-s", "f", "-p", "f", "-m", "none", "--dcgm-log-level=NONE", "-o=false"], {}, {}),
 ]
@@ -176,10 +181,6 @@ WARNED: list[tuple[list[str], dict[str, str], str]] = [
     ([], {"DCGM_EXPORTER_OTHER_DEVICES_STR": "g"}, "DCGM_EXPORTER_OTHER_DEVICES_STR"),
     (["--fake-gpus"], {}, "--fake-gpus"),
     ([], {"DCGM_EXPORTER_USE_FAKE_GPUS": "true"}, "DCGM_EXPORTER_USE_FAKE_GPUS"),
-    (["-x", "60000"], {}, "--xid-count-window-size"),
-    ([], {"DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE": "1"}, "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE"),
-    (["--clock-events-count-window-size=1"], {}, "--clock-events-count-window-size"),
-    ([], {"DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE": "1"}, "CLOCK_EVENTS_COUNT_WINDOW_SIZE"),
     (["--enable-dcgm-log"], {}, "--enable-dcgm-log"),
     ([], {"DCGM_EXPORTER_ENABLE_DCGM_LOG": "true"}, "DCGM_EXPORTER_ENABLE_DCGM_LOG"),
     (["--dcgm-log-level=DEBUG"], {}, "--dcgm-log-level"),

@@ -175,6 +175,26 @@ def test_xid_matching_ignores_uuid_case_and_err_msg_is_dcgm_exporters(code: int,
     assert f'DCGM_FI_DEV_XID_ERRORS{{{LABELS},err_code="{code}",err_msg="{message}"}} {code}' in samples(text)
 
 
+@pytest.mark.parametrize(
+    ("generation", "code", "message"),
+    [
+        pytest.param(Generation.V3, 109, "Context Switch Timeout  Error", id="3-its-two-spaces"),
+        pytest.param(Generation.V4_5, 136, "Reserved", id="4.5-reserved-before-4.7.1"),
+        pytest.param(Generation.V4_5, 143, "GPU Initialization Failure", id="4.5-its-last-code"),
+        pytest.param(Generation.V4_5, 144, "Unknown Error", id="4.5-past-its-table"),
+        pytest.param(Generation.V4_8, 136, "ALI Training Fail", id="4.8-the-v580-table"),
+        pytest.param(Generation.V4_10, 109, "Context Switch Timeout Error", id="4.10-one-space"),
+        pytest.param(Generation.V4_10, 172, "Uncorrectable SRAM Error", id="4.10-its-last-code"),
+    ],
+)
+def test_err_msg_is_the_chosen_generations_table(generation: Generation, code: int, message: str) -> None:
+    fields = query_fields([("temperature.gpu", "temperature.gpu")])
+    snapshot = success_snapshot([gpu_row(fields, **IDENTITY, temperature_gpu="31")])
+    exposition = DcgmExposition(fields, hostname="node-1", generation=generation)
+    text = exposition.render(Snapshot(snapshot.attempt, 0, snapshot.last_success_at, xids=(xid(code, 5.0),)))
+    assert f'err_code="{code}",err_msg="{message}"}} {code}' in text
+
+
 def test_a_gpu_without_xids_gets_dcgm_exporters_no_error_series() -> None:
     records = (xid(79, 1.0, uuid="GPU-other"),)
     text = render_one("temperature.gpu", "temperature.gpu", "31", xids=records)

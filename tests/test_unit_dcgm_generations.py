@@ -43,6 +43,7 @@ CELLS = {
     "utilization.gpu": ("utilization.gpu [%]", "45 %"),
     "memory.total": ("memory.total [MiB]", "81920 MiB"),
     "memory.reserved": ("memory.reserved [MiB]", "525 MiB"),
+    "utilization.encoder": ("utilization.encoder [%]", "7 %"),
     "driver_version": ("driver_version", "550.54.15"),
 }
 
@@ -119,6 +120,10 @@ def test_each_generation_spells_the_node_and_driver_labels_its_way(
         pytest.param(Generation.V4_9, "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", "123456.789", id="4.9-energy-in-J"),
         pytest.param(Generation.V4_9, "DCGM_FI_DEV_GPU_TEMP_CELSIUS", "31", id="4.9-renamed-same-unit"),
         pytest.param(Generation.V4_9, "DCGM_FI_DEV_FB_CAPACITY_BYTES", "85899345920", id="4.9-capacity-in-bytes"),
+        pytest.param(Generation.V4_8, "DCGM_FI_DEV_FB_RESERVED", "525", id="4.8-framebuffer-in-MiB"),
+        pytest.param(Generation.V4_9, "DCGM_FI_DEV_FB_RESERVED_BYTES", "550502400", id="4.9-framebuffer-in-bytes"),
+        pytest.param(Generation.V4_8, "DCGM_FI_DEV_ENC_UTIL", "7", id="4.8-encoder-in-percent"),
+        pytest.param(Generation.V4_9, "DCGM_FI_DEV_ENC_UTIL_RATIO", "0.07", id="4.9-encoder-as-a-ratio"),
         pytest.param(Generation.V4_9, "DCGM_FI_PROF_PCIE_TX_BYTES", "1000", id="4.9-pcie-old-name"),
         pytest.param(Generation.V4_10, "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND", "1000", id="4.10-pcie-renamed"),
     ],

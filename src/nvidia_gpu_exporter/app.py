@@ -342,6 +342,8 @@ def dcgm_exposition(
         model_name_dashes=config.dcgm_model_name_dashes,
         generation=config.dcgm_compatibility,
         xids=xids,
+        xid_window_ms=config.dcgm_xid_count_window_ms,
+        clock_events_window_ms=config.dcgm_clock_events_count_window_ms,
     )
 
 

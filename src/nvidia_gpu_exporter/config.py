@@ -12,6 +12,7 @@ from nvidia_gpu_exporter._go.strconv import parse_int
 from nvidia_gpu_exporter._go.text import is_go_space
 from nvidia_gpu_exporter.backends.exec.defaults import DEFAULT_MAX_OUTPUT_BYTES
 from nvidia_gpu_exporter.backends.fleet.defaults import DEFAULT_GLOBAL_CONCURRENCY
+from nvidia_gpu_exporter.exposition.dcgm_events import DEFAULT_WINDOW_MS
 from nvidia_gpu_exporter.exposition.dcgm_generations import DEFAULT_GENERATION, Generation
 from nvidia_gpu_exporter.health.defaults import DEFAULT_SYSFS_PATH
 from nvidia_gpu_exporter.health.source import DEFAULT_KERNEL_LOG
@@ -102,9 +103,12 @@ class Config:
     metrics_profile: Profile = Profile.NVIDIA_SMI
     dcgm_collectors: str = ""  # dcgm-exporter's counters file; "" = every DCGM field we offer
     dcgm_compatibility: Generation = DEFAULT_GENERATION  # the dcgm-exporter generation whose names are served
-    # dcgm-exporter's own options with no flag of ours (flags.DCGM_OPTIONS): -n and --replace-blanks-in-model-name
+    # dcgm-exporter's own options with no flag of ours (flags.DCGM_OPTIONS): -n, --replace-blanks-in-model-name,
+    # -x / --xid-count-window-size and --clock-events-count-window-size (milliseconds)
     dcgm_hostname_label: bool = True
     dcgm_model_name_dashes: bool = False
+    dcgm_xid_count_window_ms: int = DEFAULT_WINDOW_MS
+    dcgm_clock_events_count_window_ms: int = DEFAULT_WINDOW_MS
     sysfs_path: str = DEFAULT_SYSFS_PATH  # where the NVIDIA PCI functions are read (lost GPUs)
     kubernetes_pod_resources: bool = False
     kubernetes_pod_resources_socket: str = DEFAULT_SOCKET

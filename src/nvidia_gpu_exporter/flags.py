@@ -873,7 +873,7 @@ DCGM_OPTIONS: tuple[DcgmOption, ...] = (
         ("x",),
         "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE",
         DcgmKind.INT,
-        why="DCGM_EXP_XID_ERRORS_COUNT is not served (nvidia_smi_xid_errors_total counts every XID)",
+        lambda ms: {"dcgm_xid_count_window_ms": ms},  # DCGM_EXP_XID_ERRORS_COUNT's window
     ),
     DcgmOption(
         "replace-blanks-in-model-name",
@@ -888,7 +888,7 @@ DCGM_OPTIONS: tuple[DcgmOption, ...] = (
         (),
         "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE",
         DcgmKind.INT,
-        why="DCGM_EXP_CLOCK_EVENTS_COUNT is not served",
+        lambda ms: {"dcgm_clock_events_count_window_ms": ms},  # DCGM_EXP_CLOCK_EVENTS_COUNT's window
     ),
     DcgmOption(
         "enable-dcgm-log", (), "DCGM_EXPORTER_ENABLE_DCGM_LOG", DcgmKind.BOOL, why=_NO_HOST_ENGINE, harmless=_FALSE

@@ -17,6 +17,18 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from nvidia_gpu_exporter.exposition.dcgm_counters import Counter
+from nvidia_gpu_exporter.exposition.dcgm_events import (
+    DEFAULT_WINDOW_MS,
+    P2P_REASON,
+    P2P_STATUS,
+    XID_NAMES,
+    DcgmEvents,
+    EventFamily,
+    parse_mask,
+)
+from nvidia_gpu_exporter.exposition.dcgm_events import (
+    NAMES as EVENT_NAMES,
+)
 from nvidia_gpu_exporter.exposition.dcgm_generations import (
     DEFAULT_GENERATION,
     RENAMES,
@@ -57,6 +69,7 @@ _IDENTITY = ("index", "uuid", "pci.bus_id", "name")
 LABEL = "label"  # the counters-file type of a field served as a label on every series, not as a family
 NOT_ON_MIG = "-"  # DcgmFamily.on_mig of a field DCGM does not report for a GPU instance
 MIB = 1_048_576
+_MASK_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")  # before driver 555: throttle
 _COMPUTE_SLICE = re.compile(r"^[0-9]+c\.")  # ``1c.3g.71gb``: a compute instance of the ``3g.71gb`` GPU instance
 
 
@@ -416,6 +429,8 @@ class DcgmExposition:
         model_name_dashes: bool = False,
         generation: Generation = DEFAULT_GENERATION,
         xids: bool = True,
+        xid_window_ms: int = DEFAULT_WINDOW_MS,
+        clock_events_window_ms: int = DEFAULT_WINDOW_MS,
     ) -> None:
         identity = [column_of(fields, name) for name in _IDENTITY]
         missing = [name for name, column in zip(_IDENTITY, identity, strict=True) if column is None]
@@ -424,6 +439,7 @@ class DcgmExposition:
         self._identity = tuple(column for column in identity if column is not None)
         self.hostname = hostname  # None: no hostname label (dcgm-exporter's -n / --no-hostname)
         self.hostname_label = facts_of(generation).hostname_label
+        self.generation = generation
         self.xids = xids
         self.model_name_dashes = model_name_dashes  # its --replace-blanks-in-model-name
         self.pod_labels = pod_labels  # --kubernetes.pod-labels
@@ -432,8 +448,19 @@ class DcgmExposition:
         unavailable: list[str] = []
         # Only when listed, as dcgm-exporter (its default file has it commented out): the built-in set stays its own.
         self._health_status = any(counter.name == HEALTH_STATUS for counter in counters or ())
+        events: list[EventFamily] = []
+        self._mask_column = next(
+            (column for name in _MASK_FIELDS if (column := column_of(fields, name)) is not None), None
+        )
         for counter in counters or ():
             if counter.name == HEALTH_STATUS:  # the verdict, rendered last (dcgm_health.py)
+                continue
+            if counter.name in EVENT_NAMES or counter.name == P2P_STATUS:
+                reason = self._event_problem(counter)
+                if reason is None:
+                    events.append(EventFamily(counter.name, counter.metric_type, counter.help))
+                else:
+                    unavailable.append(f"{counter.name} (line {counter.line}: {reason})")
                 continue
             family = _KNOWN.get(counter.name)
             reason = _not_servable(family, counter)
@@ -448,9 +475,22 @@ class DcgmExposition:
                 reason = self._place(family, fields, energy, gpm, extras)
                 if reason is not None and reason.startswith("its header"):  # an absent source is no news here
                     unavailable.append(f"{family.name} ({reason})")
+        self._events = DcgmEvents(events, xid_window_ms, clock_events_window_ms) if events else None
         if unavailable:
             where = {"file": counters[0].source} if counters else {}
             log.warning("not serving DCGM fields", extra={**where, "fields": ", ".join(unavailable)})
+
+    def _event_problem(self, counter: Counter) -> str | None:
+        """Why an exporter event family cannot be served as listed, or ``None``."""
+        if counter.name == P2P_STATUS:
+            return P2P_REASON
+        if counter.metric_type not in ("gauge", "counter"):
+            return f"typed {counter.metric_type}: it is a value, served as a gauge or counter"
+        if counter.name in XID_NAMES and not self.xids:
+            return "XIDs are not read (--collect.xid-source=off)"
+        if counter.name not in XID_NAMES and self._mask_column is None:
+            return f"{_MASK_FIELDS[0]} is not queried"
+        return None
 
     def _place(
         self, family: DcgmFamily, fields: Sequence[QueryField], energy: bool, gpm: bool, extras: bool
@@ -507,12 +547,33 @@ class DcgmExposition:
         attempt = snapshot.attempt
         if attempt is None or attempt.readings is None:
             return ""
-        text = self._render(attempt.readings, snapshot.xids, snapshot.kubernetes if self.pod_labels else None)
+        attribution = snapshot.kubernetes if self.pod_labels else None
+        text = self._render(attempt.readings, snapshot.xids, attribution)
+        if self._events is not None:
+            text += self._event_text(attempt.finished_at, attempt.readings, snapshot.xids, attribution)
         if not self._health_status:
             return text
         rows = attempt.readings.gpus.rows
         gpus = {normalize_uuid(row[self._identity[1]]): self._labels(row, None, None) for row in rows}
         return text + health_status_text({uuid: labels for uuid, labels in gpus.items() if labels}, snapshot.verdicts)
+
+    def _event_text(
+        self,
+        now: float,
+        readings: Readings,
+        xids: Sequence[XidRecord],
+        attribution: KubernetesAttribution | None,
+    ) -> str:
+        """The listed event families, this collection (finished at ``now``) one sample of each GPU."""
+        assert self._events is not None
+        masks: dict[str, int] = {}
+        if self._mask_column is not None:
+            for cells in readings.gpus.rows:
+                mask = parse_mask(cells[self._mask_column])
+                if mask is not None:
+                    masks[normalize_uuid(cells[self._identity[1]])] = mask
+        entities = [(entity.uuid, entity.labels) for entity in self._entities(readings, attribution)]
+        return self._events.text(now, entities, xids if self.xids else (), masks)
 
     def _entities(self, readings: Readings, attribution: KubernetesAttribution | None) -> list[_Entity]:
         """Every GPU, or each GPU instance of a MIG GPU, in index (then GPU instance id) order."""
@@ -581,7 +642,7 @@ class DcgmExposition:
                     if self.xids:
                         records = by_gpu.get(entity.uuid)
                         code = latest_xid(records).xid if records else 0  # 0: dcgm-exporter's "No Error"
-                        message = escape_label_value(xid_message(code))
+                        message = escape_label_value(xid_message(code, self.generation))
                         lines.append(f'{family.name}{{{entity.labels},err_code="{code}",err_msg="{message}"}} {code}\n')
                     continue
                 else:

@@ -29,8 +29,8 @@ class Generation(str, Enum):
 
 _ORDER = tuple(Generation)
 NEWEST = Generation.V4_10
-# What --dcgm.compatibility defaults to: the generation this exporter's own rules, chart, doctor and docs query
-# (and NVIDIA's dashboard 12239), until they move to the newest names.
+# What --dcgm.compatibility defaults to: the generation of the dcgm-exporter the GPU Operator pins (4.8.3), which
+# this exporter's own rules, chart, doctor and docs query, as NVIDIA's dashboard 12239 does (docs/dcgm.md says why).
 DEFAULT_GENERATION = Generation.V4_8
 
 
@@ -57,6 +57,7 @@ SAME = Fraction(1)
 MHZ_TO_HZ = Fraction(1_000_000)
 MJ_TO_J = Fraction(1, 1000)
 PERCENT_TO_RATIO = Fraction(1, 100)
+MIB_TO_BYTES = Fraction(1_048_576)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +103,55 @@ RENAMES: tuple[Rename, ...] = (
         "ratio 0-1",
         "GPU utilization (ratio 0-1).",
     ),
+    Rename(
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        "DCGM_FI_DEV_MEMORY_UTIL_RATIO",
+        Generation.V4_9,
+        PERCENT_TO_RATIO,
+        "ratio 0-1",
+        "Memory utilization (ratio 0-1).",
+    ),
+    Rename(
+        "DCGM_FI_DEV_ENC_UTIL",
+        "DCGM_FI_DEV_ENC_UTIL_RATIO",
+        Generation.V4_9,
+        PERCENT_TO_RATIO,
+        "ratio 0-1",
+        "Encoder utilization (ratio 0-1).",
+    ),
+    Rename(
+        "DCGM_FI_DEV_DEC_UTIL",
+        "DCGM_FI_DEV_DEC_UTIL_RATIO",
+        Generation.V4_9,
+        PERCENT_TO_RATIO,
+        "ratio 0-1",
+        "Decoder utilization (ratio 0-1).",
+    ),
     Rename("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_XID_ERROR", Generation.V4_9),
+    Rename(
+        "DCGM_FI_DEV_FB_FREE",
+        "DCGM_FI_DEV_FB_FREE_BYTES",
+        Generation.V4_9,
+        MIB_TO_BYTES,
+        "bytes",
+        "Framebuffer memory free (in bytes).",
+    ),
+    Rename(
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_FB_USED_BYTES",
+        Generation.V4_9,
+        MIB_TO_BYTES,
+        "bytes",
+        "Framebuffer memory used (in bytes).",
+    ),
+    Rename(
+        "DCGM_FI_DEV_FB_RESERVED",
+        "DCGM_FI_DEV_FB_RESERVED_BYTES",
+        Generation.V4_9,
+        MIB_TO_BYTES,
+        "bytes",
+        "Framebuffer memory reserved (in bytes).",
+    ),
     Rename("DCGM_FI_DEV_RETIRED_SBE", "DCGM_FI_DEV_PAGE_RETIRED_SBE_TOTAL", Generation.V4_9),
     Rename("DCGM_FI_DEV_RETIRED_DBE", "DCGM_FI_DEV_PAGE_RETIRED_DBE_TOTAL", Generation.V4_9),
     Rename("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL", Generation.V4_9),

@@ -3,11 +3,16 @@ matching its messages matches ours (docs/dcgm.md, "Fields").
 
 The texts are dcgm-exporter's (``internal/pkg/collector/xid_errors.go``, NVIDIA/dcgm-exporter commit 3446595,
 December 2025, "XID errors v580", in every release from 4.4.2-4.7.1; Apache License 2.0), indexed by code from
-0 ("No Error") to 172. A code beyond it is ``Unknown Error``, as dcgm-exporter writes it. They are not
-:mod:`nvidia_gpu_exporter.model.xids`' names, which are ours and serve the other profile and the alert rules.
+0 ("No Error") to 172. Releases before it (the table of 3.3.6-3.4.2, when ``err_msg`` came, to 4.4.1-4.6.0)
+had the first 144 of them with the differences in ``_BEFORE_V580``: generations ``3`` and ``4.5`` serve that
+older table, ``4.8`` and later the newer one. A code beyond the table is ``Unknown Error``, as dcgm-exporter
+writes it. They are not :mod:`nvidia_gpu_exporter.model.xids`' names, which are ours and serve the other
+profile and the alert rules.
 """
 
 from __future__ import annotations
+
+from nvidia_gpu_exporter.exposition.dcgm_generations import Generation
 
 UNKNOWN_ERROR = "Unknown Error"
 XID_TEXTS: tuple[str, ...] = (
@@ -187,6 +192,19 @@ XID_TEXTS: tuple[str, ...] = (
 )
 
 
-def xid_message(code: int) -> str:
-    """dcgm-exporter's text for an XID code, ``Unknown Error`` for one its table lacks."""
-    return XID_TEXTS[code] if 0 <= code < len(XID_TEXTS) else UNKNOWN_ERROR
+# The table before "XID errors v580" (commit 3446595): codes 0 to 143, these texts where they differ.
+_BEFORE_V580_LENGTH = 144
+_BEFORE_V580: dict[int, str] = {
+    109: "Context Switch Timeout  Error",  # sic: two spaces
+    **dict.fromkeys((*range(126, 140), 141, 142), "Reserved"),
+}
+V580_SINCE = Generation.V4_8  # the first generation whose every release has the v580 table
+
+
+def xid_message(code: int, generation: Generation = V580_SINCE) -> str:
+    """The generation's dcgm-exporter text for an XID code, ``Unknown Error`` for one its table lacks."""
+    if generation.at_least(V580_SINCE):
+        return XID_TEXTS[code] if 0 <= code < len(XID_TEXTS) else UNKNOWN_ERROR
+    if not 0 <= code < _BEFORE_V580_LENGTH:
+        return UNKNOWN_ERROR
+    return _BEFORE_V580.get(code, XID_TEXTS[code])
