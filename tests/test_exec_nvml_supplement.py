@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from harness import MIG_FIXTURE, Exporter, fake_smi_command, start_exporter
+from nvidia_gpu_exporter.app import build_attributor
 from nvidia_gpu_exporter.backends.exec.backend import SmiBackend
 from nvidia_gpu_exporter.backends.exec.runner import RunResult
 from nvidia_gpu_exporter.backends.fields import FieldRequest
@@ -19,6 +20,7 @@ from nvidia_gpu_exporter.capture.engine import Scenario, answer
 from nvidia_gpu_exporter.capture.format import load_capture
 from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition
 from nvidia_gpu_exporter.exposition.dcgm_counters import parse_counters
+from nvidia_gpu_exporter.flags import parse_args
 from nvidia_gpu_exporter.model.snapshot import Attempt, Snapshot
 from nvml_fixtures import ControlFile, FakeNvmlLibrary, InProcessFake
 from unit_helpers import FakeRunner
@@ -150,3 +152,12 @@ def test_the_exporter_on_exec_without_the_library_warns_once_and_serves_what_nvi
     assert len(warnings) == 1
     assert "DCGM_FI_DEV_GPU_TEMP{" in text
     assert "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" not in text
+
+
+def test_kubernetes_attribution_keeps_nvidia_smi_l_for_mig_on_the_supplemented_exec_backend(
+    supplemented: NvmlSupplemented,
+) -> None:
+    config = parse_args(["--kubernetes.process-pods", "--metrics.profile=dcgm"]).config
+    attributor = build_attributor(config, supplemented)
+    assert attributor is not None
+    assert attributor.mig_lister is not None

@@ -296,7 +296,8 @@ def build_attributor(config: Config, backend: Backend) -> Attributor | None:
             raise StartupError(str(error)) from error
         source = GrpcPodResources(settings.socket)
     # NVML and the demo report MIG devices with their readings; only exec needs nvidia-smi -L for them.
-    lister = _mig_lister(backend.runner) if isinstance(backend, SmiBackend) else None
+    smi = getattr(backend, "inner", backend)  # the exec backend's, also with NVML reads beside it
+    lister = _mig_lister(smi.runner) if isinstance(smi, SmiBackend) else None
     return Attributor(settings, backend.fields, source=source, mig_lister=lister)
 
 
