@@ -4,10 +4,12 @@ tests/fixtures/dcgm-exporter/promql.yaml holds the expressions, each with its so
 generation it was written for and, where it cannot answer here, the reason. Per generation, one cluster of two
 "nodes" runs under `--metrics.profile=dcgm --dcgm.compatibility=<generation>`: the demo backend (a MIG GPU and
 a whole one) and the nvml backend on the fake libnvidia-ml (an H200 whose NVML GPM gives the DCGM_FI_PROF_*
-ratios). Both read a fake kubelet, which gives one GPU of each node to a pod, and a real Prometheus scrapes them
-as dcgm-exporter's Helm chart has it scraped: a ServiceMonitor's target (job `dcgm-exporter`, `instance` the
-pod's address on port 9400, the scraped pod's own `namespace`/`pod`/`container`/`service`/`endpoint` target
-labels) with honor_labels false, so the exporter's pod labels arrive as `exported_*`.
+ratios), each with a counters file of the generation's default fields plus the ones no default file lists that
+the expressions read (ADDED_FIELDS: max clocks, the power limit, FB_TOTAL, fan speed). Both read a fake kubelet,
+which gives one GPU of each node to a pod, and a real Prometheus scrapes them as dcgm-exporter's Helm chart has it
+scraped: a ServiceMonitor's target (job `dcgm-exporter`, `instance` the pod's address on port 9400, the scraped
+pod's own `namespace`/`pod`/`container`/`service`/`endpoint` target labels) with honor_labels false, so the
+exporter's pod labels arrive as `exported_*`.
 
 The live tests are slow (a cluster per generation) and need Debian's prometheus in $PROMETHEUS_BIN_DIR, grpcio
 (the `kubernetes` extra) and a C compiler: .ci/steps/40-kubernetes.sh installs them and runs them; elsewhere they
@@ -16,10 +18,13 @@ skip with a message naming what is missing.
 
 from __future__ import annotations
 
+import csv
+import io
 import re
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +33,7 @@ import yaml
 from deploy_helpers import PROBE_ERRORS, Server, binary, prometheus, query, wait_target_up
 from harness import REPO, Exporter, start_exporter
 from k8s_fakes import FakeKubelet, require_grpc, short_socket_dir
+from nvidia_gpu_exporter.exposition.dcgm import LISTED_ONLY_FAMILIES, default_families
 from nvidia_gpu_exporter.exposition.dcgm_generations import Generation
 from nvml_fixtures import ControlFile, FakeNvmlLibrary
 from polling import wait_until
@@ -60,6 +66,16 @@ STATIC_VARIABLES = {
 REPEATED = {"hostname": [instance.removesuffix(":9400") for instance in (DEMO_INSTANCE, NVML_INSTANCE)]}
 DEMO_CONFIG = {"extras": {"mig": [{"gpu": 0, "instances": [{"gi": 2, "profile": "3g.71gb", "cis": 2, "busy": True}]}]}}
 _COMMIT = re.compile(r"^[\w.-]+/[\w.-]+@[0-9a-f]{40} \S+")
+# dcgm-exporter serves a field only when its counters file lists it, and no default file lists these: the
+# tools that read them are run as their operators run dcgm-exporter, with a counters file that adds them to the
+# generation's default fields.
+ADDED_FIELDS = (
+    "DCGM_FI_DEV_MAX_SM_CLOCK",
+    "DCGM_FI_DEV_MAX_MEM_CLOCK",
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT_MAX",
+    "DCGM_FI_DEV_FB_TOTAL",
+    "DCGM_FI_DEV_FAN_SPEED",
+)
 
 
 class NoData(Exception):
@@ -174,6 +190,17 @@ def clusters(
         yield cluster_of
 
 
+def counters_file(generation: str, path: Path) -> Path:
+    """The generation's default fields (its label field too) and ADDED_FIELDS, as a counters file."""
+    listed = [family for family in LISTED_ONLY_FAMILIES if family.name in ADDED_FIELDS]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    for family in (*default_families(Generation(generation)), *listed):
+        writer.writerow([family.name, family.metric_type, family.help])
+    path.write_text(buffer.getvalue(), encoding="utf-8")
+    return path
+
+
 @contextmanager
 def running_cluster(
     generation: str, tmp_path_factory: pytest.TempPathFactory, fake_nvml_library: FakeNvmlLibrary
@@ -191,6 +218,7 @@ def running_cluster(
         common = [
             "--metrics.profile=dcgm",
             f"--dcgm.compatibility={generation}",
+            f"--dcgm.collectors={counters_file(generation, workdir / 'counters.csv')}",
             f"--collect.kernel-log={quiet_log}",
             "--kubernetes.pod-resources",
             f"--kubernetes.pod-resources-socket={kubelet.path}",

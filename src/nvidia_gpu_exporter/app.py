@@ -165,6 +165,35 @@ def choose_xid_source(config: Config) -> XidChoice:
     return XidChoice(source, backend_xids=False, name="kmsg")
 
 
+async def with_nvml(config: Config, backend: Backend) -> Backend:
+    """The exec backend under the DCGM profile reads beside nvidia-smi what only NVML can give, when libnvidia-ml
+    loads (backends/nvml/supplement.py); under the nvidia_smi profile nothing consumes those readings."""
+    if config.metrics_profile is Profile.NVIDIA_SMI:
+        return backend
+    try:
+        from nvidia_gpu_exporter.backends.nvml.supplement import supplement  # noqa: PLC0415 - imports pynvml
+    except ImportError as error:
+        log.warning(
+            "the exec backend reads no NVML-only DCGM fields",
+            extra={"reason": f"the NVML bindings are not available in this build ({error.msg})"},
+        )
+        return backend
+    return await supplement(backend, pcie_throughput=config.pcie_throughput)
+
+
+def reads_nvml(config: Config, backend: Backend) -> bool:
+    """Whether the readings carry NVML's extras: the nvml and demo backends', or the exec one's supplement."""
+    if config.backend is not BackendName.EXEC:
+        return True
+    if config.metrics_profile is Profile.NVIDIA_SMI:
+        return False
+    try:
+        from nvidia_gpu_exporter.backends.nvml.supplement import NvmlSupplemented  # noqa: PLC0415 - imports pynvml
+    except ImportError:
+        return False
+    return isinstance(backend, NvmlSupplemented)
+
+
 async def build_backend(
     config: Config, *, watch_xids: bool = True, demo_kernel_log: KernelXidSource | None = None
 ) -> Backend:
@@ -187,7 +216,7 @@ async def build_backend(
                 # Imported only when streaming (docs/collection-modes.md): a per-scrape start loads none of it.
                 from nvidia_gpu_exporter.backends.exec.stream import start_streaming  # noqa: PLC0415
 
-                return await start_streaming(
+                streaming = await start_streaming(
                     runner,
                     request,
                     interval_seconds=to_seconds(config.collect_stream_interval_ns),
@@ -195,13 +224,15 @@ async def build_backend(
                     compute_apps=config.compute_apps,
                     process_usage=config.process_usage,
                 )
-            return await SmiBackend.start(
+                return await with_nvml(config, streaming)
+            smi = await SmiBackend.start(
                 runner,
                 request,
                 timeout_seconds=timeout,
                 compute_apps=config.compute_apps,
                 process_usage=config.process_usage,
             )
+            return await with_nvml(config, smi)
         except FieldResolutionError as error:
             raise StartupError(f"failed to resolve query fields: {error}") from error
         except BackendSetupError as error:
@@ -287,7 +318,8 @@ def build_attributor(config: Config, backend: Backend) -> Attributor | None:
             raise StartupError(str(error)) from error
         source = GrpcPodResources(settings.socket)
     # NVML and the demo report MIG devices with their readings; only exec needs nvidia-smi -L for them.
-    lister = _mig_lister(backend.runner) if isinstance(backend, SmiBackend) else None
+    smi = getattr(backend, "inner", backend)  # the exec backend's, also with NVML reads beside it
+    lister = _mig_lister(smi.runner) if isinstance(smi, SmiBackend) else None
     return Attributor(settings, backend.fields, source=source, mig_lister=lister)
 
 
@@ -331,13 +363,14 @@ def dcgm_exposition(
         return None
     from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition, node_hostname  # noqa: PLC0415 - profile only
 
+    nvml = reads_nvml(config, backend)
     return DcgmExposition(
         backend.fields,
         node_hostname(os.environ) if config.dcgm_hostname_label else None,
         counters=counters,
-        energy=config.backend is not BackendName.EXEC,  # NVML's energy counter; nvidia-smi has none
-        gpm=config.backend is BackendName.NVML,  # NVML GPM samples; the demo simulates none for whole GPUs
-        extras=config.backend is not BackendName.EXEC,  # PCIe rates (nvml, demo), replays and NVLink (nvml)
+        energy=nvml,  # NVML's energy counter; nvidia-smi has none
+        gpm=nvml and config.backend is not BackendName.DEMO,  # NVML GPM samples; the demo simulates none
+        extras=nvml,  # PCIe rates, replays, NVLink, violation times (nvml, the exec one's supplement; demo)
         pod_labels=config.kubernetes_pod_labels,
         model_name_dashes=config.dcgm_model_name_dashes,
         generation=config.dcgm_compatibility,

@@ -134,7 +134,9 @@ static const char *const FN_NAMES[FN_COUNT] = {FAKE_FUNCTIONS(AS_NAME)};
     X(fabric_status) X(fabric_clique) X(fabric_cluster_hi) X(fabric_cluster_lo) X(plat_slot)               \
     X(plat_tray) X(plat_host) X(plat_peer) X(plat_module) X(plat_guid) X(energy_mj) X(pcie_tx_kb)          \
     X(pcie_rx_kb) X(gpm_supported) X(max_mig) X(xid_supported) X(gi_id) X(ci_id) X(pcie_replay)              \
-    X(nvlink_raw_tx_kib) X(nvlink_raw_rx_kib) X(nvlink_data_tx_kib) X(nvlink_data_rx_kib)
+    X(nvlink_raw_tx_kib) X(nvlink_raw_rx_kib) X(nvlink_data_tx_kib) X(nvlink_data_rx_kib) X(fv_thermal)      \
+    X(fv_board_limit) X(fv_low_util) X(fv_reliability) X(nvlink_crc_flit) X(nvlink_crc_data)                \
+    X(nvlink_replay) X(nvlink_recovery)
 
 #define DOUBLE_FIELDS(X) X(gpm_graphics) X(gpm_sm) X(gpm_occupancy) X(gpm_tensor) X(gpm_tx) X(gpm_rx) X(gpm_dram)
 
@@ -464,6 +466,14 @@ static void h200_values(FakeDevice *d, int i) {
     d->nvlink_raw_rx_kib = 2000;
     d->nvlink_data_tx_kib = 800; /* the payload only (field values 138/139, scope UINT_MAX) */
     d->nvlink_data_rx_kib = 1600;
+    d->fv_thermal = 2500000; /* perf policy violation times (field values 75, 77-79, ns; 74 and 76 above) */
+    d->fv_board_limit = 0;
+    d->fv_low_util = 9000000000LL;
+    d->fv_reliability = 0;
+    d->nvlink_crc_flit = 2; /* NVLink error counts over all links (field values 38, 45, 52, 59) */
+    d->nvlink_crc_data = 1;
+    d->nvlink_replay = 5;
+    d->nvlink_recovery = 0;
     d->gpm_supported = 1;
     d->max_mig = 7;
     d->xid_supported = 1;
@@ -552,6 +562,7 @@ static void add_rtx(void) {
     d->pcie_replay = 0;
     d->nvlink_raw_tx_kib = d->nvlink_raw_rx_kib = -1; /* no NVLink on a consumer card */
     d->nvlink_data_tx_kib = d->nvlink_data_rx_kib = -1;
+    d->nvlink_crc_flit = d->nvlink_crc_data = d->nvlink_replay = d->nvlink_recovery = -1;
     d->mem_temp = -1; /* field 82 not supported */
     d->edpp = -1;     /* field 274 not supported */
     d->xid_supported = 1;
@@ -1404,7 +1415,15 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldV
         long long value = -1;
         switch (v->fieldId) {
         case 74: value = d->fv_sw_power_cap; break;
+        case 75: value = d->fv_thermal; break;
         case 76: value = d->fv_sync_boost; break;
+        case 77: value = d->fv_board_limit; break;
+        case 78: value = d->fv_low_util; break;
+        case 79: value = d->fv_reliability; break;
+        case 38: value = d->nvlink_crc_flit; break;
+        case 45: value = d->nvlink_crc_data; break;
+        case 52: value = d->nvlink_replay; break;
+        case 59: value = d->nvlink_recovery; break;
         case 269: value = d->fv_sw_thermal; break;
         case 270: value = d->fv_hw_thermal; break;
         case 271: value = d->fv_hw_power_brake; break;

@@ -264,6 +264,103 @@ DCGM_FAMILIES: tuple[DcgmFamily, ...] = (
 # Every family this profile can serve: those, and the ones later generations added, each after its neighbours.
 _RESERVED = [family.name for family in DCGM_FAMILIES].index("DCGM_FI_DEV_FB_RESERVED")
 ALL_FAMILIES: tuple[DcgmFamily, ...] = (*DCGM_FAMILIES[: _RESERVED + 1], FB_CAPACITY, *DCGM_FAMILIES[_RESERVED + 1 :])
+# Fields no dcgm-exporter default file lists, served only when a counters file does (public counters files and
+# dcgm-exporter's commented lines ask for them), each from the NVML reading DCGM's own field reads
+# (DcgmCacheManager.cpp, dcgm_fields.cpp): in DCGM's units (MHz, %, MiB, W; violation times in ns).
+LISTED_ONLY_FAMILIES: tuple[DcgmFamily, ...] = (
+    DcgmFamily(
+        "DCGM_FI_DEV_VIDEO_CLOCK", "gauge", "Video encoder/decoder clock (in MHz).", "clocks.current.video", "[MHz]"
+    ),
+    DcgmFamily("DCGM_FI_DEV_MAX_SM_CLOCK", "gauge", "Maximum supported SM clock (in MHz).", "clocks.max.sm", "[MHz]"),
+    DcgmFamily(
+        "DCGM_FI_DEV_MAX_MEM_CLOCK", "gauge", "Maximum supported memory clock (in MHz).", "clocks.max.memory", "[MHz]"
+    ),
+    DcgmFamily("DCGM_FI_DEV_FAN_SPEED", "gauge", "Fan speed (in 0-100%).", "fan.speed", "[%]"),
+    DcgmFamily(
+        "DCGM_FI_DEV_POWER_USAGE_INSTANT",
+        "gauge",
+        "Current instantaneous power usage (in W).",
+        "power.draw.instant",
+        "[W]",
+    ),
+    DcgmFamily("DCGM_FI_DEV_POWER_MGMT_LIMIT", "gauge", "Current power limit (in W).", "power.limit", "[W]"),
+    DcgmFamily("DCGM_FI_DEV_POWER_MGMT_LIMIT_MIN", "gauge", "Minimum power limit (in W).", "power.min_limit", "[W]"),
+    DcgmFamily("DCGM_FI_DEV_POWER_MGMT_LIMIT_MAX", "gauge", "Maximum power limit (in W).", "power.max_limit", "[W]"),
+    DcgmFamily(
+        "DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF", "gauge", "Default power limit (in W).", "power.default_limit", "[W]"
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "gauge", "Effective power limit (in W).", "enforced.power.limit", "[W]"
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_FB_TOTAL",
+        "gauge",
+        "Framebuffer memory total (in MiB).",
+        "memory.total",
+        "[MiB]",
+        "memory_total_bytes",
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_POWER_VIOLATION",
+        "counter",
+        "Throttling duration due to power constraints (in ns).",
+        extra="power_violation_ns",
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_THERMAL_VIOLATION",
+        "counter",
+        "Throttling duration due to thermal constraints (in ns).",
+        extra="thermal_violation_ns",
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_SYNC_BOOST_VIOLATION",
+        "counter",
+        "Throttling duration due to sync-boost constraints (in ns).",
+        extra="sync_boost_violation_ns",
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION",
+        "counter",
+        "Throttling duration due to board limit constraints (in ns).",
+        extra="board_limit_violation_ns",
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_LOW_UTIL_VIOLATION",
+        "counter",
+        "Throttling duration due to low utilization (in ns).",
+        extra="low_util_violation_ns",
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_RELIABILITY_VIOLATION",
+        "counter",
+        "Throttling duration due to reliability constraints (in ns).",
+        extra="reliability_violation_ns",
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+        "counter",
+        "Total number of NVLink flow-control CRC errors.",
+        extra="nvlink_crc_flit_errors",
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+        "counter",
+        "Total number of NVLink data CRC errors.",
+        extra="nvlink_crc_data_errors",
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+        "counter",
+        "Total number of NVLink retries.",
+        extra="nvlink_replay_errors",
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+        "counter",
+        "Total number of NVLink recovery errors.",
+        extra="nvlink_recovery_errors",
+    ),
+)
 DRIVER_VERSION = DcgmFamily("DCGM_FI_DRIVER_VERSION", LABEL, "Driver Version", "driver_version")
 # The `label` fields nvidia-smi can give, in default-counters.csv's order; only the driver's is on by default.
 LABEL_FAMILIES: tuple[DcgmFamily, ...] = (
@@ -277,9 +374,52 @@ LABEL_FAMILIES: tuple[DcgmFamily, ...] = (
 )
 
 
+# dcgm-exporter 1.x's names that its 1.x-compatibility counters file lists, and the DCGM field each stands for: the
+# part of go-dcgm's legacy field table (pkg/dcgm/legacy_fields.csv, commit 0740c4c) naming a field offered here.
+LEGACY_NAMES: dict[str, str] = {
+    "dcgm_sm_clock": "DCGM_FI_DEV_SM_CLOCK",
+    "dcgm_memory_clock": "DCGM_FI_DEV_MEM_CLOCK",
+    "dcgm_memory_temp": "DCGM_FI_DEV_MEMORY_TEMP",
+    "dcgm_gpu_temp": "DCGM_FI_DEV_GPU_TEMP",
+    "dcgm_power_usage": "DCGM_FI_DEV_POWER_USAGE",
+    "dcgm_total_energy_consumption": "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "dcgm_pcie_replay_counter": "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "dcgm_gpu_utilization": "DCGM_FI_DEV_GPU_UTIL",
+    "dcgm_mem_copy_utilization": "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "dcgm_enc_utilization": "DCGM_FI_DEV_ENC_UTIL",
+    "dcgm_dec_utilization": "DCGM_FI_DEV_DEC_UTIL",
+    "dcgm_xid_errors": "DCGM_FI_DEV_XID_ERRORS",
+    "dcgm_power_violation": "DCGM_FI_DEV_POWER_VIOLATION",
+    "dcgm_thermal_violation": "DCGM_FI_DEV_THERMAL_VIOLATION",
+    "dcgm_sync_boost_violation": "DCGM_FI_DEV_SYNC_BOOST_VIOLATION",
+    "dcgm_board_limit_violation": "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION",
+    "dcgm_low_util_violation": "DCGM_FI_DEV_LOW_UTIL_VIOLATION",
+    "dcgm_reliability_violation": "DCGM_FI_DEV_RELIABILITY_VIOLATION",
+    "dcgm_fb_free": "DCGM_FI_DEV_FB_FREE",
+    "dcgm_fb_used": "DCGM_FI_DEV_FB_USED",
+    "dcgm_ecc_sbe_volatile_total": "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+    "dcgm_ecc_dbe_volatile_total": "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "dcgm_ecc_sbe_aggregate_total": "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+    "dcgm_ecc_dbe_aggregate_total": "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+    "dcgm_retired_pages_sbe": "DCGM_FI_DEV_RETIRED_SBE",
+    "dcgm_retired_pages_dbe": "DCGM_FI_DEV_RETIRED_DBE",
+    "dcgm_nvlink_flit_crc_error_count_total": "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+    "dcgm_nvlink_data_crc_error_count_total": "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+    "dcgm_nvlink_replay_error_count_total": "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+    "dcgm_nvlink_recovery_error_count_total": "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+    "dcgm_nvlink_bandwidth_total": "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    "dcgm_fi_prof_gr_engine_active": "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "dcgm_fi_prof_pipe_tensor_active": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "dcgm_fi_prof_dram_active": "DCGM_FI_PROF_DRAM_ACTIVE",
+    "dcgm_fi_prof_pcie_tx_bytes": "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "dcgm_fi_prof_pcie_rx_bytes": "DCGM_FI_PROF_PCIE_RX_BYTES",
+}
+
+
 def _every_spelling() -> dict[str, DcgmFamily]:
-    """Every name a field has had, each with its own HELP and unit: a counters file may use any of them."""
-    known = {family.name: family for family in (*ALL_FAMILIES, *LABEL_FAMILIES)}
+    """Every name a field has had, each with its own HELP and unit: a counters file may use any of them (1.x's
+    lower-case ones in the field's DCGM unit, as go-dcgm maps them to the same field)."""
+    known = {family.name: family for family in (*ALL_FAMILIES, *LISTED_ONLY_FAMILIES, *LABEL_FAMILIES)}
     for rename in RENAMES:
         older = known[rename.old]
         known[rename.new] = replace(
@@ -289,6 +429,8 @@ def _every_spelling() -> dict[str, DcgmFamily]:
             factor=older.factor * rename.factor,
             oldest=older.field,
         )
+    for legacy, current in LEGACY_NAMES.items():
+        known[legacy] = replace(known[current], name=legacy, oldest=known[current].field)
     return known
 
 
@@ -446,6 +588,7 @@ class DcgmExposition:
         self._served: list[tuple[DcgmFamily, int | None]] = []
         self._label_columns: list[tuple[str, int]] = []
         unavailable: list[str] = []
+        first_line: dict[str, int] = {}
         # Only when listed, as dcgm-exporter (its default file has it commented out): the built-in set stays its own.
         self._health_status = any(counter.name == HEALTH_STATUS for counter in counters or ())
         events: list[EventFamily] = []
@@ -453,6 +596,14 @@ class DcgmExposition:
             (column for name in _MASK_FIELDS if (column := column_of(fields, name)) is not None), None
         )
         for counter in counters or ():
+            if counter.name in first_line:  # dcgm-exporter serves a field's first record only
+                first = first_line[counter.name]
+                unavailable.append(
+                    f"{counter.name} (line {counter.line}: listed again, first on line {first}: "
+                    "the first record is served)"
+                )
+                continue
+            first_line[counter.name] = counter.line
             if counter.name == HEALTH_STATUS:  # the verdict, rendered last (dcgm_health.py)
                 continue
             if counter.name in EVENT_NAMES or counter.name == P2P_STATUS:

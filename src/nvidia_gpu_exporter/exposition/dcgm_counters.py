@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 MAX_BYTES = 256 * 1024  # dcgm-exporter's own files are a few KiB
 MAX_LINES = 4096
 PROMETHEUS_TYPES = ("gauge", "counter", "histogram", "summary", "label")  # what dcgm-exporter accepts
-_FIELD_NAME = re.compile(r"DCGM_(?:FI|EXP)_[A-Z0-9_]+")
+# DCGM's names, and the lower-case ``dcgm_*`` ones of dcgm-exporter 1.x that its 1.x-compatibility file still uses
+# (go-dcgm's legacy field names).
+_FIELD_NAME = re.compile(r"DCGM_(?:FI|EXP)_[A-Z0-9_]+|dcgm_[a-z0-9_]+")
 
 
 class CountersError(ValueError):
@@ -44,11 +46,11 @@ def _record(text: str, where: str) -> list[str]:
 
 
 def parse_counters(text: str, source: str) -> tuple[Counter, ...]:
-    """The records of a counters file's text, in order; a :class:`CountersError` at the first bad line."""
+    """The records of a counters file's text, in order (a field listed again too: dcgm-exporter's own 1.x file
+    does, and it serves the first; the renderer says so); a :class:`CountersError` at the first bad line."""
     lines = text.splitlines()
     if len(lines) > MAX_LINES:
         raise CountersError(f"{source}: more than {MAX_LINES} lines: not a counters file")
-    first_seen: dict[str, int] = {}
     counters: list[Counter] = []
     for number, line in enumerate(lines, start=1):
         stripped = line.strip()
@@ -60,13 +62,10 @@ def parse_counters(text: str, source: str) -> tuple[Counter, ...]:
             raise CountersError(f"{where}: expected 3 fields (DCGM field, Prometheus type, help), got {len(cells)}")
         name, metric_type, help_text = cells
         if not _FIELD_NAME.fullmatch(name):
-            raise CountersError(f"{where}: {name!r} is not a DCGM field name (DCGM_FI_* or DCGM_EXP_*)")
+            raise CountersError(f"{where}: {name!r} is not a DCGM field name (DCGM_FI_*, DCGM_EXP_* or 1.x's dcgm_*)")
         if metric_type not in PROMETHEUS_TYPES:
             allowed = ", ".join(PROMETHEUS_TYPES[:-1]) + f" or {PROMETHEUS_TYPES[-1]}"
             raise CountersError(f"{where}: unknown Prometheus type {metric_type!r} ({allowed})")
-        if name in first_seen:
-            raise CountersError(f"{where}: {name} is listed twice (first on line {first_seen[name]})")
-        first_seen[name] = number
         counters.append(Counter(name, metric_type, help_text, number, source))
     if not counters:
         raise CountersError(f"{source}: lists no DCGM field")

@@ -147,6 +147,33 @@ class GpuExtras:
     # computes it (payload sent and received between two collections, in its MiB/s).
     pcie_replay_count: float | None = None
     nvlink_mib_per_second: float | None = None
+    # Read only for the DCGM profile, as DCGM reads them (NVML field values): the time the clocks were held down by
+    # each performance policy since the driver loaded (ns), and NVLink error counts summed over all links.
+    power_violation_ns: float | None = None
+    thermal_violation_ns: float | None = None
+    sync_boost_violation_ns: float | None = None
+    board_limit_violation_ns: float | None = None
+    low_util_violation_ns: float | None = None
+    reliability_violation_ns: float | None = None
+    nvlink_crc_flit_errors: float | None = None
+    nvlink_crc_data_errors: float | None = None
+    nvlink_replay_errors: float | None = None
+    nvlink_recovery_errors: float | None = None
+
+
+# The GpuExtras counters above that DCGM reads as NVML field values (violation times, NVLink error counts).
+DCGM_FIELD_COUNTERS = (
+    "power_violation_ns",
+    "thermal_violation_ns",
+    "sync_boost_violation_ns",
+    "board_limit_violation_ns",
+    "low_util_violation_ns",
+    "reliability_violation_ns",
+    "nvlink_crc_flit_errors",
+    "nvlink_crc_data_errors",
+    "nvlink_replay_errors",
+    "nvlink_recovery_errors",
+)
 
 
 @dataclass(frozen=True, slots=True)

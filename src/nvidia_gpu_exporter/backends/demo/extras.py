@@ -27,6 +27,7 @@ from typing import Any
 from nvidia_gpu_exporter._go.durations import DurationError, parse_duration, to_seconds
 from nvidia_gpu_exporter._go.text import go_quote
 from nvidia_gpu_exporter.model.snapshot import (
+    DCGM_FIELD_COUNTERS,
     GpuExtras,
     MigDevice,
     MigInstanceReading,
@@ -48,6 +49,8 @@ MAX_FRESH_EVENTS = 10_000  # kernel-log lines kept between two drains: more than
 EXTRAS_KEYS = ("seed", "energy-fallback-power-watts", "pcie", "mig", "xids", "lost-gpus", "scenarios")
 LOST_GPU_DRIVERS = ("nvidia", "vfio-pci", "none")  # what sysfs shows bound to a GPU nvidia-smi does not list
 MAX_LOST_GPUS = 8
+# The DCGM profile's violation times and NVLink error counts of a simulated GPU: a healthy one, never held down.
+HEALTHY_COUNTERS: dict[str, float | None] = dict.fromkeys(DCGM_FIELD_COUNTERS, 0.0)
 PCIE_KEYS = ("tx-bytes-per-second", "rx-bytes-per-second")
 BOUNDS_KEYS = ("min", "max")
 MIG_KEYS = ("gpu", "instances")
@@ -388,7 +391,13 @@ class ExtrasSynthesizer:
         self.cycles += 1
         joules = self._integrate_energy(now, uuids, powers)
         gpus = tuple(
-            GpuExtras(uuid, joules[index], self.spec.pcie_tx.draw(rng), self.spec.pcie_rx.draw(rng))
+            GpuExtras(
+                uuid,
+                joules[index],
+                self.spec.pcie_tx.draw(rng),
+                self.spec.pcie_rx.draw(rng),
+                **HEALTHY_COUNTERS,
+            )
             for index, uuid in enumerate(uuids)
         )
         devices, instances = self._mig(rng, uuids)

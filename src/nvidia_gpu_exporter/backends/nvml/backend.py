@@ -52,6 +52,7 @@ from nvidia_gpu_exporter.backends.nvml.sources import CYCLE_FIELDS, field_value,
 from nvidia_gpu_exporter.backends.nvml.text import DEPRECATED_FIELDS, NA, Cell, mib, token
 from nvidia_gpu_exporter.backends.nvml.xid import XidWatcher
 from nvidia_gpu_exporter.model.snapshot import (
+    DCGM_FIELD_COUNTERS,
     GpuExtras,
     GpuTable,
     MigDevice,
@@ -76,6 +77,20 @@ PCIE_KB = 1000.0  # NVML reports PCIe throughput in KB/s
 # nvmlDeviceGetFieldValues: NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX and _DATA_RX (payload only, counted in KiB), with
 # the scope that sums every link: the counters DCGM computes DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL from.
 NVLINK_DATA_KIB = ((138, 0xFFFFFFFF), (139, 0xFFFFFFFF))
+# The other DCGM fields DCGM itself reads as NVML field values (its dcgm_fields.cpp), by GpuExtras attribute: the
+# NVML_FI_DEV_PERF_POLICY_* violation times (ns) and the NVML_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL counts (all links).
+DCGM_FIELD_VALUES: tuple[tuple[str, int], ...] = (
+    ("power_violation_ns", 74),
+    ("thermal_violation_ns", 75),
+    ("sync_boost_violation_ns", 76),
+    ("board_limit_violation_ns", 77),
+    ("low_util_violation_ns", 78),
+    ("reliability_violation_ns", 79),
+    ("nvlink_crc_flit_errors", 38),
+    ("nvlink_crc_data_errors", 45),
+    ("nvlink_replay_errors", 52),
+    ("nvlink_recovery_errors", 59),
+)
 MICROSECONDS = 1_000_000
 
 
@@ -435,7 +450,7 @@ class NvmlBackend:
                 else None
             )
             values = gpm or {}
-            replays, nvlink = self._dcgm_readings(gpu, nvlink_totals) if self.dcgm_readings else (None, None)
+            dcgm = self._dcgm_readings(gpu, nvlink_totals) if self.dcgm_readings else {}
             per_gpu.append(
                 GpuExtras(
                     gpu_uuid=gpu.uuid,
@@ -445,8 +460,7 @@ class NvmlBackend:
                     graphics_activity_ratio=percent_ratio(values, GRAPHICS),
                     tensor_activity_ratio=percent_ratio(values, TENSOR),
                     dram_activity_ratio=percent_ratio(values, DRAM),
-                    pcie_replay_count=replays,
-                    nvlink_mib_per_second=nvlink,
+                    **dcgm,
                 )
             )
             if not in_mig:
@@ -459,20 +473,28 @@ class NvmlBackend:
         self._nvlink = nvlink_totals  # only the GPUs read this cycle: a GPU gone is forgotten
         return NvmlExtras(tuple(per_gpu), tuple(mig_devices), tuple(mig_instances))
 
-    def _dcgm_readings(self, gpu: _Gpu, totals: dict[str, tuple[int, int]]) -> tuple[float | None, float | None]:
-        """The PCIe replay counter and the NVLink bandwidth over all links, in DCGM's MiB/s (``None`` where NVML
+    def _dcgm_readings(self, gpu: _Gpu, totals: dict[str, tuple[int, int]]) -> dict[str, float | None]:
+        """The DCGM profile's own NVML readings as GpuExtras attributes: the PCIe replay counter, the NVLink
+        bandwidth over all links in DCGM's MiB/s, the violation times and NVLink error counts (``None`` where NVML
         cannot say); this reading's NVLink data total is kept in ``totals`` for the next one."""
         replays = self._soft(call("nvmlDeviceGetPcieReplayCounter", gpu.handle))
-        entries = self._soft(call("nvmlDeviceGetFieldValues", gpu.handle, list(NVLINK_DATA_KIB)))
-        nvlink: float | None = None
-        if not isinstance(entries, Failure):
-            counts = [field_value(entry) for entry in entries]
-            kib = [int(count) for count in counts if not isinstance(count, Failure)]
-            if len(kib) == len(counts):
-                stamp = max(int(entry.timestamp) for entry in entries) or int(time.time() * MICROSECONDS)
-                nvlink = nvlink_bandwidth(self._nvlink.get(gpu.uuid), sum(kib), stamp)
-                totals[gpu.uuid] = (sum(kib), stamp)
-        return (None if isinstance(replays, Failure) else float(int(replays))), nvlink
+        ids = [*NVLINK_DATA_KIB, *(field_id for _, field_id in DCGM_FIELD_VALUES)]
+        entries = self._soft(call("nvmlDeviceGetFieldValues", gpu.handle, ids))
+        readings: dict[str, float | None] = dict.fromkeys(DCGM_FIELD_COUNTERS, None)
+        readings["pcie_replay_count"] = None if isinstance(replays, Failure) else float(int(replays))
+        readings["nvlink_mib_per_second"] = None
+        if isinstance(entries, Failure):
+            return readings
+        counts = [field_value(entry) for entry in entries]
+        for (name, _), count in zip(DCGM_FIELD_VALUES, counts[len(NVLINK_DATA_KIB) :], strict=True):
+            readings[name] = None if isinstance(count, Failure) else float(count)
+        kib = [int(count) for count in counts[: len(NVLINK_DATA_KIB)] if not isinstance(count, Failure)]
+        if len(kib) == len(NVLINK_DATA_KIB):
+            stamp = max(int(entry.timestamp) for entry in entries[: len(NVLINK_DATA_KIB)])
+            stamp = stamp or int(time.time() * MICROSECONDS)
+            readings["nvlink_mib_per_second"] = nvlink_bandwidth(self._nvlink.get(gpu.uuid), sum(kib), stamp)
+            totals[gpu.uuid] = (sum(kib), stamp)
+        return readings
 
 
 def _percents(samples: dict[int, Any] | None, pid: int) -> tuple[float | None, ...]:
