@@ -192,11 +192,13 @@ def _local(port: int) -> str:
 
 
 DEMO_CONFIG = "/etc/nvidia_gpu_exporter/demo.yaml"
-DEMO_SCENARIOS = ["lost-gpu", "xid-79", "random-xids"]  # docs/demo.md, "Faults on request": every one, so alerts fire
+# docs/demo.md, "Faults on request": a lost GPU, an XID 79 (the verdict's fallen_off_bus) and random XIDs, so the
+# stack's alerts fire; the verdict's other scenarios are each one GPU's, for rehearsing one reason.
+DEMO_SCENARIOS = ["lost-gpu", "xid-79", "random-xids"]
 
 
 def demo_config() -> dict[str, Any]:
-    """The stack's demo: the default scenario's two GPUs and MIG topology, with every simulated fault turned on
+    """The stack's demo: the default scenario's two GPUs and MIG topology, with the node faults and XID 79 turned on
     (the default demo is a healthy machine, whose alerts would stay quiet)."""
     instances = [{"gi": 2, "profile": "3g.71gb", "cis": 2, "busy": True}, {"gi": 7, "profile": "1g.18gb"}]
     return {"extras": {"mig": [{"gpu": 0, "instances": instances}], "scenarios": DEMO_SCENARIOS}}
@@ -593,7 +595,8 @@ def outputs() -> dict[Path, str]:
             compose_gpu(), "# Real GPUs: docker compose -f compose.yaml -f compose.gpu.yaml up -d --build\n"
         ),
         COMPOSE / "demo" / "demo.yaml": _yaml(
-            demo_config(), "# The demo's GPUs with every simulated fault on, so the alerts fire (docs/demo.md).\n"
+            demo_config(),
+            "# The demo's GPUs with a lost GPU, XID 79 and random XIDs, so the alerts fire (docs/demo.md).\n",
         ),
         COMPOSE / "prometheus" / "prometheus.yml": _yaml(
             prometheus_config(f"nvidia_gpu_exporter:{EXPORTER_PORT}", f"alertmanager:{ALERTMANAGER_PORT}")

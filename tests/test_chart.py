@@ -36,9 +36,10 @@ from deploy_helpers import (
     skip_reason,
     with_test_image,
 )
-from harness import MIG_FIXTURE, fake_smi_command
+from harness import MIG_FIXTURE, REPO, fake_smi_command
 from nvidia_gpu_exporter import __version__
 from nvidia_gpu_exporter.config import validate
+from nvidia_gpu_exporter.doctor import npd
 from nvidia_gpu_exporter.flags import parse_args
 
 DCGM_COUNTERS = "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\nDCGM_FI_DRIVER_VERSION, label, Driver Version\n"
@@ -74,6 +75,13 @@ MATRIX: dict[str, dict[str, Any]] = {
     "readiness": {"readiness": {"requireCollection": True, "maxStaleness": "2m", "minGpus": "pci"}},
     "host-pid-compute-apps": {"hostPID": True, "computeApps": {"enabled": True}},
     "host-network": {"hostNetwork": True, "hostPort": {"enabled": True, "port": 19835}},
+    "npd-plugin": {
+        "nodeProblemDetector": {
+            "enabled": True,
+            "url": "https://127.0.0.1:9835/-/health",
+            "pluginArgs": ["--username=npd", "--password-file=/etc/npd/password", "--insecure-skip-verify"],
+        }
+    },
     "custom-args": {
         "backend": "demo",
         "port": 9900,
@@ -940,3 +948,61 @@ def test_helm_test_and_the_notes_check_find_a_healthy_exporter_under_every_profi
     found = [match.group(0) for match in re.finditer(notes.group(1) + ".*", scrape, re.MULTILINE)]
     assert "nvidia_gpu_exporter_collection_success 1" in found
     assert len(found) >= 3  # and the GPUs, in either profile's names
+
+
+# -- the node-problem-detector plugin's monitor config ----------------------------------------------------------
+
+MONITOR = REPO / "deploy" / "node-problem-detector" / "nvidia-gpu-exporter-monitor.json"
+
+
+def npd_monitor(values: dict[str, Any]) -> dict[str, Any]:
+    """The monitor config the chart's ConfigMap holds."""
+    configmaps = [
+        document
+        for document in by_kind(chart_objects(values), "ConfigMap")
+        if document["metadata"]["name"].endswith("-npd-plugin")
+    ]
+    (configmap,) = configmaps
+    assert configmap["metadata"]["name"] == "gpu-nvidia-gpu-exporter-npd-plugin"
+    monitor: dict[str, Any] = json.loads(configmap["data"]["nvidia-gpu-exporter-monitor.json"])
+    return monitor
+
+
+def test_the_npd_plugin_configmap_is_off_by_default() -> None:
+    assert not [d for d in chart_objects({}) if d["metadata"]["name"].endswith("-npd-plugin")]
+
+
+def test_the_charts_monitor_config_is_the_one_in_deploy() -> None:
+    """With the exporter on the node's network, the chart ships deploy/node-problem-detector's file as it is."""
+    values = {"hostNetwork": True, "nodeProblemDetector": {"enabled": True}}
+    assert npd_monitor(values) == json.loads(MONITOR.read_text(encoding="utf-8"))
+
+
+def test_the_plugins_url_and_credentials_reach_every_rule() -> None:
+    values = MATRIX["npd-plugin"]
+    monitor = npd_monitor(values)
+    for rule, state in zip(monitor["rules"], ("failing", "degraded"), strict=True):
+        options = npd._parser().parse_args(rule["args"][1:])  # the plugin accepts what the chart renders
+        assert (options.url, options.state, options.username, options.password_file, options.insecure_skip_verify) == (
+            "https://127.0.0.1:9835/-/health",
+            state,
+            "npd",
+            "/etc/npd/password",
+            True,
+        )
+
+
+def test_the_plugin_needs_the_nodes_network_or_a_url() -> None:
+    assert_render_fails({"nodeProblemDetector": {"enabled": True}}, "nodeProblemDetector.enabled needs hostNetwork")
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        pytest.param({"nodeProblemDetector": {"pluginArgs": ["; rm -rf /"]}}, "pluginArgs", id="not-a-flag"),
+        pytest.param({"nodeProblemDetector": {"url": "127.0.0.1:9835"}}, "url", id="url-without-scheme"),
+        pytest.param({"nodeProblemDetector": {"invokeInterval": "1 minute"}}, "invokeInterval", id="interval"),
+    ],
+)
+def test_schema_rejects_bad_npd_values(values: dict[str, Any], message: str) -> None:
+    assert_render_fails(values, message)

@@ -16,13 +16,14 @@ from typing import Any
 import pytest
 
 from nvidia_gpu_exporter.backends import BackendSetupError, CollectionError
-from nvidia_gpu_exporter.backends.demo.backend import POWER_QUERY_ARGS, DemoBackend, parse_demo_config
+from nvidia_gpu_exporter.backends.demo.backend import POWER_QUERY_ARGS, DemoBackend, build_scene, parse_demo_config
 from nvidia_gpu_exporter.backends.demo.extras import (
     DEFAULT_PCIE_RX,
     DEFAULT_PCIE_TX,
     DEFAULT_SCENARIO,
     DEFAULT_XID_CODES,
     GIB,
+    GPU_SCENARIOS,
     MAX_XIDS_PER_CYCLE,
     SCENARIOS,
     Bounds,
@@ -35,7 +36,15 @@ from nvidia_gpu_exporter.backends.exec.output import parse_gpu_csv
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.exposition.metrics import Exposition
-from nvidia_gpu_exporter.model.snapshot import Attempt, MigInstanceReading, NvmlExtras, Readings, Snapshot, XidRecord
+from nvidia_gpu_exporter.model.snapshot import (
+    Attempt,
+    MigInstanceReading,
+    NvmlExtras,
+    Readings,
+    Snapshot,
+    StuckChildren,
+    XidRecord,
+)
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "captures"
@@ -377,8 +386,23 @@ INSTANCE = "extras:\n  mig:\n    - gpu: 0\n      instances:\n        - "
         ),
         pytest.param(
             "extras:\n  scenarios: [lost-gpu, healthy]",
-            'line 2: extras.scenarios[1]: must be one of lost-gpu, xid-79, random-xids, got "healthy"',
+            f'line 2: extras.scenarios[1]: must be one of {", ".join(SCENARIOS)}, got "healthy"',
             id="scenario-unknown",
+        ),
+        pytest.param(
+            "extras:\n  scenarios:\n    - {name: remapped-rows-failure, gpu: 0}\n    - {name: lost-gpu, gpu: 1}",
+            'line 4: extras.scenarios[1].gpu: the scenario "lost-gpu" is not one GPU\'s: it takes no gpu',
+            id="node-scenario-on-a-gpu",
+        ),
+        pytest.param(
+            "extras:\n  scenarios: [{gpu: 0}]",
+            "line 2: extras.scenarios[0].name: required",
+            id="scenario-without-a-name",
+        ),
+        pytest.param(
+            "extras:\n  scenarios: [{name: xid-nvlink, gpus: 0}]",
+            'line 2: extras.scenarios[0]: unknown key "gpus", want one of name, gpu',
+            id="scenario-unknown-key",
         ),
         pytest.param(
             "extras:\n  scenarios: [xid-79, xid-79]",
@@ -417,6 +441,12 @@ def test_invalid_extras_name_the_key_path_and_line(config: str, message: str) ->
             1,
             "extras.xids.initial[0].gpu: GPU 1 does not exist (1 GPUs)",
             id="xid-gpu-beyond-count",
+        ),
+        pytest.param(
+            "{scenarios: [lost-gpu, {name: xid-nvlink, gpu: 2}]}",
+            2,
+            "extras.scenarios[1].gpu: GPU 2 does not exist (2 GPUs)",
+            id="scenario-gpu-beyond-count",
         ),
     ],
 )
@@ -468,6 +498,58 @@ def test_valid_extras_parse_to_defaults_and_values(block: str, expected: ExtrasS
 def test_each_scenario_adds_its_fault(names: str, gpus: int, expected: ExtrasSpec) -> None:
     spec = extras(f"{{scenarios: {names}}}")
     assert replace(spec.with_scenarios(gpus), scenarios=()) == expected
+
+
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [
+        pytest.param("[xid-nvlink]", ExtrasSpec(xid_initial=(XidEventSpec(1, 74, 1),)), id="an-xid-on-the-second-gpu"),
+        pytest.param("[{name: xid-nvlink, gpu: 2}]", ExtrasSpec(xid_initial=(XidEventSpec(2, 74, 1),)), id="on-gpu-2"),
+        pytest.param(
+            "[{name: remapped-rows-failure, gpu: 0}]",
+            ExtrasSpec(gpu_faults=((0, GPU_SCENARIOS["remapped-rows-failure"]),)),
+            id="cells-on-gpu-0",
+        ),
+        pytest.param("[missing-from-driver]", ExtrasSpec(lost_gpus=("none",)), id="missing-from-driver"),
+    ],
+)
+def test_a_gpu_scenario_acts_on_the_gpu_it_names(names: str, expected: ExtrasSpec) -> None:
+    spec = extras(f"{{scenarios: {names}}}")
+    assert replace(spec.with_scenarios(4), scenarios=(), scenario_gpus=()) == expected
+
+
+def test_a_gpu_scenarios_cells_are_what_its_gpu_prints(tmp_path: Path) -> None:
+    config = (
+        "gpus: 3\nextras:\n  scenarios: [{name: remapped-rows-failure, gpu: 2}, uncorrectable-ecc-aggregate-rose]\n"
+    )
+    backend = start(tmp_path, config)
+    columns = {field.qfield: position for position, field in enumerate(backend.fields)}
+    rows = [collect(backend).gpus.rows for _ in range(2)]
+    assert [row[columns["remapped_rows.failure"]] for row in rows[0]] == ["No", "No", "Yes"]
+    counts = [[int(row[columns["ecc.errors.uncorrected.aggregate.total"]]) for row in table] for table in rows]
+    assert (counts[0][0], counts[1][0], counts[0][2], counts[1][2]) == (0, 0, 0, 0)
+    assert counts[1][1] == counts[0][1] + 1  # one more at every collection, on the second GPU alone
+
+
+def test_a_sustained_reasons_cells_have_held_since_before_the_demo_started(tmp_path: Path) -> None:
+    backend = start(tmp_path, "extras:\n  scenarios: [sustained-power-cap]\n", clock=Clock())
+    readings = collect(backend)
+    uuid = readings.gpus.rows[1][[field.qfield for field in backend.fields].index("uuid")]
+    assert readings.held_since == {(uuid, "clocks_event_reasons.sw_power_cap"): T0 - 1800.0}
+
+
+def test_the_stuck_nvidia_smi_scenario_simulates_a_stuck_child(tmp_path: Path) -> None:
+    assert start().stuck_children() is None
+    assert start(tmp_path, "extras:\n  scenarios: [stuck-nvidia-smi]\n").stuck_children() == StuckChildren(1, 1)
+
+
+def test_gpu_scenarios_need_the_simulated_gpus() -> None:
+    capture = Path(__file__).resolve().parent / "fixtures" / "captures" / "fixture-linux-2gpu-mig.txt"
+    settings, spec = parse_demo_config(
+        f"capture: {capture}\nextras:\n  scenarios: [hw-power-brake]\n".encode(), "d.yaml"
+    )
+    with pytest.raises(BackendSetupError, match="hw-power-brake change the simulated GPUs' readings"):
+        asyncio.run(build_scene(settings, spec, "d.yaml"))
 
 
 def test_scenarios_add_to_what_the_config_sets() -> None:

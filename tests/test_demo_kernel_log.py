@@ -87,8 +87,7 @@ def test_the_demo_serves_the_kernel_logs_families_with_its_processes(exporter: S
     assert source.labels == {"source": "demo"}
     assert [float(sample.value) for sample in series(text, "nvidia_smi_xid_errors_total")] == [2.0]
     # Each fault says that it is simulated: the scenarios when they start, the kernel log's lines as they are read.
-    assert handle.logged('msg="demo scenario on: simulating a fault" scenario=lost-gpu')
-    assert handle.logged('msg="demo scenario on: simulating a fault" scenario=xid-79')
+    assert handle.logged('msg="demo scenarios on: simulating faults" scenarios="lost-gpu, xid-79 on GPU 1"')
     assert handle.logged('msg="XID error in the kernel log (simulated by the demo)"')
     (fallen_line,) = handle.logged('msg="a GPU fell off the bus (simulated by the demo)"')
     assert "level=warn" in fallen_line

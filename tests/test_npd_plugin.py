@@ -3,19 +3,24 @@ exporter's ``/-/health``: exit 0 OK, 1 a problem, 2 unknown, one bounded line on
 
 from __future__ import annotations
 
+import base64
 import http.server
 import json
+import ssl
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import bcrypt
 import pytest
+import trustme
 
 from conftest import StartExporter
-from harness import MIG_FIXTURE, REPO, fake_smi_command
+from harness import MIG_FIXTURE, REPO, fake_smi_command, start_exporter
 from nvidia_gpu_exporter.doctor import npd
 from test_verdict_server import SICK, start
 
@@ -193,3 +198,118 @@ def test_the_monitor_config_runs_the_plugin_as_shipped() -> None:
         options = npd._parser().parse_args(rule["args"][1:])
         assert (options.state, options.max_length) == (state, monitor["pluginConfig"]["max_output_length"])
         assert options.timeout < int(rule["timeout"].rstrip("s"))
+
+
+# -- an exporter behind its web config's TLS and basic auth ----------------------------------------------------
+
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A real exporter with TLS and basic auth (healthy GPUs), its https /-/health URL, and its files' directory."""
+    directory = tmp_path_factory.mktemp("guarded")
+    ca = trustme.CA()
+    server = ca.issue_cert("localhost")  # not 127.0.0.1: what --insecure-skip-verify is for
+    server.private_key_pem.write_to_path(str(directory / "key.pem"))
+    server.cert_chain_pems[0].write_to_path(str(directory / "cert.pem"))
+    ca.cert_pem.write_to_path(str(directory / "ca.pem"))
+    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()
+    config = directory / "web.yml"
+    config.write_text(
+        f"tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\nbasic_auth_users:\n  prometheus: {hashed}\n"
+    )
+    (directory / "password").write_text(PASSWORD + "\n")
+    (directory / "wrong").write_text("wrong\n")
+    handle = start_exporter(["--nvidia-smi-command", fake_smi_command(MIG_FIXTURE), f"--web.config.file={config}"])
+    try:
+        context = ssl.create_default_context(cafile=str(directory / "ca.pem"))
+        token = base64.b64encode(f"prometheus:{PASSWORD}".encode()).decode()
+        scrape = urllib.request.Request(
+            f"https://localhost:{handle.address.rsplit(':', 1)[1]}/metrics", headers={"Authorization": f"Basic {token}"}
+        )
+        with urllib.request.urlopen(scrape, context=context, timeout=30) as reply:  # a collection judges the verdict
+            assert reply.status == 200
+        yield f"https://{handle.address}/-/health", directory
+    finally:
+        handle.stop()
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        pytest.param(
+            ["--username=prometheus", "--password-file={dir}/password", "--ca-file={dir}/ca.pem"],
+            (2, "cannot reach the exporter at {url}: [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: IP"),
+            id="the-ca-verifies-but-the-certificate-names-localhost",
+        ),
+        pytest.param(
+            ["--username=prometheus", "--password-file={dir}/password", "--insecure-skip-verify"],
+            (0, "2 GPUs, none failing"),
+            id="credentials-and-loopback-skip-verify",
+        ),
+        pytest.param(
+            ["--username=prometheus", "--password-file={dir}/wrong", "--insecure-skip-verify"],
+            (2, "the exporter answered HTTP 401 at {url}"),
+            id="wrong-password",
+        ),
+        pytest.param(["--insecure-skip-verify"], (2, "the exporter answered HTTP 401 at {url}"), id="no-credentials"),
+        pytest.param(
+            ["--username=prometheus", "--password-file={dir}/password"],
+            (2, "cannot reach the exporter at {url}: [SSL: CERTIFICATE_VERIFY_FAILED]"),
+            id="an-unknown-ca",
+        ),
+        pytest.param(
+            ["--username=prometheus", "--password-file={dir}/absent", "--insecure-skip-verify"],
+            (2, "cannot read --password-file {dir}/absent: No such file or directory"),
+            id="password-file-absent",
+        ),
+        pytest.param(
+            ["--password-file={dir}/password", "--insecure-skip-verify"],
+            (2, "--password-file needs --username"),
+            id="password-without-user",
+        ),
+    ],
+)
+def test_the_plugin_asks_an_exporter_behind_tls_and_basic_auth(
+    guarded: tuple[str, Path], capsys: pytest.CaptureFixture[str], args: list[str], expected: tuple[int, str]
+) -> None:
+    url, directory = guarded
+    status, message = run(capsys, f"--url={url}", "--max-length=300", *(a.format(dir=directory) for a in args))
+    words = expected[1].format(url=url, dir=directory)
+    assert (status, message[: len(words)]) == (expected[0], words), message
+
+
+def test_the_ca_file_verifies_a_certificate_naming_the_host(
+    guarded: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, directory = guarded
+    named = url.replace("127.0.0.1", "localhost")
+    args = ["--username=prometheus", f"--password-file={directory}/password", f"--ca-file={directory}/ca.pem"]
+    assert run(capsys, f"--url={named}", *args) == (0, "2 GPUs, none failing")
+
+
+@pytest.mark.parametrize(
+    ("url", "args", "words"),
+    [
+        pytest.param(
+            "https://gpu-node-7:9835/-/health",
+            ["--insecure-skip-verify"],
+            "--insecure-skip-verify is for a loopback --url only, not https://gpu-node-7:9835/-/health",
+            id="skip-verify-off-loopback",
+        ),
+        pytest.param(
+            "http://127.0.0.1:9835/-/health",
+            ["--ca-file=/etc/ssl/ca.pem"],
+            "--ca-file and --insecure-skip-verify are for an https --url, not http://127.0.0.1:9835/-/health",
+            id="tls-options-on-http",
+        ),
+        pytest.param(
+            "file:///etc/passwd", [], "--url must be an http or https URL, not file:///etc/passwd", id="not-http"
+        ),
+    ],
+)
+def test_credentials_options_that_cannot_apply_are_unknown(
+    capsys: pytest.CaptureFixture[str], url: str, args: list[str], words: str
+) -> None:
+    assert run(capsys, f"--url={url}", "--max-length=300", *args) == (2, words)

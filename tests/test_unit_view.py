@@ -333,7 +333,7 @@ def _schemes() -> list[dict[str, str]]:
 
 
 @pytest.mark.parametrize("scheme", [pytest.param(0, id="light"), pytest.param(1, id="dark")])
-@pytest.mark.parametrize("colour", ["fg", "mute", "hot", "ok", "accent"])
+@pytest.mark.parametrize("colour", ["fg", "mute", "hot", "warn", "ok", "accent"])
 def test_text_colours_meet_wcag_aa_contrast(scheme: int, colour: str) -> None:
     schemes = _schemes()
     assert len(schemes) == 2

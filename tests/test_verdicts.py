@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from nvidia_gpu_exporter.backends.demo.extras import REASON_SCENARIOS
 from nvidia_gpu_exporter.model import judge as judge_module
 from nvidia_gpu_exporter.model.judge import Judgement, VerdictMemory, judge
 from nvidia_gpu_exporter.model.pcibus import PciFunction, PciInventory, PciKind
@@ -183,6 +184,31 @@ def test_a_sustained_reason_waits_for_its_time(reason: Reason) -> None:
     assert verdict_of(clock.at(T0 + reason.sustain_seconds, fault.make(T0))).state is State.OK
 
 
+SUSTAINED = [r for r in REASONS if r.sustain_seconds]
+
+
+def held_since(reason: Reason, since: float) -> Snapshot:
+    """The reason's faulty cells, which the backend says have said so since ``since`` (the demo's scenarios)."""
+    faulty = FAULTS[reason.name].make(since)
+    assert faulty.attempt is not None
+    assert faulty.attempt.readings is not None
+    cells = {(UUID, name): since for name in HEALTHY}
+    readings = replace(faulty.attempt.readings, held_since=cells)
+    return replace(faulty, attempt=replace(faulty.attempt, readings=readings))
+
+
+@pytest.mark.parametrize("reason", SUSTAINED, ids=[r.name for r in SUSTAINED])
+def test_a_sustained_reason_fires_at_once_on_a_cell_held_long_enough_before(reason: Reason) -> None:
+    verdict = verdict_of(Clock().at(T0, held_since(reason, T0 - reason.sustain_seconds)))
+    assert [(finding.reason, finding.since) for finding in verdict.findings] == [(reason, T0)]
+
+
+@pytest.mark.parametrize("reason", SUSTAINED, ids=[r.name for r in SUSTAINED])
+def test_a_cell_held_not_long_enough_before_still_waits(reason: Reason) -> None:
+    verdict = verdict_of(Clock().at(T0, held_since(reason, T0 - reason.sustain_seconds + 1)))
+    assert verdict.state is State.OK
+
+
 def test_a_healthy_gpu_is_ok_in_every_subsystem() -> None:
     verdict = verdict_of(Clock().at(T0, snapshot()))
     assert [(part.subsystem, part.state) for part in verdict.subsystems] == [(s, State.OK) for s in Subsystem]
@@ -267,11 +293,12 @@ def test_the_worst_finding_decides_the_gpus_state_and_action() -> None:
 def verdict_table() -> str:
     """docs/health.md's table, as the code says."""
     lines = [
-        "| Subsystem | Reason | Input | State | Holds after the evidence | Action |",
-        "|---|---|---|---|---|---|",
+        "| Subsystem | Reason | Input | State | Holds after the evidence | Action | Demo scenario |",
+        "|---|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| {r.subsystem.value} | `{r.name}` | {r.input} | `{r.state.label}` | {r.hold} | {r.action.text} |"
+        f"| {r.subsystem.value} | `{r.name}` | {r.input} | `{r.state.label}` | {r.hold} | {r.action.text} "
+        f"| `{REASON_SCENARIOS[r.name]}` |"
         for r in REASONS
     ]
     return "\n".join(lines) + "\n"

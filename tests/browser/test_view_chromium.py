@@ -143,3 +143,36 @@ def test_the_live_view_renders_updates_and_shows_a_hot_gpu(demo: tuple[Exporter,
     assert overflow <= 0
     assert outside == []
     assert errors == []
+
+
+# The demo's verdict scenarios (docs/demo.md, "Faults on request"): GPU 0 failing, GPU 1 degraded.
+FAULTY = IDLE + "  scenarios:\n    - {name: remapped-rows-failure, gpu: 0}\n    - {name: sustained-power-cap, gpu: 1}\n"
+
+
+def test_a_failing_and_a_degraded_verdict_head_their_gpus_cards(demo: tuple[Exporter, Path], browser: Any) -> None:
+    handle, config = demo
+    config.write_text(FAULTY)
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme="light")
+    page = context.new_page()
+    page.goto(handle.url + "/", wait_until="load", timeout=WAIT_MS)
+    page.locator("#gpus section.gpu p.verdict.failed").wait_for(timeout=WAIT_MS)
+    page.locator("#gpus section.gpu p.verdict.degraded").wait_for(timeout=WAIT_MS)
+    # What follows each card's heading: the verdict with its action, then the reasons with their evidence.
+    heads = page.evaluate(
+        """[...document.querySelectorAll('#gpus section.gpu')].map(card => {
+             const verdict = card.querySelector('h3').nextElementSibling;
+             const colour = getComputedStyle(verdict).color;
+             return [verdict.className, verdict.innerText, verdict.nextElementSibling.innerText, colour];
+           })"""
+    )
+    page.screenshot(path=str(_artifacts() / "live-view-verdicts.png"), full_page=True)
+    context.close()
+    assert heads[0][3] != heads[1][3]  # degraded is told from failing by its colour too
+    assert [(classes, text) for classes, text, _, _ in heads] == [
+        ("verdict failed", "Health: FAILING: Drain the GPU and replace the card (RMA)"),
+        ("verdict degraded", "Health: DEGRADED: Check the node's power supply and the GPU's power limit and cabling"),
+    ]
+    assert heads[0][2].startswith("memory: remapped_rows_failure (failing), remapped_rows.failure = Yes, since ")
+    assert heads[1][2].startswith(
+        "power: sustained_power_cap (degraded), clocks_event_reasons.sw_power_cap = Active, since "
+    )

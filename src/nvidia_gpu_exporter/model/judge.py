@@ -73,6 +73,7 @@ class _Observation:
     holds: bool | None  # None: cannot be told now (the previous state stands)
     at: float | None = None  # when the evidence last moved; None: now
     evidence: str = ""
+    began: float | None = None  # since when the backend says a cell has said so (None: from this sight on)
 
 
 _EMPTY = _Track()
@@ -137,6 +138,7 @@ class _Inputs:
         attempt = snapshot.attempt
         readings = attempt.readings if attempt is not None else None
         self.read = readings is not None
+        self.held_since = readings.held_since if readings is not None else {}
         uuid_column, pci_column = self.columns.get("uuid"), self.columns.get("pci.bus_id")
         if readings is not None and uuid_column is not None:
             for row in readings.gpus.rows:
@@ -248,7 +250,8 @@ class _Inputs:
                 return _UNKNOWN
             holds = value > previous
             evidence = f"{name} rose from {previous:g} to {value:g}"
-        return _Observation(holds, None, evidence)
+        began = self.held_since.get((self.gpus[key][0], name)) if self.held_since else None
+        return _Observation(holds, None, evidence, began)
 
     def _xids(self, key: str, codes: Sequence[int]) -> _Observation:
         if key not in self.xids:
@@ -306,7 +309,10 @@ def _step(reason: Reason, track: _Track, seen: _Observation, now: float) -> _Tra
         last_fired = track.last_fired
     else:
         at = now if seen.at is None else seen.at
-        run_since = track.run_since if track.run_since is not None else at
+        if track.run_since is not None:
+            run_since = track.run_since
+        else:
+            run_since = at if seen.began is None else min(seen.began, at)
         last_fired = track.last_fired
         if at - run_since >= reason.sustain_seconds and (last_fired is None or at > last_fired):
             last_fired = at

@@ -6,7 +6,7 @@ field of each GPU, plus the per-process rows. Turning that text into samples is 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
@@ -307,6 +307,9 @@ class Readings:
     cuda_version: str = ""
     extras: NvmlExtras | None = None  # None for the exec backend
     process_usage: ProcessUsage | None = None  # None when --collect.process-usage is off
+    # (GPU uuid as the table spells it, field) -> Unix time its cell began to say what it says, where the backend
+    # knows (the demo's fault scenarios); the verdict otherwise counts a cell's run from its first sight.
+    held_since: Mapping[tuple[str, str], float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

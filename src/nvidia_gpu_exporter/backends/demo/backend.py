@@ -26,7 +26,8 @@ from nvidia_gpu_exporter._go.text import go_quote
 from nvidia_gpu_exporter.backends import BackendSetupError, CollectionError
 from nvidia_gpu_exporter.backends.demo.extras import (
     DEFAULT_SCENARIO,
-    SCENARIOS,
+    GPU_SCENARIOS,
+    STUCK_NVIDIA_SMI,
     ExtrasError,
     ExtrasSpec,
     ExtrasSynthesizer,
@@ -70,6 +71,7 @@ class Scene:
     gpu_count: int
     pci: PciInventory | None = None  # the simulated sysfs view: every simulated GPU, and the lost ones
     fallen: tuple[str, ...] = ()  # bus ids of the lost GPUs still bound to nvidia: they fell off the bus
+    started: float = 0.0  # Unix time the scene began: its GPU scenarios' cells have said so since before it
 
 
 # A scenario is a few KB (captures are referenced by path, not inlined): 1 MiB is generous, and bounds what one
@@ -107,8 +109,8 @@ def parse_demo_config(data: bytes | None, path: str = "") -> tuple[FakeSmiConfig
         raise BackendSetupError(f"config {go_quote(path)}: {error}") from error
 
 
-async def build_scene(settings: FakeSmiConfig, spec: ExtrasSpec, path: str = "") -> Scene:
-    """Build the simulated machine, ask it which GPUs it has, and check ``extras`` against them."""
+async def build_scene(settings: FakeSmiConfig, spec: ExtrasSpec, path: str = "", now: float = 0.0) -> Scene:
+    """Build the simulated machine, ask it which GPUs it has, and check ``extras`` against them (``now``: when)."""
     if spec.seed is not None:
         seed = spec.seed
     elif settings.seed is not None:
@@ -131,12 +133,20 @@ async def build_scene(settings: FakeSmiConfig, spec: ExtrasSpec, path: str = "")
         spec.check_gpu_count(gpu_count)
     except ExtrasError as error:
         raise BackendSetupError(f"config {go_quote(path)}: {error}" if path else str(error)) from error
+    if spec.gpu_faults:
+        if not isinstance(responder, FleetResponder):
+            names = ", ".join(name for name in spec.scenarios if name in GPU_SCENARIOS)
+            raise BackendSetupError(
+                f"config {go_quote(path)}: extras.scenarios: {names} change the simulated GPUs' readings, "
+                "which a replayed capture: does not have"
+            )
+        responder.set_faults(spec.gpu_faults)
     bus = await simulated_bus(responder, spec.lost_gpus)
     visible = len(bus.gpus) - len(spec.lost_gpus) if bus is not None else 0
     fallen = tuple(gpu.bus_id for gpu in bus.gpus[visible:] if gpu.driver == "nvidia") if bus is not None else ()
-    for name in spec.scenarios:  # a fault an operator could take for a real one says that it is not
-        log.warning("demo scenario on: simulating a fault", extra={"scenario": name, "simulates": SCENARIOS[name]})
-    return Scene(settings, spec, responder, ExtrasSynthesizer(spec, seed), gpu_count, bus, fallen)
+    if spec.scenarios:  # a fault an operator could take for a real one says that it is not: one line for them all
+        log.warning("demo scenarios on: simulating faults", extra={"scenarios": spec.placed(gpu_count)})
+    return Scene(settings, spec, responder, ExtrasSynthesizer(spec, seed), gpu_count, bus, fallen, now)
 
 
 async def ask_pairs(
@@ -253,7 +263,7 @@ class DemoBackend:
         path = config_path or None
         data = read_config_file(path) if path else None
         settings, spec = parse_demo_config(data, path or "")
-        scene = await build_scene(settings, spec, path or "")
+        scene = await build_scene(settings, spec, path or "", clock())
         log.warning("demo mode: serving synthetic data, not a real GPU")
         relay = _Relay(scene.responder)
         smi = await SmiBackend.start(
@@ -307,7 +317,17 @@ class DemoBackend:
         processes = readings.processes
         if processes is not None and self._mig_process_labels:
             processes = scene.synthesizer.attribute(processes)
-        return replace(readings, processes=processes, extras=extras)
+        return replace(readings, processes=processes, extras=extras, held_since=self._held_since(scene, uuids))
+
+    @staticmethod
+    def _held_since(scene: Scene, uuids: Sequence[str]) -> dict[tuple[str, str], float]:
+        """Since when each GPU scenario's cells say so: as long before the scene began as its reason needs."""
+        return {
+            (uuids[index], name): scene.started - fault.held_for
+            for index, fault in scene.spec.gpu_faults
+            if fault.held_for and index < len(uuids)
+            for name, _ in fault.cells
+        }
 
     async def _reload_if_changed(self, path: str) -> None:
         """Re-read the config; a broken one fails this collection, a changed one starts a new scene."""
@@ -317,7 +337,7 @@ class DemoBackend:
             if digest == self._config_digest:
                 return
             settings, spec = parse_demo_config(data, path)
-            scene = await build_scene(settings, spec, path)
+            scene = await build_scene(settings, spec, path, self._clock())
         except BackendSetupError as error:
             raise CollectionError(f"demo config: {error}") from error
         self._scene = scene
@@ -353,8 +373,8 @@ class DemoBackend:
         return self._scene.synthesizer.xid_records()
 
     def stuck_children(self) -> StuckChildren | None:
-        """The simulation runs in-process: no children."""
-        return None
+        """The simulation runs in-process: no children, unless the ``stuck-nvidia-smi`` scenario simulates one."""
+        return StuckChildren(1, 1) if STUCK_NVIDIA_SMI in self._scene.spec.scenarios else None
 
     async def pci_inventory(self) -> PciInventory | None:
         """The current scene's simulated sysfs view (a :class:`~nvidia_gpu_exporter.model.pcibus.PciSource`)."""

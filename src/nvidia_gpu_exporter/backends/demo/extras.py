@@ -37,7 +37,8 @@ from nvidia_gpu_exporter.model.snapshot import (
     XidRecord,
 )
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
-from nvidia_gpu_exporter.support.strictyaml import StrictYamlError, YamlNode
+from nvidia_gpu_exporter.model.verdicts import REASONS, REASONS_BY_NAME, Xids
+from nvidia_gpu_exporter.support.strictyaml import StrictYamlError, YamlNode, YamlScalar
 
 GIB = 1 << 30
 DEFAULT_FALLBACK_WATTS = 120.0
@@ -62,17 +63,83 @@ _PROFILE_SIZE = re.compile(r"\.([0-9]+)gb$", re.IGNORECASE)
 
 # The faults the demo can simulate, by the name ``extras.scenarios`` turns each on with
 # (docs/demo.md, "Faults on request"): the default scenario has none, so a plain demo shows a healthy machine.
-# Each active one is logged as simulated.
-LOST_GPU, XID_79, RANDOM_XIDS = "lost-gpu", "xid-79", "random-xids"
-SCENARIOS: dict[str, str] = {
-    LOST_GPU: "one more GPU on the simulated PCI bus, bound to nvidia, that the simulated nvidia-smi does not list: "
-    "it fell off the bus",
-    XID_79: "two XID 79 errors (GPU has fallen off the bus) on the second GPU (the first when there is one) at the "
-    "first collection",
-    RANDOM_XIDS: "random XID errors about every 10 minutes (extras.xids.interval when set), each on a random GPU "
-    "with a code from extras.xids.codes",
+# Each active one is logged as simulated. Node faults act on the machine; GPU faults on one GPU each.
+LOST_GPU, MISSING_FROM_DRIVER, STUCK_NVIDIA_SMI, RANDOM_XIDS = (
+    "lost-gpu",
+    "missing-from-driver",
+    "stuck-nvidia-smi",
+    "random-xids",
+)
+XID_79 = "xid-79"
+NODE_SCENARIOS = (LOST_GPU, MISSING_FROM_DRIVER, STUCK_NVIDIA_SMI, RANDOM_XIDS)  # docs/demo.md says what each does
+# The demo's lost GPUs by scenario: the driver sysfs shows bound to each.
+LOST_BY_SCENARIO = {LOST_GPU: "nvidia", MISSING_FROM_DRIVER: "none"}
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFault:
+    """What a GPU scenario does to its GPU (the second one unless ``gpu:`` says): the cells its simulated nvidia-smi
+    prints, a counter that rises at every collection, XIDs its driver logs at the first collection. A cell a
+    reason must see for a while (``sustain_seconds``) has said so since that long before the demo started."""
+
+    reason: str  # the verdict reason it shows (model.verdicts)
+    cells: tuple[tuple[str, str], ...] = ()
+    rising: str = ""  # a counter field that is one higher at every collection
+    xid: int = 0
+    xid_count: int = 1
+
+    @property
+    def held_for(self) -> float:
+        """How long before the demo started its cells began to say so."""
+        return REASONS_BY_NAME[self.reason].sustain_seconds if self.cells else 0.0
+
+
+def _xid_faults() -> dict[str, GpuFault]:
+    """One scenario per XID reason, with its first code."""
+    return {
+        reason.name.replace("_", "-"): GpuFault(reason.name, xid=reason.check.codes[0])
+        for reason in REASONS
+        if isinstance(reason.check, Xids)
+    }
+
+
+def _active(field: str) -> tuple[tuple[str, str], ...]:
+    return ((f"clocks_event_reasons.{field}", "Active"),)
+
+
+GPU_SCENARIOS: dict[str, GpuFault] = {
+    XID_79: GpuFault("fallen_off_bus", xid=79, xid_count=2),
+    "uncorrectable-ecc-volatile": GpuFault(
+        "uncorrectable_ecc_volatile",
+        (("ecc.errors.uncorrected.volatile.total", "2"), ("ecc.errors.uncorrected.aggregate.total", "2")),
+    ),
+    "uncorrectable-ecc-aggregate-rose": GpuFault(
+        "uncorrectable_ecc_aggregate_rose", rising="ecc.errors.uncorrected.aggregate.total"
+    ),
+    "remapped-rows-pending": GpuFault(
+        "remapped_rows_pending", (("remapped_rows.pending", "Yes"), ("remapped_rows.uncorrectable", "1"))
+    ),
+    "remapped-rows-failure": GpuFault("remapped_rows_failure", (("remapped_rows.failure", "Yes"),)),
+    "retired-pages-pending": GpuFault("retired_pages_pending", (("retired_pages.pending", "Yes"),)),
+    "link-width-below-max": GpuFault("link_width_below_max", (("pcie.link.width.current", "8"),)),
+    "hw-thermal-slowdown": GpuFault("hw_thermal_slowdown", _active("hw_thermal_slowdown")),
+    "sw-thermal-slowdown": GpuFault("sw_thermal_slowdown", _active("sw_thermal_slowdown")),
+    "near-slowdown-temperature": GpuFault("near_slowdown_temperature", (("temperature.gpu.tlimit", "3"),)),
+    "hw-power-brake": GpuFault("hw_power_brake", _active("hw_power_brake_slowdown")),
+    "sustained-power-cap": GpuFault("sustained_power_cap", _active("sw_power_cap")),
+    "fabric-not-ready": GpuFault("fabric_not_ready", (("fabric.state", "In Progress"),)),
+    "recovery-action-reset": GpuFault("recovery_action_reset", (("gpu_recovery_action", "GPU Reset"),)),
+    "recovery-action-reboot": GpuFault("recovery_action_reboot", (("gpu_recovery_action", "Node Reboot"),)),
+    "recovery-action-drain-p2p": GpuFault("recovery_action_drain_p2p", (("gpu_recovery_action", "Drain P2P"),)),
+    **_xid_faults(),
 }
-SCENARIO_XID_79 = (79, 2)  # the code and count of xid-79
+SCENARIOS: tuple[str, ...] = (*NODE_SCENARIOS, *GPU_SCENARIOS)
+# Which scenario shows each verdict reason (tests/test_verdict_scenarios.py starts the demo with every one).
+REASON_SCENARIOS: dict[str, str] = {
+    "missing_from_driver": MISSING_FROM_DRIVER,
+    "stuck_nvidia_smi": STUCK_NVIDIA_SMI,
+    **{fault.reason: name for name, fault in GPU_SCENARIOS.items()},
+}
 SCENARIO_XID_INTERVAL_SECONDS = 600.0  # random-xids without extras.xids.interval
 
 
@@ -126,6 +193,11 @@ class XidEventSpec:
     count: int = 1
 
 
+def _default_gpu(gpu_count: int) -> int:
+    """The GPU a GPU scenario without ``gpu:`` acts on: the second, or the only one."""
+    return min(1, max(gpu_count - 1, 0))
+
+
 @dataclass(frozen=True, slots=True)
 class ExtrasSpec:
     """The validated ``extras:`` block (defaults filled in); ``seed=None`` means wall-clock seeded."""
@@ -140,6 +212,8 @@ class ExtrasSpec:
     xid_codes: tuple[int, ...] = DEFAULT_XID_CODES
     lost_gpus: tuple[str, ...] = ()  # one driver per GPU that sysfs lists and the simulated nvidia-smi does not
     scenarios: tuple[str, ...] = ()  # the named faults turned on (SCENARIOS), applied by :meth:`with_scenarios`
+    scenario_gpus: tuple[int | None, ...] = ()  # each scenario's ``gpu:`` (None: not given)
+    gpu_faults: tuple[tuple[int, GpuFault], ...] = ()  # the cell faults of the GPU scenarios, by GPU index
 
     @property
     def mig_gpus(self) -> frozenset[int]:
@@ -149,14 +223,30 @@ class ExtrasSpec:
     def with_scenarios(self, gpu_count: int) -> ExtrasSpec:
         """The spec with the faults of its named scenarios added, for a simulation of ``gpu_count`` GPUs."""
         spec = self
-        if LOST_GPU in self.scenarios:
-            spec = replace(spec, lost_gpus=(*spec.lost_gpus, "nvidia"))
-        if XID_79 in self.scenarios and gpu_count:
-            code, count = SCENARIO_XID_79
-            spec = replace(spec, xid_initial=(*spec.xid_initial, XidEventSpec(min(1, gpu_count - 1), code, count)))
-        if RANDOM_XIDS in self.scenarios and spec.xid_interval_seconds is None:
-            spec = replace(spec, xid_interval_seconds=SCENARIO_XID_INTERVAL_SECONDS)
+        gpus = self.scenario_gpus or (None,) * len(self.scenarios)
+        for name, gpu in zip(self.scenarios, gpus, strict=True):
+            if name in LOST_BY_SCENARIO:
+                spec = replace(spec, lost_gpus=(*spec.lost_gpus, LOST_BY_SCENARIO[name]))
+            elif name == RANDOM_XIDS and spec.xid_interval_seconds is None:
+                spec = replace(spec, xid_interval_seconds=SCENARIO_XID_INTERVAL_SECONDS)
+            elif name in GPU_SCENARIOS and gpu_count:
+                index = _default_gpu(gpu_count) if gpu is None else gpu
+                fault = GPU_SCENARIOS[name]
+                if fault.xid:
+                    spec = replace(
+                        spec, xid_initial=(*spec.xid_initial, XidEventSpec(index, fault.xid, fault.xid_count))
+                    )
+                if fault.cells or fault.rising:
+                    spec = replace(spec, gpu_faults=(*spec.gpu_faults, (index, fault)))
         return spec
+
+    def placed(self, gpu_count: int) -> str:
+        """The scenarios in words, each GPU scenario with its GPU: ``lost-gpu, xid-79 on GPU 1``."""
+        gpus = self.scenario_gpus or (None,) * len(self.scenarios)
+        return ", ".join(
+            f"{name} on GPU {_default_gpu(gpu_count) if gpu is None else gpu}" if name in GPU_SCENARIOS else name
+            for name, gpu in zip(self.scenarios, gpus, strict=True)
+        )
 
     def check_gpu_count(self, count: int) -> None:
         """Reject GPU indices the simulated machine does not have (known only once it answered)."""
@@ -166,6 +256,9 @@ class ExtrasSpec:
         for position, event in enumerate(self.xid_initial):
             if event.gpu >= count:
                 raise ExtrasError(f"extras.xids.initial[{position}].gpu: GPU {event.gpu} does not exist ({count} GPUs)")
+        for position, gpu in enumerate(self.scenario_gpus):
+            if gpu is not None and gpu >= count:
+                raise ExtrasError(f"extras.scenarios[{position}].gpu: GPU {gpu} does not exist ({count} GPUs)")
 
 
 DEFAULT_SCENARIO = ExtrasSpec(
@@ -293,18 +386,35 @@ def _lost_gpus(node: YamlNode) -> tuple[str, ...]:
     return tuple(drivers)
 
 
-def _scenarios(node: YamlNode, lost_gpus: int) -> tuple[str, ...]:
+SCENARIO_KEYS = ("name", "gpu")
+
+
+def _scenarios(node: YamlNode, lost_gpus: int) -> tuple[tuple[str, ...], tuple[int | None, ...]]:
+    """The scenario names, and each one's GPU: an item is a name, or ``{name, gpu}`` for a GPU scenario."""
     names: list[str] = []
+    gpus: list[int | None] = []
     for item in node.items():
-        name = item.text()
+        entries = (
+            item.mapping(SCENARIO_KEYS, "a scenario name or {name, gpu}") if not isinstance(item, YamlScalar) else None
+        )
+        named = entries.required("name") if entries is not None else item
+        name = named.text()
         if name not in SCENARIOS:
-            raise item.fail(f"must be one of {', '.join(SCENARIOS)}, got {item.describe()}")
+            raise named.fail(f"must be one of {', '.join(SCENARIOS)}, got {named.describe()}")
         if name in names:
-            raise item.fail(f"the scenario {go_quote(name)} is listed twice")
+            raise named.fail(f"the scenario {go_quote(name)} is listed twice")
+        gpu = None
+        if entries is not None and "gpu" in entries:
+            if name not in GPU_SCENARIOS:
+                raise entries["gpu"].fail(f"the scenario {go_quote(name)} is not one GPU's: it takes no gpu")
+            gpu = entries["gpu"].integer(low=0)
         names.append(name)
-    if LOST_GPU in names and lost_gpus >= MAX_LOST_GPUS:
-        raise node.fail(f"{LOST_GPU} would lose more than {MAX_LOST_GPUS} GPUs with extras.lost-gpus")
-    return tuple(names)
+        gpus.append(gpu)
+    lost = sum(1 for name in names if name in LOST_BY_SCENARIO)
+    if lost and lost_gpus + lost > MAX_LOST_GPUS:
+        listed = " and ".join(name for name in names if name in LOST_BY_SCENARIO)
+        raise node.fail(f"{listed} would lose more than {MAX_LOST_GPUS} GPUs with extras.lost-gpus")
+    return tuple(names), tuple(gpus) if any(gpu is not None for gpu in gpus) else ()
 
 
 def parse_extras(node: YamlNode | None) -> ExtrasSpec:
@@ -335,7 +445,9 @@ def parse_extras(node: YamlNode | None) -> ExtrasSpec:
         if "lost-gpus" in entries:
             values["lost_gpus"] = _lost_gpus(entries["lost-gpus"])
         if "scenarios" in entries:
-            values["scenarios"] = _scenarios(entries["scenarios"], len(values.get("lost_gpus", ())))
+            values["scenarios"], values["scenario_gpus"] = _scenarios(
+                entries["scenarios"], len(values.get("lost_gpus", ()))
+            )
         return ExtrasSpec(**values)
     except StrictYamlError as error:
         raise ExtrasError(str(error)) from None

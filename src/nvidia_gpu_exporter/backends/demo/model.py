@@ -42,6 +42,7 @@ VIDEO_MAX_MHZ = 1545
 SLOWDOWN_TEMP_C = 87
 AMBIENT_C = 28.0
 MAX_GPUS = 64
+BUSES_PER_DOMAIN = 15  # buses 0x18, 0x28, ... 0xF8
 WORKLOADS = ("training", "inference", "idle")
 STEP_SECONDS = 15.0  # the time one step stands for in the clock-event counters (a typical scrape interval)
 
@@ -155,8 +156,11 @@ FIELDS: tuple[FieldSpec, ...] = (
     _spec("remapped_rows.uncorrectable", "Number of rows remapped because of uncorrectable errors."),
     _spec("remapped_rows.pending", "Whether a row remapping is pending (needs a GPU reset)."),
     _spec("remapped_rows.failure", "Whether a row remapping has failed."),
+    _spec("retired_pages.pending", "Whether a page retirement is pending (needs a GPU reset)."),
     _spec("temperature.gpu", "Core GPU temperature, in degrees C."),
     _spec("temperature.memory", "HBM memory temperature, in degrees C."),
+    _spec("temperature.gpu.tlimit", "Degrees C below the slowdown temperature."),
+    _spec("fabric.state", "The NVLink fabric's state (Not Started, In Progress, Completed)."),
     _spec("power.management", "A flag that indicates whether power management is enabled."),
     _spec("power.draw", "The last measured power draw for the entire board, in watts."),
     _spec("power.draw.average", "The average power draw over the last second, in watts."),
@@ -337,7 +341,8 @@ class DemoFleet:
         )
         free = MEMORY_TOTAL_MIB - MEMORY_RESERVED_MIB - used
         sm_clock = gpu.sm_clock_mhz
-        bus = 0x18 + 0x10 * gpu.index
+        domain, slot = divmod(gpu.index, BUSES_PER_DOMAIN)  # past 15 GPUs, the next PCI domain
+        bus = 0x18 + 0x10 * slot
         utilization = round(gpu.utilization * 100)
         stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(self.now)) + f".{int(self.now * 1000) % 1000:03d}"
         cells = {
@@ -347,8 +352,8 @@ class DemoFleet:
             "name": GPU_NAME,
             "serial": str(1_654_323_000_100 + gpu.index),
             "uuid": gpu.uuid,
-            "pci.bus_id": f"00000000:{bus:02X}:00.0",
-            "pci.domain": "0x0000",
+            "pci.bus_id": f"{domain:08X}:{bus:02X}:00.0",
+            "pci.domain": f"0x{domain:04X}",
             "pci.bus": f"0x{bus:02X}",
             "pci.device": "0x00",
             "pci.device_id": "0x233510DE",
@@ -393,6 +398,11 @@ class DemoFleet:
             "remapped_rows.uncorrectable": "0",
             "remapped_rows.pending": "No",
             "remapped_rows.failure": "No",
+            # Not reported by the simulated GPUs (no page retirement, no fabric probe): the scenarios that show a
+            # verdict from them set them (docs/demo.md, "Faults on request").
+            "retired_pages.pending": NOT_AVAILABLE,
+            "temperature.gpu.tlimit": NOT_AVAILABLE,
+            "fabric.state": NOT_AVAILABLE,
             "temperature.gpu": str(round(gpu.temperature_c)),
             "temperature.memory": str(round(gpu.temperature_c - 6 + 10 * gpu.utilization)),
             "power.management": DEPRECATED,

@@ -20,6 +20,7 @@ from dataclasses import replace
 
 from nvidia_gpu_exporter._go.text import go_quote
 from nvidia_gpu_exporter.backends import BackendSetupError
+from nvidia_gpu_exporter.backends.demo.extras import GpuFault
 from nvidia_gpu_exporter.backends.demo.model import FIELD_NAMES, FIELDS, DemoFleet, help_query_gpu_text, version_text
 from nvidia_gpu_exporter.backends.exec.backend import gpu_query_args
 from nvidia_gpu_exporter.backends.exec.output import COMPUTE_APPS_ARGS, COMPUTE_APPS_FIELDS
@@ -37,17 +38,25 @@ MIG_MODE_FIELDS = ("mig.mode.current", "mig.mode.pending")
 MIG_ENABLED = "Enabled"
 
 
-def fleet_capture(fleet: DemoFleet, mig_gpus: frozenset[int] = frozenset()) -> Capture:
+def fleet_capture(
+    fleet: DemoFleet, mig_gpus: frozenset[int] = frozenset(), faults: Sequence[tuple[int, GpuFault]] = ()
+) -> Capture:
     """The fleet's current readings laid out as a capture the fake engine can answer from.
 
     GPUs in ``mig_gpus`` have a simulated MIG topology, so they report MIG mode ``Enabled`` (a config
-    override of those fields still wins: the engine applies overrides on top of this layout).
+    override of those fields still wins: the engine applies overrides on top of this layout). Each GPU scenario's
+    cells replace its GPU's; its rising counter counts the simulation's steps, one more at every collection.
     """
     header = ", ".join(spec.header for spec in FIELDS)
     gpu_rows = fleet.gpu_rows()
     for index in mig_gpus:
         if index < len(gpu_rows):
             gpu_rows[index].update(dict.fromkeys(MIG_MODE_FIELDS, MIG_ENABLED))
+    for index, fault in faults:
+        if index < len(gpu_rows):
+            gpu_rows[index].update(fault.cells)
+            if fault.rising:
+                gpu_rows[index][fault.rising] = str(max(fleet.steps - 1, 0))
     rows = [", ".join(cells[name] for name in FIELD_NAMES) for cells in gpu_rows]
     processes = [", ".join(row) for row in fleet.process_rows()]
     apps_header = ", ".join((*COMPUTE_APPS_FIELDS[:-1], "used_gpu_memory [MiB]"))
@@ -89,6 +98,12 @@ class FleetResponder:
         self.fleet = fleet
         self.settings = settings
         self.mig_gpus = mig_gpus
+        self.faults: tuple[tuple[int, GpuFault], ...] = ()
+        self.scenario = self._current_scenario()
+
+    def set_faults(self, faults: tuple[tuple[int, GpuFault], ...]) -> None:
+        """The GPU scenarios' cells from now on (known once the fleet said how many GPUs it has)."""
+        self.faults = faults
         self.scenario = self._current_scenario()
 
     @property
@@ -97,7 +112,7 @@ class FleetResponder:
 
     def _current_scenario(self) -> Scenario:
         return Scenario(
-            capture=fleet_capture(self.fleet, self.mig_gpus),
+            capture=fleet_capture(self.fleet, self.mig_gpus, self.faults),
             state=DEMO_STATE,
             seed=self.fleet.seed + self.fleet.steps,
             overrides=self.settings.overrides,
