@@ -341,6 +341,7 @@ def build_fleet(config: Config) -> Fleet | None:
         config.fleet_targets_file,
         targets,
         compute_apps=config.compute_apps,
+        process_usage_limit=config.process_usage_max_processes if config.process_usage else None,
         max_output_bytes=config.collect_max_output_bytes,
         max_concurrent=config.fleet_max_concurrent,
     )
