@@ -38,6 +38,7 @@ from nvidia_gpu_exporter.health.sysfs import SysfsScanner
 from nvidia_gpu_exporter.httpserver.config import WebConfig, WebConfigError
 from nvidia_gpu_exporter.httpserver.security import Security
 from nvidia_gpu_exporter.httpserver.server import ListenError, bind_socket
+from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_PROC_ROOT, DEFAULT_SOCKET
 from nvidia_gpu_exporter.preflight import StartupError, checked
 from nvidia_gpu_exporter.support import garbage
 from nvidia_gpu_exporter.support.extras import install_hint
@@ -257,6 +258,19 @@ def build_attributor(config: Config, backend: Backend) -> Attributor | None:
     )
 
     settings = attribution_settings(config)
+    # The demo simulates the node's kubelet and cgroups (docs/demo.md, "Pods"), unless the flags name real ones.
+    simulated = config.backend is BackendName.DEMO and config.kubernetes_pod_resources_socket == DEFAULT_SOCKET
+    if simulated and config.kubernetes_proc_root == DEFAULT_PROC_ROOT:
+        from nvidia_gpu_exporter.backends.demo.backend import DemoBackend  # noqa: PLC0415 - only the demo needs it
+
+        if isinstance(backend, DemoBackend):
+            kubelet = backend.kubelet()
+            return Attributor(
+                settings,
+                backend.fields,
+                source=kubelet if settings.pod_resources else None,
+                process_pods=kubelet.process_pod,
+            )
     source = None
     if settings.pod_resources:
         try:
