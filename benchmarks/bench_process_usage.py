@@ -1,7 +1,10 @@
 """What --collect.process-usage costs: collection time, render time and series at 8 GPUs x 16 and x 64 processes,
 on the exec backend (the fake nvidia-smi: a GPU query, plus a pmon run with the option), the demo backend (the same
 pipeline answered in-process from a capture) and the nvml backend (the fake libnvidia-ml, compiled here), each with
-and without the option, at the default cap (16 processes per GPU with series of their own).
+and without the option, at the default cap (16 processes per GPU with series of their own); and with the option
+and pods on (--kubernetes.process-pods with --kubernetes.pod-resources): every process in a pod of four processes
+time-sliced on its GPU, each pod holding a replica, so each collection also reads each process's cgroup (a fake
+/proc), computes the per-pod shares and their energy, and the GPU-seconds allocated and used.
 
 The exec figures are dominated by starting the Python fake nvidia-smi, once per run; the nvml figures by the
 bindings' ctypes calls into a fake that does no work (a real driver adds its own latency per call). Render time is
@@ -34,7 +37,65 @@ from nvml_fake import compile_fake_nvml, nvml_env
 GPUS = 8
 PROCESS_COUNTS = (16, 64)
 FENCE = "#" * 80
-USAGE_PREFIXES = ("nvidia_smi_process_", "nvidia_gpu_exporter_process_usage_")
+USAGE_PREFIXES = ("nvidia_smi_process_", "nvidia_gpu_exporter_process_usage_", "nvidia_smi_pod_")
+PROCESSES_PER_POD = 4
+MODES = ("off", "on", "on + pods")
+
+
+def pod_uid(pid: str) -> str:
+    return f"{int(pid) // PROCESSES_PER_POD:08x}-0000-4000-8000-000000000000"
+
+
+def write_proc(root: Path, pids: list[str]) -> Path:
+    """A fake /proc: the node's init, and each process in its pod's cgroup (a containerd cgroup v2 layout)."""
+    proc = root / "proc"
+    for pid, text in {
+        "1": "0::/init.scope\n",
+        **{p: f"0::/kubepods/besteffort/pod{pod_uid(p)}/{'c' * 64}\n" for p in pids},
+    }.items():
+        (proc / pid).mkdir(parents=True, exist_ok=True)
+        (proc / pid / "cgroup").write_text(text, encoding="utf-8")
+    return proc
+
+
+class Pods:
+    """What the collector does per collection with pods on, timed by :func:`render_cost` with the rendering."""
+
+    def __init__(self, proc: Path, readings: Any) -> None:
+        from nvidia_gpu_exporter.model.gpuseconds import GpuSecondsLedger
+        from nvidia_gpu_exporter.model.kubernetes import GpuPod
+        from nvidia_gpu_exporter.model.podusage import PodEnergyLedger
+        from nvidia_gpu_exporter.model.uuids import normalize_uuid
+
+        self.proc = proc
+        self.energy = PodEnergyLedger()
+        self.seconds = GpuSecondsLedger()
+        rows = readings.process_usage.rows
+        pods = sorted({(normalize_uuid(row.gpu_uuid), pod_uid(row.pid)) for row in rows})
+        self.gpu_pods = tuple(
+            GpuPod(uuid, "", "bench", f"pod-{uid[:8]}", "main", "nvidia.com/gpu", f"GPU-{uuid}::{n}", str(n))
+            for n, (uuid, uid) in enumerate(pods)
+        )
+        self.joules = 0.0
+
+    def collect(self, readings: Any, limit: int) -> tuple[Any, Any]:
+        from nvidia_gpu_exporter.kubernetes.cgroups import host_pid_problem, lookup_process
+        from nvidia_gpu_exporter.model.podusage import pod_shares
+        from nvidia_gpu_exporter.model.uuids import normalize_uuid
+
+        usage = readings.process_usage
+        host_pid_problem(self.proc)
+        pod_of = {}
+        for row in usage.rows:
+            found = lookup_process(self.proc, row.pid).pod
+            if found is not None:
+                pod_of[row.pid] = found.pod_uid
+        uuids = sorted({normalize_uuid(row.gpu_uuid) for row in usage.rows})
+        self.joules += 100.0
+        shares = pod_shares(usage, pod_of, {}, dict.fromkeys(uuids, 500.0), limit)
+        accounted = self.energy.account(shares, dict.fromkeys(uuids, self.joules))
+        now = time.time()
+        return replace(accounted, pods=self.seconds.use(accounted.pods, now)), self.seconds.allocate(self.gpu_pods, now)
 
 
 def median_ms(timings: list[float]) -> float:
@@ -78,8 +139,9 @@ def write_capture(path: Path, processes: int) -> None:
     )
 
 
-def render_cost(backend: Any, readings: Any, iterations: int) -> tuple[float, int, int]:
-    """Median ms of capping and rendering one collection, and the scrape's series: all, and per-process usage."""
+def render_cost(backend: Any, readings: Any, iterations: int, pods: Pods | None = None) -> tuple[float, int, int]:
+    """Median ms of capping and rendering one collection (with ``pods``, its per-pod work too), and the scrape's
+    series: all, and per-process usage (per-pod included)."""
     from nvidia_gpu_exporter.exposition.metrics import Exposition
     from nvidia_gpu_exporter.model.processusage import DEFAULT_MAX_PROCESSES, cap_usage
     from nvidia_gpu_exporter.model.snapshot import Attempt, Snapshot
@@ -94,7 +156,15 @@ def render_cost(backend: Any, readings: Any, iterations: int) -> tuple[float, in
         if readings.process_usage is not None:
             usage, overflowed = cap_usage(readings.process_usage, DEFAULT_MAX_PROCESSES)
             capped = replace(readings, process_usage=usage)
-        snapshot = Snapshot(Attempt(capped, 0, 0.1, 1.0), 0, 1.0, process_usage_overflowed=overflowed)
+        pod_usage, allocations = pods.collect(readings, DEFAULT_MAX_PROCESSES) if pods is not None else (None, None)
+        snapshot = Snapshot(
+            Attempt(capped, 0, 0.1, 1.0),
+            0,
+            1.0,
+            process_usage_overflowed=overflowed,
+            pod_usage=pod_usage,
+            pod_allocations=allocations,
+        )
         text = exposition.render(snapshot)
         timings.append(time.perf_counter() - started)
     samples = [line for line in text.splitlines() if line and not line.startswith("#")]
@@ -188,23 +258,27 @@ def main() -> None:
         for processes in PROCESS_COUNTS:
             capture = Path(directory) / f"bench-{processes}.txt"
             write_capture(capture, processes)
-            for usage in (False, True):
+            pids = [str(10000 + gpu * 1000 + number) for gpu in range(GPUS) for number in range(processes)]
+            proc = write_proc(Path(directory) / f"proc-{processes}", pids)
+            for mode in MODES:
+                usage = mode != "off"
                 cases = (
                     ("exec", asyncio.run(exec_case(capture, usage, args.exec_iterations)), args.exec_iterations),
                     ("demo", asyncio.run(demo_case(capture, usage, args.iterations)), args.iterations),
                     ("nvml", nvml_case(library, processes, usage, args.iterations), args.iterations),
                 )
                 for name, (collect_ms, backend, readings), iterations in cases:
-                    render_ms, series, usage_series = render_cost(backend, readings, args.iterations)
+                    pods = Pods(proc, readings) if mode == "on + pods" else None
+                    render_ms, series, usage_series = render_cost(backend, readings, args.iterations, pods)
                     rows.append(
-                        f"| {name} | {GPUS} x {processes} | {'on' if usage else 'off'} | {iterations} | "
+                        f"| {name} | {GPUS} x {processes} | {mode} | {iterations} | "
                         f"{collect_ms:.2f} ms | {render_ms:.2f} ms | {series} | {usage_series} |"
                     )
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"python {platform.python_version()} on {platform.machine()}, load average {load:.1f} at the end")
     print(
         "| backend | GPUs x processes | --collect.process-usage | iterations | median collection | "
-        "median cap + render | series in the scrape | of them per-process usage |"
+        "median cap + pods + render | series in the scrape | of them per-process and per-pod usage |"
     )
     print("|---|---|---|---:|---:|---:|---:|---:|")
     print("\n".join(rows))

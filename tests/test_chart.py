@@ -402,7 +402,15 @@ def test_dashboards_configmap_ships_the_dashboards() -> None:
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert configmap["metadata"]["annotations"] == {"grafana_folder": "GPUs"}
     shipped = {path.name: path.read_text(encoding="utf-8") for path in sorted(GRAFANA.glob("*.json"))}
-    assert set(configmap["data"]) == set(shipped) == {"nvidia-gpu-detail.json", "nvidia-gpu-fleet.json"}
+    assert (
+        set(configmap["data"])
+        == set(shipped)
+        == {
+            "nvidia-gpu-detail.json",
+            "nvidia-gpu-fleet.json",
+            "nvidia-gpu-cost.json",
+        }
+    )
     for name, text in shipped.items():
         assert json.loads(configmap["data"][name]) == json.loads(text), name
         assert (CHART / "dashboards" / name).read_text(encoding="utf-8") == text, f"chart copy of {name} differs"

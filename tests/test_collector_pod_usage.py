@@ -12,7 +12,9 @@ from fakes import FIELDS, FakeBackend
 from k8s_fakes import HOST_SERVICE, make_proc
 from nvidia_gpu_exporter.collector import Collector, _holders
 from nvidia_gpu_exporter.kubernetes.attribution import AttributionSettings, Attributor
-from nvidia_gpu_exporter.model.kubernetes import GpuPod, KubernetesAttribution
+from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_RESOURCE_PATTERNS
+from nvidia_gpu_exporter.kubernetes.podresources import PodResourcesError
+from nvidia_gpu_exporter.model.kubernetes import UNAVAILABLE, GpuPod, KubernetesAttribution, PodDevice
 from nvidia_gpu_exporter.model.snapshot import (
     GpuExtras,
     GpuTable,
@@ -24,19 +26,20 @@ from nvidia_gpu_exporter.model.snapshot import (
     ProcessUsage,
     ProcessUsageRow,
     Readings,
+    Snapshot,
 )
 
 GPU = "GPU-0000"
 POD = "0a0a0a0a-0000-4000-8000-00000000000a"
 
 
-def _readings(joules: float, usage_ok: bool = True) -> Readings:
-    rows = (ProcessUsageRow(GPU, "101", "train", 50.0, None, None, None, 1.0), ProcessUsageRow(GPU, "900", "x", 50.0))
+def _readings(joules: float, usage_ok: bool = True, gpu: str = GPU) -> Readings:
+    rows = (ProcessUsageRow(gpu, "101", "train", 50.0, None, None, None, 1.0), ProcessUsageRow(gpu, "900", "x", 50.0))
     return Readings(
-        GpuTable(((GPU, "40"),)),
-        ProcessList(True, (ProcessRow(GPU, "101", "train", "1 MiB"), ProcessRow(GPU, "900", "x", "1 MiB"))),
+        GpuTable(((gpu, "40"),)),
+        ProcessList(True, (ProcessRow(gpu, "101", "train", "1 MiB"), ProcessRow(gpu, "900", "x", "1 MiB"))),
         "12.4",
-        extras=NvmlExtras((GpuExtras(GPU, energy_joules=joules),)),
+        extras=NvmlExtras((GpuExtras(gpu, energy_joules=joules),)),
         process_usage=ProcessUsage(True, rows) if usage_ok else ProcessUsage(False),
     )
 
@@ -87,3 +90,62 @@ def test_pods_are_named_by_the_one_container_holding_a_whole_gpu_or_a_gpu_instan
         ("aaaa", ""): ("ml", "train", "trainer"),
         ("bbbb", "1"): ("ml", "infer", "server"),  # instance 2 is held by two containers, 3 by none
     }
+
+
+HELD = "GPU-0a0a0a0a-0000-4000-8000-0000000000aa"
+
+
+class _Kubelet:
+    """A PodResources source listing one idle pod holding the GPU whole, or failing."""
+
+    socket = "/fake/kubelet.sock"
+
+    def __init__(self, answers: list[bool]) -> None:
+        self.answers = answers
+
+    async def list_devices(self, timeout_seconds: float) -> tuple[PodDevice, ...]:
+        if not self.answers.pop(0):
+            raise PodResourcesError(UNAVAILABLE, "the kubelet restarts")
+        return (PodDevice("ml", "notebook", "lab", "nvidia.com/gpu", HELD),)
+
+
+def _allocations(tmp_path: Path, answers: list[bool]) -> list[Snapshot]:
+    proc = make_proc(tmp_path, {"101": f"0::/kubepods/besteffort/pod{POD}/{'c' * 64}\n", "900": HOST_SERVICE})
+    settings = AttributionSettings(
+        pod_resources=True,
+        cache_seconds=0.0,
+        resource_patterns=DEFAULT_RESOURCE_PATTERNS,
+        process_pods=True,
+        proc_root=str(proc),
+    )
+    attributor = Attributor(settings, FIELDS, source=_Kubelet(answers))
+
+    async def main() -> list[Snapshot]:
+        collector = Collector(
+            FakeBackend([_readings(1000.0, gpu=HELD) for _ in answers]),
+            timeout_seconds=None,
+            attributor=attributor,
+            process_usage_limit=16,
+        )
+        return [await bounded(collector.scrape()) for _ in range(len(answers))]
+
+    return run(main)
+
+
+def test_a_pod_holding_a_gpu_gets_allocated_seconds_whether_or_not_it_runs_a_process(tmp_path: Path) -> None:
+    first, second = _allocations(tmp_path, [True, True])
+    assert first.pod_allocations is not None
+    assert second.pod_allocations is not None
+    assert [(item.uuid, item.namespace, item.pod, item.fraction) for item in second.pod_allocations] == [
+        (HELD.removeprefix("GPU-"), "ml", "notebook", 1.0)
+    ]
+    assert second.pod_allocations[0].seconds >= first.pod_allocations[0].seconds == 0.0
+    assert second.pod_usage is not None
+    assert [share.used_seconds is not None for share in second.pod_usage.pods] == [True]  # the process's pod
+
+
+def test_a_collection_without_the_kubelets_answer_serves_no_allocations(tmp_path: Path) -> None:
+    served = _allocations(tmp_path, [True, False, True])
+    assert served[1].pod_allocations is None
+    assert served[2].pod_allocations is not None
+    assert [item.pod for item in served[2].pod_allocations] == ["notebook"]  # kept across the failed answer

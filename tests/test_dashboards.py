@@ -42,6 +42,8 @@ from polling import wait_until
 
 DASHBOARDS = ("nvidia-gpu-detail.json", "nvidia-gpu-fleet.json")
 VARIABLES = ("datasource", "job", "node", "gpu")
+COST = "nvidia-gpu-cost.json"  # per namespace, with variables of its own
+COST_VARIABLES = ("datasource", "job", "price_gpu_hour", "price_kwh")
 # Grafana's built-in variables, with values that fit a 1 s scrape interval.
 BUILTINS = {"$__rate_interval": "10s", "$__interval": "2s", "$__range": "1h"}
 _VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)")
@@ -97,9 +99,9 @@ def test_dashboards_are_generated_and_copied_into_the_chart() -> None:
         check=False,
     )
     assert completed.returncode == 0, completed.stderr
-    for name in DASHBOARDS:
+    for name in (*DASHBOARDS, COST):
         assert (CHART / "dashboards" / name).read_bytes() == (GRAFANA / name).read_bytes()
-    assert sorted(path.name for path in GRAFANA.glob("*.json")) == sorted(DASHBOARDS)
+    assert sorted(path.name for path in GRAFANA.glob("*.json")) == sorted((*DASHBOARDS, COST))
 
 
 @pytest.mark.parametrize("name", DASHBOARDS)
@@ -152,6 +154,29 @@ def test_dashboards_cover_the_runbook_topics() -> None:
             assert metric in text, f"{name} has no panel on {metric}"
     assert load("nvidia-gpu-detail.json")["templating"]["list"][3]["multi"] is False
     assert load("nvidia-gpu-fleet.json")["templating"]["list"][3]["multi"] is True
+
+
+def test_cost_dashboard_structure() -> None:
+    """Per namespace: GPU-hours allocated and used, kWh, and a cost from the two price variables."""
+    board = load(COST)
+    assert board["tags"] == ["nvidia_gpu_exporter"]
+    variables = board["templating"]["list"]
+    assert [variable["name"] for variable in variables] == list(COST_VARIABLES)
+    assert [variable["type"] for variable in variables[2:]] == ["textbox", "textbox"]
+    text = " ".join(target["expr"] for _, target in targets(board))
+    for needed in (
+        "nvidia_smi_pod_gpu_allocated_seconds_total",
+        "nvidia_smi_pod_gpu_used_seconds_total",
+        "nvidia_smi_pod_energy_joules_total",
+        "$price_gpu_hour",
+        "$price_kwh",
+        "sum by (namespace)",
+    ):
+        assert needed in text, needed
+    for where, target in targets(board):
+        assert target["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, where
+        names = {m.group(1) or m.group(2) for m in _VARIABLE.finditer(target["expr"])}
+        assert names <= set(COST_VARIABLES) | {"__rate_interval", "__range", "1"}, (where, names)
 
 
 # --- against a real Prometheus ----------------------------------------------------------------------------------
@@ -350,3 +375,65 @@ def test_stat_and_gauge_panels_of_the_detail_dashboard_answer_one_series_per_gpu
             for target in panel["targets"]:
                 answer = query(live.prometheus, substitute(target["expr"], {**values, "datasource": "prometheus"}))
                 assert len(answer["data"]["result"]) <= 1, (panel["title"], values, answer["data"]["result"])
+
+
+@pytest.fixture(scope="module")
+def cost_live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    """The demo as its own Kubernetes node (docs/demo.md, "Pods"): shared GPUs, pods, GPU-seconds and energy."""
+    binary("prometheus")
+    handle = start_exporter(
+        [
+            "--collect.backend=demo",
+            "--collect.compute-apps",
+            "--collect.process-usage",
+            "--kubernetes.pod-resources",
+            "--kubernetes.process-pods",
+        ]
+    )
+    try:
+        config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "scrape_configs": [scrape_config(handle.address)],
+        }
+        with prometheus(config, tmp_path_factory.mktemp("prometheus")) as server:
+            wait_target_up(server)
+            yield Live(server, handle.address)
+    finally:
+        handle.stop()
+
+
+def test_every_cost_panel_returns_data_against_the_demo(cost_live: Live) -> None:
+    board = load(COST)
+    job, gpu_hour, kwh = board["templating"]["list"][1:]
+    assert resolve_variable(cost_live.prometheus, job, {}) == [(JOB, JOB)]
+    values = {"job": JOB, "datasource": "prometheus", gpu_hour["name"]: gpu_hour["query"], kwh["name"]: kwh["query"]}
+    pending = {where: substitute(target["expr"], values) for where, target in targets(board)}
+    failures: dict[str, str] = {}
+
+    def all_answered() -> bool:
+        for where, expr in list(pending.items()):
+            answer = query(cost_live.prometheus, expr)
+            if answer["status"] != "success":
+                failures[where] = json.dumps(answer)
+                return True  # a query error never heals: stop polling and report it
+            if answer["data"]["result"]:
+                del pending[where]
+        return not pending
+
+    try:
+        wait_until(all_answered, f"data for every panel of {COST}", timeout=DATA_TIMEOUT, interval=1.0)
+    except AssertionError:
+        pytest.fail(f"{COST}: panels without data after {DATA_TIMEOUT:.0f}s: {sorted(pending)}")
+    assert failures == {}, failures
+    allocated = query(cost_live.prometheus, panel_expr(board, "GPU-hours allocated", values))
+    assert {series["metric"]["namespace"] for series in allocated["data"]["result"]} == {
+        "ml-training",
+        "research",
+        "serving",
+    }
+
+
+def panel_expr(board: dict[str, Any], title: str, values: dict[str, str]) -> str:
+    """The substituted expression of the panel titled ``title``."""
+    (panel,) = [panel for panel in all_panels(board) if panel["title"] == title]
+    return substitute(panel["targets"][0]["expr"], values)

@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,7 @@ from nvidia_gpu_exporter.exposition.processusage import usage_families
 from nvidia_gpu_exporter.exposition.text import format_value
 from nvidia_gpu_exporter.flags import FLAGS, Kind, usage
 from nvidia_gpu_exporter.model.fields import value_kind
+from nvidia_gpu_exporter.model.gpuseconds import GpuSecondsLedger
 from nvidia_gpu_exporter.model.podusage import PodEnergyLedger, pod_shares
 from nvidia_gpu_exporter.model.processusage import DEFAULT_MAX_PROCESSES, cap_usage
 from nvidia_gpu_exporter.model.snapshot import ProcessUsage, ProcessUsageRow
@@ -485,9 +486,10 @@ def pod_series_per_gpu(pods: int, cap: int) -> int:
     shares = pod_shares(
         ProcessUsage(True, rows), {str(pid): f"pod-{pid}" for pid in range(1, pods + 1)}, {}, {uuid: 1.0}, cap
     )
-    ledger = PodEnergyLedger()
-    ledger.account(shares, {uuid: 1.0})
-    families = pod_families(ledger.account(shares, {uuid: 2.0}), {uuid})
+    ledger, seconds = PodEnergyLedger(), GpuSecondsLedger()
+    seconds.use(ledger.account(shares, {uuid: 1.0}).pods, 1.0)
+    accounted = ledger.account(shares, {uuid: 2.0})
+    families = pod_families(replace(accounted, pods=seconds.use(accounted.pods, 2.0)), {uuid})
     return sum(len(family.samples) for family in families)
 
 
@@ -497,6 +499,6 @@ def test_the_pod_series_per_gpu_the_docs_give_are_what_the_exposition_renders() 
         r"The per-pod shares add at most (\d+) series per GPU with the default cap, and (\d+) with a cap", text
     )
     assert found is not None
-    assert int(found.group(1)) == pod_series_per_gpu(1000, DEFAULT_MAX_PROCESSES) == 5 * 16 + 1
+    assert int(found.group(1)) == pod_series_per_gpu(1000, DEFAULT_MAX_PROCESSES) == 6 * 16 + 1
     assert int(found.group(2)) == pod_series_per_gpu(1000, 0)
-    assert pod_series_per_gpu(3, DEFAULT_MAX_PROCESSES) == 5 * 3 + 1  # fewer pods than the cap
+    assert pod_series_per_gpu(3, DEFAULT_MAX_PROCESSES) == 6 * 3 + 1  # fewer pods than the cap

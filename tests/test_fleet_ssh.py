@@ -403,3 +403,29 @@ def test_the_global_limit_holds_across_hosts(sshd: Sshd) -> None:
     assert asyncio.run(scenario()) == [0, 0, 0, 0]
     lines = runs.read_text(encoding="ascii").split()
     assert lines == ["start", "end"] * 4
+
+
+def test_a_probe_with_process_usage_serves_the_local_exporters_per_process_families(
+    sshd: Sshd, exporter: Callable[..., Exporter], tmp_path: Path
+) -> None:
+    """--collect.process-usage goes through to the targets: pmon over SSH, capped as locally (the overflow too).
+
+    The Windows capture under load: four processes with SM utilization on one GPU (the Linux one is in MIG mode,
+    where pmon has none)."""
+    targets = tmp_path / "targets.yaml"
+    loaded = {"loaded": {"command": sshd.fake_smi("--capture", str(WINDOWS), "--state", "load")}}
+    targets.write_text(targets_yaml(sshd, tmp_path, loaded), encoding="utf-8")
+    (tmp_path / "sysfs").mkdir()
+    flags = (
+        "--collect.compute-apps", "--collect.process-usage", "--collect.process-usage-max-processes=1",
+        "--collect.xid-source=off", f"--collect.sysfs-path={tmp_path / 'sysfs'}",
+    )  # fmt: skip
+    probing = exporter("--fleet.targets-file", str(targets), *flags)
+    local = exporter(*flags, "--nvidia-smi-command", fake_smi_command(WINDOWS, "--state", "load"))
+    response = probing.get("/probe?target=loaded")
+    assert response.status == 200
+    probed = response.body.decode("utf-8", "replace")
+    assert sample(probed, "probe_success") == "1"
+    assert "nvidia_smi_process_sm_utilization_ratio{" in probed
+    assert 'pid="other"' in probed  # more processes than the cap of 1 on a GPU: the rest summed, as locally
+    assert nvidia_smi_block(probed) == nvidia_smi_block(local.scrape("/metrics"))

@@ -171,3 +171,23 @@ def test_before_its_fields_are_discovered_a_target_renders_the_builtin_fields_wi
             await fleet.aclose()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(("limit", "usage"), [(None, False), (0, True), (16, True)])
+def test_each_target_collects_per_process_usage_as_the_local_exporter_would(
+    tmp_path: Path, limit: int | None, usage: bool
+) -> None:
+    """--collect.process-usage reaches every target: its backend runs pmon and its collector caps the rows."""
+    path = targets_file(tmp_path, "targets: {gpu-01: {}}\n")
+
+    async def scenario() -> None:
+        fleet = Fleet(str(path), compute_apps=True, process_usage_limit=limit)
+        try:
+            probed = fleet.lookup("gpu-01")
+            assert probed is not None
+            assert probed.collector.process_usage_limit == limit
+            assert probed.backend.process_usage is usage
+        finally:
+            await fleet.aclose()
+
+    asyncio.run(scenario())

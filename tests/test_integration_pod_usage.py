@@ -218,3 +218,31 @@ def test_an_openmetrics_scrape_parses_with_the_pod_families(exporter: StartExpor
     for counter in ("nvidia_smi_pod_energy_joules", "nvidia_smi_unattributed_energy_joules"):
         assert families[counter].type == "counter"
     assert {sample.labels["pod_uid"] for sample in families[SHARE].samples} == {PROCESSES[0][2]}
+
+
+def test_the_demo_simulates_pods_sharing_its_gpus(exporter: StartExporter) -> None:
+    """With the Kubernetes flags the demo is its own node: a training GPU time-sliced by three pods (one idle), an
+    inference GPU shared by two (MPS), each pod's share from its processes and its GPU-seconds allocated."""
+    handle = exporter(
+        "--collect.backend=demo",
+        "--collect.compute-apps",
+        "--collect.process-usage",
+        "--kubernetes.pod-resources",
+        "--kubernetes.process-pods",
+    )
+    handle.scrape()
+    text = handle.scrape()
+    allocated = series(text, "nvidia_smi_pod_gpu_allocated_seconds_total")
+    per_gpu: dict[str, set[str]] = {}
+    for sample in allocated:
+        per_gpu.setdefault(sample.labels["uuid"], set()).add(f"{sample.labels['namespace']}/{sample.labels['pod']}")
+    assert sorted(per_gpu.values(), key=len) == [
+        {"serving/triton", "serving/batch-infer"},
+        {"ml-training/llm-finetune", "ml-training/profiler", "research/notebook-ada"},
+    ]
+    assert min(sample.value for sample in allocated) > 0.0  # the idle notebook's replica counts too
+    shares = series(text, SHARE)
+    training = next(uuid for uuid, pods in per_gpu.items() if len(pods) == 3)
+    assert len({sample.labels["pod_uid"] for sample in shares if sample.labels["uuid"] == training}) == 2
+    assert {sample.labels["namespace"] for sample in shares} == {""}  # shared GPUs: pods known by uid only
+    assert [sample.value for sample in series(text, "nvidia_smi_kubernetes_attribution_up")] == [1.0]

@@ -53,6 +53,7 @@ ACTIONS = {
     "NvidiaGpuThermalSlowdown": ["airflow", "reseat the heatsink"],
     "NvidiaGpuPowerBrake": ["PSU", "BMC"],
     "NvidiaGpuSoftwareThermalSlowdown": ["cooling", "power limit"],
+    "NvidiaGpuAllocatedButIdle": ["release the GPU", "time-slicing or MIG"],
     "NvidiaGpuMissing": ["Xid 79", "reseat the GPU", "RMA"],
     "NvidiaGpuFewerThanExpected": ["lspci -k", "vfio-pci", "fallen off the bus", "Xid 79", "RMA"],
     "NvidiaGpuPciDeviceNotVisible": ["lspci -k", "vfio-pci", "fallen off the bus", "Xid 79", "reseat", "RMA"],
@@ -62,7 +63,13 @@ ACTIONS = {
     "NvidiaGpuHealthFailing": ["{{ $labels.action }}", "cordon the node", "/-/health"],
     "NvidiaGpuHealthDegraded": ["{{ $labels.action }}", "next drain", "/-/health"],
 }
-DEFAULT_OFF = {"NvidiaGpuSoftwareThermalSlowdown"}
+DEFAULT_OFF = {"NvidiaGpuSoftwareThermalSlowdown", "NvidiaGpuAllocatedButIdle"}
+# Every rule off by default turned on, the cost recording group included.
+OPT_IN = {
+    "swThermalSlowdown": {"enabled": True},
+    "gpuAllocatedButIdle": {"enabled": True},
+    "costRecording": {"enabled": True},
+}
 
 
 def promtool() -> Path:
@@ -199,6 +206,7 @@ def test_rule_knobs_reach_the_rules() -> None:
             "exporterDown": {"job": "gpu-nodes"},
             "rowRemapPending": {"enabled": False},
             "swThermalSlowdown": {"enabled": True, "for": "1h"},
+            "gpuAllocatedButIdle": {"enabled": True, "window": "2h", "usedRatio": 0.1},
         }
     )
     rules = {rule["alert"]: rule for rule in rendered["spec"]["groups"][0]["rules"]}
@@ -214,6 +222,9 @@ def test_rule_knobs_reach_the_rules() -> None:
     assert rules["NvidiaGpuExporterDown"]["expr"] == 'up{job="gpu-nodes"} == 0'
     assert "NvidiaGpuRowRemapPending" not in rules
     assert rules["NvidiaGpuSoftwareThermalSlowdown"]["for"] == "1h"
+    idle = rules["NvidiaGpuAllocatedButIdle"]["expr"]
+    assert "[2h])) >= 0.1" in idle
+    assert "[1h]" not in idle
 
 
 def test_all_rules_off_renders_no_prometheusrule() -> None:
@@ -224,7 +235,7 @@ def test_all_rules_off_renders_no_prometheusrule() -> None:
         )["prometheusRule"]
         if key not in ("enabled", "additionalLabels", "dualScheme")
     }
-    assert len(toggles) == 24
+    assert len(toggles) == 26
     assert RULE_TEMPLATE not in render_chart({"prometheusRule": {"enabled": True, **toggles}})
     assert RULE_TEMPLATE not in render_chart({})
 
@@ -345,8 +356,12 @@ def test_the_exporters_scrape_of_a_lost_gpu_raises_the_alerts(tmp_path: Path, ex
 
 def test_opt_in_rules_unit_tests_pass(tmp_path: Path) -> None:
     """Rendered with every rule on, the chart adds the opt-in rules; their unit tests pass."""
-    everything = rendered_rules({"swThermalSlowdown": {"enabled": True}})
+    everything = rendered_rules(OPT_IN)
     names = {rule["alert"] for rule in everything["spec"]["groups"][0]["rules"]}
+    assert [group["name"] for group in everything["spec"]["groups"]] == [
+        "nvidia-gpu-exporter",
+        "nvidia-gpu-exporter-cost",
+    ]
     assert names == set(alert_names(rules_text())) | DEFAULT_OFF
     rules = yaml.safe_dump({"groups": everything["spec"]["groups"]}, sort_keys=False)
     completed = run_promtool("check", "rules", _write(tmp_path / "all.yml", rules))

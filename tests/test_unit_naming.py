@@ -167,6 +167,8 @@ DOCUMENTED_RESERVED = [
     "pod_power_draw_watts",
     "pod_energy_joules_total",
     "unattributed_energy_joules_total",
+    "pod_gpu_used_seconds_total",
+    "pod_gpu_allocated_seconds_total",
 ]
 
 

@@ -1,4 +1,4 @@
-"""Build the two Grafana dashboards of the exporter: a per-GPU detail view and a fleet overview.
+"""Build the Grafana dashboards of the exporter: a per-GPU detail view, a fleet overview and cost allocation.
 
 Dashboards as code: this script writes ``deploy/grafana/*.json`` and the byte-identical copies in the Helm chart's
 ``dashboards/`` (the chart's ConfigMap ships those to the Grafana sidecar). tests/test_dashboards.py fails when
@@ -959,6 +959,151 @@ def fleet_items() -> list[Item]:
     ]
 
 
+# -- cost allocation per namespace (docs/metrics.md "GPU-seconds", KUBERNETES.md "Cost allocation") ---------------
+
+COST_JOB = 'job="$job"'
+# kube-state-metrics' pods by uid, for the pods the exporter names by uid only (a shared GPU's).
+POD_NAMESPACE = 'max by (pod_uid, namespace) (label_replace(kube_pod_info, "pod_uid", "$1", "uid", "(.*)"))'
+UNNAMED = "(pods by uid only)"
+
+
+def per_namespace(family: str, window: str) -> str:
+    """``increase`` of a per-pod counter over ``window``, per namespace: the exporter's own namespace label where
+    one container holds the GPU, kube_pod_info's for the pods it knows by uid only, and those neither names
+    summed under UNNAMED rather than dropped (the demo has no kube-state-metrics)."""
+    series = f"increase({family}{{{COST_JOB}}}[{window}])"
+    unnamed = f'increase({family}{{{COST_JOB}, namespace=""}}[{window}])'
+    return (
+        f"sum by (namespace) ({series} * on (pod_uid) group_left (namespace) {POD_NAMESPACE}"
+        f' or increase({family}{{{COST_JOB}, namespace!=""}}[{window}])'
+        f' or label_replace({unnamed} unless on (pod_uid) {POD_NAMESPACE}, "namespace", "{UNNAMED}", "", ""))'
+    )
+
+
+ALLOCATED = "nvidia_smi_pod_gpu_allocated_seconds_total"
+USED = "nvidia_smi_pod_gpu_used_seconds_total"
+POD_ENERGY = "nvidia_smi_pod_energy_joules_total"
+
+
+def cost_items() -> list[Item]:
+    allocated_hours = f"sum by (namespace) (increase({ALLOCATED}{{{COST_JOB}}}[$__range])) / 3600"
+    used_hours = f"{per_namespace(USED, '$__range')} / 3600"
+    kwh = f"{per_namespace(POD_ENERGY, '$__range')} / 3.6e6"
+    bars: Json = {"displayMode": "gradient", "orientation": "horizontal", "showUnfilled": True}
+    return [
+        Row("Per namespace over the time range"),
+        Panel(
+            "Cost per namespace",
+            "bargauge",
+            [
+                Target(
+                    f'sum by (namespace) (label_replace({allocated_hours} * $price_gpu_hour, "part", "gpu", "", "")'
+                    f' or label_replace({kwh} * $price_kwh, "part", "energy", "", ""))',
+                    "{{namespace}}",
+                    instant=True,
+                )
+            ],
+            width=8,
+            decimals=2,
+            thresholds=ALWAYS_GREEN,
+            options=bars,
+            description="GPU-hours allocated times the price per GPU-hour, plus kWh times the price per kWh "
+            "(the variables at the top).",
+        ),
+        Panel(
+            "GPU-hours allocated",
+            "bargauge",
+            [Target(allocated_hours, "{{namespace}}", instant=True)],
+            width=8,
+            decimals=2,
+            thresholds=ALWAYS_GREEN,
+            options=bars,
+            description="From the kubelet's PodResources (--kubernetes.pod-resources): a pod holding a GPU, a "
+            "time-sliced replica or a MIG device counts whether or not it runs anything.",
+        ),
+        Panel(
+            "GPU-hours used",
+            "bargauge",
+            [Target(used_hours, "{{namespace}}", instant=True)],
+            width=8,
+            decimals=2,
+            thresholds=ALWAYS_GREEN,
+            options=bars,
+            description="The pods' SM utilization integrated over time. Pods on shared GPUs are known by uid "
+            f"only: kube-state-metrics' kube_pod_info names their namespace, else they are summed under {UNNAMED}.",
+        ),
+        Panel(
+            "Energy (kWh)",
+            "bargauge",
+            [Target(kwh, "{{namespace}}", instant=True)],
+            width=8,
+            decimals=3,
+            unit="kwatth",
+            thresholds=ALWAYS_GREEN,
+            options=bars,
+            description="Each GPU's energy split by its pods' shares (nvml and demo backends).",
+        ),
+        Panel(
+            "GPU-hours allocated per pod",
+            "table",
+            [
+                Target(
+                    f"sum by (namespace, pod) (increase({ALLOCATED}{{{COST_JOB}}}[$__range])) / 3600",
+                    instant=True,
+                    table=True,
+                )
+            ],
+            width=16,
+            decimals=2,
+            transformations=[organize(("Time",), {"Value": "GPU-hours allocated"})],
+        ),
+        Row("Over time"),
+        timeseries(
+            "GPUs allocated and used",
+            [
+                (f"sum by (namespace) (rate({ALLOCATED}{{{COST_JOB}}}[$__rate_interval]))", "{{namespace}} allocated"),
+                (f"sum (rate({USED}{{{COST_JOB}}}[$__rate_interval]))", "used, all namespaces"),
+            ],
+            description="GPU-seconds per second: 1 is one whole GPU held (allocated) or kept busy (used).",
+        ),
+        timeseries(
+            "Share of the allocated GPUs used",
+            [
+                (
+                    f"sum (rate({USED}{{{COST_JOB}}}[$__rate_interval]))"
+                    f" / sum (rate({ALLOCATED}{{{COST_JOB}}}[$__rate_interval]))",
+                    "used / allocated",
+                )
+            ],
+            unit="percentunit",
+            description="Low for long: GPUs held but idle (the NvidiaGpuAllocatedButIdle rule pages on it per GPU).",
+        ),
+    ]
+
+
+def cost_templating() -> Json:
+    def price(name: str, label: str, value: str) -> Json:
+        return {
+            "type": "textbox",
+            "name": name,
+            "label": label,
+            "query": value,
+            "current": {"text": value, "value": value},
+            "options": [{"selected": True, "text": value, "value": value}],
+            "hide": 0,
+            "skipUrlSync": False,
+        }
+
+    return {
+        "list": [
+            templating(multi=False)["list"][0],  # the data source
+            query_variable("job", "Job", f"label_values({ALLOCATED}, job)", multi=False),
+            price("price_gpu_hour", "Price per GPU-hour", "2.50"),
+            price("price_kwh", "Price per kWh", "0.15"),
+        ]
+    }
+
+
 def build() -> dict[str, Json]:
     detail = dashboard(
         "nvidia-gpu-detail",
@@ -978,7 +1123,17 @@ def build() -> dict[str, Json]:
         multi=True,
         other="NVIDIA GPU detail",
     )
-    return {"nvidia-gpu-detail.json": detail, "nvidia-gpu-fleet.json": fleet}
+    cost = dashboard(
+        "nvidia-gpu-cost",
+        "NVIDIA GPU cost allocation",
+        "GPU-hours allocated and used and energy per Kubernetes namespace, priced by the variables "
+        "(nvidia_gpu_exporter with --kubernetes.pod-resources, --kubernetes.process-pods, --collect.process-usage).",
+        cost_items(),
+        multi=False,
+        other="NVIDIA GPU fleet",
+    )
+    cost["templating"] = cost_templating()
+    return {"nvidia-gpu-detail.json": detail, "nvidia-gpu-fleet.json": fleet, "nvidia-gpu-cost.json": cost}
 
 
 def encode(board: Json) -> str:

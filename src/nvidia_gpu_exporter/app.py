@@ -35,6 +35,7 @@ from nvidia_gpu_exporter.health.reader import kernel_clock
 from nvidia_gpu_exporter.health.source import KernelXidSource
 from nvidia_gpu_exporter.httpserver.config import WebConfig, WebConfigError
 from nvidia_gpu_exporter.httpserver.security import Security
+from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_PROC_ROOT, DEFAULT_SOCKET
 from nvidia_gpu_exporter.preflight import StartupError, checked
 from nvidia_gpu_exporter.support import garbage
 
@@ -310,6 +311,19 @@ def build_attributor(config: Config, backend: Backend) -> Attributor | None:
     )
 
     settings = attribution_settings(config)
+    # The demo simulates the node's kubelet and cgroups (docs/demo.md, "Pods"), unless the flags name real ones.
+    simulated = config.backend is BackendName.DEMO and config.kubernetes_pod_resources_socket == DEFAULT_SOCKET
+    if simulated and config.kubernetes_proc_root == DEFAULT_PROC_ROOT:
+        from nvidia_gpu_exporter.backends.demo.backend import DemoBackend  # noqa: PLC0415 - only the demo needs it
+
+        if isinstance(backend, DemoBackend):
+            kubelet = backend.kubelet()
+            return Attributor(
+                settings,
+                backend.fields,
+                source=kubelet if settings.pod_resources else None,
+                process_pods=kubelet.process_pod,
+            )
     source = None
     if settings.pod_resources:
         try:
@@ -402,6 +416,7 @@ def build_fleet(config: Config) -> Fleet | None:
         config.fleet_targets_file,
         targets,
         compute_apps=config.compute_apps,
+        process_usage_limit=config.process_usage_max_processes if config.process_usage else None,
         max_output_bytes=config.collect_max_output_bytes,
         max_concurrent=config.fleet_max_concurrent,
     )

@@ -22,10 +22,19 @@ from typing import TYPE_CHECKING, Any
 
 from nvidia_gpu_exporter.backends import Backend, CollectionError
 from nvidia_gpu_exporter.history import History
+from nvidia_gpu_exporter.model.gpuseconds import GpuSecondsLedger
 from nvidia_gpu_exporter.model.judge import Judgement, VerdictMemory, judge
 from nvidia_gpu_exporter.model.podusage import PodEnergyLedger, pod_shares
 from nvidia_gpu_exporter.model.processusage import DEFAULT_MAX_PROCESSES, cap_usage
-from nvidia_gpu_exporter.model.snapshot import Attempt, PodUsage, ProcessUsage, Readings, Snapshot, column_of
+from nvidia_gpu_exporter.model.snapshot import (
+    Attempt,
+    PodAllocation,
+    PodUsage,
+    ProcessUsage,
+    Readings,
+    Snapshot,
+    column_of,
+)
 from nvidia_gpu_exporter.model.uuids import normalize_mig_uuid, normalize_uuid
 from nvidia_gpu_exporter.model.values import transform_generic
 from nvidia_gpu_exporter.support.asynctimeout import within_timeout
@@ -115,6 +124,9 @@ class Collector:
         # Per-pod shares (process usage with --kubernetes.process-pods), and their energy since each pod appeared
         self._pod_ledger = PodEnergyLedger()
         self._pod_usage: PodUsage | None = None
+        # GPU-seconds allocated (--kubernetes.pod-resources) and used (the shares) per pod since each appeared
+        self._gpu_seconds = GpuSecondsLedger()
+        self._pod_allocations: tuple[PodAllocation, ...] | None = None
         self.timeout_seconds = timeout_seconds or None
         self.interval_seconds = interval_seconds
         self.shutdown_on_error = shutdown_on_error
@@ -210,6 +222,7 @@ class Collector:
             process_usage_overflowed=self._usage_overflowed if self.process_usage_limit is not None else None,
             verdicts=self._judgement.verdicts,
             pod_usage=self._pod_usage if attempt is not None and attempt.readings is not None else None,
+            pod_allocations=self._pod_allocations if attempt is not None and attempt.readings is not None else None,
         )
 
     def _capped(self, readings: Readings) -> Readings:
@@ -221,7 +234,7 @@ class Collector:
         self._usage_overflowed += overflowed
         return replace(readings, process_usage=usage)
 
-    def _pods(self, usage: ProcessUsage | None, readings: Readings | None) -> PodUsage | None:
+    def _pods(self, usage: ProcessUsage | None, readings: Readings | None, now: float) -> PodUsage | None:
         """Each GPU's pods from the uncapped usage rows, the pids' pods, the GPUs' power and energy.
 
         A failed usage reading serves no pods and leaves the ledger as it was: the energy since its last reading
@@ -253,7 +266,19 @@ class Collector:
             if row.gpu_instance_id
         }
         shares = pod_shares(usage, pod_of, holders, power, self.process_usage_limit, instances=instances)
-        return self._pod_ledger.account(shares, energy)
+        accounted = self._pod_ledger.account(shares, energy)
+        return replace(accounted, pods=self._gpu_seconds.use(accounted.pods, now))
+
+    def _allocations(self, now: float) -> tuple[PodAllocation, ...] | None:
+        """Each pod's GPU-seconds allocated, when the kubelet answered this collection's PodResources request.
+
+        A collection without an answer serves none and leaves the ledger as it was: the next answer's pods that
+        held their GPU before get the time in between, as the kubelet keeps allocations across its restarts.
+        """
+        kubernetes = self._kubernetes
+        if kubernetes is None or kubernetes.pod_resources is None or not kubernetes.pod_resources.ok:
+            return None
+        return self._gpu_seconds.allocate(kubernetes.gpu_pods, now)
 
     async def _attribute(self, lookup: asyncio.Task[PodResourcesReading | None], readings: Readings | None) -> None:
         """Join the kubelet's answer (fetched alongside the collection, bounded by its own timeout) with it."""
@@ -330,7 +355,8 @@ class Collector:
             except asyncio.CancelledError:
                 lookup.cancel()
                 cancelled = True
-        self._pod_usage = self._pods(uncapped, attempt.readings)
+        self._pod_usage = self._pods(uncapped, attempt.readings, finished)
+        self._pod_allocations = self._allocations(finished) if attempt.readings is not None else None
         cancelled = await self._read_pci(scan, cancelled)
         snapshot = self._publish(attempt)
         if attempt.fatal and self.shutdown_on_error and self.on_fatal is not None:

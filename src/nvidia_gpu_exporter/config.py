@@ -16,7 +16,7 @@ from nvidia_gpu_exporter.exposition.dcgm_events import DEFAULT_WINDOW_MS
 from nvidia_gpu_exporter.exposition.dcgm_generations import DEFAULT_GENERATION, Generation
 from nvidia_gpu_exporter.health.defaults import DEFAULT_SYSFS_PATH
 from nvidia_gpu_exporter.health.source import DEFAULT_KERNEL_LOG
-from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
+from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_PROC_ROOT, DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
 from nvidia_gpu_exporter.model.processusage import DEFAULT_MAX_PROCESSES
 from nvidia_gpu_exporter.web.routes import (
     ATTRIBUTION_PATH,
@@ -117,7 +117,7 @@ class Config:
     kubernetes_resource_names: str = ",".join(DEFAULT_RESOURCE_PATTERNS)
     kubernetes_pod_labels: bool = False
     kubernetes_process_pods: bool = False
-    kubernetes_proc_root: str = "/proc"
+    kubernetes_proc_root: str = DEFAULT_PROC_ROOT
     fleet_targets_file: str = ""  # "" = no fleet mode (no /probe)
     fleet_max_concurrent: int = DEFAULT_GLOBAL_CONCURRENCY
     log_level: str = "info"

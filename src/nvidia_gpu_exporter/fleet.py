@@ -76,11 +76,14 @@ class Fleet:
         targets: Targets | None = None,
         *,
         compute_apps: bool = False,
+        process_usage_limit: int | None = None,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
         max_concurrent: int = DEFAULT_GLOBAL_CONCURRENCY,
     ) -> None:
         self.path = path
         self.compute_apps = compute_apps
+        # --collect.process-usage-max-processes when --collect.process-usage is on (None: off), as the local collector
+        self.process_usage_limit = process_usage_limit
         self.max_output_bytes = max_output_bytes
         self.pool = SshPool(max_concurrent)
         self._probed: dict[str, ProbedTarget] = {}
@@ -108,8 +111,16 @@ class Fleet:
             if kept is not None and kept.target == target:
                 self._probed[name] = kept  # unchanged: keep its counters, fields and connection
                 continue
-            backend = TargetBackend(SshRunner(self.pool, target, self.max_output_bytes), compute_apps=self.compute_apps)
-            collector = Collector(backend, timeout_seconds=target.settings.timeout_seconds)
+            backend = TargetBackend(
+                SshRunner(self.pool, target, self.max_output_bytes),
+                compute_apps=self.compute_apps,
+                process_usage=self.process_usage_limit is not None,
+            )
+            collector = Collector(
+                backend,
+                timeout_seconds=target.settings.timeout_seconds,
+                process_usage_limit=self.process_usage_limit,
+            )
             self._probed[name] = ProbedTarget(target, backend, collector)
         for name, dropped in old.items():
             if self._probed.get(name) is not dropped:

@@ -178,6 +178,25 @@ UNATTRIBUTED_ENERGY = FamilySpec(
     "--collect.process-usage-max-processes, and collections in which no process used the GPU.",
     ("uuid",),
 )
+POD_GPU_USED_SECONDS = FamilySpec(
+    "nvidia_smi_pod_gpu_used_seconds_total",
+    "counter",
+    "GPU-seconds the pod used on the GPU since the exporter first saw it there: each collection's interval times "
+    "the pod's SM utilization ratio (at most 1); absent where the driver reports no per-process utilization (MIG)."
+    + _POD_NAMES,
+    POD_SHARE_LABELS,
+)
+
+# -- GPU-seconds allocated per pod (--kubernetes.pod-resources) --------------------------------------------------
+
+POD_GPU_ALLOCATED_SECONDS = FamilySpec(
+    "nvidia_smi_pod_gpu_allocated_seconds_total",
+    "counter",
+    "GPU-seconds allocated to the pod since the exporter first saw it hold the GPU: each collection's interval "
+    "times the pod's part of the devices of the GPU the kubelet lists as held (a whole GPU, time-sliced replicas, "
+    "MIG devices), whether or not it runs a process.",
+    ("uuid", "namespace", "pod"),
+)
 
 # -- NVML-only readings (nvml backend, and the demo that simulates it) ------------------------------------------
 
@@ -519,6 +538,8 @@ OWNED: tuple[FamilySpec, ...] = (
     POD_POWER,
     POD_ENERGY,
     UNATTRIBUTED_ENERGY,
+    POD_GPU_USED_SECONDS,
+    POD_GPU_ALLOCATED_SECONDS,
     ENERGY,
     PCIE_TX,
     PCIE_RX,

@@ -27,7 +27,7 @@ from nvidia_gpu_exporter.exposition.health import health_families
 from nvidia_gpu_exporter.exposition.naming import FieldMetric, plan_field_metrics
 from nvidia_gpu_exporter.exposition.nvml import extras_families, xid_families
 from nvidia_gpu_exporter.exposition.pci import pci_families
-from nvidia_gpu_exporter.exposition.podusage import pod_families
+from nvidia_gpu_exporter.exposition.podusage import allocation_families, pod_families
 from nvidia_gpu_exporter.exposition.processusage import overflowed_family, usage_families
 from nvidia_gpu_exporter.exposition.text import (
     DuplicateSeriesError,
@@ -268,6 +268,8 @@ class Exposition:
                 families += usage_families(readings.process_usage, every_uuid)
             if snapshot.pod_usage is not None:  # only with --collect.process-usage and --kubernetes.process-pods
                 families += pod_families(snapshot.pod_usage, rendered_uuids)
+            if snapshot.pod_allocations is not None:  # only with --kubernetes.pod-resources, when it answered
+                families += allocation_families(snapshot.pod_allocations, rendered_uuids)
             if readings.extras is not None:
                 families += extras_families(readings.extras)
         families += xid_families(snapshot.xids)  # XID counts outlive failed collections

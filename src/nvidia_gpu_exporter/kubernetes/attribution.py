@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from nvidia_gpu_exporter.kubernetes import cgroups
+from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_PROC_ROOT
 from nvidia_gpu_exporter.kubernetes.devices import (
     DeviceRef,
     UnrecognisedDeviceId,
@@ -29,6 +30,7 @@ from nvidia_gpu_exporter.model.kubernetes import (
     GPU_NOT_VISIBLE,
     HOSTPID_OFF,
     MIG_DEVICE_UNKNOWN,
+    NOT_IN_A_POD,
     PROCESS_NOT_VISIBLE,
     PROCESS_QUERY_FAILED,
     RESOURCE_NOT_MATCHED,
@@ -49,6 +51,8 @@ log = logging.getLogger(__name__)
 
 MigLister = Callable[[], Awaitable[str]]
 """Returns ``nvidia-smi -L`` text: the exec backend's way to place MIG uuids on their parent GPUs."""
+ProcessPods = Callable[[str], "tuple[str, str] | None"]
+"""(pod uid, container id) of a pid, or None for a process in no pod: the demo's simulated cgroups."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +65,7 @@ class AttributionSettings:
     cache_seconds: float = 5.0
     resource_patterns: tuple[str, ...] = ()
     process_pods: bool = False
-    proc_root: str = "/proc"
+    proc_root: str = DEFAULT_PROC_ROOT
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,12 +88,14 @@ class Attributor:
         *,
         source: PodResourcesSource | None,
         mig_lister: MigLister | None = None,
+        process_pods: ProcessPods | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.source = source if settings.pod_resources else None
         self.mig_lister = mig_lister
+        self.process_pods = process_pods  # set: processes' pods from it instead of the cgroups under proc_root
         self._clock = clock
         self._wall_clock = wall_clock
         self._uuid_column = column_of(fields, "uuid")
@@ -260,6 +266,8 @@ class Attributor:
             return None, "", ""
         if not processes.succeeded:
             return (), PROCESS_QUERY_FAILED, "the per-process query failed in this collection"
+        if self.process_pods is not None:
+            return self._simulated_processes(readings, self.process_pods), "", ""
         proc_root = self.settings.proc_root
         reason, detail = cgroups.host_pid_problem(proc_root)
         if reason:
@@ -281,6 +289,18 @@ class Attributor:
                 f"none of the {len(found)} GPU processes exists under {proc_root}: set hostPID: true",
             )
         return tuple(found), "", ""
+
+    @staticmethod
+    def _simulated_processes(readings: Readings, process_pods: ProcessPods) -> tuple[ProcessPod, ...]:
+        found: list[ProcessPod] = []
+        for row in readings.processes.rows if readings.processes is not None else ():
+            uuid = normalize_uuid(row.gpu_uuid)
+            pod = process_pods(row.pid)
+            if pod is None:
+                found.append(ProcessPod(uuid, row.pid, reason=NOT_IN_A_POD, detail="a host process of the demo"))
+            else:
+                found.append(ProcessPod(uuid, row.pid, pod[0], pod[1], "containerd"))
+        return tuple(found)
 
     async def attribute(self, reading: PodResourcesReading | None, readings: Readings | None) -> KubernetesAttribution:
         """Join the kubelet's answer (``None``: source off) with one collection (``None``: it failed)."""

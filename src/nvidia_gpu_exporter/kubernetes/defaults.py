@@ -6,4 +6,5 @@ model) on every exporter, though attribution is opt-in (issue 16, the startup ti
 from __future__ import annotations
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"  # --kubernetes.pod-resources-socket
+DEFAULT_PROC_ROOT = "/proc"  # --kubernetes.proc-root
 DEFAULT_RESOURCE_PATTERNS = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")

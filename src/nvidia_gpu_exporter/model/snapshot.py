@@ -121,6 +121,18 @@ class PodShare:
     share: float = 0.0  # 0-1: its part of the GPU, by the rule in :mod:`.podusage`
     power_watts: float | None = None  # the GPU's power draw times the share (None: no power reading)
     energy_joules: float | None = None  # its energy since it was first seen (None: the GPU reports none)
+    used_seconds: float | None = None  # GPU-seconds used since first seen (None: no SM utilization to integrate)
+
+
+@dataclass(frozen=True, slots=True)
+class PodAllocation:
+    """One pod's allocation of one GPU as the kubelet lists it, and its GPU-seconds allocated since first seen."""
+
+    uuid: str  # normalized
+    namespace: str
+    pod: str
+    fraction: float  # its part of the GPU: the devices of it the pod holds over all the devices of it held
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,6 +363,8 @@ class Snapshot:
     verdicts: tuple[GpuVerdict, ...] = ()  # each GPU's health verdict, judged once per published collection
     # Per-pod shares and energy (--collect.process-usage with --kubernetes.process-pods); None when either is off.
     pod_usage: PodUsage | None = None
+    # GPU-seconds allocated per pod (--kubernetes.pod-resources answered); None when off or the kubelet did not.
+    pod_allocations: tuple[PodAllocation, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from nvidia_gpu_exporter.backends.demo.extras import (
     parse_extras,
 )
 from nvidia_gpu_exporter.backends.demo.kernellog import DemoKernelLog, KernelLogSink
+from nvidia_gpu_exporter.backends.demo.pods import DemoKubelet
 from nvidia_gpu_exporter.backends.demo.responders import (
     COMMAND_PLACEHOLDER,
     CaptureResponder,
@@ -375,6 +376,13 @@ class DemoBackend:
     def stuck_children(self) -> StuckChildren | None:
         """The simulation runs in-process: no children, unless the ``stuck-nvidia-smi`` scenario simulates one."""
         return StuckChildren(1, 1) if STUCK_NVIDIA_SMI in self._scene.spec.scenarios else None
+
+    def kubelet(self) -> DemoKubelet:
+        """The simulated node's pods (docs/demo.md, "Pods"): the built-in fleet's workloads, or its GPU count's."""
+        responder = self._scene.responder
+        if isinstance(responder, FleetResponder):
+            return DemoKubelet([gpu.workload.kind for gpu in responder.fleet.gpus])
+        return DemoKubelet.for_gpus(self._scene.gpu_count)
 
     async def pci_inventory(self) -> PciInventory | None:
         """The current scene's simulated sysfs view (a :class:`~nvidia_gpu_exporter.model.pcibus.PciSource`)."""

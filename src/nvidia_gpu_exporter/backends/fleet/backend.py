@@ -27,9 +27,10 @@ DRIVER_VERSION_FIELD = "driver_version"
 class TargetBackend:
     """The readings of one target; ``fields`` change only when discovery is redone (``discoveries`` counts it)."""
 
-    def __init__(self, runner: SshRunner, *, compute_apps: bool) -> None:
+    def __init__(self, runner: SshRunner, *, compute_apps: bool, process_usage: bool = False) -> None:
         self.runner = runner
         self.compute_apps = compute_apps
+        self.process_usage = process_usage  # --collect.process-usage: pmon over SSH, as a local exporter runs it
         self._inner: SmiBackend | None = None
         self._stale = True
         self._driver = ""  # the driver version discovery saw ("" = unknown)
@@ -50,6 +51,7 @@ class TargetBackend:
             FieldRequest(settings.fields, ""),
             timeout_seconds=None,  # bounded by the collection's timeout, which this runs within
             compute_apps=self.compute_apps,
+            process_usage=self.process_usage,
         )
         self.discoveries += 1
         self._inner, self._stale, self._driver = inner, False, ""
