@@ -513,6 +513,7 @@ async def serve(config: Config, web_config: WebConfig | None = None) -> int:
         xid_source=xids.name,
         pci=build_pci_source(config, backend),
         process_usage_limit=config.process_usage_max_processes if config.process_usage else None,
+        slurm_proc_root=config.kubernetes_proc_root if config.slurm_jobs else None,
     )
     settings = web_settings(config)
     endpoint = MetricsEndpoint(collector, exposition, settings)

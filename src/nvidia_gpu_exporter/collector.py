@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from nvidia_gpu_exporter.backends import Backend, CollectionError
 from nvidia_gpu_exporter.history import History
+from nvidia_gpu_exporter.kubernetes.slurm import process_jobs
+from nvidia_gpu_exporter.model.jobs import ProcessJob
 from nvidia_gpu_exporter.model.judge import Judgement, VerdictMemory, judge
 from nvidia_gpu_exporter.model.podusage import PodEnergyLedger, pod_shares
 from nvidia_gpu_exporter.model.processusage import DEFAULT_MAX_PROCESSES, cap_usage
@@ -97,6 +99,7 @@ class Collector:
         xid_source: str = "",
         pci: PciSource | None = None,
         process_usage_limit: int | None = None,
+        slurm_proc_root: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.backend = backend
@@ -115,6 +118,8 @@ class Collector:
         # Per-pod shares (process usage with --kubernetes.process-pods), and their energy since each pod appeared
         self._pod_ledger = PodEnergyLedger()
         self._pod_usage: PodUsage | None = None
+        self.slurm_proc_root = slurm_proc_root  # --slurm.jobs: where the host's /proc is (None: off)
+        self._slurm_jobs: tuple[ProcessJob, ...] | None = None
         self.timeout_seconds = timeout_seconds or None
         self.interval_seconds = interval_seconds
         self.shutdown_on_error = shutdown_on_error
@@ -210,6 +215,7 @@ class Collector:
             process_usage_overflowed=self._usage_overflowed if self.process_usage_limit is not None else None,
             verdicts=self._judgement.verdicts,
             pod_usage=self._pod_usage if attempt is not None and attempt.readings is not None else None,
+            slurm_jobs=self._slurm_jobs if attempt is not None and attempt.readings is not None else None,
         )
 
     def _capped(self, readings: Readings) -> Readings:
@@ -254,6 +260,16 @@ class Collector:
         }
         shares = pod_shares(usage, pod_of, holders, power, self.process_usage_limit, instances=instances)
         return self._pod_ledger.account(shares, energy)
+
+    def _jobs(self, readings: Readings | None) -> tuple[ProcessJob, ...] | None:
+        """The Slurm job of every process the collection serves (compute apps, and the capped usage rows)."""
+        if self.slurm_proc_root is None or readings is None:
+            return None
+        listed = [
+            *((row.gpu_uuid, row.pid) for row in (readings.processes.rows if readings.processes is not None else ())),
+            *((row.gpu_uuid, row.pid) for row in (readings.process_usage.rows if readings.process_usage else ())),
+        ]
+        return process_jobs(self.slurm_proc_root, listed)
 
     async def _attribute(self, lookup: asyncio.Task[PodResourcesReading | None], readings: Readings | None) -> None:
         """Join the kubelet's answer (fetched alongside the collection, bounded by its own timeout) with it."""
@@ -331,6 +347,7 @@ class Collector:
                 lookup.cancel()
                 cancelled = True
         self._pod_usage = self._pods(uncapped, attempt.readings)
+        self._slurm_jobs = self._jobs(attempt.readings)
         cancelled = await self._read_pci(scan, cancelled)
         snapshot = self._publish(attempt)
         if attempt.fatal and self.shutdown_on_error and self.on_fatal is not None:

@@ -353,8 +353,14 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "kubernetes.proc-root",
         "kubernetes_proc_root",
-        "Where the host's /proc is mounted, for --kubernetes.process-pods.",
+        "Where the host's /proc is mounted, for --kubernetes.process-pods and --slurm.jobs.",
         Kind.STRING,
+    ),
+    Flag(
+        "slurm.jobs",
+        "slurm_jobs",
+        "Label GPU processes and GPUs with the Slurm job running them, from the processes' cgroups and environ.",
+        Kind.BOOL,
     ),
     Flag(
         "fleet.targets-file",

@@ -374,6 +374,24 @@ COMPUTE_APP_POD_INFO = FamilySpec(
     COMPUTE_APP_POD_LABELS,
 )
 
+# -- Slurm jobs (--slurm.jobs): which job runs each GPU process, and which jobs each GPU runs ------------------
+
+SLURM_PROCESS_JOB_LABELS = ("uuid", "pid", "job_id", "step", "uid", "user", "job_name")
+SLURM_GPU_JOB_LABELS = ("uuid", "job_id", "uid", "user", "job_name")
+PROCESS_SLURM_JOB_INFO = FamilySpec(
+    "nvidia_smi_process_slurm_job_info",
+    "gauge",
+    "A metric with a constant '1' value labeled by the Slurm job of a GPU process, from its cgroup and environ. "
+    "Join on uuid and pid with the per-process families.",
+    SLURM_PROCESS_JOB_LABELS,
+)
+GPU_SLURM_JOB_INFO = FamilySpec(
+    "nvidia_smi_gpu_slurm_job_info",
+    "gauge",
+    "A metric with a constant '1' value for each Slurm job with a process on the GPU.",
+    SLURM_GPU_JOB_LABELS,
+)
+
 # -- lost GPUs: the NVIDIA functions sysfs lists (every backend; only when sysfs lists one) ---------------------
 
 PCI_DEVICE_LABELS = ("pci_bus_id", "kind", "device_id", "driver")
@@ -550,6 +568,8 @@ OWNED: tuple[FamilySpec, ...] = (
     ATTRIBUTION_UP,
     GPU_POD_INFO,
     COMPUTE_APP_POD_INFO,
+    PROCESS_SLURM_JOB_INFO,
+    GPU_SLURM_JOB_INFO,
     GPUS_EXPECTED,
     PCI_DEVICE_INFO,
 )

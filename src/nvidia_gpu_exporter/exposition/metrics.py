@@ -24,6 +24,7 @@ from nvidia_gpu_exporter.exposition.families import (
     STATUS,
 )
 from nvidia_gpu_exporter.exposition.health import health_families
+from nvidia_gpu_exporter.exposition.jobs import job_families
 from nvidia_gpu_exporter.exposition.kubernetes import attribution_families, labelled_gpu
 from nvidia_gpu_exporter.exposition.naming import FieldMetric, plan_field_metrics
 from nvidia_gpu_exporter.exposition.nvml import extras_families, xid_families
@@ -267,6 +268,8 @@ class Exposition:
                 families += usage_families(readings.process_usage, every_uuid)
             if snapshot.pod_usage is not None:  # only with --collect.process-usage and --kubernetes.process-pods
                 families += pod_families(snapshot.pod_usage, rendered_uuids)
+            if snapshot.slurm_jobs is not None:  # only with --slurm.jobs
+                families += job_families(snapshot.slurm_jobs, rendered_uuids)
             if readings.extras is not None:
                 families += extras_families(readings.extras)
         families += xid_families(snapshot.xids)  # XID counts outlive failed collections

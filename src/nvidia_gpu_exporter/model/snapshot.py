@@ -12,6 +12,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from nvidia_gpu_exporter.model.jobs import ProcessJob
     from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution
     from nvidia_gpu_exporter.model.pcibus import PciInventory
     from nvidia_gpu_exporter.model.verdicts import GpuVerdict
@@ -321,6 +322,8 @@ class Snapshot:
     verdicts: tuple[GpuVerdict, ...] = ()  # each GPU's health verdict, judged once per published collection
     # Per-pod shares and energy (--collect.process-usage with --kubernetes.process-pods); None when either is off.
     pod_usage: PodUsage | None = None
+    # The Slurm jobs of the served GPU processes (--slurm.jobs); None when that is off.
+    slurm_jobs: tuple[ProcessJob, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
