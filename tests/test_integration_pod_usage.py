@@ -81,7 +81,7 @@ def write_capture(path: Path, processes: tuple[tuple[str, int, str, int, int], .
     return path
 
 
-def _start(exporter: StartExporter, tmp_path: Path) -> tuple[Exporter, Path]:
+def _start(exporter: StartExporter, tmp_path: Path, *extra: str) -> tuple[Exporter, Path]:
     cgroups = {
         str(pid): f"0::/kubepods/besteffort/pod{uid}/{CID}\n" if uid else SLURM.get(pid, (HOST_SERVICE, None))[0]
         for _, pid, uid, _, _ in PROCESSES
@@ -100,6 +100,7 @@ def _start(exporter: StartExporter, tmp_path: Path) -> tuple[Exporter, Path]:
         "--kubernetes.process-pods",
         f"--kubernetes.proc-root={proc}",
         "--slurm.jobs",
+        *extra,
     )
     return handle, capture
 
@@ -160,6 +161,20 @@ def test_slurm_jobs_label_their_processes_and_gpus(exporter: StartExporter, tmp_
     assert gpus == {(UUID0, "4242"), (UUID1, "77")}
     usage = {s.labels["pid"] for s in series(text, "nvidia_smi_process_used_memory_bytes")}
     assert set(processes) <= usage  # each joins a per-process usage series on (uuid, pid)
+
+
+def test_the_dcgm_profile_splits_a_shared_gpus_power_per_pod(exporter: StartExporter, tmp_path: Path) -> None:
+    """dcgm-exporter's --kubernetes-virtual-gpus copies the GPU's value to every pod; here each pod has its part."""
+    handle, _ = _start(exporter, tmp_path, "--metrics.profile=dcgm")
+    power: dict[str, dict[str, float]] = {}
+    for sample in series(handle.scrape(), "DCGM_FI_DEV_POWER_USAGE"):
+        power.setdefault(sample.labels["UUID"], {})[sample.labels.get("pod_uid", "")] = sample.value
+    uid_of = {pid: uid for _, pid, uid, _, _ in PROCESSES}
+    for gpu, pods in ((GPU0, {1001: 30, 1002: 20, 1003: 15}), (GPU1, {2001: 60, 2002: 20})):
+        process_sm = sum(sm for on, _, _, sm, _ in PROCESSES if on == gpu)
+        expected = {uid_of[pid]: POWER[gpu] * sm / process_sm for pid, sm in pods.items()}
+        assert {uid: watts for uid, watts in power[gpu].items() if uid} == pytest.approx(expected)
+        assert sum(power[gpu].values()) == pytest.approx(POWER[gpu])  # the host processes' part stays unlabelled
 
 
 def _by_gpu(text: str, family: str) -> dict[str, float]:

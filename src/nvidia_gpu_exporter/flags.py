@@ -924,8 +924,8 @@ DCGM_OPTIONS: tuple[DcgmOption, ...] = (
         (),
         "KUBERNETES_VIRTUAL_GPUS",
         DcgmKind.BOOL,
-        why="a shared GPU's series are not repeated per pod: pod labels go on a GPU that one container holds",
-        harmless=_FALSE,
+        # Per-pod series of a shared GPU, each with the pod's own share (docs/dcgm.md, "Per-pod shares").
+        _when({"compute_apps": True, "process_usage": True, "kubernetes_process_pods": True}),
     ),
     DcgmOption(
         "dump-enabled",
