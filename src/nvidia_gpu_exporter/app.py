@@ -230,6 +230,7 @@ def attribution_settings(config: Config) -> AttributionSettings:
         resource_patterns=parse_resource_patterns(config.kubernetes_resource_names),
         process_pods=config.kubernetes_process_pods,
         proc_root=config.kubernetes_proc_root,
+        dra_claims=config.kubernetes_dra_claims,
     )
 
 

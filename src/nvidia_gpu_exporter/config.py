@@ -114,6 +114,7 @@ class Config:
     kubernetes_pod_labels: bool = False
     kubernetes_process_pods: bool = False
     kubernetes_proc_root: str = "/proc"
+    kubernetes_dra_claims: bool = False
     slurm_jobs: bool = False
     fleet_targets_file: str = ""  # "" = no fleet mode (no /probe)
     fleet_max_concurrent: int = DEFAULT_GLOBAL_CONCURRENCY
@@ -266,6 +267,8 @@ def validate_kubernetes(config: Config) -> None:
     """The ``--kubernetes.*`` flags; with attribution off (the default) nothing here can fail."""
     if config.kubernetes_pod_labels and not config.kubernetes_pod_resources:
         raise ConfigError("--kubernetes.pod-labels requires --kubernetes.pod-resources")
+    if config.kubernetes_dra_claims and not config.kubernetes_pod_resources:
+        raise ConfigError("--kubernetes.dra-claims requires --kubernetes.pod-resources")
     if config.kubernetes_process_pods and not config.compute_apps:
         raise ConfigError("--kubernetes.process-pods requires --collect.compute-apps")
     if config.kubernetes_pod_resources:

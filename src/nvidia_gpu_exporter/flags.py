@@ -353,8 +353,14 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "kubernetes.proc-root",
         "kubernetes_proc_root",
-        "Where the host's /proc is mounted, for --kubernetes.process-pods and --slurm.jobs.",
+        "Where the host's /proc is mounted, for --kubernetes.process-pods, --kubernetes.dra-claims and --slurm.jobs.",
         Kind.STRING,
+    ),
+    Flag(
+        "kubernetes.dra-claims",
+        "kubernetes_dra_claims",
+        "Serve the ResourceClaims (Dynamic Resource Allocation) whose NVIDIA DRA driver devices containers hold.",
+        Kind.BOOL,
     ),
     Flag(
         "slurm.jobs",

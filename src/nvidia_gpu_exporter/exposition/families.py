@@ -365,6 +365,16 @@ GPU_POD_INFO = FamilySpec(
     "time-sliced replica, as the kubelet's PodResources API reports. Join on uuid.",
     GPU_POD_LABELS,
 )
+GPU_DRA_CLAIM_LABELS = (
+    "uuid", "namespace", "pod", "container", "claim_namespace", "claim_name", "driver", "pool", "device",
+)  # fmt: skip
+GPU_DRA_CLAIM_INFO = FamilySpec(
+    "nvidia_smi_gpu_dra_claim_info",
+    "gauge",
+    "A metric with a constant '1' value for each ResourceClaim device of NVIDIA's DRA driver (gpu.nvidia.com) "
+    "a container holds, as the kubelet's PodResources API reports; uuid is empty where the device is no GPU read.",
+    GPU_DRA_CLAIM_LABELS,
+)
 COMPUTE_APP_POD_INFO = FamilySpec(
     "nvidia_smi_compute_app_pod_info",
     "gauge",
@@ -567,6 +577,7 @@ OWNED: tuple[FamilySpec, ...] = (
     GPU_HEALTH_REASON_SINCE,
     ATTRIBUTION_UP,
     GPU_POD_INFO,
+    GPU_DRA_CLAIM_INFO,
     COMPUTE_APP_POD_INFO,
     PROCESS_SLURM_JOB_INFO,
     GPU_SLURM_JOB_INFO,
