@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from nvidia_gpu_exporter.backends import Backend, CollectionError
 from nvidia_gpu_exporter.history import History
+from nvidia_gpu_exporter.kubernetes import cgroups
 from nvidia_gpu_exporter.kubernetes.slurm import process_jobs
 from nvidia_gpu_exporter.model.jobs import ProcessJob
 from nvidia_gpu_exporter.model.judge import Judgement, VerdictMemory, judge
@@ -239,6 +240,13 @@ class Collector:
         if kubernetes is None or kubernetes.processes is None:
             return None
         pod_of = {process.pid: process.pod_uid for process in kubernetes.processes if process.pod_uid}
+        if self.attributor is not None and not kubernetes.process_reason:
+            # nvml lists MPS clients apart from the compute apps attribution reads: their pods come from here.
+            looked_up = {process.pid for process in kubernetes.processes}
+            for pid in {row.pid for row in usage.rows} - looked_up:
+                found = cgroups.lookup_process(self.attributor.settings.proc_root, pid).pod
+                if found is not None:
+                    pod_of[pid] = found.pod_uid
         holders = _holders(kubernetes, readings)
         fields = self.backend.fields
         uuid_column, power_column = column_of(fields, "uuid"), column_of(fields, "power.draw")
