@@ -170,3 +170,17 @@ def test_the_docs_list_the_fields_split_by_share_as_the_code_does() -> None:
     row = next(line for line in text.splitlines() if "<!-- split-by-share -->" in line)
     assert set(re.findall(r"`(DCGM_FI_[A-Z0-9_]+)`", row)) == SPLIT_BY_SHARE
     assert f"| the pod's own memory | `{SPLIT_BY_MEMORY}` |" in text
+
+
+def test_a_pod_on_two_instances_of_a_gpu_served_whole_is_one_part() -> None:
+    """The exec backend serves a MIG GPU whole; a pod in two of its GPU instances is one series, with the sums."""
+    twice = PodUsage(
+        (
+            PodShare(SHARED_UUID, POD_A, "1", used_memory_bytes=1000 * MIB, share=0.25, energy_joules=1.0),
+            PodShare(SHARED_UUID, POD_A, "2", used_memory_bytes=2000 * MIB, share=0.5, energy_joules=2.0),
+        )
+    )
+    assert values(snapshot(twice), "DCGM_FI_DEV_FB_USED") == {
+        (SHARED, "", ""): 7000.0, (SHARED, "", POD_A): 3000.0, (MIG, "1", ""): 4000.0, (MIG, "2", ""): 5000.0,
+    }  # fmt: skip
+    assert values(snapshot(twice), "DCGM_FI_DEV_POWER_USAGE")[(SHARED, "", POD_A)] == pytest.approx(300.0)

@@ -167,6 +167,9 @@ DOCUMENTED_RESERVED = [
     "pod_power_draw_watts",
     "pod_energy_joules_total",
     "unattributed_energy_joules_total",
+    "gpu_dra_claim_info",
+    "process_slurm_job_info",
+    "gpu_slurm_job_info",
 ]
 
 

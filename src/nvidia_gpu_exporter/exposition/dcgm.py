@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
@@ -370,6 +370,28 @@ class _PodPart:
     energy_mj: float | None  # its energy since it was first seen there, in DCGM's mJ
 
 
+def _sum(first: float | None, second: float | None) -> float | None:
+    return first if second is None else second if first is None else first + second
+
+
+def _per_pod(shares: Iterable[PodShare]) -> list[PodShare]:
+    """One share per pod: a pod on two GPU instances of a GPU served whole is one part of it, not two series."""
+    merged: dict[str, PodShare] = {}
+    for share in shares:
+        found = merged.get(share.pod_uid)
+        merged[share.pod_uid] = (
+            share
+            if found is None
+            else replace(
+                found,
+                share=found.share + share.share,
+                used_memory_bytes=_sum(found.used_memory_bytes, share.used_memory_bytes),
+                energy_joules=_sum(found.energy_joules, share.energy_joules),
+            )
+        )
+    return list(merged.values())
+
+
 # The fields split per pod on a shared GPU (docs/dcgm.md, "Per-pod shares"), by their oldest names: a fraction of
 # time the GPU (or GPU instance) was busy, and power, by the pod's share; memory used by the pod's own processes;
 # energy by the pods' energy counters. Every other field says something of the whole GPU and stays per GPU.
@@ -590,7 +612,7 @@ class DcgmExposition:
         if entity.held:
             return []
         if entity.instance is None:
-            mine = [pod for pod in pods if pod.uuid == entity.uuid]
+            mine = _per_pod(pod for pod in pods if pod.uuid == entity.uuid)
             shares = [pod.share for pod in mine]
         else:
             instance_id = str(entity.instance.gpu_instance_id)
