@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import Exporter, start_exporter
-from k8s_fakes import FakeKubelet, short_socket_dir
+from k8s_fakes import FakeKubelet, require_grpc, short_socket_dir
 
 
 # The exporters and fake nvidia-smis the tests start (hundreds) read their bytecode from one cache outside the
@@ -195,7 +195,8 @@ def sockets() -> Iterator[Path]:
 
 @pytest.fixture
 def kubelet(sockets: Path) -> Iterator[FakeKubelet]:
-    """A fake kubelet serving PodResources on ``sockets/kubelet.sock`` (needs grpcio, like its callers)."""
+    """A fake kubelet serving PodResources on ``sockets/kubelet.sock``; the test is skipped without grpcio."""
+    require_grpc()
     fake = FakeKubelet(sockets / "kubelet.sock").start()
     yield fake
     fake.stop()

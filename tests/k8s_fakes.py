@@ -37,6 +37,8 @@ GRPC_MISSING = "grpcio/protobuf (the 'kubernetes' extra) are not installed: pip 
 
 # (namespace, pod, container, resource, device ids)
 Allocation = tuple[str, str, str, str, Sequence[str]]
+# A ResourceClaim device (DRA): (namespace, pod, container, claim namespace, claim name, driver, pool, device name)
+Claim = tuple[str, str, str, str, str, str, str, str]
 
 
 def require_grpc() -> None:
@@ -55,20 +57,31 @@ def short_socket_dir() -> Iterator[Path]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def response(allocations: Sequence[Allocation]) -> Any:
-    """A ``ListPodResourcesResponse`` grouping the allocations by pod and container, in order."""
+def response(allocations: Sequence[Allocation], claims: Sequence[Claim] = ()) -> Any:
+    """A ``ListPodResourcesResponse`` grouping the allocations (then the claims' devices) by pod and container."""
     from nvidia_gpu_exporter.kubernetes.proto import podresources_pb2 as pb2
 
-    pods: dict[tuple[str, str], dict[str, list[Any]]] = {}
+    pods: dict[tuple[str, str], dict[str, tuple[list[Any], list[Any]]]] = {}
     for namespace, pod, container, resource, ids in allocations:
-        devices = pods.setdefault((namespace, pod), {}).setdefault(container, [])
+        devices, _ = pods.setdefault((namespace, pod), {}).setdefault(container, ([], []))
         devices.append(pb2.ContainerDevices(resource_name=resource, device_ids=list(ids)))
+    for namespace, pod, container, claim_namespace, claim_name, driver, pool, device in claims:
+        _, dynamic = pods.setdefault((namespace, pod), {}).setdefault(container, ([], []))
+        found = pb2.ClaimResource(
+            driver_name=driver, pool_name=pool, device_name=device, cdi_devices=[pb2.CDIDevice(name=f"k8s.{driver}/x")]
+        )
+        dynamic.append(
+            pb2.DynamicResource(claim_name=claim_name, claim_namespace=claim_namespace, claim_resources=[found])
+        )
     return pb2.ListPodResourcesResponse(
         pod_resources=[
             pb2.PodResources(
                 name=pod,
                 namespace=namespace,
-                containers=[pb2.ContainerResources(name=name, devices=devices) for name, devices in containers.items()],
+                containers=[
+                    pb2.ContainerResources(name=name, devices=devices, dynamic_resources=dynamic)
+                    for name, (devices, dynamic) in containers.items()
+                ],
             )
             for (namespace, pod), containers in pods.items()
         ]
@@ -82,6 +95,7 @@ class FakeKubelet:
 
     path: Path
     allocations: list[Allocation] = field(default_factory=list)
+    claims: list[Claim] = field(default_factory=list)
     delay_seconds: float = 0.0
     calls: int = 0
     _server: Any = None
@@ -98,10 +112,10 @@ class FakeKubelet:
             def List(self, request: Any, context: Any) -> Any:
                 with kubelet._lock:
                     kubelet.calls += 1
-                    delay, allocations = kubelet.delay_seconds, list(kubelet.allocations)
+                    delay, allocations, claims = kubelet.delay_seconds, list(kubelet.allocations), list(kubelet.claims)
                 if delay:
                     time.sleep(delay)
-                return response(allocations)
+                return response(allocations, claims)
 
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         pb2_grpc.add_PodResourcesListerServicer_to_server(Servicer(), self._server)  # type: ignore[no-untyped-call]

@@ -103,6 +103,13 @@ IMPLEMENTED: list[tuple[list[str], dict[str, str], dict[str, Any]]] = [
     (["--collect-interval=0x3e8"], {}, {"collect_interval_ns": SECOND}),  # Go's ParseInt base 0
     ([], {"DCGM_EXPORTER_INTERVAL": "60000"}, {"collect_interval_ns": 60 * SECOND}),
     (["-k"], {}, {"kubernetes_pod_resources": True, "kubernetes_pod_labels": True}),
+    (
+        ["--kubernetes-virtual-gpus"],
+        {},
+        {"compute_apps": True, "process_usage": True, "kubernetes_process_pods": True},
+    ),
+    (["-k"], {"KUBERNETES_VIRTUAL_GPUS": "true"}, {"kubernetes_process_pods": True, "process_usage": True}),
+    (["--kubernetes-virtual-gpus=false"], {}, {"kubernetes_process_pods": False, "process_usage": False}),
     (["--kubernetes=false"], {}, {"kubernetes_pod_resources": False, "kubernetes_pod_labels": False}),
     ([], {"DCGM_EXPORTER_KUBERNETES": "false"}, {"kubernetes_pod_resources": False}),
     (["--kubernetes-gpu-id-type=device-name"], {}, {}),
@@ -187,8 +194,6 @@ WARNED: list[tuple[list[str], dict[str, str], str]] = [
     ([], {"DCGM_EXPORTER_DCGM_LOG_LEVEL": "WARN"}, "DCGM_EXPORTER_DCGM_LOG_LEVEL"),
     (["--hpc-job-mapping-dir=/run/jobs"], {}, "--hpc-job-mapping-dir"),
     ([], {"DCGM_HPC_JOB_MAPPING_DIR": "/run/jobs"}, "DCGM_HPC_JOB_MAPPING_DIR"),
-    (["--kubernetes-virtual-gpus"], {}, "--kubernetes-virtual-gpus"),
-    (["-k"], {"KUBERNETES_VIRTUAL_GPUS": "true"}, "KUBERNETES_VIRTUAL_GPUS"),
     (["--dump-enabled"], {}, "--dump-enabled"),
     ([], {"DCGM_EXPORTER_DUMP_ENABLED": "true"}, "DCGM_EXPORTER_DUMP_ENABLED"),
     (["--dump-directory=/tmp/d"], {}, "--dump-directory"),

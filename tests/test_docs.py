@@ -16,11 +16,13 @@ import docblocks
 from harness import FIXTURE_CAPTURES, MIG_FIXTURE, REPO, Exporter, fake_smi_command, start_exporter
 from k8s_fakes import CGROUP_LAYOUTS, GPU0, LOAD_PIDS, make_proc, require_grpc
 from nvidia_gpu_exporter.exposition.families import PREFIX, PROCESS_USAGE_SUCCESS, RESERVED_NAMES
+from nvidia_gpu_exporter.exposition.jobs import job_families
 from nvidia_gpu_exporter.exposition.naming import UNIT_TABLE, derive_name
 from nvidia_gpu_exporter.exposition.podusage import pod_families
 from nvidia_gpu_exporter.exposition.processusage import usage_families
 from nvidia_gpu_exporter.exposition.text import format_value
 from nvidia_gpu_exporter.flags import FLAGS, Kind, usage
+from nvidia_gpu_exporter.kubernetes.slurm import process_jobs
 from nvidia_gpu_exporter.model.fields import value_kind
 from nvidia_gpu_exporter.model.gpuseconds import GpuSecondsLedger
 from nvidia_gpu_exporter.model.podusage import PodEnergyLedger, pod_shares
@@ -502,3 +504,28 @@ def test_the_pod_series_per_gpu_the_docs_give_are_what_the_exposition_renders() 
     assert int(found.group(1)) == pod_series_per_gpu(1000, DEFAULT_MAX_PROCESSES) == 6 * 16 + 1
     assert int(found.group(2)) == pod_series_per_gpu(1000, 0)
     assert pod_series_per_gpu(3, DEFAULT_MAX_PROCESSES) == 6 * 3 + 1  # fewer pods than the cap
+
+
+def slurm_series_per_gpu(tmp_path: Path, processes: int, cap: int) -> int:
+    """The Slurm job series one GPU adds with per-process usage alone, each process in a job of its own."""
+    gpu = "GPU-00000000-0000-4000-8000-000000000000"
+    rows = tuple(ProcessUsageRow(gpu, str(pid), f"p{pid}", 1.0, 1.0, 1.0, 1.0, 1.0) for pid in range(1, processes + 1))
+    proc = tmp_path / f"proc-{processes}-{cap}"
+    for pid in range(1, processes + 1):
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "cgroup").write_text(f"0::/system.slice/slurmstepd.scope/job_{pid}/step_0\n")
+    usage, _ = cap_usage(ProcessUsage(True, rows), cap)  # the collector looks up the kept rows, as here
+    jobs = process_jobs(proc, ((row.gpu_uuid, row.pid) for row in usage.rows))
+    return sum(len(family.samples) for family in job_families(jobs, {normalize_uuid(gpu)}))
+
+
+def test_the_slurm_series_per_gpu_the_docs_give_are_what_the_exposition_renders(tmp_path: Path) -> None:
+    text = " ".join(section(METRICS_TEXT, "Series per GPU").split())
+    found = re.search(
+        r"`--slurm\.jobs` with `--collect\.process-usage` alone adds at most (\d+) series per GPU with the default "
+        r"cap \(each kept process in a job of its own\), and (\d+) with a cap of 0",
+        text,
+    )
+    assert found is not None
+    assert int(found.group(1)) == slurm_series_per_gpu(tmp_path, 40, DEFAULT_MAX_PROCESSES) == 2 * 16
+    assert int(found.group(2)) == slurm_series_per_gpu(tmp_path, 40, 0)

@@ -139,10 +139,16 @@ CASES = [
         id="tls-web-config-loads-ssl",
     ),
     pytest.param(
-        # The DCGM block reads the attribution's types whether or not it is on.
+        # The DCGM block reads the attribution's types whether or not it is on, and the exec backend under it reads
+        # through NVML what nvidia-smi cannot print (docs/dcgm.md, "The exec backend and NVML").
         Case(
             (*EXEC, "--metrics.profile=dcgm"),
-            ("nvidia_gpu_exporter.exposition.dcgm", "nvidia_gpu_exporter.model.kubernetes"),
+            (
+                "nvidia_gpu_exporter.exposition.dcgm",
+                "nvidia_gpu_exporter.model.kubernetes",
+                "nvidia_gpu_exporter.backends.nvml",
+                "pynvml",
+            ),
         ),
         id="dcgm-profile-loads-its-table",
         marks=pytest.mark.slow,  # the CI budget: the two cases above guard the exec path
@@ -154,11 +160,13 @@ CASES = [
     pytest.param(
         Case(
             ("--collect.backend=demo",),
-            # The capture engine reads the fake's config (and the demo's extras) through the strict YAML loader.
+            # The capture engine reads the fake's config (and the demo's extras) through the strict YAML loader; the
+            # demo's simulated node places its processes in pods (backends/demo/pods.py).
             (
                 "nvidia_gpu_exporter.backends.demo",
                 "nvidia_gpu_exporter.capture",
                 "nvidia_gpu_exporter.support.strictyaml",
+                "nvidia_gpu_exporter.model.kubernetes",
             ),
         ),
         id="demo-backend-loads-its-engine-only",

@@ -30,12 +30,20 @@ PROCESSES = (
     (GPU0, 1002, "0b0b0b0b-0000-4000-8000-00000000000b", 20, 500),
     (GPU0, 1003, "0c0c0c0c-0000-4000-8000-00000000000c", 10, 250),
     (GPU0, 1004, "0c0c0c0c-0000-4000-8000-00000000000c", 5, 250),
-    (GPU0, 1900, "", 15, 100),
+    (GPU0, 1900, "", 15, 100),  # a Slurm job's process (SLURM below), in no pod
     (GPU1, 2001, "1a1a1a1a-0000-4000-8000-00000000001a", 60, 2000),
     (GPU1, 2002, "1b1b1b1b-0000-4000-8000-00000000001b", 20, 1000),
     (GPU1, 2900, "", 0, 30),  # nvidia-cuda-mps-server, here a host process
 )
 CID = "f" * 64
+# pid -> (cgroup, environ): a cgroup v2 job step whose environ agrees, a cgroup v1 one without a readable environ
+SLURM = {
+    1900: (
+        "0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n",
+        b"SLURM_JOB_ID=4242\0SLURM_JOB_USER=alice\0SLURM_JOB_NAME=train\0SLURM_JOB_UID=1000\0",
+    ),
+    2900: ("4:devices:/slurm/uid_1001/job_77/step_batch/task_0\n", None),
+}
 MEMORY = {1001: 1000, 1002: 500, 1003: 500, 2001: 2000, 2002: 1000}  # pod c's two processes summed under 1003
 
 
@@ -73,12 +81,15 @@ def write_capture(path: Path, processes: tuple[tuple[str, int, str, int, int], .
     return path
 
 
-def _start(exporter: StartExporter, tmp_path: Path) -> tuple[Exporter, Path]:
+def _start(exporter: StartExporter, tmp_path: Path, *extra: str) -> tuple[Exporter, Path]:
     cgroups = {
-        str(pid): f"0::/kubepods/besteffort/pod{uid}/{CID}\n" if uid else HOST_SERVICE
+        str(pid): f"0::/kubepods/besteffort/pod{uid}/{CID}\n" if uid else SLURM.get(pid, (HOST_SERVICE, None))[0]
         for _, pid, uid, _, _ in PROCESSES
     }
     proc = make_proc(tmp_path, cgroups)
+    for pid, (_, environ) in SLURM.items():
+        if environ is not None:
+            (proc / str(pid) / "environ").write_bytes(environ)
     capture = write_capture(tmp_path / "c.txt", PROCESSES)
     handle = exporter(
         "--nvidia-smi-command",
@@ -88,6 +99,8 @@ def _start(exporter: StartExporter, tmp_path: Path) -> tuple[Exporter, Path]:
         "--collect.process-usage",
         "--kubernetes.process-pods",
         f"--kubernetes.proc-root={proc}",
+        "--slurm.jobs",
+        *extra,
     )
     return handle, capture
 
@@ -128,6 +141,40 @@ def test_an_ended_pods_series_are_gone_at_the_next_collection(exporter: StartExp
     text = handle.scrape()
     assert ended not in text
     assert sum(_per_pod(text, SHARE, UUID0).values()) == pytest.approx(50 / 65)
+
+
+def test_slurm_jobs_label_their_processes_and_gpus(exporter: StartExporter, tmp_path: Path) -> None:
+    handle, _ = _start(exporter, tmp_path)
+    text = handle.scrape()
+    processes = {sample.labels["pid"]: sample.labels for sample in series(text, "nvidia_smi_process_slurm_job_info")}
+    assert {pid: (labels["uuid"], labels["job_id"], labels["step"]) for pid, labels in processes.items()} == {
+        "1900": (UUID0, "4242", "0"),
+        "2900": (UUID1, "77", "batch"),
+    }
+    assert (processes["1900"]["user"], processes["1900"]["job_name"], processes["1900"]["uid"]) == (
+        "alice",
+        "train",
+        "1000",
+    )
+    assert (processes["2900"]["user"], processes["2900"]["uid"]) == ("", "1001")  # v1's uid; no environ
+    gpus = {(s.labels["uuid"], s.labels["job_id"]) for s in series(text, "nvidia_smi_gpu_slurm_job_info")}
+    assert gpus == {(UUID0, "4242"), (UUID1, "77")}
+    usage = {s.labels["pid"] for s in series(text, "nvidia_smi_process_used_memory_bytes")}
+    assert set(processes) <= usage  # each joins a per-process usage series on (uuid, pid)
+
+
+def test_the_dcgm_profile_splits_a_shared_gpus_power_per_pod(exporter: StartExporter, tmp_path: Path) -> None:
+    """dcgm-exporter's --kubernetes-virtual-gpus copies the GPU's value to every pod; here each pod has its part."""
+    handle, _ = _start(exporter, tmp_path, "--metrics.profile=dcgm")
+    power: dict[str, dict[str, float]] = {}
+    for sample in series(handle.scrape(), "DCGM_FI_DEV_POWER_USAGE"):
+        power.setdefault(sample.labels["UUID"], {})[sample.labels.get("pod_uid", "")] = sample.value
+    uid_of = {pid: uid for _, pid, uid, _, _ in PROCESSES}
+    for gpu, pods in ((GPU0, {1001: 30, 1002: 20, 1003: 15}), (GPU1, {2001: 60, 2002: 20})):
+        process_sm = sum(sm for on, _, _, sm, _ in PROCESSES if on == gpu)
+        expected = {uid_of[pid]: POWER[gpu] * sm / process_sm for pid, sm in pods.items()}
+        assert {uid: watts for uid, watts in power[gpu].items() if uid} == pytest.approx(expected)
+        assert sum(power[gpu].values()) == pytest.approx(POWER[gpu])  # the host processes' part stays unlabelled
 
 
 def _by_gpu(text: str, family: str) -> dict[str, float]:

@@ -32,6 +32,7 @@ KUBERNETES_FAMILIES = (
     "nvidia_smi_gpu_pod_info",
     "nvidia_smi_kubernetes_attribution_up",
     "nvidia_smi_compute_app_pod_info",
+    "nvidia_smi_pod_gpu_allocated_seconds_total",  # the GPU-seconds each pod the kubelet lists holds
 )
 
 

@@ -169,6 +169,9 @@ DOCUMENTED_RESERVED = [
     "unattributed_energy_joules_total",
     "pod_gpu_used_seconds_total",
     "pod_gpu_allocated_seconds_total",
+    "gpu_dra_claim_info",
+    "process_slurm_job_info",
+    "gpu_slurm_job_info",
 ]
 
 

@@ -284,6 +284,7 @@ def attribution_settings(config: Config) -> AttributionSettings:
         resource_patterns=parse_resource_patterns(config.kubernetes_resource_names),
         process_pods=config.kubernetes_process_pods,
         proc_root=config.kubernetes_proc_root,
+        dra_claims=config.kubernetes_dra_claims,
     )
 
 
@@ -619,6 +620,7 @@ async def serve(config: Config, web_config: WebConfig | None = None) -> int:
         xid_source=xids.name,
         pci=build_pci_source(config, backend),
         process_usage_limit=config.process_usage_max_processes if config.process_usage else None,
+        slurm_proc_root=config.kubernetes_proc_root if config.slurm_jobs else None,
     )
     settings = web_settings(config)
     endpoint = MetricsEndpoint(collector, exposition, settings)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from nvidia_gpu_exporter.backends import Backend, CollectionError
 from nvidia_gpu_exporter.history import History
 from nvidia_gpu_exporter.model.gpuseconds import GpuSecondsLedger
+from nvidia_gpu_exporter.model.jobs import ProcessJob
 from nvidia_gpu_exporter.model.judge import Judgement, VerdictMemory, judge
 from nvidia_gpu_exporter.model.podusage import PodEnergyLedger, pod_shares
 from nvidia_gpu_exporter.model.processusage import DEFAULT_MAX_PROCESSES, cap_usage
@@ -106,6 +107,7 @@ class Collector:
         xid_source: str = "",
         pci: PciSource | None = None,
         process_usage_limit: int | None = None,
+        slurm_proc_root: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.backend = backend
@@ -127,6 +129,8 @@ class Collector:
         # GPU-seconds allocated (--kubernetes.pod-resources) and used (the shares) per pod since each appeared
         self._gpu_seconds = GpuSecondsLedger()
         self._pod_allocations: tuple[PodAllocation, ...] | None = None
+        self.slurm_proc_root = slurm_proc_root  # --slurm.jobs: where the host's /proc is (None: off)
+        self._slurm_jobs: tuple[ProcessJob, ...] | None = None
         self.timeout_seconds = timeout_seconds or None
         self.interval_seconds = interval_seconds
         self.shutdown_on_error = shutdown_on_error
@@ -223,6 +227,7 @@ class Collector:
             verdicts=self._judgement.verdicts,
             pod_usage=self._pod_usage if attempt is not None and attempt.readings is not None else None,
             pod_allocations=self._pod_allocations if attempt is not None and attempt.readings is not None else None,
+            slurm_jobs=self._slurm_jobs if attempt is not None and attempt.readings is not None else None,
         )
 
     def _capped(self, readings: Readings) -> Readings:
@@ -246,6 +251,15 @@ class Collector:
         if kubernetes is None or kubernetes.processes is None:
             return None
         pod_of = {process.pid: process.pod_uid for process in kubernetes.processes if process.pod_uid}
+        if self.attributor is not None and not kubernetes.process_reason:
+            # nvml lists MPS clients apart from the compute apps attribution reads: their pods come from here.
+            from nvidia_gpu_exporter.kubernetes.cgroups import lookup_process  # noqa: PLC0415 - attribution only
+
+            looked_up = {process.pid for process in kubernetes.processes}
+            for pid in {row.pid for row in usage.rows} - looked_up:
+                found = lookup_process(self.attributor.settings.proc_root, pid).pod
+                if found is not None:
+                    pod_of[pid] = found.pod_uid
         holders = _holders(kubernetes, readings)
         fields = self.backend.fields
         uuid_column, power_column = column_of(fields, "uuid"), column_of(fields, "power.draw")
@@ -279,6 +293,18 @@ class Collector:
         if kubernetes is None or kubernetes.pod_resources is None or not kubernetes.pod_resources.ok:
             return None
         return self._gpu_seconds.allocate(kubernetes.gpu_pods, now)
+
+    def _jobs(self, readings: Readings | None) -> tuple[ProcessJob, ...] | None:
+        """The Slurm job of every process the collection serves (compute apps, and the capped usage rows)."""
+        if self.slurm_proc_root is None or readings is None:
+            return None
+        listed = [
+            *((row.gpu_uuid, row.pid) for row in (readings.processes.rows if readings.processes is not None else ())),
+            *((row.gpu_uuid, row.pid) for row in (readings.process_usage.rows if readings.process_usage else ())),
+        ]
+        from nvidia_gpu_exporter.kubernetes.slurm import process_jobs  # noqa: PLC0415 - --slurm.jobs only
+
+        return process_jobs(self.slurm_proc_root, listed)
 
     async def _attribute(self, lookup: asyncio.Task[PodResourcesReading | None], readings: Readings | None) -> None:
         """Join the kubelet's answer (fetched alongside the collection, bounded by its own timeout) with it."""
@@ -357,6 +383,7 @@ class Collector:
                 cancelled = True
         self._pod_usage = self._pods(uncapped, attempt.readings, finished)
         self._pod_allocations = self._allocations(finished) if attempt.readings is not None else None
+        self._slurm_jobs = self._jobs(attempt.readings)
         cancelled = await self._read_pci(scan, cancelled)
         snapshot = self._publish(attempt)
         if attempt.fatal and self.shutdown_on_error and self.on_fatal is not None:

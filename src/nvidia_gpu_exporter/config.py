@@ -118,6 +118,8 @@ class Config:
     kubernetes_pod_labels: bool = False
     kubernetes_process_pods: bool = False
     kubernetes_proc_root: str = DEFAULT_PROC_ROOT
+    kubernetes_dra_claims: bool = False
+    slurm_jobs: bool = False
     fleet_targets_file: str = ""  # "" = no fleet mode (no /probe)
     fleet_max_concurrent: int = DEFAULT_GLOBAL_CONCURRENCY
     log_level: str = "info"
@@ -269,6 +271,8 @@ def validate_kubernetes(config: Config) -> None:
     """The ``--kubernetes.*`` flags; with attribution off (the default) nothing here can fail."""
     if config.kubernetes_pod_labels and not config.kubernetes_pod_resources:
         raise ConfigError("--kubernetes.pod-labels requires --kubernetes.pod-resources")
+    if config.kubernetes_dra_claims and not config.kubernetes_pod_resources:
+        raise ConfigError("--kubernetes.dra-claims requires --kubernetes.pod-resources")
     if config.kubernetes_process_pods and not config.compute_apps:
         raise ConfigError("--kubernetes.process-pods requires --collect.compute-apps")
     if config.kubernetes_pod_resources:
@@ -282,8 +286,10 @@ def validate_kubernetes(config: Config) -> None:
             raise ConfigError("--kubernetes.pod-resources-socket must not be empty")
         if not any(part.strip() for part in config.kubernetes_resource_names.split(",")):
             raise ConfigError("--kubernetes.resource-names must name at least one resource")
-    if config.kubernetes_process_pods and not config.kubernetes_proc_root:
+    if (config.kubernetes_process_pods or config.slurm_jobs) and not config.kubernetes_proc_root:
         raise ConfigError("--kubernetes.proc-root must not be empty")
+    if config.slurm_jobs and not (config.compute_apps or config.process_usage):
+        raise ConfigError("--slurm.jobs requires --collect.compute-apps or --collect.process-usage")
     attribution = config.kubernetes_pod_resources or config.kubernetes_process_pods
     if attribution and config.telemetry_path == ATTRIBUTION_PATH:
         raise ConfigError(f"web.telemetry-path must not be {ATTRIBUTION_PATH} with Kubernetes attribution on")

@@ -353,8 +353,20 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "kubernetes.proc-root",
         "kubernetes_proc_root",
-        "Where the host's /proc is mounted, for --kubernetes.process-pods.",
+        "Where the host's /proc is mounted, for --kubernetes.process-pods, --kubernetes.dra-claims and --slurm.jobs.",
         Kind.STRING,
+    ),
+    Flag(
+        "kubernetes.dra-claims",
+        "kubernetes_dra_claims",
+        "Serve the ResourceClaims (Dynamic Resource Allocation) whose NVIDIA DRA driver devices containers hold.",
+        Kind.BOOL,
+    ),
+    Flag(
+        "slurm.jobs",
+        "slurm_jobs",
+        "Label GPU processes and GPUs with the Slurm job running them, from the processes' cgroups and environ.",
+        Kind.BOOL,
     ),
     Flag(
         "fleet.targets-file",
@@ -918,8 +930,8 @@ DCGM_OPTIONS: tuple[DcgmOption, ...] = (
         (),
         "KUBERNETES_VIRTUAL_GPUS",
         DcgmKind.BOOL,
-        why="a shared GPU's series are not repeated per pod: pod labels go on a GPU that one container holds",
-        harmless=_FALSE,
+        # Per-pod series of a shared GPU, each with the pod's own share (docs/dcgm.md, "Per-pod shares").
+        _when({"compute_apps": True, "process_usage": True, "kubernetes_process_pods": True}),
     ),
     DcgmOption(
         "dump-enabled",

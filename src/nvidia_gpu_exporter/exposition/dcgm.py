@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
@@ -47,6 +47,8 @@ from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution
 from nvidia_gpu_exporter.model.snapshot import (
     MigInstanceReading,
     NvmlExtras,
+    PodShare,
+    PodUsage,
     QueryField,
     Readings,
     Snapshot,
@@ -64,6 +66,7 @@ log = logging.getLogger(__name__)
 GPU_LABEL_NAMES = ("gpu", "UUID", "pci_bus_id", "device", "modelName")
 MIG_LABEL_NAMES = ("GPU_I_PROFILE", "GPU_I_ID")
 POD_LABEL_NAMES = ("pod", "namespace", "container")
+POD_UID_LABEL = "pod_uid"  # on a pod's part of a shared GPU, after the pod's names (as the nvidia_smi_pod_* families)
 XID_LABEL_NAMES = ("err_code", "err_msg")
 _IDENTITY = ("index", "uuid", "pci.bus_id", "name")
 LABEL = "label"  # the counters-file type of a field served as a label on every series, not as a family
@@ -509,6 +512,55 @@ class _Entity:
     labels: str  # without braces, up to the family's own labels
     cells: tuple[str, ...]
     instance: _GpuInstance | None = None
+    held: bool = False  # one container holds it (its labels name the pod): it is that pod's, never split
+
+
+@dataclass(frozen=True, slots=True)
+class _PodPart:
+    """One pod's part of a shared GPU or GPU instance: its series' labels and what it is split by."""
+
+    labels: str
+    share: float  # 0-1 of the entity's utilization and power
+    memory_mib: float | None  # its processes' used memory, in DCGM's whole MiB
+    energy_mj: float | None  # its energy since it was first seen there, in DCGM's mJ
+
+
+def _sum(first: float | None, second: float | None) -> float | None:
+    return first if second is None else second if first is None else first + second
+
+
+def _per_pod(shares: Iterable[PodShare]) -> list[PodShare]:
+    """One share per pod: a pod on two GPU instances of a GPU served whole is one part of it, not two series."""
+    merged: dict[str, PodShare] = {}
+    for share in shares:
+        found = merged.get(share.pod_uid)
+        merged[share.pod_uid] = (
+            share
+            if found is None
+            else replace(
+                found,
+                share=found.share + share.share,
+                used_memory_bytes=_sum(found.used_memory_bytes, share.used_memory_bytes),
+                energy_joules=_sum(found.energy_joules, share.energy_joules),
+            )
+        )
+    return list(merged.values())
+
+
+# The fields split per pod on a shared GPU (docs/dcgm.md, "Per-pod shares"), by their oldest names: a fraction of
+# time the GPU (or GPU instance) was busy, and power, by the pod's share; memory used by the pod's own processes;
+# energy by the pods' energy counters. Every other field says something of the whole GPU and stays per GPU.
+SPLIT_BY_SHARE = frozenset(
+    {
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+    }
+)
+SPLIT_BY_MEMORY = "DCGM_FI_DEV_FB_USED"
 
 
 def gpu_instances(extras: NvmlExtras | None) -> dict[str, list[_GpuInstance]]:
@@ -699,7 +751,7 @@ class DcgmExposition:
         if attempt is None or attempt.readings is None:
             return ""
         attribution = snapshot.kubernetes if self.pod_labels else None
-        text = self._render(attempt.readings, snapshot.xids, attribution)
+        text = self._render(attempt.readings, snapshot.xids, attribution, snapshot.pod_usage)
         if self._events is not None:
             text += self._event_text(attempt.finished_at, attempt.readings, snapshot.xids, attribution)
         if not self._health_status:
@@ -750,9 +802,64 @@ class DcgmExposition:
                 if labels is None:
                     log.error("dropping a GPU whose identity is not valid UTF-8 from the DCGM profile")
                     continue
-                entities.append(_Entity((_gpu_order(index), gpu_instance_id), uuid, labels, cells, instance))
+                held = self._held(uuid, instance, holders)
+                entities.append(_Entity((_gpu_order(index), gpu_instance_id), uuid, labels, cells, instance, held))
         entities.sort(key=lambda entity: entity.order)
         return entities
+
+    def _held(
+        self, uuid: str, instance: _GpuInstance | None, holders: dict[tuple[str, str], tuple[str, str, str]]
+    ) -> bool:
+        if instance is None:
+            return (uuid, "") in holders
+        return self._instance_holder(uuid, instance, holders) is not None
+
+    def _pod_parts(self, entity: _Entity, pods: Sequence[PodShare]) -> list[_PodPart]:
+        """The parts of an entity its pods used; none for an entity one container holds (its labels say whose).
+
+        A whole GPU's pods have their shares of it; a GPU instance's are shared by memory, each pod's used memory
+        over the instance's (drivers give no per-process utilization on MIG), scaled down should they exceed it.
+        """
+        if entity.held:
+            return []
+        if entity.instance is None:
+            mine = _per_pod(pod for pod in pods if pod.uuid == entity.uuid)
+            shares = [pod.share for pod in mine]
+        else:
+            instance_id = str(entity.instance.gpu_instance_id)
+            mine = [pod for pod in pods if pod.uuid == entity.uuid and pod.gpu_instance_id == instance_id]
+            reading = entity.instance.reading
+            used = reading.memory_used_bytes if reading is not None else None
+            memory = [pod.used_memory_bytes or 0.0 for pod in mine]
+            total = max(sum(memory), used or 0.0)
+            shares = [part / total if total > 0 else 0.0 for part in memory]
+        parts: list[_PodPart] = []
+        for pod, share in zip(mine, shares, strict=True):
+            named = (pod.pod, pod.namespace, pod.container)
+            mig = (entity.instance.profile, str(entity.instance.gpu_instance_id)) if entity.instance else None
+            labels = self._labels(entity.cells, mig, named if any(named) else None)
+            if labels is None:
+                continue
+            memory_mib = None if pod.used_memory_bytes is None else float(pod.used_memory_bytes // MIB)
+            energy_mj = None if pod.energy_joules is None else float(round(pod.energy_joules * 1000.0))
+            uid = f'{POD_UID_LABEL}="{escape_label_value(pod.pod_uid)}"'
+            parts.append(_PodPart(f"{labels},{uid}", share, memory_mib, energy_mj))
+        return parts
+
+    @staticmethod
+    def _split(family: DcgmFamily, value: float, parts: Sequence[_PodPart]) -> tuple[float, list[tuple[str, float]]]:
+        """The entity's remainder and each pod's part of one value of a family split per pod."""
+        own: list[tuple[str, float]] = []
+        for part in parts:
+            if family.field in SPLIT_BY_SHARE:
+                own.append((part.labels, value * part.share))
+            elif family.field == SPLIT_BY_MEMORY and part.memory_mib is not None:
+                own.append((part.labels, part.memory_mib))
+            elif family.field == TOTAL_ENERGY.name and part.energy_mj is not None:
+                own.append((part.labels, part.energy_mj))
+        if not own:  # a field that stays per GPU, or one no pod has a value of
+            return value, own
+        return max(0.0, value - sum(part for _, part in own)), own
 
     @staticmethod
     def _instance_holder(
@@ -762,9 +869,18 @@ class DcgmExposition:
         found = {holders.get((uuid, mig_uuid)) for mig_uuid in instance.mig_uuids} - {None}
         return next(iter(found)) if len(found) == 1 else None
 
-    def _render(self, readings: Readings, xids: Sequence[XidRecord], attribution: KubernetesAttribution | None) -> str:
-        """The served families in order, one series per entity; XIDs only for GPUs still read."""
+    def _render(
+        self,
+        readings: Readings,
+        xids: Sequence[XidRecord],
+        attribution: KubernetesAttribution | None,
+        pod_usage: PodUsage | None = None,
+    ) -> str:
+        """The served families in order, one series per entity (and per pod of a shared one, for the fields split
+        per pod); XIDs only for GPUs still read."""
         entities = self._entities(readings, attribution)
+        pods = pod_usage.pods if pod_usage is not None else ()
+        pod_parts = {entity.order: self._pod_parts(entity, pods) for entity in entities} if pods else {}
         per_gpu = {
             normalize_uuid(extra.gpu_uuid): extra
             for extra in (readings.extras.gpus if readings.extras is not None else ())
@@ -799,8 +915,13 @@ class DcgmExposition:
                 else:
                     raw = entity.cells[column] if column is not None else ""
                     value = None if raw.strip().lower() in ABSENT_TOKENS else transform_generic(raw, 1.0)
-                if value is not None:
-                    lines.append(f"{family.name}{{{entity.labels}}} {dcgm_value(_scaled(value, family.factor))}\n")
+                if value is None:
+                    continue
+                per_pod: list[tuple[str, float]] = []
+                if pod_parts.get(entity.order):
+                    value, per_pod = self._split(family, value, pod_parts[entity.order])
+                for labels, part in [(entity.labels, value), *per_pod]:
+                    lines.append(f"{family.name}{{{labels}}} {dcgm_value(_scaled(part, family.factor))}\n")
             if lines:
                 parts.append(header(family.name, family.help, family.metric_type) + "".join(lines))
         return "".join(parts)

@@ -384,6 +384,16 @@ GPU_POD_INFO = FamilySpec(
     "time-sliced replica, as the kubelet's PodResources API reports. Join on uuid.",
     GPU_POD_LABELS,
 )
+GPU_DRA_CLAIM_LABELS = (
+    "uuid", "namespace", "pod", "container", "claim_namespace", "claim_name", "driver", "pool", "device",
+)  # fmt: skip
+GPU_DRA_CLAIM_INFO = FamilySpec(
+    "nvidia_smi_gpu_dra_claim_info",
+    "gauge",
+    "A metric with a constant '1' value for each ResourceClaim device of NVIDIA's DRA driver (gpu.nvidia.com) "
+    "a container holds, as the kubelet's PodResources API reports; uuid is empty where the device is no GPU read.",
+    GPU_DRA_CLAIM_LABELS,
+)
 COMPUTE_APP_POD_INFO = FamilySpec(
     "nvidia_smi_compute_app_pod_info",
     "gauge",
@@ -391,6 +401,24 @@ COMPUTE_APP_POD_INFO = FamilySpec(
     "context, from its cgroup. Join on uuid and pid with nvidia_smi_compute_app_info, on pod_uid with "
     "kube_pod_info{uid}.",
     COMPUTE_APP_POD_LABELS,
+)
+
+# -- Slurm jobs (--slurm.jobs): which job runs each GPU process, and which jobs each GPU runs ------------------
+
+SLURM_PROCESS_JOB_LABELS = ("uuid", "pid", "job_id", "step", "uid", "user", "job_name")
+SLURM_GPU_JOB_LABELS = ("uuid", "job_id", "uid", "user", "job_name")
+PROCESS_SLURM_JOB_INFO = FamilySpec(
+    "nvidia_smi_process_slurm_job_info",
+    "gauge",
+    "A metric with a constant '1' value labeled by the Slurm job of a GPU process, from its cgroup and environ. "
+    "Join on uuid and pid with the per-process families.",
+    SLURM_PROCESS_JOB_LABELS,
+)
+GPU_SLURM_JOB_INFO = FamilySpec(
+    "nvidia_smi_gpu_slurm_job_info",
+    "gauge",
+    "A metric with a constant '1' value for each Slurm job with a process on the GPU.",
+    SLURM_GPU_JOB_LABELS,
 )
 
 # -- lost GPUs: the NVIDIA functions sysfs lists (every backend; only when sysfs lists one) ---------------------
@@ -570,7 +598,10 @@ OWNED: tuple[FamilySpec, ...] = (
     GPU_HEALTH_REASON_SINCE,
     ATTRIBUTION_UP,
     GPU_POD_INFO,
+    GPU_DRA_CLAIM_INFO,
     COMPUTE_APP_POD_INFO,
+    PROCESS_SLURM_JOB_INFO,
+    GPU_SLURM_JOB_INFO,
     GPUS_EXPECTED,
     PCI_DEVICE_INFO,
 )

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from nvidia_gpu_exporter.exposition.families import ATTRIBUTION_UP, COMPUTE_APP_POD_INFO, GPU_POD_INFO
+from nvidia_gpu_exporter.exposition.families import (
+    ATTRIBUTION_UP,
+    COMPUTE_APP_POD_INFO,
+    GPU_DRA_CLAIM_INFO,
+    GPU_POD_INFO,
+)
 from nvidia_gpu_exporter.exposition.text import Family, escape_label_value
 from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution
 
@@ -36,6 +41,25 @@ def attribution_families(attribution: KubernetesAttribution, gpu_uuids: Collecti
             seen.add(labels)
             info.add(labels, 1.0)
     families.append(info)
+    if attribution.claims is not None:  # --kubernetes.dra-claims
+        claims = GPU_DRA_CLAIM_INFO.family()
+        for claim in attribution.claims:
+            if claim.uuid in gpu_uuids or not claim.uuid:
+                claims.add(
+                    (
+                        claim.uuid,
+                        claim.namespace,
+                        claim.pod,
+                        claim.container,
+                        claim.claim_namespace,
+                        claim.claim_name,
+                        claim.driver,
+                        claim.pool,
+                        claim.device,
+                    ),
+                    1.0,
+                )
+        families.append(claims)
     if attribution.processes is not None:
         apps = COMPUTE_APP_POD_INFO.family()
         seen_apps: set[tuple[str, ...]] = set()

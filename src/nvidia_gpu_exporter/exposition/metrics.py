@@ -24,6 +24,7 @@ from nvidia_gpu_exporter.exposition.families import (
     STATUS,
 )
 from nvidia_gpu_exporter.exposition.health import health_families
+from nvidia_gpu_exporter.exposition.jobs import job_families
 from nvidia_gpu_exporter.exposition.naming import FieldMetric, plan_field_metrics
 from nvidia_gpu_exporter.exposition.nvml import extras_families, xid_families
 from nvidia_gpu_exporter.exposition.pci import pci_families
@@ -270,6 +271,8 @@ class Exposition:
                 families += pod_families(snapshot.pod_usage, rendered_uuids)
             if snapshot.pod_allocations is not None:  # only with --kubernetes.pod-resources, when it answered
                 families += allocation_families(snapshot.pod_allocations, rendered_uuids)
+            if snapshot.slurm_jobs is not None:  # only with --slurm.jobs
+                families += job_families(snapshot.slurm_jobs, rendered_uuids)
             if readings.extras is not None:
                 families += extras_families(readings.extras)
         families += xid_families(snapshot.xids)  # XID counts outlive failed collections

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from nvidia_gpu_exporter.kubernetes import cgroups
 from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_PROC_ROOT
@@ -36,6 +38,7 @@ from nvidia_gpu_exporter.model.kubernetes import (
     RESOURCE_NOT_MATCHED,
     RPC_ERROR,
     TIMEOUT,
+    DraClaim,
     GpuPod,
     KubernetesAttribution,
     PodDevice,
@@ -48,6 +51,13 @@ from nvidia_gpu_exporter.model.uuids import normalize_mig_uuid, normalize_uuid
 from nvidia_gpu_exporter.support.asynctimeout import within_timeout
 
 log = logging.getLogger(__name__)
+
+# NVIDIA's DRA driver names a GPU gpu-<minor> and a MIG device gpu-<parent minor>-mig-<profile>-<start>-<size>,
+# the minor number of /dev/nvidia<minor>, which the driver lists per PCI address under /proc/driver/nvidia/gpus.
+NVIDIA_DRA_DRIVER = "gpu.nvidia.com"
+_DRA_DEVICE = re.compile(r"^gpu-(?P<minor>[0-9]{1,4})(?:-mig-[0-9]+-[0-9]+-[0-9]+)?$")
+_MINOR = re.compile(r"^Device Minor:\s*(?P<minor>[0-9]+)\s*$", re.MULTILINE)
+MAX_CLAIM_LABEL_CHARACTERS = 253  # a Kubernetes object name's limit; the kubelet's answer is not trusted to keep it
 
 MigLister = Callable[[], Awaitable[str]]
 """Returns ``nvidia-smi -L`` text: the exec backend's way to place MIG uuids on their parent GPUs."""
@@ -66,6 +76,7 @@ class AttributionSettings:
     resource_patterns: tuple[str, ...] = ()
     process_pods: bool = False
     proc_root: str = DEFAULT_PROC_ROOT
+    dra_claims: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +111,7 @@ class Attributor:
         self._wall_clock = wall_clock
         self._uuid_column = column_of(fields, "uuid")
         self._index_column = column_of(fields, "index")
+        self._bus_column = column_of(fields, "pci.bus_id")
         self._cached: PodResourcesReading | None = None
         self._cached_at = 0.0
         self._lock: asyncio.Lock | None = None
@@ -226,6 +238,8 @@ class Attributor:
         parsed: list[tuple[PodDevice, DeviceRef]] = []
         unmatched: list[UnmatchedDevice] = []
         for device in reading.devices:
+            if device.claim_name:  # a ResourceClaim's device: _map_claims reads those
+                continue
             matched = resource_matches(device.resource, patterns)
             if not matched and not looks_like_gpu(device.device_id):
                 continue  # another vendor's device: none of our business
@@ -259,6 +273,38 @@ class Attributor:
             else:
                 unmatched.append(result)
         return tuple(placed), tuple(unmatched)
+
+    def _minors(self, readings: Readings) -> dict[str, str]:
+        """Device minor number -> GPU uuid, from the driver's ``information`` file of each GPU's PCI address."""
+        if self._uuid_column is None or self._bus_column is None:
+            return {}
+        minors: dict[str, str] = {}
+        for row in readings.gpus.rows:
+            address = row[self._bus_column].strip().lower()[-12:]  # 00000000:83:00.0 -> 0000:83:00.0
+            path = Path(self.settings.proc_root) / "driver" / "nvidia" / "gpus" / address / "information"
+            try:
+                found = _MINOR.search(path.read_text(encoding="utf-8", errors="replace")[:4096])
+            except OSError:
+                continue
+            if found:
+                minors[str(int(found["minor"]))] = normalize_uuid(row[self._uuid_column])
+        return minors
+
+    def _map_claims(self, reading: PodResourcesReading, readings: Readings | None) -> tuple[DraClaim, ...]:
+        """Each ResourceClaim device of NVIDIA's DRA driver, on its GPU where the collection has it."""
+        minors = self._minors(readings) if readings is not None else {}
+        claims: dict[DraClaim, None] = {}
+        for device in reading.devices:
+            if not device.claim_name or device.driver != NVIDIA_DRA_DRIVER:
+                continue
+            named = _DRA_DEVICE.match(device.device_id)
+            uuid = minors.get(str(int(named["minor"])), "") if named else ""
+            values = (
+                device.namespace, device.pod, device.container, device.claim_namespace, device.claim_name,
+                device.driver, device.pool, device.device_id,
+            )  # fmt: skip
+            claims[DraClaim(uuid, *(value[:MAX_CLAIM_LABEL_CHARACTERS] for value in values))] = None
+        return tuple(claims)
 
     def _map_processes(self, readings: Readings) -> tuple[tuple[ProcessPod, ...] | None, str, str]:
         processes = readings.processes
@@ -309,8 +355,13 @@ class Attributor:
         unmatched: tuple[UnmatchedDevice, ...] = ()
         if reading is not None and reading.ok and readings is not None:
             gpu_pods, unmatched = await self._map_devices(reading, readings)
+        claims: tuple[DraClaim, ...] | None = None
+        if self.settings.dra_claims and reading is not None and reading.ok and readings is not None:
+            claims = self._map_claims(reading, readings)
         processes: tuple[ProcessPod, ...] | None = None
         process_reason = process_detail = ""
         if readings is not None:
             processes, process_reason, process_detail = self._map_processes(readings)
-        return KubernetesAttribution(reading, socket, gpu_pods, unmatched, processes, process_reason, process_detail)
+        return KubernetesAttribution(
+            reading, socket, gpu_pods, unmatched, processes, process_reason, process_detail, claims=claims
+        )

@@ -100,7 +100,8 @@ def socket_problem(path: str) -> PodResourcesError | None:
 
 
 def flatten(response: Any) -> tuple[PodDevice, ...]:
-    """Every (pod, container, resource, device id) of a ``ListPodResourcesResponse``, in answer order."""
+    """Every (pod, container, resource, device id) of a ``ListPodResourcesResponse``, in answer order; then each
+    container's ResourceClaim devices (driver, pool and device name), which a kubelet before 1.27 never sends."""
     devices: list[PodDevice] = []
     for pod in response.pod_resources:
         for container in pod.containers:
@@ -108,6 +109,21 @@ def flatten(response: Any) -> tuple[PodDevice, ...]:
                 devices.extend(
                     PodDevice(pod.namespace, pod.name, container.name, group.resource_name, device_id)
                     for device_id in group.device_ids
+                )
+            for claim in container.dynamic_resources:
+                devices.extend(
+                    PodDevice(
+                        pod.namespace,
+                        pod.name,
+                        container.name,
+                        "",
+                        found.device_name,
+                        claim.claim_namespace,
+                        claim.claim_name,
+                        found.driver_name,
+                        found.pool_name,
+                    )
+                    for found in claim.claim_resources
                 )
     return tuple(devices)
 

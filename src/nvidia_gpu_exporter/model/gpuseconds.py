@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from nvidia_gpu_exporter.model.kubernetes import GpuPod
 from nvidia_gpu_exporter.model.snapshot import PodAllocation, PodShare
+
+if TYPE_CHECKING:  # a default start loads no Kubernetes model (tests/test_footprint.py)
+    from nvidia_gpu_exporter.model.kubernetes import GpuPod
 
 
 def _elapsed(previous: float | None, now: float) -> float:

@@ -34,13 +34,36 @@ PROCESS_QUERY_FAILED = "process_query_failed"
 
 @dataclass(frozen=True, slots=True)
 class PodDevice:
-    """One device id the kubelet lists as allocated to one container, exactly as received."""
+    """One device id the kubelet lists as allocated to one container, exactly as received.
+
+    A device of a ResourceClaim (Dynamic Resource Allocation) has ``claim_name`` set, no ``resource``, and its
+    driver's device name as ``device_id``.
+    """
 
     namespace: str
     pod: str
     container: str
     resource: str
     device_id: str
+    claim_namespace: str = ""
+    claim_name: str = ""
+    driver: str = ""
+    pool: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DraClaim:
+    """A container's ResourceClaim device, and the GPU it is (``uuid`` "" when the device name places none)."""
+
+    uuid: str
+    namespace: str
+    pod: str
+    container: str
+    claim_namespace: str
+    claim_name: str
+    driver: str
+    pool: str
+    device: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +125,7 @@ class KubernetesAttribution:
     processes: tuple[ProcessPod, ...] | None = None  # None: --kubernetes.process-pods off or no process rows
     process_reason: str = ""  # set when no process can be attributed at all (hostpid_off, ...)
     process_detail: str = ""
+    claims: tuple[DraClaim, ...] | None = None  # None: --kubernetes.dra-claims off or no kubelet answer
 
     def pod_holders(self) -> dict[tuple[str, str], tuple[str, str, str]]:
         """(GPU uuid, MIG uuid or "") -> (pod, namespace, container) of each device exactly one container holds

@@ -12,6 +12,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from nvidia_gpu_exporter.model.jobs import ProcessJob
     from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution
     from nvidia_gpu_exporter.model.pcibus import PciInventory
     from nvidia_gpu_exporter.model.verdicts import GpuVerdict
@@ -365,6 +366,8 @@ class Snapshot:
     pod_usage: PodUsage | None = None
     # GPU-seconds allocated per pod (--kubernetes.pod-resources answered); None when off or the kubelet did not.
     pod_allocations: tuple[PodAllocation, ...] | None = None
+    # The Slurm jobs of the served GPU processes (--slurm.jobs); None when that is off.
+    slurm_jobs: tuple[ProcessJob, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
