@@ -1,20 +1,26 @@
 """Floods of stalled connections against the exporter (issue 26): what it holds, and whether it keeps answering.
 
-For each attack a child process opens ``--connections`` connections to the exporter (demo backend; over TLS for
-the handshake attacks) and holds them, each stalled where the attack says: after one request line and a header line
-(``head``), silent after connecting (``silent``), after the start of a TLS ClientHello (``handshake``), or silent
-on the TLS port (``tls-silent``). The attacker reopens what the exporter evicts, as
-fast as it can, for ``--seconds``. Meanwhile a prober asks ``/-/healthy`` on a new connection and a keep-alive
-client scrapes ``/metrics`` (as Prometheus does), each every 0.2 s. Printed per attack: the exporter's RSS and
-open fds at rest, at their peak and 15 s after the attack, the probes' and scrapes' worst latency and failures,
-and the evictions. Linux only.
+For each attack a child process opens ``--connections`` connections to the exporter (demo backend; over TLS for the
+handshake attacks) and holds them, each stalled where the attack says: after one request line and a header line
+(``head``), silent after connecting (``silent``), after the start of a TLS ClientHello (``handshake``), or silent on
+the TLS port (``tls-silent``), or after a whole ClientHello (``hello``, answered by the server's first flight). The
+attacker reopens what the exporter evicts, as fast as it can, for ``--seconds``. Meanwhile a prober asks
+``/-/healthy`` on a new connection and a keep-alive client scrapes ``/metrics`` (as Prometheus does), each every 0.2
+s. Printed per attack: the exporter's RSS and open fds at rest, at their peak and 15 s after the attack, the probes'
+and scrapes' worst latency and failures, and the evictions. Linux only.
+
+With ``--per-connection`` it measures instead what one stalled connection costs: ``--connections`` of them held
+under a cap above that count (nothing evicted), the exporter's RSS growth divided by their number, ``--rounds``
+times per attack on a fresh exporter.
 
     python benchmarks/bench_stalls.py [--connections 1000] [--seconds 10] [--max-connections 256]
+    python benchmarks/bench_stalls.py --per-connection [--connections 500] [--rounds 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import os
 import re
@@ -38,7 +44,22 @@ STALLS = {
     "silent": (b"", False),
     "handshake": (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", True),  # a ClientHello's first headers
     "tls-silent": (b"", True),
+    "hello": (b"", True),  # stands for a whole ClientHello, made at run time (client_hello())
 }
+
+
+def client_hello() -> bytes:
+    """A whole TLS ClientHello, as Python's client sends it first."""
+    context = ssl.create_default_context()
+    client = context.wrap_bio(ssl.MemoryBIO(), outgoing := ssl.MemoryBIO(), server_hostname="exporter")
+    with contextlib.suppress(ssl.SSLWantReadError):  # it waits for the server's answer
+        client.do_handshake()
+    return outgoing.read()
+
+
+def stall_bytes(attack: str) -> bytes:
+    return client_hello() if attack == "hello" else STALLS[attack][0]
+
 
 # The attacker: holds argv[3] connections to port argv[1], each sent argv[2] (hex), reopening closed ones, until
 # its stdin closes.
@@ -140,7 +161,7 @@ class Outcome:
 
 def run_attack(attack: str, connections: int, seconds: float, max_connections: int, config: Path) -> Outcome:
     """One attack against a fresh exporter (``config``: a web config serving TLS, for the TLS attacks)."""
-    stall, tls = STALLS[attack]
+    stall, tls = stall_bytes(attack), STALLS[attack][1]
     tls_args = [f"--web.config.file={config}"] if tls else []
     exporter = start_exporter(["--collect.backend=demo", f"--web.max-connections={max_connections}", *tls_args])
     try:
@@ -190,6 +211,43 @@ def run_attack(attack: str, connections: int, seconds: float, max_connections: i
         exporter.stop()
 
 
+def per_connection_kib(attack: str, connections: int, config: Path) -> float:
+    """The exporter's RSS growth per connection while ``connections`` of them are held stalled by ``attack``,
+    none evicted (the cap is set above their count), measured 1 s after the last one connected."""
+    tls = STALLS[attack][1]
+    tls_args = [f"--web.config.file={config}"] if tls else []
+    exporter = start_exporter(["--collect.backend=demo", f"--web.max-connections={connections + 64}", *tls_args])
+    try:
+        context = None
+        if tls:
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        clients = Clients(exporter.address, context)
+        pid = exporter.process.pid
+        clients.scrape()
+        time.sleep(1)
+        rest = status_kib(pid)
+        attacker = subprocess.Popen(
+            [sys.executable, "-c", ATTACKER, str(clients.port), stall_bytes(attack).hex(), str(connections)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert attacker.stdout is not None
+        assert attacker.stdin is not None
+        attacker.stdout.readline()  # "ready": every connection is open
+        time.sleep(1)
+        held = open_fds(pid)
+        grown = status_kib(pid) - rest
+        attacker.stdin.close()
+        attacker.wait(30)
+        if held < connections:
+            raise RuntimeError(f"only {held} fds open in the exporter for {connections} connections")
+        return grown / connections
+    finally:
+        exporter.stop()
+
+
 def tls_config(directory: Path) -> Path:
     """A web config serving TLS with a fresh certificate, in ``directory``."""
     cert, key = make_pki(directory)
@@ -202,8 +260,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--max-connections", type=int, default=256)
     parser.add_argument("--attacks", default=",".join(STALLS))
+    parser.add_argument("--per-connection", action="store_true", help="measure RSS per stalled connection instead")
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     config = tls_config(Path(tempfile.mkdtemp(prefix="bench-stalls-")))
+    if args.per_connection:
+        print(f"RSS per stalled connection, {args.connections} held, KiB (rounds)")
+        for attack in args.attacks.split(","):
+            rounds = [per_connection_kib(attack, args.connections, config) for _ in range(args.rounds)]
+            print(f"| {attack} | {' / '.join(f'{kib:.1f}' for kib in rounds)} |", flush=True)
+        return
     print(
         f"{args.connections} stalled connections for {args.seconds:g} s, --web.max-connections={args.max_connections}"
     )

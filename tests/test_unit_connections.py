@@ -17,6 +17,7 @@ from nvidia_gpu_exporter.httpserver.connections import (
     EVICTION_BATCH,
     MAX_HANDSHAKES,
     OPENING,
+    RANKING_REUSE_SECONDS,
     STALE,
     STALLED_BODY,
     STALLED_HANDSHAKE,
@@ -42,8 +43,10 @@ class FakeConnection:
     evicted: bool = False
     kernel_asked: int = 0
     stall: int | None = None
+    ranked: int = 0  # how often the registry asked where it stands
 
     def idle_since(self) -> float | None:
+        self.ranked += 1
         return self.idle
 
     def stalled(self) -> int | None:
@@ -281,3 +284,55 @@ def test_a_finished_handshake_no_longer_counts_against_the_handshake_bound() -> 
     for number in range(MAX_HANDSHAKES):
         assert connections.admit_handshake(idle_for(GRACE + 5, stall=STALLED_HANDSHAKE, name=str(number)))
     assert not done.evicted
+
+
+def test_a_burst_of_new_connections_at_the_cap_ranks_the_open_ones_once() -> None:
+    """A flood reconnects as fast as its connections leave, a batch of accepts at a time: ranking every open
+    connection again for each newcomer was most of the event loop's time in a flood of stalled heads (each one
+    within the grace, so leaving one by one: BENCHMARKS.md, "Stalled connections"). The ranking is reused by the
+    admits that follow it, each candidate checked again as it comes up."""
+    connections = registry(256)
+    flood = [idle_for(number / 1000, stall=STALLED_HEAD) for number in range(256)]  # all within the grace
+    for connection in flood:
+        assert connections.admit(connection)
+    for number in range(32):
+        assert connections.admit(FakeConnection(f"new-{number}", idle=None))
+    assert sum(connection.evicted for connection in flood) == 32
+    assert sum(connection.ranked for connection in flood) <= len(flood) + 2 * 32
+
+
+def test_a_connection_busy_since_the_ranking_is_not_the_one_to_leave() -> None:
+    oldest, busy_later, newest = (idle_for(seconds, name=str(seconds)) for seconds in (1.5, 1.0, 0.5))
+    connections = registry(3)
+    for connection in (oldest, busy_later, newest):
+        assert connections.admit(connection)
+    assert connections.admit(FakeConnection("new-1", idle=None))
+    busy_later.idle = None  # a request came in after the ranking
+    assert connections.admit(FakeConnection("new-2", idle=None))
+    assert (oldest.evicted, busy_later.evicted, newest.evicted) == (True, False, True)
+
+
+def test_a_connection_admitted_since_the_ranking_is_ranked_with_the_others() -> None:
+    """A newcomer that stands lower than what the ranking holds leaves first: Prometheus' keep-alive connection
+    (answered a success) is not taken for the room a stale newcomer can give."""
+    prometheus, opened = idle_for(30, status=200, name="prometheus"), idle_for(1, name="opened")
+    connections = registry(2)
+    for connection in (prometheus, opened):
+        assert connections.admit(connection)
+    stale_newcomer = idle_for(GRACE + 1, name="stale")
+    assert connections.admit(stale_newcomer)  # ranked here: "opened" leaves
+    assert connections.admit(FakeConnection("new", idle=None))
+    assert (opened.evicted, stale_newcomer.evicted, prometheus.evicted) == (True, True, False)
+
+
+def test_a_ranking_older_than_its_reuse_window_is_made_again() -> None:
+    """A standing moves with time (the grace runs out): a ranking serves only the admits right after it."""
+    clock = [NOW]
+    connections = Connections(4, ConnectionStats(), grace=GRACE, clock=lambda: clock[0])
+    opened = [idle_for(1 + number / 10) for number in range(4)]
+    for connection in opened:
+        assert connections.admit(connection)
+    assert connections.admit(FakeConnection("new-1", idle=None))
+    clock[0] += RANKING_REUSE_SECONDS + 0.01
+    assert connections.admit(FakeConnection("new-2", idle=None))
+    assert [connection.ranked for connection in opened if not connection.evicted] == [2, 2]

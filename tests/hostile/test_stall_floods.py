@@ -1,10 +1,15 @@
 """Issue 26's attacks against the real exporter process, as benchmarks/bench_stalls.py runs them: 1,000 connections
 stalled in a request head, or in a TLS handshake, held for 5 s (reopened as fast as they are evicted) against the
 default ``--web.max-connections`` of 256, while a prober asks ``/-/healthy`` on new connections and a keep-alive
-client scrapes as Prometheus does. Every probe and scrape is answered, RSS stays under 64 MiB and open fds under
-the cap (plus the descriptors it keeps in reserve), and 15 s after the flood both are back near rest. Latency is the
-benchmark's to report (BENCHMARKS.md): on a loaded machine it says more of the load than of the exporter (2.6 s for
-a keep-alive scrape at load average 10 here), so the bound below only catches a connection left waiting."""
+client scrapes as Prometheus does. Every probe and scrape is answered, within a bound, RSS stays under 64 MiB and
+open fds under the cap (plus the descriptors it keeps in reserve), and 15 s after the flood both are back near rest.
+
+The latency bounds are what this 2-core machine measured under the attacks with seven other sessions' tests
+running (load average 9-17; BENCHMARKS.md, "Stalled connections"), with room for a CI machine as loaded. The
+keep-alive scrape's worst was 51-597 ms over ten runs (2.9 s before the cap's ranking was reused across a flood's
+admits). A probe opens a new connection: when its SYN arrives while the listen queue (128) is full of the flood's
+reconnections the kernel drops it and the client sends it again 1 s later, so its worst was 271-708 ms, or
+1.1-1.4 s in the runs where that happened."""
 
 from __future__ import annotations
 
@@ -18,6 +23,8 @@ from nvidia_gpu_exporter.httpserver.connections import FD_RESERVE
 bench = load_script(REPO / "benchmarks" / "bench_stalls.py")
 CAP = 256
 MIB = 1024
+SCRAPE_BOUND_SECONDS = 1.0  # issue 26's bound; measured worst 597 ms (the module docstring)
+PROBE_BOUND_SECONDS = 2.5  # one SYN retransmitted (1 s) on top of the worst measured without one (708 ms)
 
 
 @pytest.mark.slow
@@ -29,7 +36,8 @@ def test_a_flood_of_stalled_connections_is_bounded_and_given_back(attack: str, t
     rest, peak, after = outcome.rss_kib
     fds_rest, fds_peak, fds_after = outcome.fds
     assert outcome.failures == 0, outcome
-    assert outcome.worst_scrape < 5.0, outcome  # Prometheus' keep-alive connection is never the one evicted
+    assert outcome.worst_scrape < SCRAPE_BOUND_SECONDS, outcome  # Prometheus' connection is never the one evicted
+    assert outcome.worst_probe < PROBE_BOUND_SECONDS, outcome
     assert peak < 64 * MIB, outcome
     assert fds_peak <= fds_rest + CAP + FD_RESERVE, outcome
     assert fds_after <= fds_rest + 2, outcome

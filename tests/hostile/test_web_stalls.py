@@ -7,6 +7,9 @@ the TLS port gets Go's answer; a client that leaves before or during its answer 
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
+import contextlib
+import gc
 import logging
 import socket
 import ssl
@@ -247,3 +250,189 @@ def test_a_failed_handshake_sends_its_alert_before_the_close(
         assert alert in run(main)
     finally:
         server_tls.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED
+
+
+# -- what a TLS connection holds before its first record is whole --------------------------------------------------
+
+START_OF_A_CLIENT_HELLO = (
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"  # a record header for 512 bytes, and 6 of them
+)
+HELD = 50
+
+
+def _client_hello() -> bytes:
+    """A whole ClientHello, as Python's client sends it first."""
+    client = ssl.create_default_context().wrap_bio(ssl.MemoryBIO(), outgoing := ssl.MemoryBIO())
+    with contextlib.suppress(ssl.SSLWantReadError):  # it waits for the server's answer
+        client.do_handshake()
+    return outgoing.read()
+
+
+async def _raw_connection(server: WebServer, sent: bytes) -> socket.socket:
+    """A plain TCP connection to ``server`` that sent ``sent``: little memory on the client's side."""
+    loop = asyncio.get_running_loop()
+    host, port = server.addresses[0].rsplit(":", 1)
+    sock = socket.socket()
+    sock.setblocking(False)
+    await bounded(loop.sock_connect(sock, (host, int(port))))
+    if sent:
+        await bounded(loop.sock_sendall(sock, sent))
+    return sock
+
+
+async def _accepted(server: WebServer, count: int) -> None:
+    while len(server.connections) < count:
+        await asyncio.sleep(0.01)
+
+
+def _tls_protocols() -> int:
+    gc.collect()
+    return sum(isinstance(thing, asyncio.sslproto.SSLProtocol) for thing in gc.get_objects())
+
+
+@needs_compact_tls
+@pytest.mark.parametrize(
+    "stall",
+    [pytest.param(b"", id="silent-after-connect"), pytest.param(START_OF_A_CLIENT_HELLO, id="part-of-a-client-hello")],
+)
+def test_a_tls_connection_whose_first_record_is_not_whole_holds_no_tls_state(
+    stall: bytes,
+    tls_contexts: tuple[ssl.SSLContext, ssl.SSLContext],  # noqa: F811 - the listener tests' fixture, by name
+) -> None:
+    """OpenSSL's state for a connection (its read and write buffers: about 40 KiB, Go's whole stalled handshake about
+    17) is made with the TLS protocol, once the client's first record is all in, not at the accept: a flood of silent
+    or half-sent handshakes holds a socket and a few small objects each (BENCHMARKS.md, "Memory per stalled TLS
+    connection": 51-62 KiB each before, about 4 KiB after)."""
+
+    async def main() -> int:
+        async with serving(_app(), web_settings(max_connections=2 * HELD), tls=tls_contexts[0]) as server:
+            before = _tls_protocols()
+            held = [await _raw_connection(server, stall) for _ in range(HELD)]
+            await bounded(_accepted(server, len(held)))
+            await asyncio.sleep(0.1)  # each connection's stalled bytes read
+            made = _tls_protocols() - before
+            for sock in held:
+                sock.close()
+            return made
+
+    assert run(main) == 0
+
+
+async def _tls_answer_to_a_hello_in_pieces(server: WebServer, context: ssl.SSLContext, cuts: list[int]) -> bytes:
+    """A TLS client whose ClientHello leaves in pieces, cut at ``cuts`` (a negative cut counts from its end), then
+    asks ``GET /``: the answer's status line."""
+    loop = asyncio.get_running_loop()
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = context.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    with contextlib.suppress(ssl.SSLWantReadError):
+        client.do_handshake()
+    hello = outgoing.read()
+    points = [cut % len(hello) for cut in cuts]
+    sock = await _raw_connection(server, b"")
+    try:
+        for start, end in zip([0, *points], [*points, len(hello)], strict=True):
+            await bounded(loop.sock_sendall(sock, hello[start:end]))
+            await asyncio.sleep(0.02)  # each piece its own read on the server's side
+
+        async def exchange() -> None:
+            await bounded(loop.sock_sendall(sock, outgoing.read()))
+            received = await bounded(loop.sock_recv(sock, 65536))
+            if not received:
+                raise ConnectionResetError("the server closed")
+            incoming.write(received)
+
+        while True:
+            try:
+                client.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                await exchange()
+        client.write(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        answer = b""
+        while b"\r\n" not in answer:
+            try:
+                answer += client.read(65536)
+            except ssl.SSLWantReadError:
+                await exchange()
+        return answer.split(b"\r\n", 1)[0]
+    finally:
+        sock.close()
+
+
+@needs_compact_tls
+@pytest.mark.parametrize(
+    "cuts",
+    [
+        pytest.param([3], id="inside-the-record-header"),
+        pytest.param([5], id="after-the-record-header"),
+        pytest.param([40], id="inside-the-record"),
+        pytest.param([-1], id="all-but-its-last-byte"),
+        pytest.param([1, 2, 3, 4, 5, 6], id="a-byte-at-a-time-then-the-rest"),
+    ],
+)
+def test_a_client_hello_in_pieces_is_served(
+    cuts: list[int],
+    tls_contexts: tuple[ssl.SSLContext, ssl.SSLContext],  # noqa: F811 - the listener tests' fixture, by name
+) -> None:
+    async def main() -> bytes:
+        async with serving(_app(), web_settings(), tls=tls_contexts[0]) as server:
+            return await _tls_answer_to_a_hello_in_pieces(server, tls_contexts[1], cuts)
+
+    assert run(main) == b"HTTP/1.1 200 OK"
+
+
+async def _until_closed(sock: socket.socket) -> bytes:
+    """What the server sends before it closes ``sock``."""
+    loop = asyncio.get_running_loop()
+    received = b""
+    with contextlib.suppress(ConnectionResetError):
+        while data := await bounded(loop.sock_recv(sock, 65536)):
+            received += data
+    sock.close()
+    return received
+
+
+@needs_compact_tls
+@pytest.mark.parametrize(
+    "sent",
+    [
+        pytest.param(b"", id="silent"),
+        pytest.param(START_OF_A_CLIENT_HELLO, id="part-of-a-client-hello"),
+        pytest.param(_client_hello(), id="a-whole-client-hello-then-nothing"),
+    ],
+)
+def test_a_tls_handshake_not_done_within_the_header_timeout_is_closed(
+    sent: bytes,
+    tls_contexts: tuple[ssl.SSLContext, ssl.SSLContext],  # noqa: F811 - the listener tests' fixture, by name
+) -> None:
+    """The handshake's deadline runs from the accept, whether OpenSSL has seen the client's bytes yet or not."""
+
+    async def main() -> int:
+        async with serving(_app(), web_settings(header_timeout_seconds=0.3), tls=tls_contexts[0]) as server:
+            await _until_closed(await _raw_connection(server, sent))  # bounded: far sooner than the default 10 s
+            await asyncio.sleep(0.05)
+            return len(server.connections)
+
+    assert run(main) == 0
+
+
+@needs_compact_tls
+@pytest.mark.parametrize(
+    "sent",
+    [
+        pytest.param(b"\x16\x03\x01\xff\xff" + b"\x01" * 64, id="a-record-longer-than-tls-allows"),
+        pytest.param(b"\x17\x03\x03\x00\x05hello", id="application-data-before-the-handshake"),
+    ],
+)
+def test_a_first_record_tls_refuses_gets_its_alert_without_waiting_for_more(
+    sent: bytes,
+    tls_contexts: tuple[ssl.SSLContext, ssl.SSLContext],  # noqa: F811 - the listener tests' fixture, by name
+) -> None:
+    """Held as plain bytes only while it can still become a whole handshake record: anything else is OpenSSL's to
+    refuse, at once, with its alert (an alert record's first byte is 21)."""
+
+    async def main() -> bytes:
+        async with serving(_app(), web_settings(), tls=tls_contexts[0]) as server:
+            return await _until_closed(await _raw_connection(server, sent))
+
+    assert run(main)[:1] == b"\x15"

@@ -15,9 +15,11 @@ keep-alive connection between two scrapes). Among equals, the one idle (or stall
 
 A connection of a standing up to error-answered leaves with up to :data:`EVICTION_BATCH` - 1 others of its
 standing: a flood over the cap reconnects as fast as its connections close, and the ranking (a pass over every open
-connection) is then paid once per batch instead of once per connection. The ranking is by what the process knows;
-the kernel is asked (a syscall each: unsent response bytes, an unread request) only about the connections about to
-leave.
+connection) is then paid once per batch instead of once per connection. Those of a higher standing leave one at a
+time, so the ranking is kept for the admits that follow within :data:`RANKING_REUSE_SECONDS` (a flood's accepts come
+in batches): each candidate is checked again as it comes up (still open, nothing new shown since), and connections
+admitted since are ranked in. The ranking is by what the process knows; the kernel is asked (a syscall each: unsent
+response bytes, an unread request) only about the connections about to leave.
 """
 
 from __future__ import annotations
@@ -41,12 +43,19 @@ FD_RESERVE = 3 * LISTEN_BACKLOG + 64
 NEW_CONNECTION_GRACE_SECONDS = 2.0
 # A connection's standing at the cap (see the module docstring); the lowest leaves first.
 STALLED_HEAD, STALLED_BODY, STALLED_HANDSHAKE, STALE, ANSWERED_ERROR, OPENING, ASKING, ANSWERED_SUCCESS = range(8)
-# TLS handshakes under way at once, whatever the cap: each holds about 50 KiB of OpenSSL's and asyncio's state (Go's
-# about 17 KiB), and a real one ends in milliseconds, so past this the oldest one under way for longer than the grace
-# (a client on a slow link keeps it) leaves for a new one.
+# TLS handshakes under way at once, whatever the cap: one OpenSSL has begun holds about 50 KiB of its state (Go's
+# about 17 KiB; one whose first record is not whole yet, about 4 KiB: tlsbuffer.py), and a real one ends in
+# milliseconds, so past this the oldest one under way for longer than the grace (a client on a slow link keeps it)
+# leaves for a new one.
 MAX_HANDSHAKES = 64
 # How many connections of a standing up to ANSWERED_ERROR one new connection at the cap may make leave, at most.
 EVICTION_BATCH = 16
+# How long a ranking of the open connections serves the admits at the cap that follow it. A ranking pass per admit
+# was most of the event loop's time in a flood of stalled heads (BENCHMARKS.md, "Stalled connections"); a standing
+# moves with time only when the grace runs out, so one this recent differs from a fresh one by milliseconds.
+RANKING_REUSE_SECONDS = 0.25
+
+Ranked = tuple[int, float, int, bool, "Connection"]  # standing, idle since, a serial (ties), checked with the kernel
 
 
 def fit_to_fd_limit(limit: int, soft_limit: int | None) -> int:
@@ -116,6 +125,10 @@ class Connections:
         self._open: dict[Connection, None] = {}  # insertion-ordered: the oldest first
         self._handshaking: dict[Connection, None] = {}  # TLS handshakes under way, the oldest first
         self.released = 0  # connections that have left, over the server's life (for the heap's trim policy)
+        self._ranking: list[Ranked] = []  # a heap: the latest ranking, what is left of it
+        self._ranked_at = float("-inf")
+        self._since_ranking: list[Connection] = []  # admitted after the latest ranking
+        self._serial = 0
 
     def __len__(self) -> int:
         return len(self._open)
@@ -134,6 +147,8 @@ class Connections:
                 self.stats.closed["evicted"] += 1
                 victim.evict()
         self._open[connection] = None
+        if self._ranking and not self._ranking_stale():
+            self._since_ranking.append(connection)
         self.stats.open = len(self._open)
         return True
 
@@ -163,6 +178,39 @@ class Connections:
             del self._open[connection]
             self.released += 1
         self.stats.open = len(self._open)
+        if self._ranking and (len(self._open) <= self.limit // 2 or self._ranking_stale()):
+            self._forget_ranking()  # the burst is over: the connections it holds are let go
+
+    def _ranking_stale(self) -> bool:
+        return self.clock() - self._ranked_at > RANKING_REUSE_SECONDS
+
+    def _forget_ranking(self) -> None:
+        self._ranking = []
+        self._since_ranking = []
+        self._ranked_at = float("-inf")
+
+    def _entry(self, connection: Connection, since: float, now: float) -> Ranked:
+        self._serial += 1
+        return (self.standing(connection, since, now, ask_kernel=False), since, self._serial, False, connection)
+
+    def _current_ranking(self, now: float) -> list[Ranked]:
+        """The latest ranking with what was admitted since, or a new one when it is too old or used up."""
+        if not self._ranking or self._ranking_stale():
+            self._forget_ranking()
+            self._ranked_at = now
+            self._ranking = [
+                self._entry(connection, since, now)
+                for connection in self._open
+                if (since := connection.idle_since()) is not None
+            ]
+            heapq.heapify(self._ranking)
+            return self._ranking
+        for connection in self._since_ranking:
+            since = connection.idle_since()
+            if since is not None and connection in self._open:
+                heapq.heappush(self._ranking, self._entry(connection, since, now))
+        self._since_ranking = []
+        return self._ranking
 
     def standing(self, connection: Connection, idle_since: float, now: float, *, ask_kernel: bool = True) -> int:
         """Where a connection that owes nothing stands at the cap: what it is stalled in, its latest response, or
@@ -188,26 +236,29 @@ class Connections:
         connection busy, or raise it to ``ASKING``): candidates are taken lowest first and checked with the kernel,
         one found higher going back in its true place."""
         now = self.clock()
-        ranked: list[tuple[int, float, int, bool, Connection]] = []
-        for order, connection in enumerate(self._open):
-            since = connection.idle_since()
-            if since is not None:
-                ranked.append(
-                    (self.standing(connection, since, now, ask_kernel=False), since, order, False, connection)
-                )
-        heapq.heapify(ranked)
+        ranked = self._current_ranking(now)
         victims: list[Connection] = []
         first = STALLED_HEAD  # the first victim's standing: the batch is of that standing only
         while ranked and len(victims) < EVICTION_BATCH:
-            standing, since, order, checked, connection = heapq.heappop(ranked)
+            entry = heapq.heappop(ranked)
+            standing, since, _, checked, connection = entry
+            if connection not in self._open:
+                continue  # left since the ranking
+            current = connection.idle_since()
+            if current is None:
+                continue  # busy since the ranking
+            if current != since:  # it has shown something since: ranked again
+                heapq.heappush(ranked, self._entry(connection, current, now))
+                continue
             if victims and standing != first:
+                heapq.heappush(ranked, entry)  # not this time: it stays ranked for the next admit
                 break
             if not checked:
                 if connection.unsent_in_kernel():
                     continue  # its client has not taken the response yet: busy
                 true_standing = self.standing(connection, since, now)
                 if true_standing != standing:
-                    heapq.heappush(ranked, (true_standing, since, order, True, connection))
+                    heapq.heappush(ranked, (true_standing, since, entry[2], True, connection))
                     continue
             victims.append(connection)
             first = standing

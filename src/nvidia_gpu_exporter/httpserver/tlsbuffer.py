@@ -1,5 +1,5 @@
-"""TLS listeners with a 4 KiB receive buffer per connection, whose handshakes count under the connection cap: the
-one module that touches ``asyncio.sslproto``.
+"""TLS listeners with a 4 KiB receive buffer per connection, no TLS state before the client's first record is whole,
+and handshakes that count under the connection cap: the one module that touches ``asyncio.sslproto``.
 
 asyncio's TLS protocol (Python >= 3.11) allocates and zero-fills a 256 KiB receive buffer for every connection,
 which the allocator keeps after it closes: 50 TLS scrapers cost about 12 MiB of RSS for it. A client only ever
@@ -10,13 +10,22 @@ way to size the buffer: :class:`CompactTLSProtocol` subclasses the private ``SSL
 while the class still has the shape relied on (:func:`sslproto_mismatches`); anywhere else TLS is served by the
 public ``loop.create_server(ssl=...)`` with asyncio's own buffer, which costs memory, never correctness.
 
-The same subclass tells the connection's deadline protocol (:class:`TlsHooks`) when the TCP connection is accepted,
-before its handshake, and when it closes: a connection stalled in its handshake holds an fd and memory, so it counts
-under ``--web.max-connections`` and can be evicted like one stalled in its request head. And as Go's server does, a
-client that speaks plain HTTP to the TLS port (its first five bytes one of Go's HTTP prefixes) is answered
-:data:`PLAIN_HTTP_ANSWER` in plain text and closed, instead of a bare close; and a failed handshake's alert (no
-common version, a missing client certificate) is sent before the close, as Go sends it. On the public path none
-of this holds: its handshakes are outside the cap, and plain HTTP and a failed handshake get a bare close.
+OpenSSL's state for a connection costs about 45 KiB once its handshake has begun (its read and write buffers are
+made by the first ``do_handshake``, even with nothing to read), where Go's server holds about 17 KiB per stalled
+handshake. So a connection starts under :class:`FirstRecord`, which holds what the client sends as plain bytes
+until its first TLS record is whole (the five-byte record header says how long, at most :data:`MAX_RECORD_BYTES`),
+and only then makes the TLS protocol and hands it the bytes: a silent connection, or one that sent part of a
+ClientHello, holds a socket and a few small objects. Anything that cannot become a whole handshake record (another
+record type, a longer record) goes to OpenSSL at once, which refuses it with its alert.
+
+:class:`FirstRecord` tells the connection's deadline protocol (:class:`TlsHooks`) when the TCP connection is
+accepted, before its handshake, and :class:`CompactTLSProtocol` when it closes: a connection stalled in its
+handshake holds an fd and memory, so it counts under ``--web.max-connections`` and can be evicted like one stalled
+in its request head; the handshake's deadline runs from the accept. And as Go's server does, a client that speaks
+plain HTTP to the TLS port (its first five bytes one of Go's HTTP prefixes) is answered :data:`PLAIN_HTTP_ANSWER` in
+plain text and closed, instead of a bare close; and a failed handshake's alert (no common version, a missing client
+certificate) is sent before the close, as Go sends it. On the public path none of this holds: its handshakes are
+outside the cap, and plain HTTP and a failed handshake get a bare close.
 """
 
 from __future__ import annotations
@@ -48,6 +57,11 @@ SSLPROTOCOL_PARAMETERS = ("loop", "app_protocol", "sslcontext", "waiter", "serve
 PLAIN_HTTP_ANSWER = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
 HTTP_PREFIXES = frozenset((b"GET /", b"HEAD ", b"POST ", b"PUT /", b"OPTIO"))
 RECORD_HEADER_BYTES = 5
+HANDSHAKE_RECORD = 22  # a TLS record's first byte (its content type) when it carries a ClientHello
+# The longest plaintext record TLS allows (RFC 8446, 5.1: 2^14 bytes and its header): a first record held as plain
+# bytes is never longer; one that says it is goes to OpenSSL at once, to be refused with its alert.
+MAX_RECORD_BYTES = RECORD_HEADER_BYTES + 2**14
+DEFAULT_HANDSHAKE_TIMEOUT_SECONDS = 60.0  # asyncio's, when the header timeout is off
 
 
 @runtime_checkable
@@ -106,28 +120,23 @@ def compact_tls_available() -> bool:
 if sys.version_info >= (3, 11):
 
     class CompactTLSProtocol(asyncio.sslproto.SSLProtocol):
-        """asyncio's TLS protocol with a 4 KiB receive buffer instead of 256 KiB per connection, its TCP connection
-        reported to ``hooks`` from its accept, and plain HTTP answered as Go answers it."""
+        """asyncio's TLS protocol with a 4 KiB receive buffer instead of 256 KiB per connection, its TCP connection's
+        close reported to ``hooks``, and a failed handshake's alert sent."""
 
         max_size = TLS_RECEIVE_BUFFER_BYTES
         hooks: TlsHooks | None = None
         _tcp: asyncio.Transport | None = None
-        _first_bytes: bytes | None = b""  # the first bytes, until a record header's worth is judged
-        _buffer: memoryview | None = None
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             assert isinstance(transport, asyncio.Transport)
             self._tcp = transport
             super().connection_made(transport)
-            if self.hooks is not None and not self.hooks.handshake_started(transport):
-                transport.abort()
 
         def connection_lost(self, exc: BaseException | None) -> None:
             try:
                 super().connection_lost(exc)
             finally:
                 self._tcp = None
-                self._buffer = None
                 if self.hooks is not None:
                     self.hooks.handshake_ended()
 
@@ -140,25 +149,92 @@ if sys.version_info >= (3, 11):
                     self._process_outgoing()  # type: ignore[attr-defined]  # not in typeshed: private
             super()._on_handshake_complete(handshake_exc)
 
-        def get_buffer(self, n: int) -> memoryview:
-            buffer = super().get_buffer(n)
-            if self._first_bytes is not None:
-                self._buffer = buffer
-            return buffer
+        def feed(self, data: bytes | bytearray) -> None:
+            """Give the protocol bytes read before it existed, as its transport would, in buffer-sized reads."""
+            view = memoryview(data)
+            while view and self._tcp is not None and not self._tcp.is_closing():
+                buffer = self.get_buffer(len(view))
+                size = min(len(buffer), len(view))
+                buffer[:size] = view[:size]
+                view = view[size:]
+                self.buffer_updated(size)
+
+    # What every connection under FirstRecord reads into, copied out at once (one event loop, one read at a time): no
+    # buffer of its own, and no 256 KiB allocation per read as asyncio's data_received path makes.
+    _FIRST_READS = memoryview(bytearray(TLS_RECEIVE_BUFFER_BYTES))
+
+    class FirstRecord(asyncio.BufferedProtocol):
+        """A TLS connection until its client's first record is whole: the bytes held as they come, the handshake's
+        deadline from the accept, plain HTTP answered as Go answers it; then the TLS protocol (``make_tls``, given the
+        seconds left of the deadline) takes the connection and the bytes."""
+
+        def __init__(
+            self,
+            make_tls: Callable[[float], CompactTLSProtocol],
+            hooks: TlsHooks | None,
+            handshake_timeout: float,
+        ) -> None:
+            self._make_tls = make_tls
+            self._hooks = hooks
+            self._timeout = handshake_timeout
+            self._tcp: asyncio.Transport | None = None
+            self._received = bytearray()
+            self._deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            assert isinstance(transport, asyncio.Transport)
+            self._tcp = transport
+            if self._hooks is not None and not self._hooks.handshake_started(transport):
+                transport.abort()
+                return
+            self._deadline = asyncio.get_running_loop().call_later(self._timeout, transport.abort)
+
+        def get_buffer(self, sizehint: int) -> memoryview:
+            return _FIRST_READS
 
         def buffer_updated(self, nbytes: int) -> None:
-            if self._first_bytes is not None and self._buffer is not None:
-                first = self._first_bytes + bytes(
-                    self._buffer[: min(nbytes, RECORD_HEADER_BYTES - len(self._first_bytes))]
-                )
-                self._first_bytes = first if len(first) < RECORD_HEADER_BYTES else None
-                if self._first_bytes is None:
-                    self._buffer = None
-                    if first in HTTP_PREFIXES and self._tcp is not None:
-                        self._tcp.write(PLAIN_HTTP_ANSWER)
-                        self._tcp.close()
-                        return
-            super().buffer_updated(nbytes)
+            transport = self._tcp
+            if transport is None or transport.is_closing():
+                return
+            self._received += _FIRST_READS[:nbytes]
+            if len(self._received) < RECORD_HEADER_BYTES:
+                return
+            header = bytes(self._received[:RECORD_HEADER_BYTES])
+            if header in HTTP_PREFIXES:
+                transport.write(PLAIN_HTTP_ANSWER)
+                transport.close()
+                return
+            length = RECORD_HEADER_BYTES + int.from_bytes(header[3:5], "big")
+            if header[0] == HANDSHAKE_RECORD and length <= MAX_RECORD_BYTES and len(self._received) < length:
+                return  # a handshake record on its way: OpenSSL is not needed yet
+            self._hand_over(transport)
+
+        def _hand_over(self, transport: asyncio.Transport) -> None:
+            assert self._deadline is not None
+            left = max(self._deadline.when() - asyncio.get_running_loop().time(), 0.001)
+            self._deadline.cancel()
+            self._deadline = None
+            self._tcp = None
+            received, self._received = self._received, bytearray()
+            tls = self._make_tls(left)
+            tls.hooks = self._hooks
+            transport.set_protocol(tls)
+            tls.connection_made(transport)
+            tls.feed(received)
+
+        def eof_received(self) -> bool | None:
+            return False  # the client left before its first record was whole: close
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._tcp is None:
+                return  # handed over: the TLS protocol reports the close
+            self._tcp = None
+            self._received = bytearray()
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+            if self._hooks is not None:
+                self._hooks.handshake_ended()
 
 
 def _retrieve_outcome(future: asyncio.Future[object]) -> None:
@@ -180,20 +256,22 @@ async def create_tls_server(
     if sys.version_info >= (3, 11) and compact_tls_available():
 
         def tls_factory() -> asyncio.BaseProtocol:
-            handshake_done = loop.create_future()  # nobody awaits it: a failed handshake is only logged
-            handshake_done.add_done_callback(_retrieve_outcome)
             plaintext = factory()
-            protocol = CompactTLSProtocol(
-                loop,
-                plaintext,
-                context,
-                handshake_done,
-                server_side=True,
-                ssl_handshake_timeout=handshake_timeout,  # type: ignore[arg-type]  # typeshed: int only
-            )
-            if isinstance(plaintext, TlsHooks):
-                protocol.hooks = plaintext
-            return protocol
+
+            def make_tls(seconds_left: float) -> CompactTLSProtocol:
+                handshake_done = loop.create_future()  # nobody awaits it: a failed handshake is only logged
+                handshake_done.add_done_callback(_retrieve_outcome)
+                return CompactTLSProtocol(
+                    loop,
+                    plaintext,
+                    context,
+                    handshake_done,
+                    server_side=True,
+                    ssl_handshake_timeout=seconds_left,  # type: ignore[arg-type]  # typeshed: int only
+                )
+
+            hooks = plaintext if isinstance(plaintext, TlsHooks) else None
+            return FirstRecord(make_tls, hooks, handshake_timeout or DEFAULT_HANDSHAKE_TIMEOUT_SECONDS)
 
         return await loop.create_server(tls_factory, sock=sock, backlog=backlog)
     return await loop.create_server(
