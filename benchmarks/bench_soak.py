@@ -271,13 +271,16 @@ def idle(config: Config, count: int, hold: float, stop: threading.Event) -> None
 
 
 def rewrite(config: Config, generation: int) -> None:
-    """The web config with a second user added (odd generations) or removed, then SIGHUP."""
+    """The web config with a second user added (odd generations) or removed, then SIGHUP. The file is replaced
+    whole (written beside it, then renamed), so neither the exporter nor the next rewrite reads half of it."""
     text = config.web_config.read_text()
     lines = [line for line in text.splitlines() if not line.startswith("  second:")]
     if generation % 2:
         digest = next(line for line in lines if line.startswith("  bench:")).split(":", 1)[1]
         lines.append(f"  second:{digest}")
-    config.web_config.write_text("\n".join(lines) + "\n")
+    staged = config.web_config.with_suffix(".new")
+    staged.write_text("\n".join(lines) + "\n")
+    staged.replace(config.web_config)
     if config.sighup and config.exporter is not None:
         config.exporter.process.send_signal(signal.SIGHUP)
 
@@ -346,16 +349,23 @@ def configurations(args: argparse.Namespace, directory: Path) -> list[Config]:
     launch = python_launcher(tls_args, probe_env, tls_client, python_args)
     configs.append(Config("exec, TLS + auth", launch, ["--nvidia-smi-command", smi], tls_config, args.per_scrape_rate))
     cached_smi = moving_smi(directory / "cached", args.gpus, collections, launch)
+    cached_config = directory / "web-cached.yml"  # its own file: each configuration's rewrites are its own
+    cached_config.write_text(tls_config.read_text())
+    cached_launch = python_launcher([f"--web.config.file={cached_config}"], probe_env, tls_client, python_args)
     cached_args = ["--nvidia-smi-command", cached_smi, f"--collect.interval={args.interval}"]
-    configs.append(Config(f"exec, cached ({args.interval})", launch, cached_args, tls_config, args.cached_rate))
+    configs.append(
+        Config(f"exec, cached ({args.interval})", cached_launch, cached_args, cached_config, args.cached_rate)
+    )
     demo = python_launcher([f"--web.config.file={demo_config}"], probe_env, demo_client, python_args)
     demo_args = ["--collect.backend=demo", f"--collect.interval={args.interval}"]
     configs.append(Config("demo, auth", demo, demo_args, demo_config, args.per_scrape_rate))
     if args.go_binary:
-        go = go_launcher(args.go_binary, tls_args, tls_client)
+        go_config = directory / "web-go.yml"
+        go_config.write_text(tls_config.read_text())
+        go = go_launcher(args.go_binary, [f"--web.config.file={go_config}"], tls_client)
         go_smi = moving_smi(directory / "go", args.gpus, collections, go)
         go_args = ["--nvidia-smi-command", go_smi]
-        configs.append(Config("Go exporter", go, go_args, tls_config, args.per_scrape_rate, sighup=False))
+        configs.append(Config("Go exporter", go, go_args, go_config, args.per_scrape_rate, sighup=False))
     return configs
 
 

@@ -5,7 +5,10 @@
 (default 60) a thread appends to ``DIR/PID.tsv``: the seconds since start, RSS and its anonymous part
 (``/proc/self/smaps_rollup``), what tracemalloc traces, pymalloc's blocks in use (``sys.getallocatedblocks``),
 glibc's heap in use and free inside it (``mallinfo2``: ``uordblks`` and ``fordblks``; its mmapped chunks,
-``hblkhd``), and the objects the collector tracks (startup's are frozen, so not counted).
+``hblkhd``), the objects the collector tracks (startup's are frozen, so not counted), pymalloc's arenas and
+the free space inside them, and, with ``HEAP_PROBE_TRIM=1``, RSS once ``malloc_trim(0)`` has run (an
+intervention: what glibc holds that it could give back). pymalloc's figures need ``HEAP_PROBE_TRACEMALLOC=0``
+(tracemalloc's hooks stand in front of pymalloc, which then reports nothing; they show as 0).
 
 tracemalloc starts at the first sample, not at startup (tracing the imports slows the start past the
 benchmark's patience and doubles RSS), so the traced bytes are what was allocated since and is still alive.
@@ -23,8 +26,10 @@ import ctypes
 import ctypes.util
 import gc
 import os
+import re
 import runpy
 import sys
+import tempfile
 import threading
 import time
 import tracemalloc
@@ -41,6 +46,12 @@ COLUMNS = (
     "glibc_free_kib",
     "glibc_mmapped_kib",
     "gc_objects",
+    "pymalloc_arenas",
+    "pymalloc_free_kib",
+    "rss_after_trim_kib",
+)
+STAT = re.compile(
+    r"^(# arenas allocated current|# bytes in available blocks|\d+ unused pools \* \d+ bytes)\s*=\s*([\d,]+)"
 )
 
 
@@ -85,10 +96,38 @@ def smaps() -> dict[str, int]:
     return found
 
 
-def sample(started: float) -> list[int]:
+def pymalloc() -> tuple[int, int]:
+    """pymalloc's arenas and the KiB free inside them (available blocks and unused pools), from
+    ``sys._debugmallocstats``, which writes only to the C stderr: it is pointed at a file for the call (a log
+    line written in that millisecond would land there)."""
+    with tempfile.TemporaryFile() as out:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(out.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        found = {
+            match.group(1): int(match.group(2).replace(",", ""))
+            for line in out.read().decode().splitlines()
+            if (match := STAT.match(line)) is not None
+        }
+    arenas = found.pop("# arenas allocated current", 0)
+    return arenas, sum(found.values()) // 1024
+
+
+def sample(started: float, trim: bool) -> list[int]:
     rollup = smaps()
     info = mallinfo()
     traced, _ = tracemalloc.get_traced_memory()
+    arenas, pymalloc_free = pymalloc()
+    after_trim = -1
+    if trim:
+        ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
+        after_trim = smaps().get("Rss", 0)
     return [
         round(time.monotonic() - started),
         rollup.get("Rss", 0),
@@ -99,10 +138,13 @@ def sample(started: float) -> list[int]:
         info.fordblks // 1024 if info else -1,
         info.hblkhd // 1024 if info else -1,
         len(gc.get_objects()),
+        arenas,
+        pymalloc_free,
+        after_trim,
     ]
 
 
-def probe(directory: Path, every: float, started: float) -> None:
+def probe(directory: Path, every: float, started: float, trim: bool, trace: bool) -> None:
     table = directory / f"{os.getpid()}.tsv"
     table.write_text("\t".join(COLUMNS) + "\n")
     reference: tracemalloc.Snapshot | None = None
@@ -110,11 +152,13 @@ def probe(directory: Path, every: float, started: float) -> None:
     while True:
         time.sleep(every)
         count += 1
-        if count == 1:
+        if count == 1 and trace:
             tracemalloc.start(FRAMES)
         with table.open("a") as out:
-            out.write("\t".join(str(value) for value in sample(started)) + "\n")
+            out.write("\t".join(str(value) for value in sample(started, trim)) + "\n")
         snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+        if not trace:
+            continue
         if reference is None:
             if count >= 2:
                 reference = snapshot
@@ -130,7 +174,9 @@ def probe(directory: Path, every: float, started: float) -> None:
 def main() -> None:
     directory = Path(os.environ["HEAP_PROBE_DIR"])
     every = float(os.environ.get("HEAP_PROBE_SECONDS", "60"))
-    thread = threading.Thread(target=probe, args=(directory, every, time.monotonic()), daemon=True)
+    trim = os.environ.get("HEAP_PROBE_TRIM") == "1"
+    trace = os.environ.get("HEAP_PROBE_TRACEMALLOC", "1") == "1"
+    thread = threading.Thread(target=probe, args=(directory, every, time.monotonic(), trim, trace), daemon=True)
     thread.start()
     sys.argv[0] = "nvidia_gpu_exporter"
     runpy.run_module("nvidia_gpu_exporter", run_name="__main__", alter_sys=True)
