@@ -156,9 +156,9 @@ def probe(directory: Path, every: float, started: float, trim: bool, trace: bool
             tracemalloc.start(FRAMES)
         with table.open("a") as out:
             out.write("\t".join(str(value) for value in sample(started, trim)) + "\n")
-        snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
         if not trace:
             continue
+        snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
         if reference is None:
             if count >= 2:
                 reference = snapshot
