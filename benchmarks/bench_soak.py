@@ -21,11 +21,13 @@ the web config rewritten (a second user added or removed) and SIGHUP sent.
 
 Every ``--sample`` s each exporter's RSS, open fds, threads and child processes are read from ``/proc`` and
 printed. At the end, per configuration: scrapes answered, the bursts' answers, RSS at the start, max and
-end with its least-squares slope over the last ``--slope-minutes`` (KiB/min), fds, threads and children
-(min-max), and its log lines by level. Every loop is bounded by the deadline; the script ends by itself.
+end with its least-squares slope over the last ``--slope-minutes`` (KiB/min; the Theil-Sen slope beside it),
+fds, threads and children (min-max), and its log lines by level. ``--plot FILE.svg`` draws RSS over time;
+``--heap-probe DIR`` runs the Python exporters under ``heap_probe.py``. Every loop is bounded by the deadline;
+the script ends by itself.
 
     python benchmarks/bench_soak.py --minutes 3                           # the variant for every change
-    python benchmarks/bench_soak.py --minutes 30 --slope-minutes 20 [--go-binary PATH]
+    python benchmarks/bench_soak.py --minutes 30 --slope-minutes 20 --plot soak.svg [--go-binary PATH]
 """
 
 from __future__ import annotations
