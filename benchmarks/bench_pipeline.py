@@ -282,10 +282,14 @@ def go_launcher(
 
 
 def python_launcher(
-    extra: Sequence[str] = (), env: Mapping[str, str] | None = None, client: Client | None = None
+    extra: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    client: Client | None = None,
+    python_args: Sequence[str] = ("-m", "nvidia_gpu_exporter"),
 ) -> Callable[[list[str]], Exporter]:
-    """Starts this checkout's exporter (or, with ``PYTHONPATH`` in ``env``, another one's source)."""
-    return lambda args: start([*extra, *args], env, client)
+    """Starts this checkout's exporter (or, with ``PYTHONPATH`` in ``env``, another one's source; or, with
+    ``python_args``, it under a wrapper such as ``heap_probe.py``)."""
+    return lambda args: start([*extra, *args], env, client, python_args)
 
 
 def steady_rss(

@@ -21,18 +21,22 @@ the web config rewritten (a second user added or removed) and SIGHUP sent.
 
 Every ``--sample`` s each exporter's RSS, open fds, threads and child processes are read from ``/proc`` and
 printed. At the end, per configuration: scrapes answered, the bursts' answers, RSS at the start, max and
-end with its least-squares slope over the last ``--slope-minutes`` (KiB/min), fds, threads and children
-(min-max), and its log lines by level. Every loop is bounded by the deadline; the script ends by itself.
+end with its least-squares slope over the last ``--slope-minutes`` (KiB/min; the Theil-Sen slope beside it),
+fds, threads and children (min-max), and its log lines by level. ``--plot FILE.svg`` draws RSS over time;
+``--heap-probe DIR`` runs the Python exporters under ``heap_probe.py``. Every loop is bounded by the deadline;
+the script ends by itself.
 
     python benchmarks/bench_soak.py --minutes 3                           # the variant for every change
-    python benchmarks/bench_soak.py --minutes 30 --slope-minutes 20 [--go-binary PATH]
+    python benchmarks/bench_soak.py --minutes 30 --slope-minutes 20 --plot soak.svg [--go-binary PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import html
 import http.client
+import math
 import os
 import re
 import signal
@@ -111,6 +115,97 @@ def slope_kib_per_minute(points: list[tuple[float, float]]) -> float:
     return sum((at - mean_t) * (value - mean_v) for at, value in points) / spread * 60 * 1024
 
 
+def median_slope_kib_per_minute(points: list[tuple[float, float]]) -> float:
+    """The Theil-Sen slope (the median of the slopes between every two points), in KiB per minute: a cross-check
+    of the least-squares one that a few samples taken at a burst's peak cannot pull."""
+    slopes = sorted(
+        (later[1] - earlier[1]) / (later[0] - earlier[0])
+        for index, earlier in enumerate(points)
+        for later in points[index + 1 :]
+        if later[0] != earlier[0]
+    )
+    if not slopes:
+        return float("nan")
+    middle = len(slopes) // 2
+    median = slopes[middle] if len(slopes) % 2 else (slopes[middle - 1] + slopes[middle]) / 2
+    return median * 60 * 1024
+
+
+# -- the plot -----------------------------------------------------------------------------------------------
+
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e")
+
+
+def svg_plot(configs: list[Config], took: float, slope_seconds: float, title: str) -> str:
+    """RSS over time, a line per configuration, the slope window shaded and each least-squares fit drawn
+    dashed over it: a self-contained SVG (no script, no font file, no dependency)."""
+    width, height, left, right, top, bottom = 900, 420, 60, 20, 40, 95
+    series = [[(at, rss) for at, rss, *_ in config.samples] for config in configs]
+    values = [rss for points in series for _, rss in points] or [0.0]
+    low, high = math.floor(min(values)) - 0.5, math.ceil(max(values)) + 0.5
+    span = max(took, 1.0)
+
+    def x(at: float) -> float:
+        return left + (width - left - right) * at / span
+
+    def y(mib: float) -> float:
+        return top + (height - top - bottom) * (high - mib) / (high - low)
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<text x="{width / 2}" y="20" text-anchor="middle" font-size="14">{html.escape(title)}</text>',
+        f'<rect x="{x(took - slope_seconds):.1f}" y="{top}" width="{x(took) - x(took - slope_seconds):.1f}" '
+        f'height="{height - top - bottom}" fill="#f2f2f2"/>',
+    ]
+    step = 0.5 if high - low <= 6 else 1.0 if high - low <= 12 else 2.0
+    tick = math.ceil(low / step) * step
+    while tick <= high:
+        out.append(
+            f'<line x1="{left}" x2="{width - right}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#ddd"/>'
+            f'<text x="{left - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:g}</text>'
+        )
+        tick += step
+    minutes = span / 60
+    every_minutes = next(m for m in (1, 2, 5, 10, 15, 30, 60, 1e9) if minutes / m <= 12)
+    mark = 0.0
+    while mark <= minutes + 1e-9:
+        out.append(f'<text x="{x(mark * 60):.1f}" y="{height - bottom + 16}" text-anchor="middle">{mark:g}</text>')
+        mark += every_minutes
+    out.append(
+        f'<text x="{(left + width - right) / 2}" y="{height - bottom + 32}" text-anchor="middle">minutes '
+        f"(shaded: the last {slope_seconds / 60:.3g}, the slope's window)</text>"
+        f'<text x="16" y="{(top + height - bottom) / 2}" text-anchor="middle" '
+        f'transform="rotate(-90 16 {(top + height - bottom) / 2})">RSS (MiB)</text>'
+        f'<rect x="{left}" y="{top}" width="{width - left - right}" height="{height - top - bottom}" '
+        'fill="none" stroke="#444"/>'
+    )
+    for index, (config, points) in enumerate(zip(configs, series, strict=True)):
+        colour = COLOURS[index % len(COLOURS)]
+        path = " ".join(f"{x(at):.1f},{y(rss):.1f}" for at, rss in points)
+        out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="1.5"/>')
+        tail = [(at, rss) for at, rss in points if at >= took - slope_seconds]
+        slope = slope_kib_per_minute(tail)
+        if len(tail) >= 2 and not math.isnan(slope):
+            mean_t = sum(at for at, _ in tail) / len(tail)
+            mean_v = sum(rss for _, rss in tail) / len(tail)
+            ends = [(at, mean_v + (at - mean_t) * slope / 60 / 1024) for at in (tail[0][0], tail[-1][0])]
+            out.append(
+                f'<line x1="{x(ends[0][0]):.1f}" y1="{y(ends[0][1]):.1f}" x2="{x(ends[1][0]):.1f}" '
+                f'y2="{y(ends[1][1]):.1f}" stroke="{colour}" stroke-width="2.5" stroke-dasharray="6 4" opacity="0.7"/>'
+            )
+        legend_y = height - bottom + 50 + 14 * (index // 2)
+        legend_x = left + (width - left - right) / 2 * (index % 2)
+        out.append(
+            f'<line x1="{legend_x}" x2="{legend_x + 24}" y1="{legend_y - 4}" y2="{legend_y - 4}" stroke="{colour}" '
+            f'stroke-width="2"/><text x="{legend_x + 30}" y="{legend_y}">{html.escape(config.name)}: '
+            f"{points[-1][1] if points else float('nan'):.2f} MiB at the end, {slope:+.1f} KiB/min</text>"
+        )
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
 # -- the load -----------------------------------------------------------------------------------------------
 
 
@@ -178,13 +273,16 @@ def idle(config: Config, count: int, hold: float, stop: threading.Event) -> None
 
 
 def rewrite(config: Config, generation: int) -> None:
-    """The web config with a second user added (odd generations) or removed, then SIGHUP."""
+    """The web config with a second user added (odd generations) or removed, then SIGHUP. The file is replaced
+    whole (written beside it, then renamed), so neither the exporter nor the next rewrite reads half of it."""
     text = config.web_config.read_text()
     lines = [line for line in text.splitlines() if not line.startswith("  second:")]
     if generation % 2:
         digest = next(line for line in lines if line.startswith("  bench:")).split(":", 1)[1]
         lines.append(f"  second:{digest}")
-    config.web_config.write_text("\n".join(lines) + "\n")
+    staged = config.web_config.with_suffix(".new")
+    staged.write_text("\n".join(lines) + "\n")
+    staged.replace(config.web_config)
     if config.sighup and config.exporter is not None:
         config.exporter.process.send_signal(signal.SIGHUP)
 
@@ -234,6 +332,12 @@ def every(seconds: float, deadline: float, stop: threading.Event, action: Callab
 
 def configurations(args: argparse.Namespace, directory: Path) -> list[Config]:
     tls_args, tls_client = tls_auth(directory)
+    python_args: tuple[str, ...] = ("-m", "nvidia_gpu_exporter")
+    probe_env: dict[str, str] | None = None
+    if args.heap_probe:
+        Path(args.heap_probe).mkdir(parents=True, exist_ok=True)
+        python_args = (str(Path(__file__).resolve().parent / "heap_probe.py"),)
+        probe_env = {"HEAP_PROBE_DIR": str(Path(args.heap_probe).resolve()), "HEAP_PROBE_SECONDS": f"{args.sample}"}
     tls_config = Path(tls_args[0].split("=", 1)[1])
     demo_config = directory / "web-demo.yml"
     demo_config.write_text(
@@ -244,23 +348,34 @@ def configurations(args: argparse.Namespace, directory: Path) -> list[Config]:
     configs: list[Config] = []
     launch = python_launcher(tls_args, client=tls_client)
     smi = moving_smi(directory / "exec", args.gpus, collections, launch)
+    launch = python_launcher(tls_args, probe_env, tls_client, python_args)
     configs.append(Config("exec, TLS + auth", launch, ["--nvidia-smi-command", smi], tls_config, args.per_scrape_rate))
     cached_smi = moving_smi(directory / "cached", args.gpus, collections, launch)
+    cached_config = directory / "web-cached.yml"  # its own file: each configuration's rewrites are its own
+    cached_config.write_text(tls_config.read_text())
+    cached_launch = python_launcher([f"--web.config.file={cached_config}"], probe_env, tls_client, python_args)
     cached_args = ["--nvidia-smi-command", cached_smi, f"--collect.interval={args.interval}"]
-    configs.append(Config(f"exec, cached ({args.interval})", launch, cached_args, tls_config, args.cached_rate))
-    demo = python_launcher([f"--web.config.file={demo_config}"], client=demo_client)
+    configs.append(
+        Config(f"exec, cached ({args.interval})", cached_launch, cached_args, cached_config, args.cached_rate)
+    )
+    demo = python_launcher([f"--web.config.file={demo_config}"], probe_env, demo_client, python_args)
     demo_args = ["--collect.backend=demo", f"--collect.interval={args.interval}"]
     configs.append(Config("demo, auth", demo, demo_args, demo_config, args.per_scrape_rate))
     if args.go_binary:
-        go = go_launcher(args.go_binary, tls_args, tls_client)
+        go_config = directory / "web-go.yml"
+        go_config.write_text(tls_config.read_text())
+        go = go_launcher(args.go_binary, [f"--web.config.file={go_config}"], tls_client)
         go_smi = moving_smi(directory / "go", args.gpus, collections, go)
         go_args = ["--nvidia-smi-command", go_smi]
-        configs.append(Config("Go exporter", go, go_args, tls_config, args.per_scrape_rate, sighup=False))
+        configs.append(Config("Go exporter", go, go_args, go_config, args.per_scrape_rate, sighup=False))
     return configs
 
 
 def report(configs: list[Config], took: float, slope_seconds: float) -> None:
-    print(f"\n### Soak: {took / 60:.1f} min; RSS slope over the last {slope_seconds / 60:g} min\n")
+    print(
+        f"\n### Soak: {took / 60:.1f} min; RSS slope over the last {slope_seconds / 60:g} min (least squares; "
+        "Theil-Sen in brackets)\n"
+    )
     print(
         "| configuration | scrapes answered | exporter CPU | RSS start | max | end | slope | fds | threads "
         "| children | log lines by level |"
@@ -279,7 +394,7 @@ def report(configs: list[Config], took: float, slope_seconds: float) -> None:
         print(
             f"| {config.name} | {config.scrapes - config.failures:,} of {config.scrapes:,} | "
             f"{config.cpu / max(config.scrapes, 1) * 1000:.2f} ms/scrape | {rss[0]:.2f} | {max(rss):.2f} | "
-            f"{rss[-1]:.2f} | {slope_kib_per_minute(tail):+.1f} KiB/min | "
+            f"{rss[-1]:.2f} | {slope_kib_per_minute(tail):+.1f} ({median_slope_kib_per_minute(tail):+.1f}) KiB/min | "
             + " | ".join(f"{min(values)}-{max(values)}" for values in columns)
             + " | "
             + (", ".join(f"{level} {count}" for level, count in sorted(levels.items())) or "none")
@@ -314,6 +429,10 @@ def main() -> None:
     parser.add_argument("--idle-hold", type=float, default=30.0)
     parser.add_argument("--reload-every", type=float, default=120.0)
     parser.add_argument("--go-binary", metavar="PATH", help="also the Go nvidia_gpu_exporter, side by side")
+    parser.add_argument("--plot", metavar="FILE.svg", help="write RSS over time per configuration as an SVG file")
+    parser.add_argument(
+        "--heap-probe", metavar="DIR", help="run the Python exporters under heap_probe.py, its tables in DIR"
+    )
     args = parser.parse_args()
     slope_seconds = (args.slope_minutes or args.minutes * 2 / 3) * 60
 
@@ -385,6 +504,13 @@ def main() -> None:
                 if config.exporter is not None:
                     config.exporter.stop()
     report(configs, took, slope_seconds)
+    if args.plot:
+        title = (
+            f"bench_soak.py: {took / 60:.0f} min, {args.gpus} GPUs, {os.cpu_count()} CPUs, "
+            f"load average {load[0]:.1f} at start, {os.getloadavg()[1]:.1f} at the end (5 min)"
+        )
+        Path(args.plot).write_text(svg_plot(configs, took, slope_seconds, title))
+        print(f"\nplot: {args.plot}")
 
 
 if __name__ == "__main__":

@@ -168,9 +168,9 @@ class RateLimitedHandler(logging.StreamHandler):  # type: ignore[type-arg]  # ge
 # Libraries whose INFO lines are per connection or per request (asyncssh: five for each fleet probe, 30 lines a second
 # for 100 targets at 15 s): their warnings and errors are kept, their INFO and DEBUG shown only at --log.level=debug.
 CHATTY_LIBRARIES = ("asyncssh",)
-# asyncio's warning for every write past the fifth to a connection whose client reset it (a scraper that went away
-# mid-response): nothing an operator can act on, so it is a debug line.
-CLIENT_GONE_MESSAGES = frozenset({"socket.send() raised exception."})
+# asyncio's warning for every write past the fifth to a connection whose client went away mid-response (a scraper
+# that timed out or was stopped), over plain TCP and over TLS: nothing an operator can act on, so a debug line.
+CLIENT_GONE_MESSAGES = frozenset({"socket.send() raised exception.", "SSL connection is closed"})
 
 
 class ClientGoneFilter(logging.Filter):

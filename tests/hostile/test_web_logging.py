@@ -126,6 +126,11 @@ def restored_logging() -> Iterator[None]:
         pytest.param(
             "debug", "asyncio", logging.WARNING, "socket.send() raised exception.", "debug", id="client-gone-at-debug"
         ),
+        # and its TLS counterpart, for every write past the fifth to a TLS connection whose client went away
+        pytest.param("info", "asyncio", logging.WARNING, "SSL connection is closed", None, id="tls-client-gone-quiet"),
+        pytest.param(
+            "debug", "asyncio", logging.WARNING, "SSL connection is closed", "debug", id="tls-client-gone-at-debug"
+        ),
         pytest.param("info", "asyncio", logging.WARNING, "something else", "warn", id="other-asyncio-warnings-kept"),
         # issue 30: asyncssh's INFO lines, five per fleet probe
         pytest.param("info", "asyncssh", logging.INFO, "Opening SSH connection", None, id="ssh-info-quiet"),
