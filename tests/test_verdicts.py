@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from nvidia_gpu_exporter.backends.demo.extras import REASON_SCENARIOS
+from nvidia_gpu_exporter.exposition.text import render_family
+from nvidia_gpu_exporter.exposition.verdicts import verdict_families
 from nvidia_gpu_exporter.model import judge as judge_module
 from nvidia_gpu_exporter.model.judge import Judgement, VerdictMemory, judge
 from nvidia_gpu_exporter.model.pcibus import PciFunction, PciInventory, PciKind
@@ -22,7 +24,7 @@ from nvidia_gpu_exporter.model.snapshot import (
     StuckChildren,
     XidRecord,
 )
-from nvidia_gpu_exporter.model.verdicts import REASONS, GpuVerdict, Reason, State, Subsystem, Xids
+from nvidia_gpu_exporter.model.verdicts import REASONS, GpuVerdict, Reason, State, Subsystem, SubsystemVerdict, Xids
 from unit_helpers import gpu_row, query_fields, success_snapshot
 
 REPO = Path(__file__).resolve().parents[1]
@@ -320,3 +322,18 @@ def test_what_is_kept_of_gpus_gone_for_good_is_bounded(monkeypatch: pytest.Monke
     assert len(memory.gpus) == 8
     assert {key for key, _ in memory.counters} <= set(memory.gpus)
     assert {key for key, _ in memory.untimed_xids} <= set(memory.gpus)
+
+
+def test_a_gpu_whose_identity_is_not_utf8_gets_no_verdict_series() -> None:
+    """As its other series are dropped (docs/metrics.md): two such GPUs would otherwise render the same labels."""
+    parts = (SubsystemVerdict(Subsystem.DRIVER, State.OK),)
+    verdicts = [
+        GpuVerdict("\udc80", "00000000:01:00.0", parts),
+        GpuVerdict("GPU-1", "\udc81", parts),
+        GpuVerdict("GPU-2", "00000000:02:00.0", parts),
+    ]
+    rendered = "".join(render_family(family) for family in verdict_families(verdicts))
+    assert 'uuid="2"' in rendered
+    assert "\udc80" not in rendered
+    assert "\udc81" not in rendered
+    assert rendered.count("nvidia_gpu_exporter_gpu_health_state{") == 1

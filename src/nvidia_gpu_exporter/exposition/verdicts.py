@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from nvidia_gpu_exporter.exposition.families import GPU_HEALTH_REASON, GPU_HEALTH_REASON_SINCE, GPU_HEALTH_STATE
-from nvidia_gpu_exporter.exposition.text import Family, render_family
+from nvidia_gpu_exporter.exposition.text import Family, has_surrogates, render_family
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
 from nvidia_gpu_exporter.model.verdicts import GpuVerdict
 
@@ -15,6 +15,8 @@ def verdict_families(verdicts: Sequence[GpuVerdict]) -> list[Family]:
     state, reasons, since = GPU_HEALTH_STATE.family(), GPU_HEALTH_REASON.family(), GPU_HEALTH_REASON_SINCE.family()
     for gpu in verdicts:
         uuid = normalize_uuid(gpu.uuid)
+        if has_surrogates(gpu.uuid) or has_surrogates(gpu.pci_bus_id):
+            continue  # its other series are dropped too: two such GPUs would render the same labels
         for part in gpu.subsystems:
             labels = (uuid, gpu.pci_bus_id, part.subsystem.value)
             state.add(labels, float(part.state))
