@@ -176,3 +176,52 @@ def test_a_failing_and_a_degraded_verdict_head_their_gpus_cards(demo: tuple[Expo
     assert heads[1][2].startswith(
         "power: sustained_power_cap (degraded), clocks_event_reasons.sw_power_cap = Active, since "
     )
+
+
+def test_every_gpu_scenario_shows_its_reason_state_and_action_at_the_top_of_its_card(
+    browser: Any, tmp_path: Path
+) -> None:
+    """Each verdict reason's demo scenario on a GPU of its own (as tests/test_verdict_scenarios.py places them): the
+    card of that GPU opens with the reason's state and action, then the reason itself."""
+    from nvidia_gpu_exporter.backends.demo.extras import REASON_SCENARIOS
+    from nvidia_gpu_exporter.model.verdicts import REASONS
+    from test_verdict_scenarios import HEALTHY_INDEX, PLACED, config
+
+    path = tmp_path / "scenarios.yml"
+    path.write_text(config())
+    handle = start_exporter(["--collect.backend=demo", f"--demo-config={path}", "--collect.interval=1s"])
+    try:
+        context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme="light")
+        page = context.new_page()
+        page.goto(handle.url + "/", wait_until="load", timeout=WAIT_MS)
+        page.wait_for_function(
+            f"document.querySelectorAll('#gpus section.gpu p.verdict:not(.ok)').length >= {len(PLACED)}",
+            timeout=WAIT_MS,
+        )
+        cards = page.evaluate(
+            """Object.fromEntries([...document.querySelectorAll('#gpus section.gpu')].map(card => {
+                 const verdict = card.querySelector('h3').nextElementSibling;
+                 const reasons = verdict.nextElementSibling;
+                 return [card.getAttribute('aria-label'),
+                         [verdict.className, verdict.innerText, reasons ? reasons.innerText : '']];
+               }))"""
+        )
+        context.close()
+    finally:
+        handle.stop()
+    expected, seen = {}, {}
+    for reason in REASONS:
+        scenario = REASON_SCENARIOS[reason.name]
+        if scenario not in PLACED:
+            continue  # a node's fault (a GPU missing from the driver, a stuck nvidia-smi): no card of its own
+        card = f"GPU {PLACED.index(scenario)}"
+        state = reason.state.label
+        expected[card] = (
+            "verdict " + ("failed" if state == "failing" else state),
+            f"Health: {state.upper()}: {reason.action.text}",
+            f"{reason.subsystem.value}: {reason.name} ({state}), ",
+        )
+        classes, verdict, reasons = cards[card]
+        seen[card] = (classes, verdict, reasons[: len(expected[card][2])])
+    assert seen == expected
+    assert cards[f"GPU {HEALTHY_INDEX}"][:2] == ["verdict ok", "Health: ok"]
