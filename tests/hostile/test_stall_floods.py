@@ -24,6 +24,12 @@ bench = load_script(REPO / "benchmarks" / "bench_stalls.py")
 CAP = 256
 MIB = 1024
 SCRAPE_BOUND_SECONDS = 1.0  # issue 26's bound; measured worst 597 ms (the module docstring)
+# What may stay resident 15 s after the flood. Before the TLS first-record gate a handshake flood peaked 26-34 MiB
+# over rest and the heap trim gave all but about 4 MiB back (without the trim 20-30 MiB stayed for ever). With the
+# gate a flood peaks only 4-8 MiB over rest and about that much stays: freed allocator arenas, not connections
+# (their fds are back to rest); CI's slow run, two tests at a time, measured +8.3 MiB. The bound still catches a
+# flood's memory piling up or never being trimmed.
+AFTER_BOUND_MIB = 12
 PROBE_BOUND_SECONDS = 2.5  # one SYN retransmitted (1 s) on top of the worst measured without one (708 ms)
 
 
@@ -41,4 +47,4 @@ def test_a_flood_of_stalled_connections_is_bounded_and_given_back(attack: str, t
     assert peak < 64 * MIB, outcome
     assert fds_peak <= fds_rest + CAP + FD_RESERVE, outcome
     assert fds_after <= fds_rest + 2, outcome
-    assert after <= rest + 8 * MIB, outcome  # what the flood's connections held is given back (the heap trimmed)
+    assert after <= rest + AFTER_BOUND_MIB * MIB, outcome  # the flood leaves no pile behind (AFTER_BOUND_MIB)
