@@ -4,6 +4,8 @@ and two MPS clients beside their server on another; and the demo, whose energy c
 
 from __future__ import annotations
 
+import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,10 @@ from conftest import StartExporter
 from exposition_reader import parse_openmetrics, sample_value, series
 from harness import Exporter, fake_smi_command
 from k8s_fakes import HOST_SERVICE, make_proc
+from nvidia_gpu_exporter.app import build_attributor, build_backend
 from nvidia_gpu_exporter.capture.format import FENCE
+from nvidia_gpu_exporter.flags import parse_args
+from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_SOCKET
 from nvidia_gpu_exporter.model.fields import IDENTITY_FIELDS
 
 GPU0 = "GPU-11111111-2222-4333-8444-555555555555"
@@ -293,3 +298,19 @@ def test_the_demo_simulates_pods_sharing_its_gpus(exporter: StartExporter) -> No
     assert len({sample.labels["pod_uid"] for sample in shares if sample.labels["uuid"] == training}) == 2
     assert {sample.labels["namespace"] for sample in shares} == {""}  # shared GPUs: pods known by uid only
     assert [sample.value for sample in series(text, "nvidia_smi_kubernetes_attribution_up")] == [1.0]
+
+
+@pytest.mark.parametrize(
+    ("kubelet_there", "simulated"), [(False, True), (True, False)], ids=["no-kubelet", "a-kubelet"]
+)
+def test_the_demo_simulates_its_pods_only_where_no_kubelet_socket_is(
+    monkeypatch: pytest.MonkeyPatch, kubelet_there: bool, simulated: bool
+) -> None:
+    """On a real node (the chart's demo backend) the kubelet's socket is at the default path: its pods are read."""
+    config = parse_args(["--collect.backend=demo", "--collect.compute-apps", "--kubernetes.process-pods"]).config
+    backend = asyncio.run(build_backend(config, watch_xids=False))
+    exists = os.path.exists
+    monkeypatch.setattr(os.path, "exists", lambda path: kubelet_there if path == DEFAULT_SOCKET else exists(path))
+    attributor = build_attributor(config, backend)
+    assert attributor is not None
+    assert (attributor.process_pods is not None) is simulated

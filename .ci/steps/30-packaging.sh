@@ -230,7 +230,10 @@ cmp "$chroot_dir/usr/lib/systemd/system/nvidia_gpu_exporter.service" deploy/syst
     fail "the service was enabled without systemd"
 
 step "chroot: the deb has no grpcio: --kubernetes.pod-resources stops with the message naming the extra"
-if in_chroot "nvidia_gpu_exporter --collect.backend=demo --kubernetes.pod-resources" >"$work/deb-k8s.log" 2>&1; then
+# A socket path of its own: at the default path, absent here, the demo would simulate its node's kubelet instead.
+# timeout: an exporter that started would serve until stopped.
+if in_chroot "timeout 60 nvidia_gpu_exporter --collect.backend=demo --kubernetes.pod-resources \
+    --kubernetes.pod-resources-socket=/run/kubelet-ci.sock" >"$work/deb-k8s.log" 2>&1; then
     cat "$work/deb-k8s.log"
     fail "the deb's exporter started with --kubernetes.pod-resources and no grpcio"
 fi

@@ -312,8 +312,13 @@ def build_attributor(config: Config, backend: Backend) -> Attributor | None:
     )
 
     settings = attribution_settings(config)
-    # The demo simulates the node's kubelet and cgroups (docs/demo.md, "Pods"), unless the flags name real ones.
-    simulated = config.backend is BackendName.DEMO and config.kubernetes_pod_resources_socket == DEFAULT_SOCKET
+    # The demo simulates the node's kubelet and cgroups (docs/demo.md, "Pods"), unless the flags name real ones or
+    # the kubelet's socket is there (the demo on a real node, as the chart's demo backend runs it, reads its pods).
+    simulated = (
+        config.backend is BackendName.DEMO
+        and config.kubernetes_pod_resources_socket == DEFAULT_SOCKET
+        and not os.path.exists(DEFAULT_SOCKET)
+    )
     if simulated and config.kubernetes_proc_root == DEFAULT_PROC_ROOT:
         from nvidia_gpu_exporter.backends.demo.backend import DemoBackend  # noqa: PLC0415 - only the demo needs it
 
