@@ -17,10 +17,14 @@ Nothing here needs root: ``/proc/<pid>/cgroup`` is world-readable. It needs the 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from nvidia_gpu_exporter.model.kubernetes import CGROUP_UNREADABLE, HOSTPID_OFF, NOT_IN_A_POD, PROCESS_NOT_VISIBLE
+
+Found = TypeVar("Found")
 
 _UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32}"
 # "pod<uid>" (cgroupfs) or "kubepods[-qos]-pod<uid>.slice" (systemd), optionally ":runtime:<id>" after it.
@@ -75,20 +79,28 @@ def parse_cgroup_path(path: str) -> CgroupPod | None:
     return None
 
 
-def parse_cgroup_file(text: str) -> CgroupPod | None:
-    """The pod named by a ``/proc/<pid>/cgroup`` file (v1, v2 or hybrid); a container id beats none."""
-    best: CgroupPod | None = None
+def best_of_cgroup_file(
+    text: str, parse_path: Callable[[str], Found | None], complete: Callable[[Found], bool]
+) -> Found | None:
+    """What ``parse_path`` finds in the paths of a ``/proc/<pid>/cgroup`` file (``hierarchy:controllers:path``
+    lines, v1, v2 or hybrid): the first ``complete`` finding, else the first finding, else None."""
+    best: Found | None = None
     for line in text.splitlines():
         parts = line.split(":", 2)
         if len(parts) != 3:
             continue
-        found = parse_cgroup_path(parts[2])
+        found = parse_path(parts[2])
         if found is None:
             continue
-        if found.container_id:
+        if complete(found):
             return found
         best = best or found
     return best
+
+
+def parse_cgroup_file(text: str) -> CgroupPod | None:
+    """The pod named by a ``/proc/<pid>/cgroup`` file (v1, v2 or hybrid); a container id beats none."""
+    return best_of_cgroup_file(text, parse_cgroup_path, lambda pod: bool(pod.container_id))
 
 
 def lookup_process(proc_root: str | Path, pid: str) -> ProcessLookup:

@@ -22,6 +22,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from nvidia_gpu_exporter.kubernetes.cgroups import best_of_cgroup_file
 from nvidia_gpu_exporter.model.jobs import MAX_LABEL_CHARACTERS, ProcessJob, SlurmJob
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
 
@@ -54,18 +55,7 @@ def parse_cgroup_path(path: str) -> SlurmJob | None:
 
 def parse_cgroup_file(text: str) -> SlurmJob | None:
     """The job named by a ``/proc/<pid>/cgroup`` file (v1 or v2); a line with a step beats one without."""
-    best: SlurmJob | None = None
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        found = parse_cgroup_path(parts[2])
-        if found is None:
-            continue
-        if found.step:
-            return found
-        best = best or found
-    return best
+    return best_of_cgroup_file(text, parse_cgroup_path, lambda job: bool(job.step))
 
 
 def _value(raw: bytes) -> str:
