@@ -138,6 +138,9 @@ IMPLEMENTED: list[tuple[list[str], dict[str, str], dict[str, Any]]] = [
     (["-n"], {}, {"dcgm_hostname_label": False}),
     (["--no-hostname"], {}, {"dcgm_hostname_label": False}),
     ([], {"DCGM_EXPORTER_NO_HOSTNAME": "true"}, {"dcgm_hostname_label": False}),
+    (["-o"], {}, {"dcgm_old_namespace": True}),
+    (["--use-old-namespace=false"], {}, {"dcgm_old_namespace": False}),
+    ([], {"DCGM_EXPORTER_USE_OLD_NAMESPACE": "true"}, {"dcgm_old_namespace": True}),
     (["-rbmn"], {}, {"dcgm_model_name_dashes": True}),
     ([], {"DCGM_EXPORTER_REPLACE_BLANKS_IN_MODEL_NAME": "true"}, {"dcgm_model_name_dashes": True}),
     (["-x", "60000"], {}, {"dcgm_xid_count_window_ms": 60_000}),
@@ -167,8 +170,6 @@ def test_an_implemented_option_sets_what_dcgm_exporter_would_without_a_warning(
 
 
 WARNED: list[tuple[list[str], dict[str, str], str]] = [
-    (["-o"], {}, "--use-old-namespace"),
-    ([], {"DCGM_EXPORTER_USE_OLD_NAMESPACE": "true"}, "DCGM_EXPORTER_USE_OLD_NAMESPACE"),
     (["-p", "g"], {}, "--cpu-devices"),
     ([], {"DCGM_EXPORTER_CPU_DEVICES_STR": "g:0"}, "DCGM_EXPORTER_CPU_DEVICES_STR"),
     (["-m", "gpu-operator:metrics"], {}, "--configmap-data"),

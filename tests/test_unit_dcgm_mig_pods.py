@@ -183,3 +183,13 @@ def test_a_gpu_instances_framebuffer_is_in_whole_mib_as_dcgms() -> None:
     )
     free = [line for line in render(snapshot(extras=extras)) if line.startswith("DCGM_FI_DEV_FB_FREE")]
     assert free[:2] == [f"DCGM_FI_DEV_FB_FREE{{{GI2}}} 71402", f"DCGM_FI_DEV_FB_FREE{{{GI9}}} 16375"]
+
+
+def test_the_old_namespace_spells_the_uuid_and_pod_labels_as_dcgm_exporter_1x() -> None:
+    """dcgm-exporter's -o (internal/pkg/collector/gpu_collector.go, transformation/kubernetes.go): ``uuid``, and
+    ``pod_name``, ``pod_namespace``, ``container_name``; every other label, and the names, as without it."""
+    exposition = DcgmExposition(FIELDS, "node-1", pod_labels=True, xids=False, old_namespace=True)
+    lines = samples(exposition.render(snapshot(kubernetes=attribution(pod(WHOLE_ID, "trainer")))))
+    whole = WHOLE.replace('UUID="', 'uuid="')
+    assert f'DCGM_FI_DEV_GPU_TEMP{{{whole},pod_name="trainer",pod_namespace="ml",container_name="main"}} 30' in lines
+    assert not [line for line in lines if "UUID=" in line]

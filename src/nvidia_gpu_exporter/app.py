@@ -397,6 +397,7 @@ def dcgm_exposition(
         xids=xids,
         xid_window_ms=config.dcgm_xid_count_window_ms,
         clock_events_window_ms=config.dcgm_clock_events_count_window_ms,
+        old_namespace=config.dcgm_old_namespace,
     )
 
 

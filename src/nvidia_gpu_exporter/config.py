@@ -107,6 +107,7 @@ class Config:
     # -x / --xid-count-window-size and --clock-events-count-window-size (milliseconds)
     dcgm_hostname_label: bool = True
     dcgm_model_name_dashes: bool = False
+    dcgm_old_namespace: bool = False  # dcgm-exporter's -o: its 1.x label names
     dcgm_xid_count_window_ms: int = DEFAULT_WINDOW_MS
     dcgm_clock_events_count_window_ms: int = DEFAULT_WINDOW_MS
     sysfs_path: str = DEFAULT_SYSFS_PATH  # where the NVIDIA PCI functions are read (lost GPUs)

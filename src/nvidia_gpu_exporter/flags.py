@@ -794,8 +794,7 @@ DCGM_OPTIONS: tuple[DcgmOption, ...] = (
         ("o",),
         "DCGM_EXPORTER_USE_OLD_NAMESPACE",
         DcgmKind.BOOL,
-        why="dcgm-exporter 1.x's dcgm_* names are not served; the DCGM_FI_* names are",
-        harmless=_FALSE,
+        lambda on: {"dcgm_old_namespace": on},  # 1.x's label names: uuid, pod_name, pod_namespace, container_name
     ),
     DcgmOption(
         "cpu-devices",

@@ -66,6 +66,10 @@ log = logging.getLogger(__name__)
 GPU_LABEL_NAMES = ("gpu", "UUID", "pci_bus_id", "device", "modelName")
 MIG_LABEL_NAMES = ("GPU_I_PROFILE", "GPU_I_ID")
 POD_LABEL_NAMES = ("pod", "namespace", "container")
+# dcgm-exporter's -o / --use-old-namespace ("Use old 1.x namespace"): only these label names change
+# (internal/pkg/collector/gpu_collector.go and transformation/kubernetes.go, commit d5e5f51); field names do not.
+OLD_UUID_LABEL = "uuid"
+OLD_POD_LABEL_NAMES = ("pod_name", "pod_namespace", "container_name")
 POD_UID_LABEL = "pod_uid"  # on a pod's part of a shared GPU, after the pod's names (as the nvidia_smi_pod_* families)
 XID_LABEL_NAMES = ("err_code", "err_msg")
 _IDENTITY = ("index", "uuid", "pci.bus_id", "name")
@@ -608,6 +612,7 @@ class DcgmExposition:
     ``pod_labels`` adds the holding container's labels. ``generation`` is the dcgm-exporter generation to look
     like: its node label's spelling and, without a counters file, its default fields under its names and units.
     ``xids`` says whether XIDs are read at all: only then does a GPU without one get the ``No Error`` series.
+    ``old_namespace`` spells the uuid and pod labels as dcgm-exporter's ``-o`` does.
     """
 
     def __init__(
@@ -625,6 +630,7 @@ class DcgmExposition:
         xids: bool = True,
         xid_window_ms: int = DEFAULT_WINDOW_MS,
         clock_events_window_ms: int = DEFAULT_WINDOW_MS,
+        old_namespace: bool = False,
     ) -> None:
         identity = [column_of(fields, name) for name in _IDENTITY]
         missing = [name for name, column in zip(_IDENTITY, identity, strict=True) if column is None]
@@ -637,6 +643,12 @@ class DcgmExposition:
         self.xids = xids
         self.model_name_dashes = model_name_dashes  # its --replace-blanks-in-model-name
         self.pod_labels = pod_labels  # --kubernetes.pod-labels
+        self._gpu_label_names = (
+            tuple(OLD_UUID_LABEL if name == "UUID" else name for name in GPU_LABEL_NAMES)
+            if old_namespace
+            else GPU_LABEL_NAMES
+        )
+        self._pod_label_names = OLD_POD_LABEL_NAMES if old_namespace else POD_LABEL_NAMES
         self._served: list[tuple[DcgmFamily, int | None]] = []
         self._label_columns: list[tuple[str, int]] = []
         unavailable: list[str] = []
@@ -729,7 +741,7 @@ class DcgmExposition:
         index, uuid, bus_id, name = (cells[column] for column in self._identity)
         if self.model_name_dashes:  # as dcgm-exporter: blank runs collapsed and trimmed, then each one a dash
             name = "-".join(name.split())
-        pairs = list(zip(GPU_LABEL_NAMES, (index, uuid, bus_id, "nvidia" + index, name), strict=True))
+        pairs = list(zip(self._gpu_label_names, (index, uuid, bus_id, "nvidia" + index, name), strict=True))
         if mig is not None:
             pairs += zip(MIG_LABEL_NAMES, mig, strict=True)
         if self.hostname is not None:
@@ -740,7 +752,7 @@ class DcgmExposition:
             if cells[column].strip().lower() not in ABSENT_TOKENS  # dcgm-exporter adds a label only when read
         ]
         if pod is not None:
-            pairs += [(label, value) for label, value in zip(POD_LABEL_NAMES, pod, strict=True) if value]
+            pairs += [(label, value) for label, value in zip(self._pod_label_names, pod, strict=True) if value]
         if any(has_surrogates(value) for _, value in pairs):
             return None
         return ",".join(f'{label}="{escape_label_value(value)}"' for label, value in pairs)
