@@ -34,6 +34,7 @@ from nvidia_gpu_exporter.doctor.cluster import ClusterOptions, cluster_checks
 from nvidia_gpu_exporter.doctor.node import (
     GpuProbe,
     NodeOptions,
+    _dcgm_gpus,
     check_devices,
     check_kernel_log,
     check_pci,
@@ -358,6 +359,19 @@ def test_the_exporter_check_reads_the_dcgm_profiles_health_too(
     )
     assert results["exporter"].status is expected[0], results["exporter"]
     assert expected[1] in results["exporter"].detail
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-a"} 31\nDCGM_FI_DEV_GPU_TEMP{gpu="1",UUID="GPU-b"} 30\n',
+        'DCGM_FI_DEV_GPU_TEMP_CELSIUS{gpu="0",UUID="GPU-a"} 31\nDCGM_FI_DEV_FB_FREE_BYTES{gpu="1",UUID="GPU-b"} 1\n',
+        'dcgm_gpu_temp{gpu="0",uuid="GPU-a"} 31\ndcgm_gpu_temp{gpu="1",uuid="GPU-b",pod_name="p"} 30\n',
+    ],
+    ids=["4.8-names", "4.10-names", "old-namespace"],
+)
+def test_the_dcgm_gpu_count_reads_every_generations_names_and_the_old_namespace(text: str) -> None:
+    assert _dcgm_gpus(text + '# HELP x y\nnvidia_gpu_exporter_collection_success{uuid="z"} 1\n') == 2
 
 
 def test_the_exporter_check_warns_when_attribution_is_down(

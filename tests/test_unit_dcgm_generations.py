@@ -4,21 +4,25 @@ units, a counters file served as written whatever the generation, and the docs t
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 
 from harness import FIXTURES, REPO, assert_golden
+from nvidia_gpu_exporter.app import dcgm_counters, dcgm_exposition
 from nvidia_gpu_exporter.backends.demo.backend import DemoBackend
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition
-from nvidia_gpu_exporter.exposition.dcgm_counters import parse_counters
+from nvidia_gpu_exporter.exposition.dcgm_counters import Counter, parse_counters
 from nvidia_gpu_exporter.exposition.dcgm_generations import (
     DEFAULT_GENERATION,
     GENERATIONS,
     RENAMES,
     Generation,
+    resolve_generation,
 )
 from nvidia_gpu_exporter.flags import FlagError, parse_args
 from nvidia_gpu_exporter.model.snapshot import (
@@ -71,8 +75,10 @@ def sample_of(text: str, name: str) -> str:
 # -- the flag --------------------------------------------------------------------------------------------------
 
 
-def test_the_flag_defaults_to_the_generation_our_rules_and_dashboards_query() -> None:
-    assert parse_args([]).config.dcgm_compatibility is DEFAULT_GENERATION is Generation.V4_8
+def test_the_flag_defaults_to_auto_which_without_a_counters_file_is_the_generation_dashboards_query() -> None:
+    assert parse_args([]).config.dcgm_compatibility is None
+    assert parse_args(["--dcgm.compatibility=auto"]).config.dcgm_compatibility is None
+    assert resolve_generation(None, None) == (DEFAULT_GENERATION, "no counters file") == (Generation.V4_8, ANY)
 
 
 @pytest.mark.parametrize("value", ["3", "4.5", "4.8", "4.9", "4.10"])
@@ -81,8 +87,79 @@ def test_the_flag_takes_each_generation(value: str) -> None:
 
 
 def test_the_flag_refuses_a_release_that_is_not_a_generation() -> None:
-    with pytest.raises(FlagError, match=re.escape("enum value must be one of 3,4.5,4.8,4.9,4.10, got '4.6'")):
+    with pytest.raises(FlagError, match=re.escape("enum value must be one of auto,3,4.5,4.8,4.9,4.10, got '4.6'")):
         parse_args(["--dcgm.compatibility=4.6"])
+
+
+def counters_of(*names: str) -> tuple[Counter, ...]:
+    return parse_counters("".join(f"{name}, gauge, help\n" for name in names), "counters.csv")
+
+
+@pytest.mark.parametrize(
+    ("names", "generation", "why"),
+    [
+        (  # dcgm-exporter 4.10's default file: its PCIe names are 4.10's
+            ("DCGM_FI_DEV_SM_CLOCK_HERTZ", "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND"),
+            Generation.V4_10,
+            "counters.csv:2 names DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND, a name of generation 4.10 on",
+        ),
+        (  # 4.9's: 4.9's names beside the PCIe names 4.10 renamed
+            ("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "DCGM_FI_PROF_PCIE_TX_BYTES"),
+            Generation.V4_9,
+            "counters.csv:1 names DCGM_FI_DEV_GPU_TEMP_CELSIUS, a name of generation 4.9 on",
+        ),
+        (  # the field 4.9 added is a name of 4.9 on too
+            ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_FB_CAPACITY_BYTES"),
+            Generation.V4_9,
+            "counters.csv:2 names DCGM_FI_DEV_FB_CAPACITY_BYTES, a name of generation 4.9 on",
+        ),
+        (  # 4.8's: names that 4.9 renamed
+            ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_GPU_TEMP"),
+            Generation.V4_8,
+            "counters.csv:2 names DCGM_FI_DEV_GPU_TEMP, a name generation 4.9 renamed",
+        ),
+        (  # a newer name wins over an old one (4.10 still reads the old names in a custom file)
+            ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_UTIL_RATIO"),
+            Generation.V4_9,
+            "counters.csv:2 names DCGM_FI_DEV_GPU_UTIL_RATIO, a name of generation 4.9 on",
+        ),
+        (  # nothing any generation renamed: no evidence
+            ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "dcgm_gpu_temp"),
+            DEFAULT_GENERATION,
+            "counters.csv names no field that a generation renamed",
+        ),
+    ],
+    ids=["4.10-file", "4.9-file", "4.9-added-field", "4.8-file", "mixed", "no-evidence"],
+)
+def test_auto_infers_the_generation_from_the_counters_files_names(
+    names: tuple[str, ...], generation: Generation, why: str
+) -> None:
+    assert resolve_generation(None, counters_of(*names)) == (generation, why)
+
+
+def test_an_explicit_generation_is_taken_whatever_the_counters_file_names() -> None:
+    chosen = resolve_generation(Generation.V4_5, counters_of("DCGM_FI_DEV_GPU_TEMP_CELSIUS"))
+    assert chosen == (Generation.V4_5, "--dcgm.compatibility")
+
+
+def test_the_chosen_generation_is_logged_once_at_startup(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    counters = tmp_path / "counters.csv"
+    counters.write_text("DCGM_FI_DEV_GPU_TEMP_CELSIUS, gauge, help\n", encoding="utf-8")
+    config = parse_args(["--metrics.profile=dcgm", f"--dcgm.collectors={counters}"]).config
+    fields, _ = snapshot()
+
+    class Backend:
+        pass
+
+    backend = Backend()
+    backend.fields = fields  # type: ignore[attr-defined]
+    with caplog.at_level(logging.INFO):
+        exposition = dcgm_exposition(config, backend, dcgm_counters(config))  # type: ignore[arg-type]
+    assert exposition is not None
+    assert exposition.generation is Generation.V4_9
+    (record,) = [record for record in caplog.records if record.getMessage() == "serving a dcgm-exporter generation"]
+    assert record.__dict__["generation"] == "4.9"
+    assert record.__dict__["why"] == f"{counters}:1 names DCGM_FI_DEV_GPU_TEMP_CELSIUS, a name of generation 4.9 on"
 
 
 # -- labels ----------------------------------------------------------------------------------------------------

@@ -382,7 +382,10 @@ def dcgm_exposition(
     if config.metrics_profile is Profile.NVIDIA_SMI:
         return None
     from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition, node_hostname  # noqa: PLC0415 - profile only
+    from nvidia_gpu_exporter.exposition.dcgm_generations import resolve_generation  # noqa: PLC0415 - profile only
 
+    generation, why = resolve_generation(config.dcgm_compatibility, counters)
+    log.info("serving a dcgm-exporter generation", extra={"generation": generation.value, "why": why})
     nvml = reads_nvml(config, backend)
     return DcgmExposition(
         backend.fields,
@@ -393,7 +396,7 @@ def dcgm_exposition(
         extras=nvml,  # PCIe rates, replays, NVLink, violation times (nvml, the exec one's supplement; demo)
         pod_labels=config.kubernetes_pod_labels,
         model_name_dashes=config.dcgm_model_name_dashes,
-        generation=config.dcgm_compatibility,
+        generation=generation,
         xids=xids,
         xid_window_ms=config.dcgm_xid_count_window_ms,
         clock_events_window_ms=config.dcgm_clock_events_count_window_ms,

@@ -13,7 +13,7 @@ from nvidia_gpu_exporter._go.text import is_go_space
 from nvidia_gpu_exporter.backends.exec.defaults import DEFAULT_MAX_OUTPUT_BYTES
 from nvidia_gpu_exporter.backends.fleet.defaults import DEFAULT_GLOBAL_CONCURRENCY
 from nvidia_gpu_exporter.exposition.dcgm_events import DEFAULT_WINDOW_MS
-from nvidia_gpu_exporter.exposition.dcgm_generations import DEFAULT_GENERATION, Generation
+from nvidia_gpu_exporter.exposition.dcgm_generations import AUTO, Generation
 from nvidia_gpu_exporter.health.defaults import DEFAULT_SYSFS_PATH
 from nvidia_gpu_exporter.health.source import DEFAULT_KERNEL_LOG
 from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_PROC_ROOT, DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
@@ -102,7 +102,8 @@ class Config:
     shutdown_on_error: bool = False
     metrics_profile: Profile = Profile.NVIDIA_SMI
     dcgm_collectors: str = ""  # dcgm-exporter's counters file; "" = every DCGM field we offer
-    dcgm_compatibility: Generation = DEFAULT_GENERATION  # the dcgm-exporter generation whose names are served
+    # the dcgm-exporter generation whose names are served; None: `auto`, the counters file's (resolve_generation)
+    dcgm_compatibility: Generation | None = None
     # dcgm-exporter's own options with no flag of ours (flags.DCGM_OPTIONS): -n, --replace-blanks-in-model-name,
     # -x / --xid-count-window-size and --clock-events-count-window-size (milliseconds)
     dcgm_hostname_label: bool = True
@@ -130,7 +131,8 @@ class Config:
         object.__setattr__(self, "backend", Backend(self.backend))  # a plain "demo" is taken too
         object.__setattr__(self, "xid_source", XidSource(self.xid_source))
         object.__setattr__(self, "metrics_profile", Profile(self.metrics_profile))
-        object.__setattr__(self, "dcgm_compatibility", Generation(self.dcgm_compatibility))
+        chosen = self.dcgm_compatibility
+        object.__setattr__(self, "dcgm_compatibility", None if chosen in (None, AUTO) else Generation(chosen))
 
 
 def telemetry_path_problem(path: str) -> str | None:

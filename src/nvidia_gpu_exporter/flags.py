@@ -20,7 +20,7 @@ from typing import Any
 from nvidia_gpu_exporter._go.durations import DurationError, format_duration, parse_flag_duration
 from nvidia_gpu_exporter._go.strconv import DECIMAL_INT, parse_bool, parse_int
 from nvidia_gpu_exporter.config import DEFAULT_LISTEN_ADDRESS, Backend, Config, Profile, XidSource
-from nvidia_gpu_exporter.exposition.dcgm_generations import Generation
+from nvidia_gpu_exporter.exposition.dcgm_generations import AUTO, DEFAULT_GENERATION, Generation
 from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_RESOURCE_PATTERNS
 from nvidia_gpu_exporter.logs import FORMATS, LEVELS
 
@@ -304,9 +304,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "dcgm.compatibility",
         "dcgm_compatibility",
-        "The dcgm-exporter release line whose label and field names and units the DCGM profile serves.",
+        "The dcgm-exporter release line whose label and field names and units the DCGM profile serves; auto: "
+        f"the one the counters file's names say, else {DEFAULT_GENERATION.value}.",
         Kind.ENUM,
-        tuple(generation.value for generation in Generation),
+        (AUTO, *(generation.value for generation in Generation)),
     ),
     Flag(
         "kubernetes.pod-resources",
@@ -570,6 +571,8 @@ def _default_text(flag: Flag, defaults: Config) -> str:
         return ", ".join(value)
     if flag.kind is Kind.BOOL:
         return ""
+    if value is None and flag.choices:  # an enum left to be decided at startup: its first choice says so (auto)
+        return flag.choices[0]
     if isinstance(value, Enum):
         return str(value.value)
     return str(value)

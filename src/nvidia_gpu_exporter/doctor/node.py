@@ -668,7 +668,8 @@ def check_exporter(options: NodeOptions) -> CheckResult:
     return CheckResult("exporter", title, Status.PASS, f"{url}: collection OK, {gpus} GPU(s)")
 
 
-_DCGM_UUID = re.compile(r'^DCGM_FI_[A-Z0-9_]+\{[^}]*\bUUID="([^"]*)"')
+# Any generation's field names, and dcgm-exporter 1.x's (a counters file may list them); `uuid` under its -o.
+_DCGM_UUID = re.compile(r'^(?:DCGM_FI_[A-Z0-9_]+|dcgm_[a-z0-9_]+)\{[^}]*\b(?:UUID|uuid)="([^"]*)"')
 
 
 def _dcgm_gpus(text: str) -> int:

@@ -9,9 +9,12 @@ sources are cited in docs/dcgm.md, whose table of this one a test keeps equal.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from fractions import Fraction
+
+from nvidia_gpu_exporter.exposition.dcgm_counters import Counter
 
 
 class Generation(str, Enum):
@@ -29,8 +32,9 @@ class Generation(str, Enum):
 
 _ORDER = tuple(Generation)
 NEWEST = Generation.V4_10
-# What --dcgm.compatibility defaults to: the generation of the dcgm-exporter the GPU Operator pins (4.8.3), which
-# this exporter's own rules, chart, doctor and docs query, as NVIDIA's dashboard 12239 does (docs/dcgm.md says why).
+AUTO = "auto"  # --dcgm.compatibility's default: the generation a counters file's names say (resolve_generation)
+# What `auto` serves where the names say nothing, and without a counters file: the generation of the dcgm-exporter
+# the GPU Operator pins (4.8.3), whose names NVIDIA's dashboard 12239 queries (docs/dcgm.md says why).
 DEFAULT_GENERATION = Generation.V4_8
 
 
@@ -218,3 +222,37 @@ def in_default_file(name: str, generation: Generation) -> bool:
 def declaration(name: str, generation: Generation) -> tuple[str, str] | None:
     """The generation's own (type, HELP) of a field by its oldest name, where it differs from the newest's."""
     return V3_DECLARATIONS.get(name) if generation is Generation.V3 else None
+
+
+def resolve_generation(chosen: Generation | None, counters: Sequence[Counter] | None) -> tuple[Generation, str]:
+    """The generation to serve and why: ``chosen`` where given, else (``auto``) what the counters file's names say.
+
+    A name a generation introduced (a rename's new name, a field it added) says the file is of that generation or
+    later, and the newest such wins: 4.10 still reads the older names in a custom file, so an old name beside a new
+    one proves nothing. Without one, a name a later generation renamed says the generation before that rename.
+    """
+    if chosen is not None:
+        return chosen, "--dcgm.compatibility"
+    if not counters:
+        return DEFAULT_GENERATION, "no counters file"
+    introduced = {rename.new: rename.since for rename in RENAMES}
+    introduced |= {name: since for name, since in ADDED.items() if since.at_least(Generation.V4_9)}
+    newest: tuple[Generation, Counter] | None = None
+    for counter in counters:
+        since = introduced.get(counter.name)
+        if since is not None and (newest is None or (since.at_least(newest[0]) and since is not newest[0])):
+            newest = (since, counter)
+    if newest is not None:
+        since, counter = newest
+        return since, f"{counter.source}:{counter.line} names {counter.name}, a name of generation {since.value} on"
+    renamed_at = {rename.old: rename.since for rename in RENAMES}
+    earliest: tuple[Generation, Counter] | None = None
+    for counter in counters:
+        since = renamed_at.get(counter.name)
+        if since is not None and (earliest is None or not since.at_least(earliest[0])):
+            earliest = (since, counter)
+    if earliest is not None:
+        since, counter = earliest
+        before = _ORDER[_ORDER.index(since) - 1]
+        return before, f"{counter.source}:{counter.line} names {counter.name}, a name generation {since.value} renamed"
+    return DEFAULT_GENERATION, f"{counters[0].source} names no field that a generation renamed"
