@@ -32,6 +32,7 @@ from deploy_helpers import (
     kustomize,
     strip_annotations,
 )
+from nvidia_gpu_exporter.exposition.dcgm_generations import Generation, current_name, oldest_name, spellings
 from test_rules import run_promtool, unit_test_in
 
 RUNBOOK_TEST = RULE_TESTS / "runbook.test.yml"
@@ -49,7 +50,12 @@ DUAL_ALERTS = [
     "NvidiaGpuFallenOffBus",
 ]
 PER_NODE = {"NvidiaGpuMissing"}  # labelled by job and instance only: no uuid to cut from DCGM's UUID
-FIRING_TESTS = {"nvidia_smi names fire": "nvidia_smi_", "DCGM names fire": "DCGM_FI_", "both names alert once": ""}
+FIRING_TESTS = {
+    "nvidia_smi names fire": "nvidia_smi_",
+    "DCGM names fire": "DCGM_FI_",
+    "DCGM 4.10 names fire": "DCGM_FI_",
+    "both names alert once": "",
+}
 
 
 def rules_of(path: Path) -> list[dict[str, Any]]:
@@ -81,6 +87,24 @@ def test_the_dual_scheme_pack_is_the_charts_alerts_with_both_names() -> None:
     for alert in ("NvidiaGpuXidCritical", "NvidiaGpuXidWarning"):
         (rule,) = [rule for rule in dual if rule["alert"] == alert]
         assert set(codes.findall(rule["expr"])) == set(codes.findall(chart[alert]["expr"])), alert
+
+
+def test_the_dual_scheme_pack_reads_each_dcgm_field_under_every_generations_name() -> None:
+    """dcgm-exporter 4.9 renamed the fields the pack reads (DCGM_FI_DEV_GPU_TEMP_CELSIUS, ...): either spelling."""
+    text = dual_text()
+    for name in set(re.findall(r"\bDCGM_FI_[A-Z0-9_]+(?=[{ )])", text)):
+        for spelling in spellings(name):
+            assert re.search(rf"\b{spelling}\b", text), (name, spelling)
+    assert "DCGM_FI_DEV_GPU_TEMP_CELSIUS" in text
+    assert "DCGM_FI_DEV_XID_ERROR{" in text
+
+
+def test_the_dcgm_4_10_test_serves_only_names_of_4_10() -> None:
+    tests = {test["name"]: test for test in yaml.safe_load(DUAL_TEST.read_text(encoding="utf-8"))["tests"]}
+    for entry in tests["DCGM 4.10 names fire"]["input_series"]:
+        name = entry["series"].split("{", 1)[0]
+        assert current_name(oldest_name(name), Generation.V4_10) == name, name
+        assert "DCGM_FI_SYSTEM_DRIVER_VERSION=" in entry["series"], name
 
 
 def test_every_dual_scheme_alert_is_tested_in_each_scheme() -> None:
@@ -173,15 +197,28 @@ def _one_scheme(rules: str) -> str:
 
 def _dcgm_labels_kept(rules: str) -> str:
     """The temperature's DCGM arm without the `max by`: its series keep DCGM's own labels."""
-    arm = 'max by (job, instance, uuid) (label_replace(DCGM_FI_DEV_GPU_TEMP, "uuid", "$1", "UUID", "GPU-(.+)"))'
+    temperature = "(DCGM_FI_DEV_GPU_TEMP or DCGM_FI_DEV_GPU_TEMP_CELSIUS)"
+    arm = f'max by (job, instance, uuid) (label_replace({temperature}, "uuid", "$1", "UUID", "GPU-(.+)"))'
     assert arm in rules
-    return rules.replace(arm, 'label_replace(DCGM_FI_DEV_GPU_TEMP, "uuid", "$1", "UUID", "GPU-(.+)")')
+    return rules.replace(arm, f'label_replace({temperature}, "uuid", "$1", "UUID", "GPU-(.+)")')
+
+
+def _oldest_names_only(rules: str) -> str:
+    """Every `(A or B)` of a field's spellings cut to A, the name up to 4.8."""
+    spelled = re.compile(r"\((DCGM_FI_[A-Z0-9_]+(?:\{[^}]*\})?(?: offset \d+s)?) or [^()]*\)")
+    cut = spelled.sub(r"\1", rules)
+    assert cut != rules
+    return cut
 
 
 @pytest.mark.parametrize(
     ("mutate", "failing_test"),
-    [(_one_scheme, "DCGM names fire"), (_dcgm_labels_kept, "both names alert once")],
-    ids=["nvidia-smi-names-only", "dcgm-labels-not-normalized"],
+    [
+        (_one_scheme, "DCGM names fire"),
+        (_dcgm_labels_kept, "both names alert once"),
+        (_oldest_names_only, "DCGM 4.10 names fire"),
+    ],
+    ids=["nvidia-smi-names-only", "dcgm-labels-not-normalized", "dcgm-4.8-names-only"],
 )
 def test_dual_scheme_unit_tests_catch_a_broken_pack(
     tmp_path: Path, mutate: Callable[[str], str], failing_test: str

@@ -23,6 +23,7 @@ from nvidia_gpu_exporter.exposition.dcgm_generations import (
     RENAMES,
     Generation,
     resolve_generation,
+    spellings,
 )
 from nvidia_gpu_exporter.flags import FlagError, parse_args
 from nvidia_gpu_exporter.model.snapshot import (
@@ -160,6 +161,19 @@ def test_the_chosen_generation_is_logged_once_at_startup(tmp_path: Path, caplog:
     (record,) = [record for record in caplog.records if record.getMessage() == "serving a dcgm-exporter generation"]
     assert record.__dict__["generation"] == "4.9"
     assert record.__dict__["why"] == f"{counters}:1 names DCGM_FI_DEV_GPU_TEMP_CELSIUS, a name of generation 4.9 on"
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("DCGM_FI_DEV_GPU_TEMP", ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_TEMP_CELSIUS")),
+        ("DCGM_FI_DEV_GPU_TEMP_CELSIUS", ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_TEMP_CELSIUS")),
+        ("DCGM_FI_PROF_PCIE_TX_BYTES", ("DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND")),
+        ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",)),
+    ],
+)
+def test_a_fields_spellings_are_its_every_generations_names_oldest_first(name: str, expected: tuple[str, ...]) -> None:
+    assert spellings(name) == expected
 
 
 # -- labels ----------------------------------------------------------------------------------------------------

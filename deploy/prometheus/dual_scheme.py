@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nvidia_gpu_exporter.exposition.dcgm import FIELD_FAMILIES, XID_ERRORS
+from nvidia_gpu_exporter.exposition.dcgm_generations import same_unit_throughout, spellings
 from nvidia_gpu_exporter.exposition.naming import derive_name
 from nvidia_gpu_exporter.health.ledger import FALLEN_OFF_THE_BUS_XID
 from nvidia_gpu_exporter.model.fields import header
@@ -56,9 +57,17 @@ def _parsed(pattern: re.Pattern[str], expr: str) -> tuple[str, ...]:
     return match.groups()
 
 
+def _any_name(dcgm_name: str, selector: str = "", offset: str = "") -> str:
+    """The field under each name a dcgm-exporter generation gives it (`A or B`: a target serves one of them)."""
+    names = [f"{name}{selector}{offset}" for name in spellings(dcgm_name)]
+    return names[0] if len(names) == 1 else f"({' or '.join(names)})"
+
+
 def _in_chart_units(nvidia_smi_name: str) -> str:
     dcgm_name, multiplier = twins()[nvidia_smi_name]
-    return dcgm_name if multiplier == 1.0 else f"{dcgm_name} * {multiplier:g}"
+    if not same_unit_throughout(dcgm_name):
+        raise ValueError(f"{dcgm_name} changed unit in a later generation: one threshold cannot hold for each name")
+    return _any_name(dcgm_name) if multiplier == 1.0 else f"{_any_name(dcgm_name)} * {multiplier:g}"
 
 
 def _by(labels: tuple[str, ...], expr: str) -> str:
@@ -83,8 +92,10 @@ def _memory_ratio(expr: str) -> str:
     """DCGM has no total: used + free + reserved, as nvidia-smi's memory.total adds them (reserved may be absent)."""
     ratio, used, operator, threshold = _parsed(_RATIO, expr)
     table = twins()
-    used_dcgm = table[used][0]
-    free_dcgm, reserved_dcgm = table["nvidia_smi_memory_free_bytes"][0], table["nvidia_smi_memory_reserved_bytes"][0]
+    # each name of a generation in one unit (MiB up to 4.8, bytes from 4.9): the ratio is the same in either
+    used_dcgm = _any_name(table[used][0])
+    free_dcgm = _any_name(table["nvidia_smi_memory_free_bytes"][0])
+    reserved_dcgm = _any_name(table["nvidia_smi_memory_reserved_bytes"][0])
     dcgm_ratio = f"{used_dcgm} / ({used_dcgm} + {free_dcgm} + ({reserved_dcgm} or 0 * {used_dcgm}))"
     return (
         f"{_by(GPU_LABELS, ratio)} {operator} {threshold}"
@@ -97,10 +108,9 @@ def _xid(expr: str) -> str:
     younger than the chart's window, i.e. absent from the data of one window ago."""
     codes, window = _parsed(_XID, expr)
     labels = (*GPU_LABELS, "xid")
-    appeared = (
-        f'{XID_ERRORS.name}{{err_code=~"{codes}"}}'
-        f" unless on (job, instance, UUID, err_code) {XID_ERRORS.name} offset {window}s"
-    )
+    recent = _any_name(XID_ERRORS.name, '{err_code=~"' + codes + '"}')
+    before = _any_name(XID_ERRORS.name, offset=f" offset {window}s")
+    appeared = f"{recent} unless on (job, instance, UUID, err_code) {before}"
     with_xid = f'label_replace({appeared}, "xid", "$1", "err_code", "(.+)")'
     return f"{_by(labels, expr)}\nor {_by(labels, _dcgm_labels(with_xid))}"
 
@@ -109,7 +119,7 @@ def _fallen_off_bus(expr: str) -> str:
     """DCGM's sign of a GPU off the bus is its last XID being that one."""
     _parsed(_FALLEN, expr)
     labels = (*GPU_LABELS, "pci_bus_id")
-    dcgm = f'{XID_ERRORS.name}{{err_code="{FALLEN_OFF_THE_BUS_XID}"}}'
+    dcgm = _any_name(XID_ERRORS.name, f'{{err_code="{FALLEN_OFF_THE_BUS_XID}"}}')
     return f"{_by(labels, expr)}\nor {_by(labels, _dcgm_labels(dcgm))}"
 
 
@@ -118,7 +128,7 @@ def _gpu_missing(expr: str) -> str:
     every GPU reports) is served, and a failed collection, which serves no DCGM series at all, counts no GPU, as
     the chart's arm waits for a working collection."""
     (window,) = _parsed(_MISSING, expr)
-    gpus = f"count by (job, instance) ({twins()['nvidia_smi_temperature_gpu'][0]})"
+    gpus = f"count by (job, instance) ({_any_name(twins()['nvidia_smi_temperature_gpu'][0])})"
     return f"({expr})\nor {gpus} < max_over_time(({gpus}){window})"
 
 

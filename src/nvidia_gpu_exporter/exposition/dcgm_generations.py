@@ -213,6 +213,20 @@ def oldest_name(name: str) -> str:
     return name
 
 
+def spellings(name: str) -> tuple[str, ...]:
+    """Every name a field known under ``name`` has had, oldest first: what a query for any generation matches."""
+    names = [oldest_name(name)]
+    for rename in RENAMES:
+        if rename.old == names[-1]:
+            names.append(rename.new)
+    return tuple(names)
+
+
+def same_unit_throughout(name: str) -> bool:
+    """Whether no rename of the field changed its unit, so one threshold holds for each of its names."""
+    return all(rename.factor == SAME for rename in RENAMES if rename.old in spellings(name))
+
+
 def in_default_file(name: str, generation: Generation) -> bool:
     """Whether a field (by its oldest name) is listed, and enabled, in the generation's default file."""
     added = ADDED.get(name)
