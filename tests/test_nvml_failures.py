@@ -17,7 +17,7 @@ from nvidia_gpu_exporter.backends import BackendSetupError, CollectionError
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.backends.nvml import STILL_IN_PROGRESS, NvmlBackend, open_backend
 from nvidia_gpu_exporter.backends.nvml.api import GPU_IS_LOST
-from nvidia_gpu_exporter.backends.nvml.backend import nvlink_bandwidth
+from nvidia_gpu_exporter.backends.nvml.backend import nvlink_bandwidth, nvlink_throughput_bytes
 from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.model.snapshot import Readings
 from nvml_fixtures import InProcessFake
@@ -402,6 +402,21 @@ def test_nvlink_bandwidth_is_computed_as_dcgm_does(
     assert nvlink_bandwidth(previous, total, stamp) == expected
 
 
+@pytest.mark.parametrize(
+    ("previous", "total", "stamp", "expected"),
+    [
+        pytest.param(None, 3000, 5_000_000, 0.0, id="first-reading-is-0"),
+        pytest.param((1000, 1_000_000), 0, 2_000_000, 0.0, id="counters-reading-0-give-0"),
+        pytest.param((1000, 1_000_000), 5000, 1_000_000, 0.0, id="no-time-passed-gives-0"),
+        pytest.param((1000, 1_000_000), 3999, 3_000_000, 1499.5 * 1024, id="kib-per-second-in-bytes-untruncated"),
+    ],
+)
+def test_nvlink_throughput_in_bytes_is_the_kib_per_second_times_1024(
+    previous: tuple[int, int] | None, total: int, stamp: int, expected: float
+) -> None:
+    assert nvlink_throughput_bytes(previous, total, stamp) == expected
+
+
 def test_nvlink_bandwidth_is_the_data_moved_between_two_collections(fake_nvml: InProcessFake) -> None:
     """The payload counters only (fields 138 and 139), summed over TX and RX, against the previous reading."""
     fake_nvml.command("reset h200", "set 0 nvlink_raw_tx_kib 999999999")  # protocol overhead: never counted
@@ -412,7 +427,8 @@ def test_nvlink_bandwidth_is_the_data_moved_between_two_collections(fake_nvml: I
         second = opened.collect_blocking().extras
         assert first is not None
         assert second is not None
-        assert first.gpus[0].nvlink_mib_per_second == 0.0
+        assert first.gpus[0].nvlink_mib_per_second == first.gpus[0].nvlink_bytes_per_second == 0.0
         assert (second.gpus[0].nvlink_mib_per_second or 0.0) > 0.0
+        assert (second.gpus[0].nvlink_bytes_per_second or 0.0) > (second.gpus[0].nvlink_mib_per_second or 0.0) * 1e6
     finally:
         opened.session.close(5)

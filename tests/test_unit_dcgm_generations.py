@@ -56,7 +56,8 @@ CELLS = {
 def snapshot(*, xids: tuple[XidRecord, ...] = ()) -> tuple[list[QueryField], Snapshot]:
     fields = query_fields([(qfield, rfield) for qfield, (rfield, _) in CELLS.items()])
     row = gpu_row(fields, **IDENTITY, **{qfield.replace(".", "_"): cell for qfield, (_, cell) in CELLS.items()})
-    extras = NvmlExtras(gpus=(GpuExtras(UUID, energy_joules=123456.789, pcie_tx_bytes_per_second=1000.0),))
+    nvlink = {"nvlink_mib_per_second": 2.0, "nvlink_bytes_per_second": 2049.0 * 1024}  # 2049 KiB/s, as DCGM reads
+    extras = NvmlExtras(gpus=(GpuExtras(UUID, energy_joules=123456.789, pcie_tx_bytes_per_second=1000.0, **nvlink),))
     readings = Readings(GpuTable((row,)), None, "12.4", extras)
     return fields, Snapshot(Attempt(readings, 0, 0.1, 1.0), 0, 1.0, xids=xids)
 
@@ -217,10 +218,22 @@ def test_each_generation_spells_the_node_and_driver_labels_its_way(
         pytest.param(Generation.V4_9, "DCGM_FI_DEV_ENC_UTIL_RATIO", "0.07", id="4.9-encoder-as-a-ratio"),
         pytest.param(Generation.V4_9, "DCGM_FI_PROF_PCIE_TX_BYTES", "1000", id="4.9-pcie-old-name"),
         pytest.param(Generation.V4_10, "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND", "1000", id="4.10-pcie-renamed"),
+        pytest.param(Generation.V4_8, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "2", id="4.8-nvlink-in-MiB-per-second"),
+        pytest.param(
+            Generation.V4_9, "DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND", "2098176", id="4.9-nvlink-in-bytes-per-s"
+        ),
     ],
 )
 def test_each_generation_serves_its_names_in_its_units(generation: Generation, name: str, value: str) -> None:
     assert sample_of(render(generation), name).endswith(f"}} {value}")
+
+
+@pytest.mark.parametrize("generation", [Generation.V4_9, Generation.V4_10])
+def test_the_nvlink_throughput_is_a_gauge_under_its_4_9_name(generation: Generation) -> None:
+    """A rate, as DCGM 4.7 computes it; 4.8's file typed its MiB/s predecessor `counter`."""
+    text = render(generation)
+    assert "# TYPE DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND gauge\n" in text
+    assert "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL" not in text
 
 
 @pytest.mark.parametrize("generation", [Generation.V3, Generation.V4_5, Generation.V4_8])

@@ -432,8 +432,10 @@ def _every_spelling() -> dict[str, DcgmFamily]:
         known[rename.new] = replace(
             older,
             name=rename.new,
+            metric_type=rename.metric_type or older.metric_type,
             help=rename.help or older.help,
-            factor=older.factor * rename.factor,
+            extra=rename.source or older.extra,
+            factor=SAME if rename.source else older.factor * rename.factor,
             oldest=older.field,
         )
     for legacy, current in LEGACY_NAMES.items():

@@ -74,6 +74,10 @@ class Rename:
     factor: Fraction = SAME
     unit: str = ""  # the new name's unit where it changed ("" = the old name's)
     help: str = ""  # the HELP text under the new name ("" = the old name's)
+    # The reading (a GpuExtras attribute) the new name is served from where it is not the old one's times
+    # ``factor``, already in the new unit ("" = the old name's); and its Prometheus type where that changed.
+    source: str = ""
+    metric_type: str = ""
 
 
 # In the order dcgm-exporter's default file lists them; the label fields last.
@@ -158,6 +162,15 @@ RENAMES: tuple[Rename, ...] = (
     ),
     Rename("DCGM_FI_DEV_RETIRED_SBE", "DCGM_FI_DEV_PAGE_RETIRED_SBE_TOTAL", Generation.V4_9),
     Rename("DCGM_FI_DEV_RETIRED_DBE", "DCGM_FI_DEV_PAGE_RETIRED_DBE_TOTAL", Generation.V4_9),
+    Rename(
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND",
+        Generation.V4_9,
+        unit="bytes/s",
+        help="NVLink throughput, data sent and received over all links (in B/s).",
+        source="nvlink_bytes_per_second",  # DCGM 4.7 scales its KiB/s sample, not the MB/s it served before
+        metric_type="gauge",
+    ),
     Rename("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL", Generation.V4_9),
     Rename("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL", Generation.V4_9),
     Rename("DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_ROW_REMAP_FAILED", Generation.V4_9),

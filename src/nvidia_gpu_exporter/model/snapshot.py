@@ -160,6 +160,7 @@ class GpuExtras:
     # computes it (payload sent and received between two collections, in its MiB/s).
     pcie_replay_count: float | None = None
     nvlink_mib_per_second: float | None = None
+    nvlink_bytes_per_second: float | None = None  # the same KiB/s times 1024, untruncated: DCGM 4.7's unit (4.9's)
     # Read only for the DCGM profile, as DCGM reads them (NVML field values): the time the clocks were held down by
     # each performance policy since the driver loaded (ns), and NVLink error counts summed over all links.
     power_violation_ns: float | None = None

@@ -105,6 +105,15 @@ def nvlink_bandwidth(previous: tuple[int, int] | None, total_kib: int, timestamp
     return float(int((total_kib - previous[0]) / elapsed / 1000.0))
 
 
+def nvlink_throughput_bytes(previous: tuple[int, int] | None, total_kib: int, timestamp_us: int) -> float:
+    """The same data counters as bytes per second, the unit of DCGM 4.7's NVLink throughput field that
+    dcgm-exporter 4.9 serves (docs/dcgm.md, "Generations"): the KiB moved per second times 1024, untruncated; 0
+    where :func:`nvlink_bandwidth` says 0."""
+    if previous is None or total_kib == 0 or timestamp_us == previous[1]:
+        return 0.0
+    return (total_kib - previous[0]) / ((timestamp_us - previous[1]) / MICROSECONDS) * 1024
+
+
 UNKNOWN_ERROR = -1  # any code outside the token table renders "[Unknown Error]"
 MAX_PERCENT = 100  # a larger per-process value is a driver's junk sample (nvtop#110), never a reading
 
@@ -482,7 +491,7 @@ class NvmlBackend:
         entries = self._soft(call("nvmlDeviceGetFieldValues", gpu.handle, ids))
         readings: dict[str, float | None] = dict.fromkeys(DCGM_FIELD_COUNTERS, None)
         readings["pcie_replay_count"] = None if isinstance(replays, Failure) else float(int(replays))
-        readings["nvlink_mib_per_second"] = None
+        readings["nvlink_mib_per_second"] = readings["nvlink_bytes_per_second"] = None
         if isinstance(entries, Failure):
             return readings
         counts = [field_value(entry) for entry in entries]
@@ -492,7 +501,9 @@ class NvmlBackend:
         if len(kib) == len(NVLINK_DATA_KIB):
             stamp = max(int(entry.timestamp) for entry in entries[: len(NVLINK_DATA_KIB)])
             stamp = stamp or int(time.time() * MICROSECONDS)
-            readings["nvlink_mib_per_second"] = nvlink_bandwidth(self._nvlink.get(gpu.uuid), sum(kib), stamp)
+            previous = self._nvlink.get(gpu.uuid)
+            readings["nvlink_mib_per_second"] = nvlink_bandwidth(previous, sum(kib), stamp)
+            readings["nvlink_bytes_per_second"] = nvlink_throughput_bytes(previous, sum(kib), stamp)
             totals[gpu.uuid] = (sum(kib), stamp)
         return readings
 
