@@ -234,6 +234,15 @@ def test_the_compatibility_file_serves_each_field_under_its_legacy_name() -> Non
     assert f"dcgm_gpu_temp{{{BASE}}} 31" in samples(text)
 
 
+def test_with_the_old_namespace_the_compatibility_file_serves_dcgm_exporter_1xs_series() -> None:
+    """dcgm-exporter -o -f 1.x-compatibility-metrics.csv: 1.x's names from the file, its ``uuid`` label from -o."""
+    counters = read_counters_file(str(COMPATIBILITY_FILE))
+    exposition = DcgmExposition(LEGACY_FIELDS, "node-1", counters=counters, extras=False, old_namespace=True)
+    row = gpu_row(LEGACY_FIELDS, **IDENTITY, temperature_gpu="31")
+    lines = samples(exposition.render(success_snapshot([row])))
+    assert f"dcgm_gpu_temp{{{BASE.replace('UUID=', 'uuid=')}}} 31" in lines
+
+
 def test_the_compatibility_file_starts_with_one_warning_naming_what_cannot_be_served(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
