@@ -10,28 +10,9 @@ sources are cited in docs/dcgm.md, whose table of this one a test keeps equal.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from fractions import Fraction
 
-
-class Generation(str, Enum):
-    """A line of dcgm-exporter releases whose output looks the same; the values order them."""
-
-    V3 = "3"
-    V4_5 = "4.5"
-    V4_8 = "4.8"
-    V4_9 = "4.9"
-    V4_10 = "4.10"
-
-    def at_least(self, other: Generation) -> bool:
-        return _ORDER.index(self) >= _ORDER.index(other)
-
-
-_ORDER = tuple(Generation)
-NEWEST = Generation.V4_10
-# What --dcgm.compatibility defaults to: the generation of the dcgm-exporter the GPU Operator pins (4.8.3), which
-# this exporter's own rules, chart, doctor and docs query, as NVIDIA's dashboard 12239 does (docs/dcgm.md says why).
-DEFAULT_GENERATION = Generation.V4_8
+from nvidia_gpu_exporter.exposition.dcgm_defaults import Generation
 
 
 @dataclass(frozen=True, slots=True)
