@@ -523,6 +523,19 @@ def measure_start(side: Side) -> None:
     side.overhead.append(took - SEQUENTIAL_RUNS[side.kind] * side.fake[-1])
 
 
+# The interpreter's own CPU to the end of a ``-c`` script: what any CPython exporter pays before its first line, and
+# with what an asyncio server that spawns children cannot do without (ssl kept out, as a plain start does).
+FLOORS = (
+    ("bare interpreter", ""),
+    ("importing asyncio, logging, subprocess", "sys.modules['ssl'] = None\nimport asyncio, logging, subprocess"),
+)
+
+
+def interpreter_cpu(code: str) -> float:
+    script = f"import sys, time\n{code}\nprint(time.process_time())"
+    return float(subprocess.check_output([sys.executable, "-c", script], cwd=REPO))
+
+
 def spread(samples: Sequence[float], digits: int = 3) -> str:
     """``median / min``: on a shared machine the minimum is the start the load disturbed least."""
     return f"{median(samples):.{digits}f} / {min(samples):.{digits}f}" if samples else ""
@@ -546,9 +559,12 @@ def startup(rounds: int, baseline: str | None = None, go_binary: str | None = No
             at_rest(Scenario("warm-up", ["--nvidia-smi-command", fake_smi()], side.env), 0)
     load = os.getloadavg()
     bare = median([wall([sys.executable, "-c", "pass"]) for _ in range(rounds)])
+    floors: dict[str, list[float]] = {}
     for _ in range(rounds):
         for side in sides:
             measure_start(side)
+        for name, code in FLOORS:
+            floors.setdefault(name, []).append(interpreter_cpu(code))
     end = os.getloadavg()
     print(
         f"\n### Startup, exec on the fake nvidia-smi (median / min of {rounds}, sides alternating; {bytecode_mode()}; "
@@ -568,6 +584,12 @@ def startup(rounds: int, baseline: str | None = None, go_binary: str | None = No
     row("start to first successful scrape, wall", lambda side: side.first)
     row("own CPU (user + system) to the first successful scrape", lambda side: side.cpu)
     row("own overhead: the first scrape less the fake's sequential runs", lambda side: side.overhead)
+    print(
+        "\nCPython's floor, CPU (median / min): "
+        + "; ".join(f"{name} {spread(samples)} s" for name, samples in floors.items())
+        + ". /proc's CPU times count in ticks of "
+        + f"{1 / TICKS:.3f} s."
+    )
     go = next((side for side in sides if side.kind == "go"), None)
     if go is None:
         return
