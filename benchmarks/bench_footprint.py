@@ -618,6 +618,7 @@ def rest_side_by_side(rounds: int, rest: float, go_binary: str | None, directory
     ]
     load = os.getloadavg()
     results: dict[tuple[str, str], list[float]] = {}
+    maps: dict[tuple[str, str], dict[str, float]] = {}  # the last start's RSS by mapping
     names: list[str] = []
     for configuration, extra, client in configurations:
         sides = startup_sides(None, go_binary, client)
@@ -627,7 +628,8 @@ def rest_side_by_side(rounds: int, rest: float, go_binary: str | None, directory
             rest_rss(side.launch, args, 0)
         for _ in range(rounds):
             for side in sides:
-                results.setdefault((configuration, side.name), []).append(rest_rss(side.launch, args, rest))
+                rss, maps[configuration, side.name] = rest_rss(side.launch, args, rest)
+                results.setdefault((configuration, side.name), []).append(rss)
     print(
         f"\n### RSS at rest (after the first successful scrape and {rest:g} s idle; median / min of {rounds}, sides "
         f"alternating; {bytecode_mode()}; load average {load[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the "
@@ -638,6 +640,14 @@ def rest_side_by_side(rounds: int, rest: float, go_binary: str | None, directory
     for configuration, _, _ in configurations:
         cells = [spread(results[configuration, name], 1) for name in names]
         print(f"| {configuration} | " + " | ".join(cells) + " |")
+    plain, tls = (configuration for configuration, _, _ in configurations)
+    print(f"\nWhere {tls} adds to {plain} (RSS by mapping, MiB, each side's last start; [anon]: Python's objects):\n")
+    print("| mapping | " + " | ".join(names) + " |")
+    print("|---|" + "---:|" * len(names))
+    added = {name: {key: mib - maps[plain, name].get(key, 0) for key, mib in maps[tls, name].items()} for name in names}
+    shown = sorted({key for name in names for key, mib in added[name].items() if abs(mib) >= 0.1})
+    for key in sorted(shown, key=lambda key: -max(added[name].get(key, 0) for name in names)):
+        print(f"| {key} | " + " | ".join(f"{added[name].get(key, 0):+.2f}" for name in names) + " |")
     if go_binary is None:
         return
     for configuration, _, _ in configurations:
@@ -648,16 +658,30 @@ def rest_side_by_side(rounds: int, rest: float, go_binary: str | None, directory
         )
 
 
-def rest_rss(launch: Callable[[list[str]], Exporter], args: list[str], rest: float) -> float:
+def rest_rss(launch: Callable[[list[str]], Exporter], args: list[str], rest: float) -> tuple[float, dict[str, float]]:
+    """VmRSS (MiB) after the first successful scrape and `rest` seconds idle, and the RSS of each mapping."""
     exporter = launch(args)
     try:
         connection = exporter.client.connect(exporter.address)
         first_scrape(exporter, connection)
         connection.close()
         time.sleep(rest)
-        return rss_mib(exporter.process.pid)
+        return rss_mib(exporter.process.pid), mapped_rss(exporter.process.pid)
     finally:
         exporter.stop()
+
+
+def mapped_rss(pid: int) -> dict[str, float]:
+    """RSS (MiB) by mapping from ``/proc/<pid>/smaps``: a file by its name, else ``[heap]``, ``[anon]``, ..."""
+    sizes: dict[str, float] = {}
+    name = ""
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        words = line.split()
+        if words and not words[0].endswith(":"):  # a mapping's first line: range, perms, offset, dev, inode, path
+            name = os.path.basename(words[5]) if len(words) > 5 else "[anon]"
+        elif words[:1] == ["Rss:"]:
+            sizes[name] = sizes.get(name, 0.0) + int(words[1]) / 1024
+    return sizes
 
 
 def interpreter_rss(code: str) -> float:
