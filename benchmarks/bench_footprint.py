@@ -484,7 +484,6 @@ class Side:
     listening: list[float] = field(default_factory=list)
     first: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
-    overhead: list[float] = field(default_factory=list)
 
 
 def startup_sides(baseline: str | None, go_binary: str | None, client: Client | None = None) -> list[Side]:
@@ -520,7 +519,6 @@ def measure_start(side: Side) -> None:
         exporter.stop()
     side.listening.append(exporter.listening - exporter.started)
     side.first.append(took)
-    side.overhead.append(took - SEQUENTIAL_RUNS[side.kind] * side.fake[-1])
 
 
 # The interpreter's own CPU to the end of a ``-c`` script: what any CPython exporter pays before its first line, and
@@ -536,6 +534,13 @@ def interpreter_cpu(code: str) -> float:
     return float(subprocess.check_output([sys.executable, "-c", script], cwd=REPO))
 
 
+def overhead(side: Side, statistic: Callable[[Sequence[float]], float]) -> float:
+    """The start to the first scrape less the fake's sequential runs, each the same statistic over the rounds:
+    one fake run beside one start moves with the load as much as the start does, so a pair can even go negative
+    on a loaded machine."""
+    return statistic(side.first) - SEQUENTIAL_RUNS[side.kind] * statistic(side.fake)
+
+
 def spread(samples: Sequence[float], digits: int = 3) -> str:
     """``median / min``: on a shared machine the minimum is the start the load disturbed least."""
     return f"{median(samples):.{digits}f} / {min(samples):.{digits}f}" if samples else ""
@@ -546,10 +551,11 @@ def startup(rounds: int, baseline: str | None = None, go_binary: str | None = No
     of `rounds`, the sides (this checkout, ``baseline``, the Go exporter) alternating start by start so the
     machine's load falls on each alike.
 
-    Own overhead is the start to the first scrape less the fake's own run time (measured just before that
-    start) for each nvidia-smi run the exporter waits for one after the other (:data:`SEQUENTIAL_RUNS`); the
-    fake is a Python process, so each run costs an interpreter start, unlike the real one. Own CPU is the
-    exporter process's user + system time up to its first successful scrape (its children's not counted): the
+    Own overhead is the start to the first scrape less the fake's own run time (one run measured before each
+    start; medians from medians, minima from minima: :func:`overhead`) for each nvidia-smi run the exporter waits
+    for one after the other (:data:`SEQUENTIAL_RUNS`); the fake is a Python process, so each run costs an
+    interpreter start, unlike the real one. Own CPU is the exporter process's user + system time up to its first
+    successful scrape (its children's not counted): the
     figure the load disturbs least. One unmeasured start of each side first, which writes the bytecode cache
     (:func:`use_bytecode`).
     """
@@ -583,7 +589,8 @@ def startup(rounds: int, baseline: str | None = None, go_binary: str | None = No
     row("start to listening, wall", lambda side: side.listening)
     row("start to first successful scrape, wall", lambda side: side.first)
     row("own CPU (user + system) to the first successful scrape", lambda side: side.cpu)
-    row("own overhead: the first scrape less the fake's sequential runs", lambda side: side.overhead)
+    cells = [f"{overhead(side, median):.3f} / {overhead(side, min):.3f}" for side in sides]
+    print("| own overhead: the first scrape less the fake's sequential runs | " + " | ".join(cells) + " |")
     print(
         "\nCPython's floor, CPU (median / min): "
         + "; ".join(f"{name} {spread(samples)} s" for name, samples in floors.items())
@@ -596,8 +603,8 @@ def startup(rounds: int, baseline: str | None = None, go_binary: str | None = No
     for side in sides:
         if side.kind == "python":
             print(
-                f"\n{side.name} minus Go: own overhead {median(side.overhead) - median(go.overhead):+.3f} s (medians), "
-                f"{min(side.overhead) - min(go.overhead):+.3f} s (minima); own CPU "
+                f"\n{side.name} minus Go: own overhead {overhead(side, median) - overhead(go, median):+.3f} s "
+                f"(medians), {overhead(side, min) - overhead(go, min):+.3f} s (minima); own CPU "
                 f"{median(side.cpu) - median(go.cpu):+.3f} s (medians), {min(side.cpu) - min(go.cpu):+.3f} s "
                 f"(minima). Issue 31's bound: own overhead at most Go's + {OVERHEAD_BOUND_SECONDS} s."
             )
