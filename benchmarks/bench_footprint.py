@@ -20,7 +20,7 @@ ours from source at every start instead (several times the import time: ``--from
 
     python benchmarks/bench_footprint.py [--rest 2] [--scrapes 20000] [--skip-scaling] [--from-source]
     python benchmarks/bench_footprint.py --startup-only 7 [--baseline SRC] [--go-binary PATH]   # only the startup
-    python benchmarks/bench_footprint.py --rest-only 5 [--go-binary PATH]   # only RSS at rest, plain and TLS + auth
+    python benchmarks/bench_footprint.py --rest-only 5 [--baseline SRC] [--go-binary PATH]   # RSS at rest, TLS or not
 """
 
 from __future__ import annotations
@@ -614,9 +614,9 @@ OVERHEAD_BOUND_SECONDS = 0.05  # issue 31, item 2
 RSS_BOUND_RATIO = 1.2  # issue 31, item 3
 
 
-def rest_side_by_side(rounds: int, rest: float, go_binary: str | None, directory: Path) -> None:
-    """RSS at rest (after the first successful scrape and `rest` seconds idle) of this checkout and the Go
-    exporter, plain HTTP and TLS + basic auth (the same web config file for both), sides alternating; the
+def rest_side_by_side(rounds: int, rest: float, baseline: str | None, go_binary: str | None, directory: Path) -> None:
+    """RSS at rest (after the first successful scrape and `rest` seconds idle) of this checkout, ``baseline`` and
+    the Go exporter, plain HTTP and TLS + basic auth (the same web config file for both), sides alternating; the
     median and the minimum of `rounds`."""
     tls_args, tls_client = tls_auth(directory)
     configurations: list[tuple[str, list[str], Client]] = [
@@ -628,7 +628,7 @@ def rest_side_by_side(rounds: int, rest: float, go_binary: str | None, directory
     maps: dict[tuple[str, str], dict[str, float]] = {}  # the last start's RSS by mapping
     names: list[str] = []
     for configuration, extra, client in configurations:
-        sides = startup_sides(None, go_binary, client)
+        sides = startup_sides(baseline, go_binary, client)
         names = [side.name for side in sides]
         args = ["--nvidia-smi-command", fake_smi(), *extra]
         for side in sides:  # unmeasured: writes the bytecode cache
@@ -710,7 +710,9 @@ def main() -> None:
     parser.add_argument(
         "--rest-only", type=int, metavar="ROUNDS", help="only RSS at rest, plain and TLS + basic auth, of ROUNDS"
     )
-    parser.add_argument("--baseline", metavar="SRC", help="--startup-only: also another checkout's src/, alternating")
+    parser.add_argument(
+        "--baseline", metavar="SRC", help="--startup-only, --rest-only: also another checkout's src/, alternating"
+    )
     parser.add_argument(
         "--go-binary", metavar="PATH", help="--startup-only, --rest-only: also the Go exporter, alternating"
     )
@@ -728,7 +730,7 @@ def main() -> None:
             startup(args.startup_only, args.baseline, args.go_binary)
             return
         if args.rest_only:
-            rest_side_by_side(args.rest_only, args.rest, args.go_binary, directory)
+            rest_side_by_side(args.rest_only, args.rest, args.baseline, args.go_binary, directory)
             return
         library = compile_fake_nvml(directory, "MAX_TOP=256", "MAX_DEVICES=512")  # room for 256 GPUs
         print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs")
