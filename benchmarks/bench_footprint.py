@@ -20,6 +20,7 @@ ours from source at every start instead (several times the import time: ``--from
 
     python benchmarks/bench_footprint.py [--rest 2] [--scrapes 20000] [--skip-scaling] [--from-source]
     python benchmarks/bench_footprint.py --startup-only 7 [--baseline SRC] [--go-binary PATH]   # only the startup
+    python benchmarks/bench_footprint.py --rest-only 5 [--baseline SRC] [--go-binary PATH]   # RSS at rest, TLS or not
 """
 
 from __future__ import annotations
@@ -471,7 +472,8 @@ print(before, time.process_time() - t)
 
 @dataclass
 class Side:
-    """One exporter measured by :func:`startup`: this checkout, another checkout's ``src/`` or the Go binary."""
+    """One exporter measured by :func:`startup` and :func:`rest_side_by_side`: this checkout, another checkout's
+    ``src/`` or the Go binary."""
 
     name: str
     launch: Callable[[list[str]], Exporter]
@@ -482,23 +484,23 @@ class Side:
     listening: list[float] = field(default_factory=list)
     first: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
-    overhead: list[float] = field(default_factory=list)
 
 
-def startup_sides(baseline: str | None, go_binary: str | None) -> list[Side]:
-    sides = [Side("this checkout", start)]
+def startup_sides(baseline: str | None, go_binary: str | None, client: Client | None = None) -> list[Side]:
+    sides = [Side("this checkout", lambda args: start(args, client=client))]
     if baseline is not None:
         env = {"PYTHONPATH": str(Path(baseline).resolve())}
-        sides.append(Side(f"baseline {baseline}", lambda args: start(args, env), env))
+        sides.append(Side(f"baseline {baseline}", lambda args: start(args, env, client), env))
     if go_binary is not None:
         from bench_pipeline import go_launcher  # here: bench_pipeline imports this module
 
-        sides.append(Side("Go exporter", go_launcher(go_binary), kind="go"))
+        sides.append(Side("Go exporter", go_launcher(go_binary, client=client), kind="go"))
     return sides
 
 
 def measure_start(side: Side) -> None:
-    """One start of ``side`` to its first successful scrape, and (Python) its imports and one fake run."""
+    """One start of ``side`` to its first successful scrape, just after one run of the fake on its own (the
+    machine's load as the start meets it), and (Python) the imports in a fresh interpreter."""
     env = {**os.environ, **side.env}
     if side.kind == "python":
         output = subprocess.check_output([sys.executable, "-c", IMPORT_TIMER], cwd=REPO, env=env)
@@ -517,18 +519,45 @@ def measure_start(side: Side) -> None:
         exporter.stop()
     side.listening.append(exporter.listening - exporter.started)
     side.first.append(took)
-    side.overhead.append(took - SEQUENTIAL_RUNS[side.kind] * side.fake[-1])
+
+
+# The interpreter's own CPU to the end of a ``-c`` script: what any CPython exporter pays before its first line, and
+# with what an asyncio server that spawns children cannot do without (ssl kept out, as a plain start does).
+FLOORS = (
+    ("bare interpreter", ""),
+    ("importing asyncio, logging, subprocess", "sys.modules['ssl'] = None\nimport asyncio, logging, subprocess"),
+)
+
+
+def interpreter_cpu(code: str) -> float:
+    script = f"import sys, time\n{code}\nprint(time.process_time())"
+    return float(subprocess.check_output([sys.executable, "-c", script], cwd=REPO))
+
+
+def overhead(side: Side, statistic: Callable[[Sequence[float]], float]) -> float:
+    """The start to the first scrape less the fake's sequential runs, each the same statistic over the rounds:
+    one fake run beside one start moves with the load as much as the start does, so a pair can even go negative
+    on a loaded machine."""
+    return statistic(side.first) - SEQUENTIAL_RUNS[side.kind] * statistic(side.fake)
+
+
+def spread(samples: Sequence[float], digits: int = 3) -> str:
+    """``median / min``: on a shared machine the minimum is the start the load disturbed least."""
+    return f"{median(samples):.{digits}f} / {min(samples):.{digits}f}" if samples else ""
 
 
 def startup(rounds: int, baseline: str | None = None, go_binary: str | None = None) -> None:
-    """Startup to the first successful scrape on exec with the fake, and its parts, each the median of `rounds`,
-    the sides (this checkout, ``baseline``, the Go exporter) alternating start by start so the machine's load
-    falls on each alike.
+    """Startup to the first successful scrape on exec with the fake, and its parts, the median and the minimum
+    of `rounds`, the sides (this checkout, ``baseline``, the Go exporter) alternating start by start so the
+    machine's load falls on each alike.
 
-    Own overhead is the start to the first scrape less the fake's own run time for each nvidia-smi run the
-    exporter waits for one after the other (:data:`SEQUENTIAL_RUNS`); the fake is a Python process, so each run
-    costs an interpreter start, unlike the real one. One unmeasured start of each side first, which writes the
-    bytecode cache (:func:`use_bytecode`).
+    Own overhead is the start to the first scrape less the fake's own run time (one run measured before each
+    start; medians from medians, minima from minima: :func:`overhead`) for each nvidia-smi run the exporter waits
+    for one after the other (:data:`SEQUENTIAL_RUNS`); the fake is a Python process, so each run costs an
+    interpreter start, unlike the real one. Own CPU is the exporter process's user + system time up to its first
+    successful scrape (its children's not counted): the
+    figure the load disturbs least. One unmeasured start of each side first, which writes the bytecode cache
+    (:func:`use_bytecode`).
     """
     sides = startup_sides(baseline, go_binary)
     for side in sides:
@@ -536,22 +565,22 @@ def startup(rounds: int, baseline: str | None = None, go_binary: str | None = No
             at_rest(Scenario("warm-up", ["--nvidia-smi-command", fake_smi()], side.env), 0)
     load = os.getloadavg()
     bare = median([wall([sys.executable, "-c", "pass"]) for _ in range(rounds)])
+    floors: dict[str, list[float]] = {}
     for _ in range(rounds):
         for side in sides:
             measure_start(side)
+        for name, code in FLOORS:
+            floors.setdefault(name, []).append(interpreter_cpu(code))
     end = os.getloadavg()
     print(
-        f"\n### Startup, exec on the fake nvidia-smi (median of {rounds}, sides alternating; {bytecode_mode()}; "
+        f"\n### Startup, exec on the fake nvidia-smi (median / min of {rounds}, sides alternating; {bytecode_mode()}; "
         f"load average {load[0]:.2f} at the start, {end[0]:.2f} at the end; bare interpreter {bare:.3f} s)\n"
     )
-    print("| part | " + " | ".join(side.name for side in sides) + " |")
+    print("| part, seconds (median / min) | " + " | ".join(side.name for side in sides) + " |")
     print("|---|" + "---:|" * len(sides))
 
     def row(label: str, values: Callable[[Side], list[float]], python_only: bool = False) -> None:
-        cells = []
-        for side in sides:
-            samples = values(side)
-            cells.append("" if not samples or (python_only and side.kind != "python") else f"{median(samples):.3f}")
+        cells = ["" if python_only and side.kind != "python" else spread(values(side)) for side in sides]
         print(f"| {label} | " + " | ".join(cells) + " |")
 
     row("imports, CPU: all a start imports", lambda side: [pair[1] for pair in side.imports], python_only=True)
@@ -559,8 +588,107 @@ def startup(rounds: int, baseline: str | None = None, go_binary: str | None = No
     row("one fake nvidia-smi run (`--version`), wall", lambda side: side.fake)
     row("start to listening, wall", lambda side: side.listening)
     row("start to first successful scrape, wall", lambda side: side.first)
-    row("own CPU to the first successful scrape", lambda side: side.cpu)
-    row("own overhead: the first scrape less the fake's sequential runs", lambda side: side.overhead)
+    row("own CPU (user + system) to the first successful scrape", lambda side: side.cpu)
+    cells = [f"{overhead(side, median):.3f} / {overhead(side, min):.3f}" for side in sides]
+    print("| own overhead: the first scrape less the fake's sequential runs | " + " | ".join(cells) + " |")
+    print(
+        "\nCPython's floor, CPU (median / min): "
+        + "; ".join(f"{name} {spread(samples)} s" for name, samples in floors.items())
+        + ". /proc's CPU times count in ticks of "
+        + f"{1 / TICKS:.3f} s."
+    )
+    go = next((side for side in sides if side.kind == "go"), None)
+    if go is None:
+        return
+    for side in sides:
+        if side.kind == "python":
+            print(
+                f"\n{side.name} minus Go: own overhead {overhead(side, median) - overhead(go, median):+.3f} s "
+                f"(medians), {overhead(side, min) - overhead(go, min):+.3f} s (minima); own CPU "
+                f"{median(side.cpu) - median(go.cpu):+.3f} s (medians), {min(side.cpu) - min(go.cpu):+.3f} s "
+                f"(minima). Issue 31's bound: own overhead at most Go's + {OVERHEAD_BOUND_SECONDS} s."
+            )
+
+
+OVERHEAD_BOUND_SECONDS = 0.05  # issue 31, item 2
+RSS_BOUND_RATIO = 1.2  # issue 31, item 3
+
+
+def rest_side_by_side(rounds: int, rest: float, baseline: str | None, go_binary: str | None, directory: Path) -> None:
+    """RSS at rest (after the first successful scrape and `rest` seconds idle) of this checkout, ``baseline`` and
+    the Go exporter, plain HTTP and TLS + basic auth (the same web config file for both), sides alternating; the
+    median and the minimum of `rounds`."""
+    tls_args, tls_client = tls_auth(directory)
+    configurations: list[tuple[str, list[str], Client]] = [
+        ("exec, plain HTTP", [], Client()),
+        ("exec, TLS + basic auth", tls_args, tls_client),
+    ]
+    load = os.getloadavg()
+    results: dict[tuple[str, str], list[float]] = {}
+    maps: dict[tuple[str, str], dict[str, float]] = {}  # the last start's RSS by mapping
+    names: list[str] = []
+    for configuration, extra, client in configurations:
+        sides = startup_sides(baseline, go_binary, client)
+        names = [side.name for side in sides]
+        args = ["--nvidia-smi-command", fake_smi(), *extra]
+        for side in sides:  # unmeasured: writes the bytecode cache
+            rest_rss(side.launch, args, 0)
+        for _ in range(rounds):
+            for side in sides:
+                rss, maps[configuration, side.name] = rest_rss(side.launch, args, rest)
+                results.setdefault((configuration, side.name), []).append(rss)
+    print(
+        f"\n### RSS at rest (after the first successful scrape and {rest:g} s idle; median / min of {rounds}, sides "
+        f"alternating; {bytecode_mode()}; load average {load[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the "
+        "end)\n"
+    )
+    print("| configuration | " + " | ".join(f"{name}, MiB" for name in names) + " |")
+    print("|---|" + "---:|" * len(names))
+    for configuration, _, _ in configurations:
+        cells = [spread(results[configuration, name], 1) for name in names]
+        print(f"| {configuration} | " + " | ".join(cells) + " |")
+    plain, tls = (configuration for configuration, _, _ in configurations)
+    print(f"\nWhere {tls} adds to {plain} (RSS by mapping, MiB, each side's last start; [anon]: Python's objects):\n")
+    print("| mapping | " + " | ".join(names) + " |")
+    print("|---|" + "---:|" * len(names))
+    added = {name: {key: mib - maps[plain, name].get(key, 0) for key, mib in maps[tls, name].items()} for name in names}
+    shown = sorted({key for name in names for key, mib in added[name].items() if abs(mib) >= 0.1})
+    for key in sorted(shown, key=lambda key: -max(added[name].get(key, 0) for name in names)):
+        print(f"| {key} | " + " | ".join(f"{added[name].get(key, 0):+.2f}" for name in names) + " |")
+    if go_binary is None:
+        return
+    for configuration, _, _ in configurations:
+        ours, go = results[configuration, names[0]], results[configuration, names[-1]]
+        print(
+            f"\n{configuration}: this checkout / Go {median(ours) / median(go):.2f}x (medians), "
+            f"{min(ours) / min(go):.2f}x (minima); issue 31's bound for TLS + basic auth: {RSS_BOUND_RATIO}x."
+        )
+
+
+def rest_rss(launch: Callable[[list[str]], Exporter], args: list[str], rest: float) -> tuple[float, dict[str, float]]:
+    """VmRSS (MiB) after the first successful scrape and `rest` seconds idle, and the RSS of each mapping."""
+    exporter = launch(args)
+    try:
+        connection = exporter.client.connect(exporter.address)
+        first_scrape(exporter, connection)
+        connection.close()
+        time.sleep(rest)
+        return rss_mib(exporter.process.pid), mapped_rss(exporter.process.pid)
+    finally:
+        exporter.stop()
+
+
+def mapped_rss(pid: int) -> dict[str, float]:
+    """RSS (MiB) by mapping from ``/proc/<pid>/smaps``: a file by its name, else ``[heap]``, ``[anon]``, ..."""
+    sizes: dict[str, float] = {}
+    name = ""
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        words = line.split()
+        if words and not words[0].endswith(":"):  # a mapping's first line: range, perms, offset, dev, inode, path
+            name = os.path.basename(words[5]) if len(words) > 5 else "[anon]"
+        elif words[:1] == ["Rss:"]:
+            sizes[name] = sizes.get(name, 0.0) + int(words[1]) / 1024
+    return sizes
 
 
 def interpreter_rss(code: str) -> float:
@@ -579,8 +707,15 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=14, help="packages shown in the import breakdown")
     parser.add_argument("--skip-scaling", action="store_true")
     parser.add_argument("--startup-only", type=int, metavar="ROUNDS", help="only the startup time, median of ROUNDS")
-    parser.add_argument("--baseline", metavar="SRC", help="--startup-only: also another checkout's src/, alternating")
-    parser.add_argument("--go-binary", metavar="PATH", help="--startup-only: also the Go exporter, alternating")
+    parser.add_argument(
+        "--rest-only", type=int, metavar="ROUNDS", help="only RSS at rest, plain and TLS + basic auth, of ROUNDS"
+    )
+    parser.add_argument(
+        "--baseline", metavar="SRC", help="--startup-only, --rest-only: also another checkout's src/, alternating"
+    )
+    parser.add_argument(
+        "--go-binary", metavar="PATH", help="--startup-only, --rest-only: also the Go exporter, alternating"
+    )
     parser.add_argument(
         "--from-source", action="store_true", help="no bytecode cache: children compile as this environment says"
     )
@@ -593,6 +728,9 @@ def main() -> None:
             use_bytecode(directory)
         if args.startup_only:
             startup(args.startup_only, args.baseline, args.go_binary)
+            return
+        if args.rest_only:
+            rest_side_by_side(args.rest_only, args.rest, args.baseline, args.go_binary, directory)
             return
         library = compile_fake_nvml(directory, "MAX_TOP=256", "MAX_DEVICES=512")  # room for 256 GPUs
         print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs")

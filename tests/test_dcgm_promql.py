@@ -34,7 +34,7 @@ from deploy_helpers import PROBE_ERRORS, Server, binary, prometheus, query, wait
 from harness import REPO, Exporter, start_exporter
 from k8s_fakes import FakeKubelet, require_grpc, short_socket_dir
 from nvidia_gpu_exporter.exposition.dcgm import LISTED_ONLY_FAMILIES, default_families
-from nvidia_gpu_exporter.exposition.dcgm_generations import Generation
+from nvidia_gpu_exporter.exposition.dcgm_defaults import Generation
 from nvml_fixtures import ControlFile, FakeNvmlLibrary
 from polling import wait_until
 from test_dashboards import substitute

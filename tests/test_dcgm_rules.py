@@ -32,7 +32,8 @@ from deploy_helpers import (
     kustomize,
     strip_annotations,
 )
-from nvidia_gpu_exporter.exposition.dcgm_generations import Generation, current_name, oldest_name, spellings
+from nvidia_gpu_exporter.exposition.dcgm_defaults import Generation
+from nvidia_gpu_exporter.exposition.dcgm_generations import current_name, oldest_name, spellings
 from test_rules import run_promtool, unit_test_in
 
 RUNBOOK_TEST = RULE_TESTS / "runbook.test.yml"

@@ -18,7 +18,7 @@ from nvidia_gpu_exporter.capture.engine import Scenario, answer
 from nvidia_gpu_exporter.capture.format import load_capture
 from nvidia_gpu_exporter.config import Profile
 from nvidia_gpu_exporter.exposition.dcgm import LABEL_FAMILIES, DcgmExposition, default_families, node_hostname
-from nvidia_gpu_exporter.exposition.dcgm_generations import Generation
+from nvidia_gpu_exporter.exposition.dcgm_defaults import Generation
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.flags import FlagError, parse_args
 from nvidia_gpu_exporter.model.snapshot import (

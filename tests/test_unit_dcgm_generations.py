@@ -17,14 +17,8 @@ from nvidia_gpu_exporter.backends.demo.backend import DemoBackend
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition
 from nvidia_gpu_exporter.exposition.dcgm_counters import Counter, parse_counters
-from nvidia_gpu_exporter.exposition.dcgm_generations import (
-    DEFAULT_GENERATION,
-    GENERATIONS,
-    RENAMES,
-    Generation,
-    resolve_generation,
-    spellings,
-)
+from nvidia_gpu_exporter.exposition.dcgm_defaults import DEFAULT_GENERATION, Generation
+from nvidia_gpu_exporter.exposition.dcgm_generations import GENERATIONS, RENAMES, resolve_generation, spellings
 from nvidia_gpu_exporter.flags import FlagError, parse_args
 from nvidia_gpu_exporter.model.snapshot import (
     Attempt,

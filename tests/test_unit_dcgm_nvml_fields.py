@@ -14,7 +14,7 @@ from nvidia_gpu_exporter.backends.nvml import open_backend
 from nvidia_gpu_exporter.backends.nvml.backend import DCGM_FIELD_VALUES
 from nvidia_gpu_exporter.exposition.dcgm import LEGACY_NAMES, LISTED_ONLY_FAMILIES, DcgmExposition, default_families
 from nvidia_gpu_exporter.exposition.dcgm_counters import CountersError, parse_counters, read_counters_file
-from nvidia_gpu_exporter.exposition.dcgm_generations import Generation
+from nvidia_gpu_exporter.exposition.dcgm_defaults import Generation
 from nvidia_gpu_exporter.model.snapshot import (
     DCGM_FIELD_COUNTERS,
     Attempt,

@@ -30,9 +30,6 @@ from nvidia_gpu_exporter.backends.exec.runner import SmiRunner, SubprocessRunner
 from nvidia_gpu_exporter.backends.fields import FieldRequest, FieldResolutionError
 from nvidia_gpu_exporter.config import READY_MIN_GPUS_PCI, Config, Profile, XidSource, min_gpus_count
 from nvidia_gpu_exporter.config import Backend as BackendName
-from nvidia_gpu_exporter.exposition.dcgm_generations import oldest_name
-from nvidia_gpu_exporter.health.reader import kernel_clock
-from nvidia_gpu_exporter.health.source import KernelXidSource
 from nvidia_gpu_exporter.httpserver.config import WebConfig, WebConfigError
 from nvidia_gpu_exporter.httpserver.security import Security
 from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_PROC_ROOT, DEFAULT_SOCKET
@@ -43,6 +40,7 @@ if TYPE_CHECKING:
     from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition
     from nvidia_gpu_exporter.exposition.dcgm_counters import Counter
     from nvidia_gpu_exporter.fleet import Fleet
+    from nvidia_gpu_exporter.health.source import KernelXidSource
     from nvidia_gpu_exporter.kubernetes.attribution import AttributionSettings, Attributor, MigLister
     from nvidia_gpu_exporter.model.pcibus import PciSource
     from nvidia_gpu_exporter.web.readiness import Readiness
@@ -56,6 +54,7 @@ log = logging.getLogger("nvidia_gpu_exporter.main")
 SERVING_MODULES = (
     "nvidia_gpu_exporter.collector",
     "nvidia_gpu_exporter.exposition.metrics",
+    "nvidia_gpu_exporter.health.source",
     "nvidia_gpu_exporter.health.sysfs",
     "nvidia_gpu_exporter.httpserver.server",
     "nvidia_gpu_exporter.web.metrics",
@@ -146,6 +145,8 @@ DEMO_KERNEL_LOG = "demo (simulated kernel log)"
 def choose_xid_source(config: Config) -> XidChoice:
     """``auto``: the kernel log when it opens (or always with exec, which has no other source; its status
     series then says why it cannot be read); NVML events otherwise; the demo simulates a kernel log."""
+    from nvidia_gpu_exporter.health.source import KernelXidSource  # noqa: PLC0415 - SERVING_MODULES
+
     choice = config.xid_source
     if choice is XidSource.OFF:
         return XidChoice(None, backend_xids=False, name="off")
@@ -240,6 +241,7 @@ async def build_backend(
             raise StartupError(f"failed to start the nvidia-smi stream: {error}") from error
     if config.backend is BackendName.DEMO:
         from nvidia_gpu_exporter.backends.demo.backend import DemoBackend  # noqa: PLC0415 - only the demo needs it
+        from nvidia_gpu_exporter.health.reader import kernel_clock  # noqa: PLC0415 - with the kernel log's parser
 
         try:
             return await DemoBackend.start(
@@ -536,6 +538,28 @@ async def _build_backend_importing(
         sys.setswitchinterval(switch_interval)
 
 
+async def _start_backend_and_xids(config: Config) -> tuple[Backend, XidChoice]:
+    """The backend and the XID source. exec's startup reads nothing of the XID choice, so its first nvidia-smi run
+    is spawned before the source is chosen, and the kernel log's parser loads beside that run (issue 31, item 2;
+    the source replays the log since boot, so starting it later misses nothing); nvml watches its events by the
+    choice, and the demo feeds its simulated kernel log to the source, so theirs is chosen first."""
+    if config.backend is BackendName.EXEC:
+        backend = await _build_backend_importing(config, watch_xids=False, demo_kernel_log=None)
+        try:
+            return backend, choose_xid_source(config)
+        except BaseException:
+            await backend.aclose()
+            raise
+    xids = choose_xid_source(config)
+    try:
+        demo_log = xids.kernel_log if xids.name == "demo" else None
+        backend = await _build_backend_importing(config, watch_xids=xids.backend_xids, demo_kernel_log=demo_log)
+    except BaseException:
+        xids.close()
+        raise
+    return backend, xids
+
+
 def _warm_serving_modules() -> None:
     # A module that fails to import here fails again, with its error, where serve() imports it.
     with contextlib.suppress(Exception):
@@ -578,18 +602,15 @@ async def serve(config: Config, web_config: WebConfig | None = None) -> int:
             loop.add_signal_handler(signum, on_stop)
     fleet = build_fleet(config)
     install_signal_handlers(loop, security, fleet)  # before startup's nvidia-smi runs, as the two above
-    xids = choose_xid_source(config)
-    listed = [counter.name for counter in counters or () if oldest_name(counter.name) == "DCGM_FI_DEV_XID_ERRORS"]
-    if xids.name == "off" and listed:
-        log.warning(
-            f"--dcgm.collectors lists {listed[0]}, but with --collect.xid-source=off {listed[0]} is never served"
-        )
-    try:
-        demo_log = xids.kernel_log if xids.name == "demo" else None
-        backend = await _build_backend_importing(config, watch_xids=xids.backend_xids, demo_kernel_log=demo_log)
-    except BaseException:
-        xids.close()
-        raise
+    backend, xids = await _start_backend_and_xids(config)
+    if xids.name == "off" and counters:
+        from nvidia_gpu_exporter.exposition.dcgm_generations import oldest_name  # noqa: PLC0415 - DCGM profile only
+
+        listed = [counter.name for counter in counters if oldest_name(counter.name) == "DCGM_FI_DEV_XID_ERRORS"]
+        if listed:
+            log.warning(
+                f"--dcgm.collectors lists {listed[0]}, but with --collect.xid-source=off {listed[0]} is never served"
+            )
     from nvidia_gpu_exporter.collector import Collector  # noqa: PLC0415 - SERVING_MODULES, loaded above
     from nvidia_gpu_exporter.exposition.metrics import Exposition  # noqa: PLC0415
     from nvidia_gpu_exporter.httpserver.server import ListenError  # noqa: PLC0415

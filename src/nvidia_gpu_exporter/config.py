@@ -12,10 +12,8 @@ from nvidia_gpu_exporter._go.strconv import parse_int
 from nvidia_gpu_exporter._go.text import is_go_space
 from nvidia_gpu_exporter.backends.exec.defaults import DEFAULT_MAX_OUTPUT_BYTES
 from nvidia_gpu_exporter.backends.fleet.defaults import DEFAULT_GLOBAL_CONCURRENCY
-from nvidia_gpu_exporter.exposition.dcgm_events import DEFAULT_WINDOW_MS
-from nvidia_gpu_exporter.exposition.dcgm_generations import AUTO, Generation
-from nvidia_gpu_exporter.health.defaults import DEFAULT_SYSFS_PATH
-from nvidia_gpu_exporter.health.source import DEFAULT_KERNEL_LOG
+from nvidia_gpu_exporter.exposition.dcgm_defaults import AUTO, DEFAULT_WINDOW_MS, Generation
+from nvidia_gpu_exporter.health.defaults import DEFAULT_KERNEL_LOG, DEFAULT_SYSFS_PATH
 from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_PROC_ROOT, DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
 from nvidia_gpu_exporter.model.processusage import DEFAULT_MAX_PROCESSES
 from nvidia_gpu_exporter.web.routes import (

@@ -20,7 +20,7 @@ from typing import Any
 from nvidia_gpu_exporter._go.durations import DurationError, format_duration, parse_flag_duration
 from nvidia_gpu_exporter._go.strconv import DECIMAL_INT, parse_bool, parse_int
 from nvidia_gpu_exporter.config import DEFAULT_LISTEN_ADDRESS, Backend, Config, Profile, XidSource
-from nvidia_gpu_exporter.exposition.dcgm_generations import AUTO, DEFAULT_GENERATION, Generation
+from nvidia_gpu_exporter.exposition.dcgm_defaults import AUTO, DEFAULT_GENERATION, Generation
 from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_RESOURCE_PATTERNS
 from nvidia_gpu_exporter.logs import FORMATS, LEVELS
 

@@ -17,8 +17,11 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from nvidia_gpu_exporter.exposition.dcgm_counters import Counter
+from nvidia_gpu_exporter.exposition.dcgm_defaults import DEFAULT_GENERATION, DEFAULT_WINDOW_MS, Generation
 from nvidia_gpu_exporter.exposition.dcgm_events import (
-    DEFAULT_WINDOW_MS,
+    NAMES as EVENT_NAMES,
+)
+from nvidia_gpu_exporter.exposition.dcgm_events import (
     P2P_REASON,
     P2P_STATUS,
     XID_NAMES,
@@ -26,14 +29,9 @@ from nvidia_gpu_exporter.exposition.dcgm_events import (
     EventFamily,
     parse_mask,
 )
-from nvidia_gpu_exporter.exposition.dcgm_events import (
-    NAMES as EVENT_NAMES,
-)
 from nvidia_gpu_exporter.exposition.dcgm_generations import (
-    DEFAULT_GENERATION,
     RENAMES,
     SAME,
-    Generation,
     current_name,
     declaration,
     facts_of,

@@ -11,31 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
 from fractions import Fraction
 
 from nvidia_gpu_exporter.exposition.dcgm_counters import Counter
-
-
-class Generation(str, Enum):
-    """A line of dcgm-exporter releases whose output looks the same; the values order them."""
-
-    V3 = "3"
-    V4_5 = "4.5"
-    V4_8 = "4.8"
-    V4_9 = "4.9"
-    V4_10 = "4.10"
-
-    def at_least(self, other: Generation) -> bool:
-        return _ORDER.index(self) >= _ORDER.index(other)
-
-
-_ORDER = tuple(Generation)
-NEWEST = Generation.V4_10
-AUTO = "auto"  # --dcgm.compatibility's default: the generation a counters file's names say (resolve_generation)
-# What `auto` serves where the names say nothing, and without a counters file: the generation of the dcgm-exporter
-# the GPU Operator pins (4.8.3), whose names NVIDIA's dashboard 12239 queries (docs/dcgm.md says why).
-DEFAULT_GENERATION = Generation.V4_8
+from nvidia_gpu_exporter.exposition.dcgm_defaults import DEFAULT_GENERATION, GENERATION_ORDER, Generation
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +259,6 @@ def resolve_generation(chosen: Generation | None, counters: Sequence[Counter] | 
             earliest = (since, counter)
     if earliest is not None:
         since, counter = earliest
-        before = _ORDER[_ORDER.index(since) - 1]
+        before = GENERATION_ORDER[GENERATION_ORDER.index(since) - 1]
         return before, f"{counter.source}:{counter.line} names {counter.name}, a name generation {since.value} renamed"
     return DEFAULT_GENERATION, f"{counters[0].source} names no field that a generation renamed"

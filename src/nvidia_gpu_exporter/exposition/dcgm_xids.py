@@ -12,7 +12,7 @@ profile and the alert rules.
 
 from __future__ import annotations
 
-from nvidia_gpu_exporter.exposition.dcgm_generations import Generation
+from nvidia_gpu_exporter.exposition.dcgm_defaults import Generation
 
 UNKNOWN_ERROR = "Unknown Error"
 XID_TEXTS: tuple[str, ...] = (

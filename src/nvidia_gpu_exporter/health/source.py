@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from nvidia_gpu_exporter.health.defaults import DEFAULT_KERNEL_LOG
 from nvidia_gpu_exporter.health.kernellog import GpuIdentity, LogLine, SxidEvent, XidEvent, parse_line, parse_message
 from nvidia_gpu_exporter.health.ledger import XidLedger
 from nvidia_gpu_exporter.health.reader import DMESG_RESTRICT, KernelLogReader, boot_time
@@ -29,7 +30,6 @@ from nvidia_gpu_exporter.model.uuids import normalize_uuid
 from nvidia_gpu_exporter.model.xids import describe
 
 log = logging.getLogger(__name__)
-DEFAULT_KERNEL_LOG = "/dev/kmsg"
 SIMULATED = " (simulated by the demo)"  # appended to the log lines of records the demo handed over
 
 
