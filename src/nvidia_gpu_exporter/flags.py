@@ -351,6 +351,31 @@ FLAGS: tuple[Flag, ...] = (
         Kind.BOOL,
     ),
     Flag(
+        "kubernetes.pod-metadata",
+        "kubernetes_pod_metadata",
+        "Name the pods of --kubernetes.process-pods' uids (namespace, pod, container) from the Kubernetes API "
+        "server's list of this node's pods (needs list on pods).",
+        Kind.BOOL,
+    ),
+    Flag(
+        "kubernetes.pod-metadata-refresh",
+        "kubernetes_pod_metadata_refresh_ns",
+        "List the node's pods at most this often (sooner, at most every 5s, for a pod the last list lacks).",
+        Kind.DURATION,
+    ),
+    Flag(
+        "kubernetes.node-name",
+        "kubernetes_node_name",
+        "This node's name, whose pods --kubernetes.pod-metadata lists; empty: the NODE_NAME environment variable.",
+        Kind.STRING,
+    ),
+    Flag(
+        "kubernetes.kubeconfig",
+        "kubernetes_kubeconfig",
+        "A kubeconfig file for --kubernetes.pod-metadata; empty: the pod's in-cluster service account.",
+        Kind.STRING,
+    ),
+    Flag(
         "kubernetes.proc-root",
         "kubernetes_proc_root",
         "Where the host's /proc is mounted, for --kubernetes.process-pods, --kubernetes.dra-claims and --slurm.jobs.",
