@@ -319,7 +319,7 @@ def build_pod_metadata(config: Config, environ: Mapping[str, str]) -> PodMetadat
             raise StartupError(
                 "--kubernetes.pod-metadata found no in-cluster service account (KUBERNETES_SERVICE_HOST, "
                 f"KUBERNETES_SERVICE_PORT and {SERVICE_ACCOUNT_DIR}/token): mount the service account's token "
-                "(the Helm chart's kubernetes.processPods.podMetadata does) or give --kubernetes.kubeconfig"
+                "(the Helm chart's kubernetes.processPods.podMetadata.enabled does) or give --kubernetes.kubeconfig"
             )
         client = ApiClient(access)
     except (ApiConfigError, OSError, ValueError) as error:
