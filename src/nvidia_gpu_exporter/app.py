@@ -432,6 +432,7 @@ def dcgm_exposition(
         gpm=nvml and config.backend is not BackendName.DEMO,  # NVML GPM samples; the demo simulates none
         extras=nvml,  # PCIe rates, replays, NVLink, violation times (nvml, the exec one's supplement; demo)
         pod_labels=config.kubernetes_pod_labels,
+        dra_claims=config.kubernetes_dra_claims,
         model_name_dashes=config.dcgm_model_name_dashes,
         generation=config.dcgm_compatibility,
         xids=xids,

@@ -978,8 +978,8 @@ DCGM_OPTIONS: tuple[DcgmOption, ...] = (
         (),
         "KUBERNETES_ENABLE_DRA",
         DcgmKind.BOOL,
-        why="Dynamic Resource Allocation claims are not read; the device plugin's allocations are",
-        harmless=_FALSE,
+        # A claimed GPU's series once per claiming container, with its dra_* labels (docs/dcgm.md, "DRA claims").
+        lambda on: {"kubernetes_dra_claims": on},
     ),
     DcgmOption(
         "disable-startup-validate",
@@ -1155,8 +1155,12 @@ def dcgm_invocation(
         text = ",".join(value) if isinstance(value, list) else str(value)
         if (text.lower() if option.kind is DcgmKind.BOOL else text) not in option.harmless:
             notices.append(Notice(given, option.why))
+    if fields.get("kubernetes_dra_claims") and not fields.get("kubernetes_pod_resources"):
+        fields.update(kubernetes_dra_claims=False)  # dcgm-exporter reads claims in its pod mapper, which -k starts
+        given = values[_DCGM_BY_NAME["kubernetes-enable-dra"]][1]
+        notices.append(Notice(given, "no DRA labels without --kubernetes (-k), as in dcgm-exporter"))
     if fields.get("kubernetes_pod_resources") and importlib.util.find_spec("grpc") is None:
-        fields.update(kubernetes_pod_resources=False, kubernetes_pod_labels=False)
+        fields.update(kubernetes_pod_resources=False, kubernetes_pod_labels=False, kubernetes_dra_claims=False)
         given = values[_DCGM_BY_NAME["kubernetes"]][1]
         notices.append(
             Notice(given, "no pod labels: the kubelet's PodResources API needs the 'kubernetes' extra (grpcio)")
