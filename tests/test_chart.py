@@ -733,7 +733,14 @@ def test_pod_metadata_may_list_pods_with_its_token_and_node_name() -> None:
     spec = pod_spec(objects)
     assert spec["automountServiceAccountToken"] is True, "the in-cluster list needs the token"
     main = container(objects)
-    assert main["args"][-2:] == ["--kubernetes.pod-metadata", "--kubernetes.pod-metadata-refresh=1m"]
+    assert main["args"][-3:] == [
+        "--collect.process-usage",
+        "--kubernetes.pod-metadata",
+        "--kubernetes.pod-metadata-refresh=1m",
+    ]
+    # Given in extraArgs too, the flag is not given twice (the exporter refuses a repeated flag).
+    given = copy.deepcopy(MATRIX["pod-metadata"]) | {"extraArgs": ["--collect.process-usage"]}
+    assert container(chart_objects(given))["args"].count("--collect.process-usage") == 1
     assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in main["env"]
     # Beside the doctor's RBAC: two roles, each its own.
     both = copy.deepcopy(MATRIX["pod-metadata"]) | {"doctor": {"rbac": {"create": True}}}

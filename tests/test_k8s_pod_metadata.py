@@ -494,17 +494,24 @@ def test_a_pod_the_list_lacks_keeps_the_kubelets_sole_holder() -> None:
 # -- flags and startup -------------------------------------------------------------------------------------------
 
 
+POD_METADATA_ARGS = (
+    "--collect.compute-apps",
+    "--collect.process-usage",
+    "--kubernetes.process-pods",
+    "--kubernetes.pod-metadata",
+)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--kubernetes.pod-metadata"], "--kubernetes.pod-metadata requires --kubernetes.process-pods"),
         (
-            [
-                "--collect.compute-apps",
-                "--kubernetes.process-pods",
-                "--kubernetes.pod-metadata",
-                "--kubernetes.pod-metadata-refresh=0s",
-            ],
+            ["--collect.compute-apps", "--kubernetes.process-pods", "--kubernetes.pod-metadata"],
+            "--kubernetes.pod-metadata requires --collect.process-usage: it names the per-pod series",
+        ),
+        (
+            [*POD_METADATA_ARGS, "--kubernetes.pod-metadata-refresh=0s"],
             "kubernetes.pod-metadata-refresh must be positive, got 0s",
         ),
     ],
@@ -512,9 +519,6 @@ def test_a_pod_the_list_lacks_keeps_the_kubelets_sole_holder() -> None:
 def test_flags_that_cannot_work_stop_the_start(args: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         validate(parse_args(args).config)
-
-
-POD_METADATA_ARGS = ("--collect.compute-apps", "--kubernetes.process-pods", "--kubernetes.pod-metadata")
 
 
 @pytest.mark.parametrize(
@@ -564,7 +568,6 @@ def _start(exporter: StartExporter, api: FakeApi, tmp_path: Path) -> Exporter:
         fake_smi_command(capture, "--state", "load"),
         "--query-field-names=power.draw",
         "--metrics.profile=both",
-        "--collect.process-usage",
         *POD_METADATA_ARGS,
         f"--kubernetes.proc-root={proc}",
         f"--kubernetes.kubeconfig={api.kubeconfig(tmp_path / 'kubeconfig')}",

@@ -281,6 +281,8 @@ def validate_kubernetes(config: Config) -> None:
         raise ConfigError("--kubernetes.process-pods requires --collect.compute-apps")
     if config.kubernetes_pod_metadata and not config.kubernetes_process_pods:
         raise ConfigError("--kubernetes.pod-metadata requires --kubernetes.process-pods")
+    if config.kubernetes_pod_metadata and not config.process_usage:
+        raise ConfigError("--kubernetes.pod-metadata requires --collect.process-usage: it names the per-pod series")
     if config.kubernetes_pod_metadata and config.kubernetes_pod_metadata_refresh_ns <= 0:
         refresh = format_duration(config.kubernetes_pod_metadata_refresh_ns)
         raise ConfigError(f"kubernetes.pod-metadata-refresh must be positive, got {refresh}")
