@@ -142,6 +142,11 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
                 status = {"forbidden": 403, "unauthorized": 401, "error": 500}[mode]
                 message = f'pods is forbidden: User "system:serviceaccount:x:y" cannot list resource "pods" ({mode})'
                 self._send(status, json.dumps({"kind": "Status", "message": message}).encode())
+            elif mode == "redirect":
+                self.send_response(302)
+                self.send_header("Location", f"{api.url}/elsewhere")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
             elif mode == "invalid":
                 self._send(200, b'{"kind": "PodList", "items": [')
             elif mode == "status":
@@ -288,6 +293,7 @@ def test_the_list_asks_for_this_nodes_pods_with_the_token(fresh: FakeApi) -> Non
         ("forbidden", "forbidden", 'HTTP 403: pods is forbidden: User "system:serviceaccount:x:y" cannot list'),
         ("unauthorized", "unauthorized", "HTTP 401: "),
         ("error", "http_error", "HTTP 500: "),
+        ("redirect", "http_error", "HTTP 302: "),  # not followed: the token would go along
         ("invalid", "invalid_answer", "the answer is not JSON"),
         ("status", "invalid_answer", "not a PodList"),
         ("huge", "too_large", "the answer is longer than 1048576 bytes"),
@@ -302,6 +308,7 @@ def test_a_bad_answer_is_a_failure_with_its_reason(fresh: FakeApi, mode: str, re
     with pytest.raises(PodListError) as raised:
         lister()
     assert (raised.value.reason, detail in raised.value.detail) == (reason, True), raised.value.detail
+    assert len(fresh.requests) == 1
 
 
 def test_a_server_that_is_not_there_is_unreachable(fresh: FakeApi) -> None:

@@ -40,7 +40,7 @@ from nvidia_gpu_exporter.model.kubernetes import (
 
 log = logging.getLogger(__name__)
 
-MAX_ANSWER_BYTES = 32 * 1024 * 1024  # a node's pods (110 by default, a few KiB each) with room to spare
+MAX_ANSWER_BYTES = 16 * 1024 * 1024  # a node's pods (110 by default, 250 at most, a few KiB each) with room to spare
 TIMEOUT_SECONDS = 5.0  # one list: connecting, the answer's first byte and its last
 KEEP_SECONDS = 600.0  # how long the last good answer names pods while the API server does not answer
 UNKNOWN_UID_RETRY_SECONDS = 5.0
@@ -123,6 +123,13 @@ def _http_reason(status: int) -> str:
     return {401: API_UNAUTHORIZED, 403: API_FORBIDDEN}.get(status, API_HTTP_ERROR)
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is an error: urllib would send the bearer token on to wherever it points."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
 class PodLister:
     """One blocking list of a node's pods (run it in a thread): the whole answer within ``timeout_seconds``."""
 
@@ -140,6 +147,7 @@ class PodLister:
         self.timeout_seconds = timeout_seconds
         self.max_bytes = max_bytes
         self._clock = clock
+        self._opener = urllib.request.build_opener(_NoRedirects(), urllib.request.HTTPSHandler(context=client.context))
         query = urllib.parse.urlencode({"fieldSelector": f"spec.nodeName={node}"})
         self.url = f"{client.access.server}/api/v1/pods?{query}"
 
@@ -149,9 +157,7 @@ class PodLister:
             request.add_header("Authorization", f"Bearer {self.client.access.token}")
         deadline = self._clock() + self.timeout_seconds
         try:
-            with urllib.request.urlopen(  # noqa: S310 - http(s) only
-                request, timeout=self.timeout_seconds, context=self.client.context
-            ) as reply:
+            with self._opener.open(request, timeout=self.timeout_seconds) as reply:
                 data = self._read(reply, deadline)
         except urllib.error.HTTPError as error:
             raise PodListError(_http_reason(error.code), f"HTTP {error.code}: {_status_message(error)}") from None
