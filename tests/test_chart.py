@@ -144,6 +144,10 @@ MATRIX: dict[str, dict[str, Any]] = {
         "securityContext": None,  # null removes the default; attribution still gets uid 0
     },
     "process-pods": {"kubernetes": {"processPods": {"enabled": True}}},
+    # Shared GPUs' pods named from the API server (issue 29): list on pods, the token, $NODE_NAME.
+    "pod-metadata": {
+        "kubernetes": {"processPods": {"enabled": True, "podMetadata": {"enabled": True, "refresh": "1m"}}}
+    },
     "doctor-rbac": {"doctor": {"rbac": {"create": True}}},
     "attribution-everything": {
         "kubernetes": {"podResources": {"enabled": True, "podLabels": True}, "processPods": {"enabled": True}},
@@ -195,6 +199,7 @@ NOT_RESTRICTED_CASES = {
     "attribution",
     "attribution-custom",
     "process-pods",
+    "pod-metadata",
     "attribution-everything",
     "kernel-log",
     "kernel-log-file",
@@ -632,7 +637,9 @@ def test_attribution_values_reach_the_flags_and_the_mount() -> None:
     assert main["securityContext"] == {"runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False}
 
 
-@pytest.mark.parametrize("case", ["attribution", "attribution-custom", "process-pods", "attribution-everything"])
+@pytest.mark.parametrize(
+    "case", ["attribution", "attribution-custom", "process-pods", "pod-metadata", "attribution-everything"]
+)
 def test_rendered_attribution_flags_are_accepted_by_the_exporter(case: str) -> None:
     """The exporter's own parser and startup validation accept what the chart renders, with its meaning."""
     objects = chart_objects(copy.deepcopy(MATRIX[case]))
@@ -655,6 +662,10 @@ def test_rendered_attribution_flags_are_accepted_by_the_exporter(case: str) -> N
         assert config.kubernetes_pod_resources_cache_ns == 5_000_000_000
     if config.kubernetes_process_pods:
         assert config.compute_apps
+    pod_metadata = values.get("processPods", {}).get("podMetadata", {})
+    assert config.kubernetes_pod_metadata is pod_metadata.get("enabled", False)
+    if config.kubernetes_pod_metadata:
+        assert config.kubernetes_pod_metadata_refresh_ns == 60_000_000_000
 
 
 def test_process_pods_turn_on_host_pid_compute_apps_and_the_mig_environment() -> None:
@@ -706,11 +717,45 @@ def test_doctor_rbac_is_read_only_and_bound_to_the_exporter() -> None:
     assert one(objects, "ClusterRoleBinding")["subjects"][0]["name"] == "ops"
 
 
+def test_pod_metadata_may_list_pods_with_its_token_and_node_name() -> None:
+    """--kubernetes.pod-metadata lists the node's pods: a read-only ClusterRole bound to the exporter's account,
+    whose token is mounted, and NODE_NAME from the downward API."""
+    objects = chart_objects(copy.deepcopy(MATRIX["pod-metadata"]))
+    role = one(objects, "ClusterRole")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]
+    assert role["metadata"]["name"] == "monitoring-gpu-nvidia-gpu-exporter-pod-metadata"
+    binding = one(objects, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    account = one(objects, "ServiceAccount")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "monitoring"}
+    ]
+    spec = pod_spec(objects)
+    assert spec["automountServiceAccountToken"] is True, "the in-cluster list needs the token"
+    main = container(objects)
+    assert main["args"][-3:] == [
+        "--collect.process-usage",
+        "--kubernetes.pod-metadata",
+        "--kubernetes.pod-metadata-refresh=1m",
+    ]
+    # Given in extraArgs too, the flag is not given twice (the exporter refuses a repeated flag).
+    given = copy.deepcopy(MATRIX["pod-metadata"]) | {"extraArgs": ["--collect.process-usage"]}
+    assert container(chart_objects(given))["args"].count("--collect.process-usage") == 1
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in main["env"]
+    # Beside the doctor's RBAC: two roles, each its own.
+    both = copy.deepcopy(MATRIX["pod-metadata"]) | {"doctor": {"rbac": {"create": True}}}
+    names = {role["metadata"]["name"] for role in by_kind(chart_objects(both), "ClusterRole")}
+    assert names == {"monitoring-gpu-nvidia-gpu-exporter-doctor", "monitoring-gpu-nvidia-gpu-exporter-pod-metadata"}
+
+
 @pytest.mark.parametrize("case", sorted(MATRIX))
 def test_every_rendered_role_is_read_only(case: str) -> None:
     objects = chart_objects(copy.deepcopy(MATRIX[case]))
     roles = by_kind(objects, "ClusterRole") + by_kind(objects, "Role")
-    assert bool(roles) is bool(MATRIX[case].get("doctor", {}).get("rbac", {}).get("create"))
+    asked = MATRIX[case].get("doctor", {}).get("rbac", {}).get("create") or (
+        MATRIX[case].get("kubernetes", {}).get("processPods", {}).get("podMetadata", {}).get("enabled")
+    )
+    assert bool(roles) is bool(asked)
     for role in roles:
         for rule in role["rules"]:
             assert set(rule["verbs"]) <= READ_ONLY_VERBS, rule
@@ -730,6 +775,9 @@ def test_every_rendered_role_is_read_only(case: str) -> None:
         ({"kubernetes": {"podResources": {"enabled": "true"}}}, "enabled"),
         ({"kubernetes": {"podResources": {"labels": True}}}, "labels"),
         ({"kubernetes": {"processPods": {"enabled": 1}}}, "enabled"),
+        ({"kubernetes": {"processPods": {"podMetadata": {"refresh": "0s"}}}}, "refresh"),
+        ({"kubernetes": {"processPods": {"podMetadata": {"refresh": "30 seconds"}}}}, "refresh"),
+        ({"kubernetes": {"processPods": {"podMetadata": {"rbac": True}}}}, "rbac"),
         ({"kubernetes": {"hostPID": True}}, "hostPID"),
         ({"doctor": {"rbac": {"enabled": True}}}, "enabled"),
     ],
@@ -745,6 +793,17 @@ def test_schema_rejects_bad_attribution_values(values: dict[str, Any], message: 
         ({"kubernetes": {"podResources": {"podLabels": True}}}, "podLabels needs kubernetes.podResources.enabled"),
         (
             {"doctor": {"rbac": {"create": True}}, "serviceAccount": {"create": False}},
+            "never the namespace's default account",
+        ),
+        (
+            {"kubernetes": {"processPods": {"podMetadata": {"enabled": True}}}},
+            "podMetadata.enabled names the pods of process -> pod attribution",
+        ),
+        (
+            {
+                "kubernetes": {"processPods": {"enabled": True, "podMetadata": {"enabled": True}}},
+                "serviceAccount": {"create": False},
+            },
             "never the namespace's default account",
         ),
     ],

@@ -91,6 +91,8 @@ def test_a_flag_beats_its_environment_variable_as_in_urfave_cli() -> None:
 # -- every option: implemented (what it sets) or warned (why) ---------------------------------------------------
 
 IMPLEMENTED: list[tuple[list[str], dict[str, str], dict[str, Any]]] = [
+    (["-k"], {"KUBERNETES_ENABLE_DRA": "true"}, {"kubernetes_dra_claims": True}),
+    (["-k", "--kubernetes-enable-dra"], {}, {"kubernetes_dra_claims": True}),
     (["-f", "/tmp/c.csv"], {}, {"dcgm_collectors": "/tmp/c.csv"}),
     (["-f=/tmp/c.csv"], {}, {"dcgm_collectors": "/tmp/c.csv"}),
     (["--collectors", "/tmp/c.csv"], {}, {"dcgm_collectors": "/tmp/c.csv"}),
@@ -164,7 +166,7 @@ def test_an_implemented_option_sets_what_dcgm_exporter_would_without_a_warning(
     assert parsed.config.metrics_profile is Profile.DCGM
     assert not [notice for notice in parsed.notices if "kubernetes" not in notice.why], parsed.notices
     for attribute, value in expected.items():
-        if attribute.startswith("kubernetes_pod") and parsed.notices:  # no grpc here: -k is warned about instead
+        if attribute.startswith(("kubernetes_pod", "kubernetes_dra")) and parsed.notices:  # no grpc: -k is warned
             continue
         assert getattr(parsed.config, attribute) == value, attribute
 
@@ -204,7 +206,6 @@ WARNED: list[tuple[list[str], dict[str, str], str]] = [
     (["--dump-compression=false"], {}, "--dump-compression"),
     ([], {"DCGM_EXPORTER_DUMP_COMPRESSION": "false"}, "DCGM_EXPORTER_DUMP_COMPRESSION"),
     (["--kubernetes-enable-dra"], {}, "--kubernetes-enable-dra"),
-    (["-k"], {"KUBERNETES_ENABLE_DRA": "true"}, "KUBERNETES_ENABLE_DRA"),
     (["--disable-startup-validate"], {}, "--disable-startup-validate"),
     (["-k"], {"DISABLE_STARTUP_VALIDATE": "true"}, "DISABLE_STARTUP_VALIDATE"),
     (["--enable-gpu-bind-unbind-watch"], {}, "--enable-gpu-bind-unbind-watch"),

@@ -294,6 +294,12 @@ TLS = WebConfig(tls=TlsSettings(cert_file="cert.pem", key_file="key.pem"))
         pytest.param(Config(fleet_targets_file="t.yml"), None, True, id="fleet-mode-may-need-ssl"),
         pytest.param(Config(kubernetes_pod_resources=True), None, True, id="pod-resources-grpc-may-need-ssl"),
         pytest.param(Config(kubernetes_process_pods=True), None, False, id="process-pods-read-cgroups-only"),
+        pytest.param(
+            Config(kubernetes_process_pods=True, kubernetes_pod_metadata=True),
+            None,
+            True,
+            id="pod-metadata-lists-pods-over-https",
+        ),
         pytest.param(Config(enable_pprof=True), None, False, id="pprof-needs-no-ssl"),
     ],
 )

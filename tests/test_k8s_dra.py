@@ -140,11 +140,19 @@ def test_the_real_server_serves_the_claims_of_a_fake_kubelet(
         "--kubernetes.pod-resources-cache=0s",
         "--kubernetes.dra-claims",
         f"--kubernetes.proc-root={make_proc(tmp_path)}",
+        "--metrics.profile=both",
     )
+    text = handle.scrape()
     served = {
         (s.labels["uuid"], s.labels["pod"], s.labels["claim_name"], s.labels["device"])
-        for s in series(handle.scrape(), "nvidia_smi_gpu_dra_claim_info")
+        for s in series(text, "nvidia_smi_gpu_dra_claim_info")
     }
     assert served == {(G0, "train", "train-gpu", "gpu-3"), (G1, "infer", "infer-gpu", "gpu-0-mig-19-0-1")}
+    # dcgm-exporter's --kubernetes-enable-dra labels: each claimed GPU's series name the claim (docs/dcgm.md).
+    dcgm = {
+        (s.labels["UUID"], s.labels["pod"], s.labels["dra_claim_name"], s.labels["dra_device_name"])
+        for s in series(text, "DCGM_FI_DEV_GPU_TEMP")
+    }
+    assert dcgm == {(GPU0, "train", "train-gpu", "gpu-3"), (GPU1, "infer", "infer-gpu", "gpu-0-mig-19-0-1")}
     kubelet.claims = kubelet.claims[:1]  # the inference pod's claim is released
     assert {s.labels["pod"] for s in series(handle.scrape(), "nvidia_smi_gpu_dra_claim_info")} == {"train"}

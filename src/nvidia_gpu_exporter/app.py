@@ -17,7 +17,7 @@ import socket
 import sys
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from nvidia_gpu_exporter.fleet import Fleet
     from nvidia_gpu_exporter.health.source import KernelXidSource
     from nvidia_gpu_exporter.kubernetes.attribution import AttributionSettings, Attributor, MigLister
+    from nvidia_gpu_exporter.kubernetes.podmetadata import PodMetadata
     from nvidia_gpu_exporter.model.pcibus import PciSource
     from nvidia_gpu_exporter.web.readiness import Readiness
     from nvidia_gpu_exporter.web.settings import WebSettings
@@ -290,6 +291,45 @@ def attribution_settings(config: Config) -> AttributionSettings:
     )
 
 
+def build_pod_metadata(config: Config, environ: Mapping[str, str]) -> PodMetadata | None:
+    """The API server's list of this node's pods, when ``--kubernetes.pod-metadata`` asks for it (imported only
+    then); a start without a node name or credentials to list it with stops, saying which is missing."""
+    if not config.kubernetes_pod_metadata:
+        return None
+    from nvidia_gpu_exporter.kubernetes.apiclient import (  # noqa: PLC0415 - opt-in
+        SERVICE_ACCOUNT_DIR,
+        ApiClient,
+        ApiConfigError,
+        from_kubeconfig,
+        in_cluster,
+    )
+    from nvidia_gpu_exporter.kubernetes.podmetadata import PodLister, PodMetadata  # noqa: PLC0415 - opt-in
+
+    node = config.kubernetes_node_name or environ.get("NODE_NAME", "")
+    if not node:
+        raise StartupError(
+            "--kubernetes.pod-metadata lists this node's pods and needs its name: set --kubernetes.node-name or "
+            "NODE_NAME (the Helm chart sets it from spec.nodeName)"
+        )
+    try:
+        access = (
+            from_kubeconfig(config.kubernetes_kubeconfig)
+            if config.kubernetes_kubeconfig
+            else in_cluster(SERVICE_ACCOUNT_DIR, environ)
+        )
+        if access is None:
+            raise StartupError(
+                "--kubernetes.pod-metadata found no in-cluster service account (KUBERNETES_SERVICE_HOST, "
+                f"KUBERNETES_SERVICE_PORT and {SERVICE_ACCOUNT_DIR}/token): mount the service account's token "
+                "(the Helm chart's kubernetes.processPods.podMetadata.enabled does) or give --kubernetes.kubeconfig"
+            )
+        client = ApiClient(access)
+    except (ApiConfigError, OSError, ValueError) as error:
+        raise StartupError(f"--kubernetes.pod-metadata: {error}") from error
+    refresh = to_seconds(config.kubernetes_pod_metadata_refresh_ns)
+    return PodMetadata(PodLister(client, node), refresh_seconds=refresh, where=f"{access.server} node {node}")
+
+
 def _mig_lister(runner: SmiRunner) -> MigLister:
     """``nvidia-smi -L`` through the exec backend's own command (``ssh host nvidia-smi`` included)."""
 
@@ -397,6 +437,7 @@ def dcgm_exposition(
         gpm=nvml and config.backend is not BackendName.DEMO,  # NVML GPM samples; the demo simulates none
         extras=nvml,  # PCIe rates, replays, NVLink, violation times (nvml, the exec one's supplement; demo)
         pod_labels=config.kubernetes_pod_labels,
+        dra_claims=config.kubernetes_dra_claims,
         model_name_dashes=config.dcgm_model_name_dashes,
         generation=generation,
         xids=xids,
@@ -619,6 +660,7 @@ async def serve(config: Config, web_config: WebConfig | None = None) -> int:
 
     try:
         attributor = build_attributor(config, backend)
+        pod_metadata = build_pod_metadata(config, os.environ)
     except StartupError:
         xids.close()
         await backend.aclose()
@@ -651,6 +693,7 @@ async def serve(config: Config, web_config: WebConfig | None = None) -> int:
         pci=build_pci_source(config, backend),
         process_usage_limit=config.process_usage_max_processes if config.process_usage else None,
         slurm_proc_root=config.kubernetes_proc_root if config.slurm_jobs else None,
+        pod_metadata=pod_metadata,
     )
     settings = web_settings(config)
     endpoint = MetricsEndpoint(collector, exposition, settings)

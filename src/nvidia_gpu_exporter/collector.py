@@ -43,7 +43,8 @@ from nvidia_gpu_exporter.support.asynctimeout import within_timeout
 if TYPE_CHECKING:
     from nvidia_gpu_exporter.health.source import KernelXidSource
     from nvidia_gpu_exporter.kubernetes.attribution import Attributor
-    from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution, PodResourcesReading
+    from nvidia_gpu_exporter.kubernetes.podmetadata import PodMetadata
+    from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution, PodDirectory, PodResourcesReading
     from nvidia_gpu_exporter.model.pcibus import PciInventory, PciSource
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,7 @@ class Collector:
         pci: PciSource | None = None,
         process_usage_limit: int | None = None,
         slurm_proc_root: str | None = None,
+        pod_metadata: PodMetadata | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.backend = backend
@@ -129,6 +131,7 @@ class Collector:
         # GPU-seconds allocated (--kubernetes.pod-resources) and used (the shares) per pod since each appeared
         self._gpu_seconds = GpuSecondsLedger()
         self._pod_allocations: tuple[PodAllocation, ...] | None = None
+        self.pod_metadata = pod_metadata  # --kubernetes.pod-metadata: the API server's names of the shares' pods
         self.slurm_proc_root = slurm_proc_root  # --slurm.jobs: where the host's /proc is (None: off)
         self._slurm_jobs: tuple[ProcessJob, ...] | None = None
         self.timeout_seconds = timeout_seconds or None
@@ -228,6 +231,9 @@ class Collector:
             pod_usage=self._pod_usage if attempt is not None and attempt.readings is not None else None,
             pod_allocations=self._pod_allocations if attempt is not None and attempt.readings is not None else None,
             slurm_jobs=self._slurm_jobs if attempt is not None and attempt.readings is not None else None,
+            pod_metadata_failures=(
+                tuple(self.pod_metadata.failures.items()) if self.pod_metadata is not None else None
+            ),
         )
 
     def _capped(self, readings: Readings) -> Readings:
@@ -239,8 +245,11 @@ class Collector:
         self._usage_overflowed += overflowed
         return replace(readings, process_usage=usage)
 
-    def _pods(self, usage: ProcessUsage | None, readings: Readings | None, now: float) -> PodUsage | None:
-        """Each GPU's pods from the uncapped usage rows, the pids' pods, the GPUs' power and energy.
+    def _pods(
+        self, usage: ProcessUsage | None, readings: Readings | None, now: float, directory: PodDirectory | None = None
+    ) -> PodUsage | None:
+        """Each GPU's pods from the uncapped usage rows, the pids' pods (named by ``directory`` where it has them),
+        the GPUs' power and energy.
 
         A failed usage reading serves no pods and leaves the ledger as it was: the energy since its last reading
         goes to the next reading's shares, and no pod's counter restarts for a reading that failed.
@@ -251,6 +260,7 @@ class Collector:
         if kubernetes is None or kubernetes.processes is None:
             return None
         pod_of = {process.pid: process.pod_uid for process in kubernetes.processes if process.pod_uid}
+        container_of = {process.pid: process.container_id for process in kubernetes.processes if process.pod_uid}
         if self.attributor is not None and not kubernetes.process_reason:
             # nvml lists MPS clients apart from the compute apps attribution reads: their pods come from here.
             from nvidia_gpu_exporter.kubernetes.cgroups import lookup_process  # noqa: PLC0415 - attribution only
@@ -260,6 +270,7 @@ class Collector:
                 found = lookup_process(self.attributor.settings.proc_root, pid).pod
                 if found is not None:
                     pod_of[pid] = found.pod_uid
+                    container_of[pid] = found.container_id
         holders = _holders(kubernetes, readings)
         fields = self.backend.fields
         uuid_column, power_column = column_of(fields, "uuid"), column_of(fields, "power.draw")
@@ -279,7 +290,21 @@ class Collector:
             for row in (readings.processes.rows if readings.processes is not None else ())
             if row.gpu_instance_id
         }
-        shares = pod_shares(usage, pod_of, holders, power, self.process_usage_limit, instances=instances)
+        names: dict[str, tuple[str, str]] = {}
+        containers: dict[str, str] = {}
+        if directory is not None:
+            names = {uid: directory.pods[uid] for uid in set(pod_of.values()) if uid in directory.pods}
+            containers = {pid: directory.containers.get(cid, "") for pid, cid in container_of.items()}
+        shares = pod_shares(
+            usage,
+            pod_of,
+            holders,
+            power,
+            self.process_usage_limit,
+            instances=instances,
+            names=names,
+            containers=containers,
+        )
         accounted = self._pod_ledger.account(shares, energy)
         return replace(accounted, pods=self._gpu_seconds.use(accounted.pods, now))
 
@@ -310,6 +335,14 @@ class Collector:
         """Join the kubelet's answer (fetched alongside the collection, bounded by its own timeout) with it."""
         assert self.attributor is not None
         self._kubernetes = await self.attributor.attribute(await lookup, readings)
+
+    async def _pod_directory(self, readings: Readings | None) -> PodDirectory | None:
+        """The API server's names of this node's pods, when they are asked for and a collection has pods to name."""
+        kubernetes = self._kubernetes
+        if self.pod_metadata is None or readings is None or kubernetes is None or kubernetes.processes is None:
+            return None
+        uids = {process.pod_uid for process in kubernetes.processes if process.pod_uid}
+        return await self.pod_metadata.directory(uids)
 
     async def _read_pci(self, scan: asyncio.Future[PciInventory | None] | None, cancelled: bool) -> bool:
         """Keep this collection's PCI reading (a cancelled collection drops its scan); True when cancelled."""
@@ -381,7 +414,13 @@ class Collector:
             except asyncio.CancelledError:
                 lookup.cancel()
                 cancelled = True
-        self._pod_usage = self._pods(uncapped, attempt.readings, finished)
+        directory: PodDirectory | None = None
+        if not cancelled:
+            try:
+                directory = await self._pod_directory(attempt.readings)
+            except asyncio.CancelledError:
+                cancelled = True
+        self._pod_usage = self._pods(uncapped, attempt.readings, finished, directory)
         self._pod_allocations = self._allocations(finished) if attempt.readings is not None else None
         self._slurm_jobs = self._jobs(attempt.readings)
         cancelled = await self._read_pci(scan, cancelled)

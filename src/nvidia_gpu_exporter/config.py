@@ -117,6 +117,10 @@ class Config:
     kubernetes_resource_names: str = ",".join(DEFAULT_RESOURCE_PATTERNS)
     kubernetes_pod_labels: bool = False
     kubernetes_process_pods: bool = False
+    kubernetes_pod_metadata: bool = False
+    kubernetes_pod_metadata_refresh_ns: int = 30_000_000_000
+    kubernetes_node_name: str = ""
+    kubernetes_kubeconfig: str = ""
     kubernetes_proc_root: str = DEFAULT_PROC_ROOT
     kubernetes_dra_claims: bool = False
     slurm_jobs: bool = False
@@ -276,6 +280,13 @@ def validate_kubernetes(config: Config) -> None:
         raise ConfigError("--kubernetes.dra-claims requires --kubernetes.pod-resources")
     if config.kubernetes_process_pods and not config.compute_apps:
         raise ConfigError("--kubernetes.process-pods requires --collect.compute-apps")
+    if config.kubernetes_pod_metadata and not config.kubernetes_process_pods:
+        raise ConfigError("--kubernetes.pod-metadata requires --kubernetes.process-pods")
+    if config.kubernetes_pod_metadata and not config.process_usage:
+        raise ConfigError("--kubernetes.pod-metadata requires --collect.process-usage: it names the per-pod series")
+    if config.kubernetes_pod_metadata and config.kubernetes_pod_metadata_refresh_ns <= 0:
+        refresh = format_duration(config.kubernetes_pod_metadata_refresh_ns)
+        raise ConfigError(f"kubernetes.pod-metadata-refresh must be positive, got {refresh}")
     if config.kubernetes_pod_resources:
         if config.kubernetes_pod_resources_timeout_ns <= 0:
             timeout = format_duration(config.kubernetes_pod_resources_timeout_ns)

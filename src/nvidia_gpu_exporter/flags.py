@@ -352,6 +352,31 @@ FLAGS: tuple[Flag, ...] = (
         Kind.BOOL,
     ),
     Flag(
+        "kubernetes.pod-metadata",
+        "kubernetes_pod_metadata",
+        "Name the pods of --kubernetes.process-pods' uids (namespace, pod, container) from the Kubernetes API "
+        "server's list of this node's pods (needs list on pods).",
+        Kind.BOOL,
+    ),
+    Flag(
+        "kubernetes.pod-metadata-refresh",
+        "kubernetes_pod_metadata_refresh_ns",
+        "List the node's pods at most this often (sooner, at most every 5s, for a pod the last list lacks).",
+        Kind.DURATION,
+    ),
+    Flag(
+        "kubernetes.node-name",
+        "kubernetes_node_name",
+        "This node's name, whose pods --kubernetes.pod-metadata lists; empty: the NODE_NAME environment variable.",
+        Kind.STRING,
+    ),
+    Flag(
+        "kubernetes.kubeconfig",
+        "kubernetes_kubeconfig",
+        "A kubeconfig file for --kubernetes.pod-metadata; empty: the pod's in-cluster service account.",
+        Kind.STRING,
+    ),
+    Flag(
         "kubernetes.proc-root",
         "kubernetes_proc_root",
         "Where the host's /proc is mounted, for --kubernetes.process-pods, --kubernetes.dra-claims and --slurm.jobs.",
@@ -955,8 +980,8 @@ DCGM_OPTIONS: tuple[DcgmOption, ...] = (
         (),
         "KUBERNETES_ENABLE_DRA",
         DcgmKind.BOOL,
-        why="Dynamic Resource Allocation claims are not read; the device plugin's allocations are",
-        harmless=_FALSE,
+        # A claimed GPU's series once per claiming container, with its dra_* labels (docs/dcgm.md, "DRA claims").
+        lambda on: {"kubernetes_dra_claims": on},
     ),
     DcgmOption(
         "disable-startup-validate",
@@ -1132,8 +1157,12 @@ def dcgm_invocation(
         text = ",".join(value) if isinstance(value, list) else str(value)
         if (text.lower() if option.kind is DcgmKind.BOOL else text) not in option.harmless:
             notices.append(Notice(given, option.why))
+    if fields.get("kubernetes_dra_claims") and not fields.get("kubernetes_pod_resources"):
+        fields.update(kubernetes_dra_claims=False)  # dcgm-exporter reads claims in its pod mapper, which -k starts
+        given = values[_DCGM_BY_NAME["kubernetes-enable-dra"]][1]
+        notices.append(Notice(given, "no DRA labels without --kubernetes (-k), as in dcgm-exporter"))
     if fields.get("kubernetes_pod_resources") and importlib.util.find_spec("grpc") is None:
-        fields.update(kubernetes_pod_resources=False, kubernetes_pod_labels=False)
+        fields.update(kubernetes_pod_resources=False, kubernetes_pod_labels=False, kubernetes_dra_claims=False)
         given = values[_DCGM_BY_NAME["kubernetes"]][1]
         notices.append(
             Notice(given, "no pod labels: the kubelet's PodResources API needs the 'kubernetes' extra (grpcio)")

@@ -59,8 +59,9 @@ def web_config(config: Config) -> WebConfig | None:
 def needs_ssl(config: Config, web: WebConfig | None) -> bool:
     """Whether anything this configuration runs may import ``ssl``: serving TLS (``tls_server_config``), fleet
     mode (asyncssh and its crypto stack, kept as a precaution) and the kubelet's PodResources API (grpc, the
-    same); ``--kubernetes.process-pods`` reads cgroups and pprof profiles the process: neither touches TLS. A
-    reload cannot change the answer: TLS turned on in the web config applies after a restart
-    (``httpserver/security.py``)."""
+    same), and the API server's pod list (``--kubernetes.pod-metadata``, HTTPS); ``--kubernetes.process-pods``
+    reads cgroups and pprof profiles the process: neither touches TLS. A reload cannot change the answer: TLS
+    turned on in the web config applies after a restart (``httpserver/security.py``)."""
     tls = web is not None and web.tls is not None
-    return tls or bool(config.fleet_targets_file) or config.kubernetes_pod_resources
+    kubernetes = config.kubernetes_pod_resources or config.kubernetes_pod_metadata
+    return tls or bool(config.fleet_targets_file) or kubernetes

@@ -41,7 +41,7 @@ from nvidia_gpu_exporter.exposition.dcgm_health import NAME as HEALTH_STATUS
 from nvidia_gpu_exporter.exposition.dcgm_health import health_status_text
 from nvidia_gpu_exporter.exposition.dcgm_xids import xid_message
 from nvidia_gpu_exporter.exposition.text import escape_label_value, format_value, has_surrogates, header
-from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution
+from nvidia_gpu_exporter.model.kubernetes import DraClaim, KubernetesAttribution
 from nvidia_gpu_exporter.model.snapshot import (
     MigInstanceReading,
     NvmlExtras,
@@ -68,6 +68,8 @@ POD_LABEL_NAMES = ("pod", "namespace", "container")
 # (internal/pkg/collector/gpu_collector.go and transformation/kubernetes.go, commit d5e5f51); field names do not.
 OLD_UUID_LABEL = "uuid"
 OLD_POD_LABEL_NAMES = ("pod_name", "pod_namespace", "container_name")
+# dcgm-exporter's labels of a ResourceClaim's device, after the pod's (docs/dcgm.md, "DRA claims").
+DRA_LABEL_NAMES = ("dra_claim_name", "dra_claim_namespace", "dra_driver_name", "dra_pool_name", "dra_device_name")
 POD_UID_LABEL = "pod_uid"  # on a pod's part of a shared GPU, after the pod's names (as the nvidia_smi_pod_* families)
 XID_LABEL_NAMES = ("err_code", "err_msg")
 _IDENTITY = ("index", "uuid", "pci.bus_id", "name")
@@ -529,6 +531,11 @@ class _PodPart:
     energy_mj: float | None  # its energy since it was first seen there, in DCGM's mJ
 
 
+def _claim_values(claim: DraClaim) -> tuple[str, str, str, str, str]:
+    """A claim's values in :data:`DRA_LABEL_NAMES`' order."""
+    return (claim.claim_name, claim.claim_namespace, claim.driver, claim.pool, claim.device)
+
+
 def _sum(first: float | None, second: float | None) -> float | None:
     return first if second is None else second if first is None else first + second
 
@@ -609,7 +616,8 @@ class DcgmExposition:
     the backend reads NVML's energy counter (nvml and demo), ``gpm`` whether it samples NVML GPM (nvml),
     ``extras`` whether it reads the other NVML readings (PCIe replays and rates, NVLink bandwidth: nvml, demo). A
     MIG GPU whose GPU instances the readings list is served per GPU instance, as dcgm-exporter monitors it;
-    ``pod_labels`` adds the holding container's labels. ``generation`` is the dcgm-exporter generation to look
+    ``pod_labels`` adds the holding container's labels, ``dra_claims`` repeats a GPU's series for each container
+    whose ResourceClaim holds it, with the claim's labels. ``generation`` is the dcgm-exporter generation to look
     like: its node label's spelling and, without a counters file, its default fields under its names and units.
     ``xids`` says whether XIDs are read at all: only then does a GPU without one get the ``No Error`` series.
     ``old_namespace`` spells the uuid and pod labels as dcgm-exporter's ``-o`` does.
@@ -625,6 +633,7 @@ class DcgmExposition:
         gpm: bool = False,
         extras: bool = True,
         pod_labels: bool = False,
+        dra_claims: bool = False,
         model_name_dashes: bool = False,
         generation: Generation = DEFAULT_GENERATION,
         xids: bool = True,
@@ -649,6 +658,7 @@ class DcgmExposition:
             else GPU_LABEL_NAMES
         )
         self._pod_label_names = OLD_POD_LABEL_NAMES if old_namespace else POD_LABEL_NAMES
+        self.dra_claims = dra_claims  # --kubernetes.dra-claims: a claimed GPU's series once per claiming container
         self._served: list[tuple[DcgmFamily, int | None]] = []
         self._label_columns: list[tuple[str, int]] = []
         unavailable: list[str] = []
@@ -735,7 +745,11 @@ class DcgmExposition:
         return None
 
     def _labels(
-        self, cells: Sequence[str], mig: tuple[str, str] | None, pod: tuple[str, str, str] | None
+        self,
+        cells: Sequence[str],
+        mig: tuple[str, str] | None,
+        pod: tuple[str, str, str] | None,
+        extra: Sequence[tuple[str, str]] = (),
     ) -> str | None:
         """The label text (without braces) of a GPU or GPU instance, or ``None`` for one that cannot be labelled."""
         index, uuid, bus_id, name = (cells[column] for column in self._identity)
@@ -753,6 +767,7 @@ class DcgmExposition:
         ]
         if pod is not None:
             pairs += [(label, value) for label, value in zip(self._pod_label_names, pod, strict=True) if value]
+        pairs += [(label, value) for label, value in extra if value]
         if any(has_surrogates(value) for _, value in pairs):
             return None
         return ",".join(f'{label}="{escape_label_value(value)}"' for label, value in pairs)
@@ -762,7 +777,7 @@ class DcgmExposition:
         attempt = snapshot.attempt
         if attempt is None or attempt.readings is None:
             return ""
-        attribution = snapshot.kubernetes if self.pod_labels else None
+        attribution = snapshot.kubernetes if self.pod_labels or self.dra_claims else None
         text = self._render(attempt.readings, snapshot.xids, attribution, snapshot.pod_usage)
         if self._events is not None:
             text += self._event_text(attempt.finished_at, attempt.readings, snapshot.xids, attribution)
@@ -793,7 +808,8 @@ class DcgmExposition:
     def _entities(self, readings: Readings, attribution: KubernetesAttribution | None) -> list[_Entity]:
         """Every GPU, or each GPU instance of a MIG GPU, in index (then GPU instance id) order."""
         instances = gpu_instances(readings.extras)
-        holders = attribution.pod_holders() if attribution is not None else {}
+        holders = attribution.pod_holders() if attribution is not None and self.pod_labels else {}
+        claims = self._claims(attribution)
         entities: list[_Entity] = []
         for cells in readings.gpus.rows:
             index, raw_uuid = cells[self._identity[0]], cells[self._identity[1]]
@@ -814,10 +830,31 @@ class DcgmExposition:
                 if labels is None:
                     log.error("dropping a GPU whose identity is not valid UTF-8 from the DCGM profile")
                     continue
+                order = (_gpu_order(index), gpu_instance_id)
+                if uuid in claims:  # one copy per claiming container, which it is (never split per pod)
+                    mig = (instance.profile, str(instance.gpu_instance_id)) if instance is not None else None
+                    for claim in claims[uuid]:
+                        pod = (claim.pod, claim.namespace, claim.container)
+                        extra = zip(DRA_LABEL_NAMES, _claim_values(claim), strict=True)
+                        claimed = self._labels(cells, mig, pod, list(extra))
+                        if claimed is not None:
+                            entities.append(_Entity(order, uuid, claimed, cells, instance, held=True))
+                    continue
                 held = self._held(uuid, instance, holders)
-                entities.append(_Entity((_gpu_order(index), gpu_instance_id), uuid, labels, cells, instance, held))
+                entities.append(_Entity(order, uuid, labels, cells, instance, held))
         entities.sort(key=lambda entity: entity.order)
         return entities
+
+    def _claims(self, attribution: KubernetesAttribution | None) -> dict[str, list[DraClaim]]:
+        """GPU uuid -> the ResourceClaim devices on it, one per container (its first), as dcgm-exporter keeps them;
+        a device placed on no GPU read has no series to label."""
+        if attribution is None or not self.dra_claims or not attribution.claims:
+            return {}
+        found: dict[str, dict[tuple[str, str, str], DraClaim]] = {}
+        for claim in attribution.claims:
+            if claim.uuid:
+                found.setdefault(claim.uuid, {}).setdefault((claim.namespace, claim.pod, claim.container), claim)
+        return {uuid: list(per_container.values()) for uuid, per_container in found.items()}
 
     def _held(
         self, uuid: str, instance: _GpuInstance | None, holders: dict[tuple[str, str], tuple[str, str, str]]

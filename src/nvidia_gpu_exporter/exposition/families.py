@@ -136,7 +136,10 @@ PROCESS_USAGE_OVERFLOWED = FamilySpec(
 # -- per-pod shares of shared GPUs (--collect.process-usage with --kubernetes.process-pods) ------------------------
 
 POD_SHARE_LABELS = ("uuid", "gpu_instance_id", "pod_uid", "namespace", "pod", "container")
-_POD_NAMES = " namespace, pod and container are set only where one container holds the GPU; join kube_pod_info{uid}."
+_POD_NAMES = (
+    " namespace, pod and container come from the API server's pod list with --kubernetes.pod-metadata, else only "
+    "where one container holds the GPU; join kube_pod_info{uid} otherwise."
+)
 
 POD_SM_UTILIZATION = FamilySpec(
     "nvidia_smi_pod_sm_utilization_ratio",
@@ -402,6 +405,13 @@ COMPUTE_APP_POD_INFO = FamilySpec(
     "kube_pod_info{uid}.",
     COMPUTE_APP_POD_LABELS,
 )
+POD_METADATA_FAILURES = FamilySpec(
+    "nvidia_gpu_exporter_pod_metadata_failures_total",
+    "counter",
+    "Lists of the node's pods from the Kubernetes API server that gave no answer, by reason, since the exporter "
+    "started (--kubernetes.pod-metadata); the last good answer names pods meanwhile, for at most 10 minutes.",
+    ("reason",),
+)
 
 # -- Slurm jobs (--slurm.jobs): which job runs each GPU process, and which jobs each GPU runs ------------------
 
@@ -600,6 +610,7 @@ OWNED: tuple[FamilySpec, ...] = (
     GPU_POD_INFO,
     GPU_DRA_CLAIM_INFO,
     COMPUTE_APP_POD_INFO,
+    POD_METADATA_FAILURES,
     PROCESS_SLURM_JOB_INFO,
     GPU_SLURM_JOB_INFO,
     GPUS_EXPECTED,

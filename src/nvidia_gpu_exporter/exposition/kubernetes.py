@@ -7,13 +7,14 @@ Go exporter's byte for byte.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 from nvidia_gpu_exporter.exposition.families import (
     ATTRIBUTION_UP,
     COMPUTE_APP_POD_INFO,
     GPU_DRA_CLAIM_INFO,
     GPU_POD_INFO,
+    POD_METADATA_FAILURES,
 )
 from nvidia_gpu_exporter.exposition.text import Family, escape_label_value
 from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution
@@ -70,6 +71,15 @@ def attribution_families(attribution: KubernetesAttribution, gpu_uuids: Collecti
                 apps.add(app, 1.0)
         families.append(apps)
     return families
+
+
+def pod_metadata_family(failures: Sequence[tuple[str, int]]) -> Family:
+    """The failed lists of the node's pods by reason, every reason from 0 (served whatever the collection's
+    outcome)."""
+    family = POD_METADATA_FAILURES.family()
+    for reason, count in failures:
+        family.add((reason,), float(count))
+    return family
 
 
 def labelled_gpu(uuid: str, holder: tuple[str, str, str] | None) -> str:

@@ -286,6 +286,10 @@ class Exposition:
             from nvidia_gpu_exporter.exposition.kubernetes import attribution_families  # noqa: PLC0415 - attribution only
 
             families += attribution_families(snapshot.kubernetes, rendered_uuids)
+        if snapshot.pod_metadata_failures is not None:  # only with --kubernetes.pod-metadata
+            from nvidia_gpu_exporter.exposition.kubernetes import pod_metadata_family  # noqa: PLC0415 - opt-in
+
+            families.append(pod_metadata_family(snapshot.pod_metadata_failures))
         blocks += [(family.name, render_family(family)) for family in families]
         blocks += self._verdict_blocks.blocks(snapshot.verdicts)  # the verdict judged from all of the above
         return blocks

@@ -165,9 +165,9 @@ class ApiClient:
 
     def __init__(self, access: ApiAccess) -> None:
         self.access = access
-        self._context: ssl.SSLContext | None = None
+        self.context: ssl.SSLContext | None = None  # None for a plain http:// server
         if access.server.startswith("https://"):
-            self._context = self._ssl_context(access)
+            self.context = self._ssl_context(access)
 
     @staticmethod
     def _ssl_context(access: ApiAccess) -> ssl.SSLContext:
@@ -209,7 +209,7 @@ class ApiClient:
         if self.access.token:
             request.add_header("Authorization", f"Bearer {self.access.token}")
         try:
-            with urllib.request.urlopen(request, timeout=timeout, context=self._context) as reply:  # noqa: S310
+            with urllib.request.urlopen(request, timeout=timeout, context=self.context) as reply:  # noqa: S310
                 return json.loads(reply.read().decode("utf-8"))
         except urllib.error.HTTPError as error:
             raise ApiError(error.code, _status_message(error)) from None

@@ -114,6 +114,32 @@ class ProcessPod:
     detail: str = ""
 
 
+# Why the API server's pod list is missing (the ``reason`` label of the pod metadata failures counter).
+API_UNREACHABLE = "unreachable"  # no connection, TLS refused, or the connection broke
+API_TIMEOUT = "timeout"
+API_UNAUTHORIZED = "unauthorized"  # 401: the token is not accepted
+API_FORBIDDEN = "forbidden"  # 403: RBAC does not let the account list pods
+API_HTTP_ERROR = "http_error"  # another HTTP status
+API_TOO_LARGE = "too_large"  # the answer is longer than the exporter reads
+API_INVALID_ANSWER = "invalid_answer"  # not JSON, or not a pod list
+API_FAILURE_REASONS = (
+    API_UNREACHABLE, API_TIMEOUT, API_UNAUTHORIZED, API_FORBIDDEN, API_HTTP_ERROR, API_TOO_LARGE, API_INVALID_ANSWER,
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class PodDirectory:
+    """What the API server says of this node's pods: names by pod uid, container names by container id.
+
+    ``pods`` maps a uid, and a static pod's config hash (its cgroup's "uid"), to (namespace, pod); ``containers``
+    maps a runtime's container id (64 hex, without the ``containerd://`` scheme) to the container's name.
+    """
+
+    pods: dict[str, tuple[str, str]]
+    containers: dict[str, str]
+    read_at: float = 0.0  # monotonic seconds
+
+
 @dataclass(frozen=True, slots=True)
 class KubernetesAttribution:
     """What attribution adds to one published snapshot."""

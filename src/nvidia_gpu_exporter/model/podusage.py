@@ -3,7 +3,9 @@
 A pod's share of a GPU is its processes' part of the GPU's summed per-process SM utilization; on a GPU where
 that sum is 0 (idle, or MIG, where drivers report no per-process utilization) it is their part of the summed
 per-process used memory; with neither, nobody's. Host processes (no pod) keep their part unattributed, and so
-do the pods past the per-GPU cap. docs/metrics.md ("Per-pod shares") states these rules; this module holds them.
+do the pods past the per-GPU cap. A pod is named by the API server's pod list where it is read, else by the
+kubelet where one container holds the GPU and only its pod runs there. docs/metrics.md ("Per-pod shares") states
+these rules; this module holds them.
 """
 
 from __future__ import annotations
@@ -34,15 +36,19 @@ def _gpu_shares(
     *,
     limit: int,
     instances: Mapping[tuple[str, str], str],
+    names: Mapping[str, tuple[str, str]],
+    containers: Mapping[str, str],
 ) -> list[PodShare]:
     sm_sum = sum(row.sm_percent or 0.0 for row in rows)
     memory_sum = sum(row.used_memory_bytes or 0.0 for row in rows)
     pods: dict[tuple[str, str], PodShare] = {}
+    container_names: dict[tuple[str, str], set[str]] = {}
     for row in rows:
         pod_uid = pod_of.get(row.pid, "")
         if not pod_uid:
             continue
         key = (instances.get((uuid, row.pid), ""), pod_uid)
+        container_names.setdefault(key, set()).add(containers.get(row.pid, ""))
         found = pods.get(key) or PodShare(uuid, pod_uid, key[0])
         pods[key] = replace(
             found,
@@ -64,6 +70,10 @@ def _gpu_shares(
         holder = holders.get((uuid, found.gpu_instance_id))
         alone = holder is not None and len(running[found.gpu_instance_id]) == 1
         namespace, pod, container = holder if holder is not None and alone else ("", "", "")
+        named = names.get(found.pod_uid)
+        if named is not None:  # the API server's names of this very pod beat the kubelet's holder
+            (namespace, pod), ran_in = named, container_names[(found.gpu_instance_id, found.pod_uid)]
+            container = next(iter(ran_in)) if len(ran_in) == 1 else ""
         kept.append(
             replace(
                 found,
@@ -85,6 +95,8 @@ def pod_shares(
     limit: int,
     *,
     instances: Mapping[tuple[str, str], str] | None = None,
+    names: Mapping[str, tuple[str, str]] | None = None,
+    containers: Mapping[str, str] | None = None,
 ) -> tuple[PodShare, ...]:
     """Each GPU's pods (at most ``limit``, the busiest) from the uncapped usage rows.
 
@@ -92,7 +104,10 @@ def pod_shares(
     instance or "" for the whole GPU) to the (namespace, pod, container) the kubelet says holds it alone, which
     names its pod when just one runs there;
     ``power`` maps a GPU uuid to its power draw in watts; ``instances`` maps (GPU uuid, pid) to the MIG GPU
-    instance the process runs in, so a pod on two instances of a GPU has a share for each.
+    instance the process runs in, so a pod on two instances of a GPU has a share for each. ``names`` maps a pod uid
+    to its (namespace, pod) and ``containers`` a pid to its container's name, as the API server lists them
+    (``--kubernetes.pod-metadata``): a pod named there is named whoever holds the GPU, with the container its
+    processes on the GPU run in (none when they run in several).
     """
     if not usage.succeeded:
         return ()
@@ -102,7 +117,15 @@ def pod_shares(
     shares: list[PodShare] = []
     for uuid in sorted(per_gpu):
         shares += _gpu_shares(
-            uuid, per_gpu[uuid], pod_of, holders, power.get(uuid), limit=limit, instances=instances or {}
+            uuid,
+            per_gpu[uuid],
+            pod_of,
+            holders,
+            power.get(uuid),
+            limit=limit,
+            instances=instances or {},
+            names=names or {},
+            containers=containers or {},
         )
     return tuple(shares)
 

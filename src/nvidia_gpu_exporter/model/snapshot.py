@@ -107,8 +107,8 @@ class ProcessUsage:
 
 @dataclass(frozen=True, slots=True)
 class PodShare:
-    """One pod's use of one GPU in one collection (:mod:`.podusage` says how); the names are "" unless one
-    container holds the GPU."""
+    """One pod's use of one GPU in one collection (:mod:`.podusage` says how); the names are "" unless the API
+    server's pod list names the pod or one container holds the GPU."""
 
     uuid: str  # normalized
     pod_uid: str
@@ -369,6 +369,8 @@ class Snapshot:
     pod_allocations: tuple[PodAllocation, ...] | None = None
     # The Slurm jobs of the served GPU processes (--slurm.jobs); None when that is off.
     slurm_jobs: tuple[ProcessJob, ...] | None = None
+    # Failed lists of the node's pods since the start, by reason (--kubernetes.pod-metadata); None when that is off.
+    pod_metadata_failures: tuple[tuple[str, int], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

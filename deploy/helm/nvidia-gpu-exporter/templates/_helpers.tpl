@@ -145,6 +145,11 @@ Standing in for dcgm-exporter, the user's alone, as its chart: `instance` stays 
 {{- printf "%s-%s-doctor" .Release.Namespace (include "nvidia-gpu-exporter.fullname" .) }}
 {{- end }}
 
+{{/* The ClusterRole (and its binding) that lets --kubernetes.pod-metadata list pods; cluster-scoped, so per namespace. */}}
+{{- define "nvidia-gpu-exporter.podMetadataRbacName" -}}
+{{- printf "%s-%s-pod-metadata" .Release.Namespace (include "nvidia-gpu-exporter.fullname" .) }}
+{{- end }}
+
 {{/* The kubelet's PodResources directory: the socket's, mounted read-only at the same path. */}}
 {{- define "nvidia-gpu-exporter.podResourcesDir" -}}
 {{- dir .Values.kubernetes.podResources.socketPath }}
@@ -161,9 +166,10 @@ NVIDIA runtime (KUBERNETES.md's "try the chart without GPUs"). */}}
 {{- if ne .Values.backend "demo" }}{{ .Values.runtimeClassName }}{{ end }}
 {{- end }}
 
-{{/* Whether the pod mounts its ServiceAccount token: asked for, or needed by the doctor's API checks. */}}
+{{/* Whether the pod mounts its ServiceAccount token: asked for, or needed by the doctor's API checks or the pod
+metadata list. */}}
 {{- define "nvidia-gpu-exporter.automountToken" -}}
-{{- if or .Values.automountServiceAccountToken .Values.doctor.rbac.create }}true{{ else }}false{{ end }}
+{{- if or .Values.automountServiceAccountToken .Values.doctor.rbac.create .Values.kubernetes.processPods.podMetadata.enabled }}true{{ else }}false{{ end }}
 {{- end }}
 
 {{/* A security context (pod or container level) with uid 0 when GPU → pod attribution needs the kubelet's
