@@ -13,8 +13,11 @@ With ``--per-connection`` it measures instead what one stalled connection costs:
 under a cap above that count (nothing evicted), the exporter's RSS growth divided by their number, ``--rounds``
 times per attack on a fresh exporter.
 
-    python benchmarks/bench_stalls.py [--connections 1000] [--seconds 10] [--max-connections 256]
-    python benchmarks/bench_stalls.py --per-connection [--connections 500] [--rounds 2]
+With ``--go-binary PATH`` each measurement is made on the Go exporter too, right after this one's, the same
+attack and clients (the Go exporter has no connection cap: ``--max-connections`` is this exporter's only).
+
+    python benchmarks/bench_stalls.py [--connections 1000] [--seconds 10] [--max-connections 256] [--go-binary PATH]
+    python benchmarks/bench_stalls.py --per-connection [--connections 500] [--rounds 2] [--go-binary PATH]
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -159,11 +164,61 @@ class Outcome:
         )
 
 
-def run_attack(attack: str, connections: int, seconds: float, max_connections: int, config: Path) -> Outcome:
-    """One attack against a fresh exporter (``config``: a web config serving TLS, for the TLS attacks)."""
-    stall, tls = stall_bytes(attack), STALLS[attack][1]
-    tls_args = [f"--web.config.file={config}"] if tls else []
-    exporter = start_exporter(["--collect.backend=demo", f"--web.max-connections={max_connections}", *tls_args])
+class Target:
+    """The server under attack: this checkout's exporter (demo backend), or with ``go_binary`` the Go exporter on a
+    replayed nvidia-smi (so that its scrapes time the exporter, not a fake's Python start)."""
+
+    def __init__(self, go_binary: str | None = None) -> None:
+        self.go_binary = go_binary
+        self._smi: str | None = None
+
+    def start(self, max_connections: int, config: Path | None) -> Stoppable:
+        tls_args = [f"--web.config.file={config}"] if config is not None else []
+        if self.go_binary is None:
+            return start_exporter(["--collect.backend=demo", f"--web.max-connections={max_connections}", *tls_args])
+        from bench_pipeline import go_launcher, moving_smi  # only for the Go side
+
+        launch = go_launcher(self.go_binary)
+        if self._smi is None:
+            self._smi = moving_smi(Path(tempfile.mkdtemp(prefix="bench-stalls-go-")), 2, 1, launch)
+        return launch(["--nvidia-smi-command", self._smi, *tls_args])
+
+
+class Stoppable(Protocol):
+    process: subprocess.Popen[bytes]
+    address: str
+
+    def stop(self) -> object: ...
+
+
+@dataclass
+class Attack:
+    """One attack under way: the exporter's clients and pid, its RSS (KiB) and open fds before the attacker
+    started, and the attacker."""
+
+    clients: Clients
+    pid: int
+    rest: tuple[int, int]
+    attacker: subprocess.Popen[bytes]
+
+    def stop(self) -> None:
+        """Stop the attacker: its connections close."""
+        if self.attacker.stdin is not None and not self.attacker.stdin.closed:
+            self.attacker.stdin.close()
+        self.attacker.wait(30)
+
+    def measure(self) -> tuple[int, int]:
+        return status_kib(self.pid), open_fds(self.pid)
+
+
+@contextlib.contextmanager
+def attacking(target: Target, attack: str, connections: int, max_connections: int, config: Path) -> Iterator[Attack]:
+    """A fresh exporter (serving TLS with ``config`` for the TLS attacks), scraped once and at rest for 1 s, then
+    ``connections`` of ``attack``'s stalled connections held against it until the block ends (once all are open
+    where the attacker's "ready" has been read from its stdout)."""
+    tls = STALLS[attack][1]
+    exporter = target.start(max_connections, config if tls else None)
+    attack_run: Attack | None = None
     try:
         context = None
         if tls:
@@ -176,13 +231,27 @@ def run_attack(attack: str, connections: int, seconds: float, max_connections: i
         time.sleep(1)
         rest = (status_kib(pid), open_fds(pid))
         attacker = subprocess.Popen(
-            [sys.executable, "-c", ATTACKER, str(clients.port), stall.hex(), str(connections)],
+            [sys.executable, "-c", ATTACKER, str(clients.port), stall_bytes(attack).hex(), str(connections)],
             stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
         )
+        attack_run = Attack(clients, pid, rest, attacker)
+        yield attack_run
+    finally:
+        if attack_run is not None:
+            attack_run.stop()
+        exporter.stop()
+
+
+def run_attack(
+    attack: str, connections: int, seconds: float, max_connections: int, config: Path, *, target: Target | None = None
+) -> Outcome:
+    """One attack against a fresh exporter (``config``: a web config serving TLS, for the TLS attacks)."""
+    with attacking(target or Target(), attack, connections, max_connections, config) as run:
+        clients = run.clients
         worst = {"probe": 0.0, "scrape": 0.0}
         failures = 0
-        peak = rest
+        peak = run.rest
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             for name, measure in (("probe", clients.probe), ("scrape", clients.scrape)):
@@ -190,62 +259,35 @@ def run_attack(attack: str, connections: int, seconds: float, max_connections: i
                     worst[name] = max(worst[name], measure())
                 except (OSError, RuntimeError, http.client.HTTPException):
                     failures += 1
-            peak = (max(peak[0], status_kib(pid)), max(peak[1], open_fds(pid)))
+            now = run.measure()
+            peak = (max(peak[0], now[0]), max(peak[1], now[1]))
             time.sleep(0.2)
-        assert attacker.stdin is not None
-        attacker.stdin.close()
-        attacker.wait(30)
+        run.stop()
         time.sleep(15)
-        after = (status_kib(pid), open_fds(pid))
+        after = run.measure()
         body = clients.get(clients.scraper, "/metrics")[1].decode()
         evicted = re.search(r'http_connections_closed_total\{reason="evicted"\} (\S+)', body)
         return Outcome(
-            (rest[0], peak[0], after[0]),
-            (rest[1], peak[1], after[1]),
+            (run.rest[0], peak[0], after[0]),
+            (run.rest[1], peak[1], after[1]),
             worst["probe"],
             worst["scrape"],
             failures,
             evicted.group(1) if evicted else "?",
         )
-    finally:
-        exporter.stop()
 
 
-def per_connection_kib(attack: str, connections: int, config: Path) -> float:
+def per_connection_kib(attack: str, connections: int, config: Path, target: Target | None = None) -> float:
     """The exporter's RSS growth per connection while ``connections`` of them are held stalled by ``attack``,
     none evicted (the cap is set above their count), measured 1 s after the last one connected."""
-    tls = STALLS[attack][1]
-    tls_args = [f"--web.config.file={config}"] if tls else []
-    exporter = start_exporter(["--collect.backend=demo", f"--web.max-connections={connections + 64}", *tls_args])
-    try:
-        context = None
-        if tls:
-            context = ssl.create_default_context()
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        clients = Clients(exporter.address, context)
-        pid = exporter.process.pid
-        clients.scrape()
+    with attacking(target or Target(), attack, connections, connections + 64, config) as run:
+        assert run.attacker.stdout is not None
+        run.attacker.stdout.readline()  # "ready": every connection is open
         time.sleep(1)
-        rest = status_kib(pid)
-        attacker = subprocess.Popen(
-            [sys.executable, "-c", ATTACKER, str(clients.port), stall_bytes(attack).hex(), str(connections)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
-        assert attacker.stdout is not None
-        assert attacker.stdin is not None
-        attacker.stdout.readline()  # "ready": every connection is open
-        time.sleep(1)
-        held = open_fds(pid)
-        grown = status_kib(pid) - rest
-        attacker.stdin.close()
-        attacker.wait(30)
-        if held < connections:
-            raise RuntimeError(f"only {held} fds open in the exporter for {connections} connections")
-        return grown / connections
-    finally:
-        exporter.stop()
+        held, grown = open_fds(run.pid), status_kib(run.pid) - run.rest[0]
+    if held < connections:
+        raise RuntimeError(f"only {held} fds open in the exporter for {connections} connections")
+    return grown / connections
 
 
 def tls_config(directory: Path) -> Path:
@@ -262,25 +304,31 @@ def main() -> None:
     parser.add_argument("--attacks", default=",".join(STALLS))
     parser.add_argument("--per-connection", action="store_true", help="measure RSS per stalled connection instead")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--go-binary", metavar="PATH", help="also attack the Go exporter, after this one each time")
     args = parser.parse_args()
     config = tls_config(Path(tempfile.mkdtemp(prefix="bench-stalls-")))
+    targets = {"this exporter": Target()}
+    if args.go_binary is not None:
+        targets["Go exporter"] = Target(args.go_binary)
     if args.per_connection:
         print(f"RSS per stalled connection, {args.connections} held, KiB (rounds)")
         for attack in args.attacks.split(","):
-            rounds = [per_connection_kib(attack, args.connections, config) for _ in range(args.rounds)]
-            print(f"| {attack} | {' / '.join(f'{kib:.1f}' for kib in rounds)} |", flush=True)
+            for name, target in targets.items():
+                rounds = [per_connection_kib(attack, args.connections, config, target) for _ in range(args.rounds)]
+                print(f"| {attack} | {name} | {' / '.join(f'{kib:.1f}' for kib in rounds)} |", flush=True)
         return
     print(
         f"{args.connections} stalled connections for {args.seconds:g} s, --web.max-connections={args.max_connections}"
     )
     print(
-        "| attack | RSS rest / peak / 15 s after | fds rest / peak / after | probe worst | scrape worst | failures |",
+        "| attack | server | RSS rest / peak / 15 s after | fds rest / peak / after | probe worst | scrape worst |",
         end="",
     )
-    print(" evicted |\n|---|---|---|---:|---:|---:|---:|")
+    print(" failures | evicted |\n|---|---|---|---|---:|---:|---:|---:|")
     for attack in args.attacks.split(","):
-        outcome = run_attack(attack, args.connections, args.seconds, args.max_connections, config)
-        print(outcome.row(attack), flush=True)
+        for name, target in targets.items():
+            outcome = run_attack(attack, args.connections, args.seconds, args.max_connections, config, target=target)
+            print(outcome.row(f"{attack} | {name}"), flush=True)
 
 
 if __name__ == "__main__":
