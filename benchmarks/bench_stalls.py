@@ -101,6 +101,30 @@ while not stop.is_set():
 """
 
 
+def listen_overflows() -> int:
+    """The machine's count of connections dropped at a full listen queue (``TcpExtListenOverflows``)."""
+    lines = Path("/proc/net/netstat").read_text(encoding="ascii").splitlines()
+    for names, values in zip(lines[::2], lines[1::2], strict=True):
+        if names.startswith("TcpExt:"):
+            return int(dict(zip(names.split()[1:], values.split()[1:], strict=True))["ListenOverflows"])
+    return 0
+
+
+def resident_kinds(pid: int) -> dict[str, int]:
+    """The process's resident KiB by kind of mapping: the C heap's ``[heap]`` (glibc's main arena), anonymous
+    mappings (CPython's 1 MiB object arenas, other threads' malloc arenas, large blocks), files (code)."""
+    kinds = {"[heap]": 0, "anonymous": 0, "files": 0, "other": 0}
+    kind = "other"
+    for line in Path(f"/proc/{pid}/smaps").read_text(encoding="utf-8", errors="replace").splitlines():
+        fields = line.split()
+        if fields and "-" in fields[0] and not fields[0].endswith(":"):
+            name = fields[5] if len(fields) > 5 else ""
+            kind = "anonymous" if not name else "[heap]" if name == "[heap]" else "files" if name[0] == "/" else "other"
+        elif fields[:1] == ["Rss:"]:
+            kinds[kind] += int(fields[1])
+    return kinds
+
+
 def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
@@ -146,7 +170,8 @@ class Clients:
 @dataclass(frozen=True)
 class Outcome:
     """What one attack did to the exporter: RSS in KiB and open fds at rest, at their peak and 15 s after; the
-    worst probe and scrape in seconds; the probes and scrapes that failed; connections evicted."""
+    worst probe and scrape in seconds; the probes and scrapes that failed; connections evicted; SYNs the kernel
+    dropped at a full listen queue meanwhile (the machine's count: each costs its client a 1-s retransmission)."""
 
     rss_kib: tuple[int, int, int]
     fds: tuple[int, int, int]
@@ -154,13 +179,15 @@ class Outcome:
     worst_scrape: float
     failures: int
     evicted: str
+    listen_overflows: int
+    grown_after_kib: dict[str, int]  # resident_kinds() 15 s after, less at rest
 
     def row(self, attack: str) -> str:
         rest, peak, after = (kib / 1024 for kib in self.rss_kib)
         return (
             f"| {attack} | {rest:.1f} / {peak:.1f} / {after:.1f} MiB | {' / '.join(map(str, self.fds))} "
             f"| {self.worst_probe * 1000:.0f} ms | {self.worst_scrape * 1000:.0f} ms "
-            f"| {self.failures} | {self.evicted} |"
+            f"| {self.failures} | {self.evicted} | {self.listen_overflows} |"
         )
 
 
@@ -199,6 +226,7 @@ class Attack:
     clients: Clients
     pid: int
     rest: tuple[int, int]
+    rest_kinds: dict[str, int]
     attacker: subprocess.Popen[bytes]
 
     def stop(self) -> None:
@@ -229,13 +257,13 @@ def attacking(target: Target, attack: str, connections: int, max_connections: in
         pid = exporter.process.pid
         clients.scrape()
         time.sleep(1)
-        rest = (status_kib(pid), open_fds(pid))
+        rest, rest_kinds = (status_kib(pid), open_fds(pid)), resident_kinds(pid)
         attacker = subprocess.Popen(
             [sys.executable, "-c", ATTACKER, str(clients.port), stall_bytes(attack).hex(), str(connections)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
-        attack_run = Attack(clients, pid, rest, attacker)
+        attack_run = Attack(clients, pid, rest, rest_kinds, attacker)
         yield attack_run
     finally:
         if attack_run is not None:
@@ -252,6 +280,7 @@ def run_attack(
         worst = {"probe": 0.0, "scrape": 0.0}
         failures = 0
         peak = run.rest
+        overflows = listen_overflows()
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             for name, measure in (("probe", clients.probe), ("scrape", clients.scrape)):
@@ -262,9 +291,10 @@ def run_attack(
             now = run.measure()
             peak = (max(peak[0], now[0]), max(peak[1], now[1]))
             time.sleep(0.2)
+        overflows = listen_overflows() - overflows
         run.stop()
         time.sleep(15)
-        after = run.measure()
+        after, after_kinds = run.measure(), resident_kinds(run.pid)
         body = clients.get(clients.scraper, "/metrics")[1].decode()
         evicted = re.search(r'http_connections_closed_total\{reason="evicted"\} (\S+)', body)
         return Outcome(
@@ -274,6 +304,8 @@ def run_attack(
             worst["scrape"],
             failures,
             evicted.group(1) if evicted else "?",
+            overflows,
+            {kind: after_kinds[kind] - run.rest_kinds[kind] for kind in after_kinds},
         )
 
 
@@ -304,6 +336,7 @@ def main() -> None:
     parser.add_argument("--attacks", default=",".join(STALLS))
     parser.add_argument("--per-connection", action="store_true", help="measure RSS per stalled connection instead")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--where", action="store_true", help="also where the RSS that stays 15 s after lies")
     parser.add_argument("--go-binary", metavar="PATH", help="also attack the Go exporter, after this one each time")
     args = parser.parse_args()
     config = tls_config(Path(tempfile.mkdtemp(prefix="bench-stalls-")))
@@ -324,11 +357,14 @@ def main() -> None:
         "| attack | server | RSS rest / peak / 15 s after | fds rest / peak / after | probe worst | scrape worst |",
         end="",
     )
-    print(" failures | evicted |\n|---|---|---|---|---:|---:|---:|---:|")
+    print(" failures | evicted | listen overflows |\n|---|---|---|---|---:|---:|---:|---:|---:|")
     for attack in args.attacks.split(","):
         for name, target in targets.items():
             outcome = run_attack(attack, args.connections, args.seconds, args.max_connections, config, target=target)
             print(outcome.row(f"{attack} | {name}"), flush=True)
+            if args.where:
+                grown = ", ".join(f"{kind} {kib / 1024:+.1f}" for kind, kib in outcome.grown_after_kib.items())
+                print(f"<!-- {attack}, {name}: 15 s after, MiB over rest: {grown} -->", flush=True)
 
 
 if __name__ == "__main__":

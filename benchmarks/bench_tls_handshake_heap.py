@@ -27,7 +27,7 @@ from pathlib import Path
 
 # Each variant: how the server's context differs from PROTOCOL_TLS_SERVER with an ECDSA certificate.
 VARIANTS: dict[str, Callable[[ssl.SSLContext], None]] = {
-    "as the exporter sets it up": lambda context: None,
+    "PROTOCOL_TLS_SERVER with its defaults": lambda context: None,
     "OP_NO_TICKET": lambda context: setattr(context, "options", context.options | ssl.OP_NO_TICKET),
     "TLS 1.2 at most": lambda context: setattr(context, "maximum_version", ssl.TLSVersion.TLSv1_2),
 }
