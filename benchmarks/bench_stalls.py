@@ -13,8 +13,11 @@ With ``--per-connection`` it measures instead what one stalled connection costs:
 under a cap above that count (nothing evicted), the exporter's RSS growth divided by their number, ``--rounds``
 times per attack on a fresh exporter.
 
-    python benchmarks/bench_stalls.py [--connections 1000] [--seconds 10] [--max-connections 256]
-    python benchmarks/bench_stalls.py --per-connection [--connections 500] [--rounds 2]
+With ``--go-binary PATH`` each measurement is made on the Go exporter too, right after this one's, the same
+attack and clients (the Go exporter has no connection cap: ``--max-connections`` is this exporter's only).
+
+    python benchmarks/bench_stalls.py [--connections 1000] [--seconds 10] [--max-connections 256] [--go-binary PATH]
+    python benchmarks/bench_stalls.py --per-connection [--connections 500] [--rounds 2] [--go-binary PATH]
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -96,6 +101,30 @@ while not stop.is_set():
 """
 
 
+def listen_overflows() -> int:
+    """The machine's count of connections dropped at a full listen queue (``TcpExtListenOverflows``)."""
+    lines = Path("/proc/net/netstat").read_text(encoding="ascii").splitlines()
+    for names, values in zip(lines[::2], lines[1::2], strict=True):
+        if names.startswith("TcpExt:"):
+            return int(dict(zip(names.split()[1:], values.split()[1:], strict=True))["ListenOverflows"])
+    return 0
+
+
+def resident_kinds(pid: int) -> dict[str, int]:
+    """The process's resident KiB by kind of mapping: the C heap's ``[heap]`` (glibc's main arena), anonymous
+    mappings (CPython's 1 MiB object arenas, other threads' malloc arenas, large blocks), files (code)."""
+    kinds = {"[heap]": 0, "anonymous": 0, "files": 0, "other": 0}
+    kind = "other"
+    for line in Path(f"/proc/{pid}/smaps").read_text(encoding="utf-8", errors="replace").splitlines():
+        fields = line.split()
+        if fields and "-" in fields[0] and not fields[0].endswith(":"):
+            name = fields[5] if len(fields) > 5 else ""
+            kind = "anonymous" if not name else "[heap]" if name == "[heap]" else "files" if name[0] == "/" else "other"
+        elif fields[:1] == ["Rss:"]:
+            kinds[kind] += int(fields[1])
+    return kinds
+
+
 def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
@@ -141,7 +170,8 @@ class Clients:
 @dataclass(frozen=True)
 class Outcome:
     """What one attack did to the exporter: RSS in KiB and open fds at rest, at their peak and 15 s after; the
-    worst probe and scrape in seconds; the probes and scrapes that failed; connections evicted."""
+    worst probe and scrape in seconds; the probes and scrapes that failed; connections evicted; SYNs the kernel
+    dropped at a full listen queue meanwhile (the machine's count: each costs its client a 1-s retransmission)."""
 
     rss_kib: tuple[int, int, int]
     fds: tuple[int, int, int]
@@ -149,21 +179,74 @@ class Outcome:
     worst_scrape: float
     failures: int
     evicted: str
+    listen_overflows: int
+    grown_after_kib: dict[str, int]  # resident_kinds() 15 s after, less at rest
 
     def row(self, attack: str) -> str:
         rest, peak, after = (kib / 1024 for kib in self.rss_kib)
         return (
             f"| {attack} | {rest:.1f} / {peak:.1f} / {after:.1f} MiB | {' / '.join(map(str, self.fds))} "
             f"| {self.worst_probe * 1000:.0f} ms | {self.worst_scrape * 1000:.0f} ms "
-            f"| {self.failures} | {self.evicted} |"
+            f"| {self.failures} | {self.evicted} | {self.listen_overflows} |"
         )
 
 
-def run_attack(attack: str, connections: int, seconds: float, max_connections: int, config: Path) -> Outcome:
-    """One attack against a fresh exporter (``config``: a web config serving TLS, for the TLS attacks)."""
-    stall, tls = stall_bytes(attack), STALLS[attack][1]
-    tls_args = [f"--web.config.file={config}"] if tls else []
-    exporter = start_exporter(["--collect.backend=demo", f"--web.max-connections={max_connections}", *tls_args])
+class Target:
+    """The server under attack: this checkout's exporter (demo backend), or with ``go_binary`` the Go exporter on a
+    replayed nvidia-smi (so that its scrapes time the exporter, not a fake's Python start)."""
+
+    def __init__(self, go_binary: str | None = None) -> None:
+        self.go_binary = go_binary
+        self._smi: str | None = None
+
+    def start(self, max_connections: int, config: Path | None) -> Stoppable:
+        tls_args = [f"--web.config.file={config}"] if config is not None else []
+        if self.go_binary is None:
+            return start_exporter(["--collect.backend=demo", f"--web.max-connections={max_connections}", *tls_args])
+        from bench_pipeline import go_launcher, moving_smi  # only for the Go side
+
+        launch = go_launcher(self.go_binary)
+        if self._smi is None:
+            self._smi = moving_smi(Path(tempfile.mkdtemp(prefix="bench-stalls-go-")), 2, 1, launch)
+        return launch(["--nvidia-smi-command", self._smi, *tls_args])
+
+
+class Stoppable(Protocol):
+    process: subprocess.Popen[bytes]
+    address: str
+
+    def stop(self) -> object: ...
+
+
+@dataclass
+class Attack:
+    """One attack under way: the exporter's clients and pid, its RSS (KiB) and open fds before the attacker
+    started, and the attacker."""
+
+    clients: Clients
+    pid: int
+    rest: tuple[int, int]
+    rest_kinds: dict[str, int]
+    attacker: subprocess.Popen[bytes]
+
+    def stop(self) -> None:
+        """Stop the attacker: its connections close."""
+        if self.attacker.stdin is not None and not self.attacker.stdin.closed:
+            self.attacker.stdin.close()
+        self.attacker.wait(30)
+
+    def measure(self) -> tuple[int, int]:
+        return status_kib(self.pid), open_fds(self.pid)
+
+
+@contextlib.contextmanager
+def attacking(target: Target, attack: str, connections: int, max_connections: int, config: Path) -> Iterator[Attack]:
+    """A fresh exporter (serving TLS with ``config`` for the TLS attacks), scraped once and at rest for 1 s, then
+    ``connections`` of ``attack``'s stalled connections held against it until the block ends (once all are open
+    where the attacker's "ready" has been read from its stdout)."""
+    tls = STALLS[attack][1]
+    exporter = target.start(max_connections, config if tls else None)
+    attack_run: Attack | None = None
     try:
         context = None
         if tls:
@@ -174,15 +257,30 @@ def run_attack(attack: str, connections: int, seconds: float, max_connections: i
         pid = exporter.process.pid
         clients.scrape()
         time.sleep(1)
-        rest = (status_kib(pid), open_fds(pid))
+        rest, rest_kinds = (status_kib(pid), open_fds(pid)), resident_kinds(pid)
         attacker = subprocess.Popen(
-            [sys.executable, "-c", ATTACKER, str(clients.port), stall.hex(), str(connections)],
+            [sys.executable, "-c", ATTACKER, str(clients.port), stall_bytes(attack).hex(), str(connections)],
             stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
         )
+        attack_run = Attack(clients, pid, rest, rest_kinds, attacker)
+        yield attack_run
+    finally:
+        if attack_run is not None:
+            attack_run.stop()
+        exporter.stop()
+
+
+def run_attack(
+    attack: str, connections: int, seconds: float, max_connections: int, config: Path, *, target: Target | None = None
+) -> Outcome:
+    """One attack against a fresh exporter (``config``: a web config serving TLS, for the TLS attacks)."""
+    with attacking(target or Target(), attack, connections, max_connections, config) as run:
+        clients = run.clients
         worst = {"probe": 0.0, "scrape": 0.0}
         failures = 0
-        peak = rest
+        peak = run.rest
+        overflows = listen_overflows()
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             for name, measure in (("probe", clients.probe), ("scrape", clients.scrape)):
@@ -190,62 +288,38 @@ def run_attack(attack: str, connections: int, seconds: float, max_connections: i
                     worst[name] = max(worst[name], measure())
                 except (OSError, RuntimeError, http.client.HTTPException):
                     failures += 1
-            peak = (max(peak[0], status_kib(pid)), max(peak[1], open_fds(pid)))
+            now = run.measure()
+            peak = (max(peak[0], now[0]), max(peak[1], now[1]))
             time.sleep(0.2)
-        assert attacker.stdin is not None
-        attacker.stdin.close()
-        attacker.wait(30)
+        overflows = listen_overflows() - overflows
+        run.stop()
         time.sleep(15)
-        after = (status_kib(pid), open_fds(pid))
+        after, after_kinds = run.measure(), resident_kinds(run.pid)
         body = clients.get(clients.scraper, "/metrics")[1].decode()
         evicted = re.search(r'http_connections_closed_total\{reason="evicted"\} (\S+)', body)
         return Outcome(
-            (rest[0], peak[0], after[0]),
-            (rest[1], peak[1], after[1]),
+            (run.rest[0], peak[0], after[0]),
+            (run.rest[1], peak[1], after[1]),
             worst["probe"],
             worst["scrape"],
             failures,
             evicted.group(1) if evicted else "?",
+            overflows,
+            {kind: after_kinds[kind] - run.rest_kinds[kind] for kind in after_kinds},
         )
-    finally:
-        exporter.stop()
 
 
-def per_connection_kib(attack: str, connections: int, config: Path) -> float:
+def per_connection_kib(attack: str, connections: int, config: Path, target: Target | None = None) -> float:
     """The exporter's RSS growth per connection while ``connections`` of them are held stalled by ``attack``,
     none evicted (the cap is set above their count), measured 1 s after the last one connected."""
-    tls = STALLS[attack][1]
-    tls_args = [f"--web.config.file={config}"] if tls else []
-    exporter = start_exporter(["--collect.backend=demo", f"--web.max-connections={connections + 64}", *tls_args])
-    try:
-        context = None
-        if tls:
-            context = ssl.create_default_context()
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        clients = Clients(exporter.address, context)
-        pid = exporter.process.pid
-        clients.scrape()
+    with attacking(target or Target(), attack, connections, connections + 64, config) as run:
+        assert run.attacker.stdout is not None
+        run.attacker.stdout.readline()  # "ready": every connection is open
         time.sleep(1)
-        rest = status_kib(pid)
-        attacker = subprocess.Popen(
-            [sys.executable, "-c", ATTACKER, str(clients.port), stall_bytes(attack).hex(), str(connections)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
-        assert attacker.stdout is not None
-        assert attacker.stdin is not None
-        attacker.stdout.readline()  # "ready": every connection is open
-        time.sleep(1)
-        held = open_fds(pid)
-        grown = status_kib(pid) - rest
-        attacker.stdin.close()
-        attacker.wait(30)
-        if held < connections:
-            raise RuntimeError(f"only {held} fds open in the exporter for {connections} connections")
-        return grown / connections
-    finally:
-        exporter.stop()
+        held, grown = open_fds(run.pid), status_kib(run.pid) - run.rest[0]
+    if held < connections:
+        raise RuntimeError(f"only {held} fds open in the exporter for {connections} connections")
+    return grown / connections
 
 
 def tls_config(directory: Path) -> Path:
@@ -262,25 +336,35 @@ def main() -> None:
     parser.add_argument("--attacks", default=",".join(STALLS))
     parser.add_argument("--per-connection", action="store_true", help="measure RSS per stalled connection instead")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--where", action="store_true", help="also where the RSS that stays 15 s after lies")
+    parser.add_argument("--go-binary", metavar="PATH", help="also attack the Go exporter, after this one each time")
     args = parser.parse_args()
     config = tls_config(Path(tempfile.mkdtemp(prefix="bench-stalls-")))
+    targets = {"this exporter": Target()}
+    if args.go_binary is not None:
+        targets["Go exporter"] = Target(args.go_binary)
     if args.per_connection:
         print(f"RSS per stalled connection, {args.connections} held, KiB (rounds)")
         for attack in args.attacks.split(","):
-            rounds = [per_connection_kib(attack, args.connections, config) for _ in range(args.rounds)]
-            print(f"| {attack} | {' / '.join(f'{kib:.1f}' for kib in rounds)} |", flush=True)
+            for name, target in targets.items():
+                rounds = [per_connection_kib(attack, args.connections, config, target) for _ in range(args.rounds)]
+                print(f"| {attack} | {name} | {' / '.join(f'{kib:.1f}' for kib in rounds)} |", flush=True)
         return
     print(
         f"{args.connections} stalled connections for {args.seconds:g} s, --web.max-connections={args.max_connections}"
     )
     print(
-        "| attack | RSS rest / peak / 15 s after | fds rest / peak / after | probe worst | scrape worst | failures |",
+        "| attack | server | RSS rest / peak / 15 s after | fds rest / peak / after | probe worst | scrape worst |",
         end="",
     )
-    print(" evicted |\n|---|---|---|---:|---:|---:|---:|")
+    print(" failures | evicted | listen overflows |\n|---|---|---|---|---:|---:|---:|---:|---:|")
     for attack in args.attacks.split(","):
-        outcome = run_attack(attack, args.connections, args.seconds, args.max_connections, config)
-        print(outcome.row(attack), flush=True)
+        for name, target in targets.items():
+            outcome = run_attack(attack, args.connections, args.seconds, args.max_connections, config, target=target)
+            print(outcome.row(f"{attack} | {name}"), flush=True)
+            if args.where:
+                grown = ", ".join(f"{kind} {kib / 1024:+.1f}" for kind, kib in outcome.grown_after_kib.items())
+                print(f"<!-- {attack}, {name}: 15 s after, MiB over rest: {grown} -->", flush=True)
 
 
 if __name__ == "__main__":

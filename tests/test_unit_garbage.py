@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 import weakref
 from collections.abc import Iterator
 
@@ -85,6 +86,34 @@ def test_the_heap_is_trimmed_during_and_after_connection_churn(closed_per_tick: 
         closed += count
         seen.append(policy.due())
     assert seen == trims
+
+
+def test_the_heap_is_trimmed_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    trimmed_in: list[int] = []
+
+    def trim() -> bool:
+        trimmed_in.append(threading.get_ident())
+        return True
+
+    monkeypatch.setattr(garbage, "trim_heap", trim)
+    closed = [0]
+
+    async def main() -> int:
+        timer = asyncio.create_task(garbage.collect_periodically(0.01, lambda: closed[0]))
+        try:
+            await asyncio.sleep(0)  # the timer reads the count it starts from
+            closed[0] = garbage.TRIM_AFTER_CLOSED  # a flood's worth of closes: the next tick trims
+            for _ in range(200):  # bounded: the next tick comes after 0.01 s
+                if trimmed_in:
+                    break
+                await asyncio.sleep(0.01)
+            return threading.get_ident()
+        finally:
+            timer.cancel()
+
+    loop_thread = run(main)
+    assert trimmed_in, "no trim"
+    assert trimmed_in[0] != loop_thread  # a trim walks every arena (1-8 ms): not on the loop that answers scrapes
 
 
 def test_trimming_the_heap_gives_back_what_a_c_library_freed() -> None:

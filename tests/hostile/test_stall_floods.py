@@ -9,7 +9,9 @@ running (load average 9-17; BENCHMARKS.md, "Stalled connections"), with room for
 keep-alive scrape's worst was 51-597 ms over ten runs (2.9 s before the cap's ranking was reused across a flood's
 admits). A probe opens a new connection: when its SYN arrives while the listen queue (128) is full of the flood's
 reconnections the kernel drops it and the client sends it again 1 s later, so its worst was 271-708 ms, or
-1.1-1.4 s in the runs where that happened."""
+1.1-1.4 s in the runs where that happened. A 4,096-deep queue ends the drops but triples the flood's evictions and
+slows the scrape past 1 s; the Go exporter, which holds every connection (no cap), answered these probes in 5-91 ms
+on this machine (BENCHMARKS.md, "Beside the Go exporter, and what stays after a flood")."""
 
 from __future__ import annotations
 

@@ -10,13 +10,15 @@ way to size the buffer: :class:`CompactTLSProtocol` subclasses the private ``SSL
 while the class still has the shape relied on (:func:`sslproto_mismatches`); anywhere else TLS is served by the
 public ``loop.create_server(ssl=...)`` with asyncio's own buffer, which costs memory, never correctness.
 
-OpenSSL's state for a connection costs about 45 KiB once its handshake has begun (its read and write buffers are
-made by the first ``do_handshake``, even with nothing to read), where Go's server holds about 17 KiB per stalled
-handshake. So a connection starts under :class:`FirstRecord`, which holds what the client sends as plain bytes
-until its first TLS record is whole (the five-byte record header says how long, at most :data:`MAX_RECORD_BYTES`),
-and only then makes the TLS protocol and hands it the bytes: a silent connection, or one that sent part of a
-ClientHello, holds a socket and a few small objects. Anything that cannot become a whole handshake record (another
-record type, a longer record) goes to OpenSSL at once, which refuses it with its alert.
+OpenSSL's state for a connection costs about 45 KiB once its handshake has begun, none of it sized by anything
+Python's ``ssl`` can set: the handshake message buffer (16 KiB, allocated as 21 KiB), the ``SSL`` object (7.6 KiB)
+and the two 4 KiB buffers of the handshake's write BIO, made by the first ``do_handshake``, plus the session and the
+cipher and digest contexts (BENCHMARKS.md, "Memory per stalled TLS connection"); Go's server holds about as much
+per stalled handshake. So a connection starts under :class:`FirstRecord`, which holds what the client sends as plain
+bytes until its first TLS record is whole (the five-byte record header says how long, at most
+:data:`MAX_RECORD_BYTES`), and only then makes the TLS protocol and hands it the bytes: a silent connection, or one
+that sent part of a ClientHello, holds a socket and a few small objects. Anything that cannot become a whole
+handshake record (another record type, a longer record) goes to OpenSSL at once, which refuses it with its alert.
 
 :class:`FirstRecord` tells the connection's deadline protocol (:class:`TlsHooks`) when the TCP connection is
 accepted, before its handshake, and :class:`CompactTLSProtocol` when it closes: a connection stalled in its
