@@ -527,7 +527,7 @@ static void add_rtx(void) {
     d->pstate = 2;
     d->reasons_supported = 0x1FF;
     d->reasons_active = 0x4;
-    d->fv_sw_power_cap = 212553937;
+    d->fv_sw_power_cap = 212553937000LL; /* ns: nvidia-smi prints 212553937 us */
     d->mem_total = 16376 * MIB;
     d->mem_reserved = 433 * MIB + 5;
     d->mem_used = 1473 * MIB + 7;
