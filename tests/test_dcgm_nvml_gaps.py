@@ -3,12 +3,22 @@ the NVML supplement's failures as a self-metric (docs/dcgm.md)."""
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import replace
+
 import pytest
 
+from nvidia_gpu_exporter.backends import CollectionError
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.backends.nvml import open_backend
+from nvidia_gpu_exporter.backends.nvml.backend import STILL_IN_PROGRESS
+from nvidia_gpu_exporter.backends.nvml.supplement import NvmlSupplemented, failure_reason
 from nvidia_gpu_exporter.model.snapshot import Readings
 from nvml_fixtures import InProcessFake
+from test_docs import served_families, undocumented
+from test_exec_nvml_supplement import _supplemented  # noqa: F401 - the supplemented fixture
+from unit_helpers import exposition as unit_exposition
+from unit_helpers import success_snapshot
 
 
 def collect_nvml(*, dcgm_readings: bool = False) -> tuple[dict[str, str], Readings]:
@@ -45,3 +55,66 @@ def test_the_power_violation_is_field_74_in_ns_unscaled(fake_nvml: InProcessFake
     assert readings.extras is not None
     assert readings.extras.gpus[0].power_violation_ns == 212553937999.0
     assert row["clocks_event_reasons_counters.sw_power_cap"] == "212553937 us"  # one reading, two units
+
+
+# -- the NVML supplement's failures (exec backend under the DCGM profile) ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("commands", "expected"),
+    [
+        (("rc nvmlDeviceGetCount_v2 3",), (("not_supported", 2),)),  # NVML's return code, without ERROR_
+        (("rc nvmlDeviceGetCount_v2 15",), (("gpu_is_lost", 2),)),
+        ((), ()),
+    ],
+)
+def test_failed_supplement_cycles_are_counted_by_nvmls_return_code(
+    supplemented: NvmlSupplemented, fake_nvml: InProcessFake, commands: tuple[str, ...], expected: object
+) -> None:
+    fake_nvml.command(*commands)
+    asyncio.run(supplemented.collect())
+    asyncio.run(supplemented.collect())
+    assert supplemented.supplement_failures() == expected
+
+
+def test_a_cycle_still_in_the_driver_counts_as_in_progress() -> None:
+    assert failure_reason(CollectionError(STILL_IN_PROGRESS)) == "in_progress"
+    assert failure_reason(CollectionError("NVML reports no GPUs", -1)) == "error"
+
+
+def test_only_the_supplemented_backend_has_supplement_failures(supplemented: NvmlSupplemented) -> None:
+    assert supplemented.inner.supplement_failures() is None
+    assert supplemented.nvml.supplement_failures() is None
+
+
+SUPPLEMENT_FAILURES = "nvidia_gpu_exporter_nvml_supplement_failures_total"
+
+
+@pytest.mark.parametrize(
+    ("failures", "expected"),
+    [
+        ((("gpu_is_lost", 1), ("not_supported", 3)), ['reason="gpu_is_lost"} 1', 'reason="not_supported"} 3']),
+        ((), None),  # none failed yet: no series
+        (None, None),  # no supplement
+    ],
+)
+def test_the_supplement_failures_are_an_own_counter_served_under_every_profile(
+    failures: tuple[tuple[str, int], ...] | None, expected: list[str] | None
+) -> None:
+    snapshot = replace(success_snapshot([]), supplement_failures=failures)
+    exposition, _ = unit_exposition()
+    text = exposition.render(snapshot)
+    lines = [line.split("{", 1)[1] for line in text.splitlines() if line.startswith(SUPPLEMENT_FAILURES + "{")]
+    if expected is None:
+        assert SUPPLEMENT_FAILURES not in text
+        return
+    assert f"# TYPE {SUPPLEMENT_FAILURES} counter\n" in text
+    assert lines == expected
+
+
+def test_the_supplement_failures_family_is_documented() -> None:
+    snapshot = replace(success_snapshot([]), supplement_failures=(("timeout", 1),))
+    exposition, _ = unit_exposition()
+    served = served_families(exposition.render(snapshot))
+    assert SUPPLEMENT_FAILURES in served
+    assert undocumented({SUPPLEMENT_FAILURES: served[SUPPLEMENT_FAILURES]}) == []

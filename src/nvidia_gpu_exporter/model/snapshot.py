@@ -358,6 +358,7 @@ class Snapshot:
     kernel_log: KernelLogStatus | None = None  # None when the kernel-log source was never configured
     kubernetes: KubernetesAttribution | None = None  # None unless --kubernetes.* attribution is on
     stuck_children: StuckChildren | None = None  # exec only; rendered whatever the attempt's outcome
+    supplement_failures: SupplementFailures | None = None  # the exec backend's NVML supplement; None without one
     pci: PciInventory | None = None  # what sysfs lists (lost GPUs); rendered whatever the attempt's outcome
     # Processes summed into an overflow series since the start (--collect.process-usage); None when that is off.
     process_usage_overflowed: int | None = None
@@ -368,6 +369,10 @@ class Snapshot:
     pod_allocations: tuple[PodAllocation, ...] | None = None
     # The Slurm jobs of the served GPU processes (--slurm.jobs); None when that is off.
     slurm_jobs: tuple[ProcessJob, ...] | None = None
+
+
+# Failed NVML cycles beside nvidia-smi since the start, as (reason, count) pairs in reason order.
+SupplementFailures = tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,7 @@ from nvidia_gpu_exporter.model.snapshot import (
     Readings,
     StatusFamily,
     StuckChildren,
+    SupplementFailures,
     XidRecord,
 )
 
@@ -203,6 +204,10 @@ class NvmlBackend:
 
     def stuck_children(self) -> StuckChildren | None:
         """NVML runs in a thread of ours (a stuck one is STILL_IN_PROGRESS): no children."""
+        return None
+
+    def supplement_failures(self) -> SupplementFailures | None:
+        """No NVML supplement: ``None``."""
         return None
 
     async def aclose(self) -> None:
