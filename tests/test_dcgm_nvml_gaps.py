@@ -4,21 +4,40 @@ the NVML supplement's failures as a self-metric (docs/dcgm.md)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import replace
 
 import pytest
 
 from nvidia_gpu_exporter.backends import CollectionError
+from nvidia_gpu_exporter.backends.demo.extras import ExtrasSynthesizer, parse_extras
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.backends.nvml import open_backend
 from nvidia_gpu_exporter.backends.nvml.backend import STILL_IN_PROGRESS
-from nvidia_gpu_exporter.backends.nvml.supplement import NvmlSupplemented, failure_reason
-from nvidia_gpu_exporter.model.snapshot import Readings
+from nvidia_gpu_exporter.backends.nvml.supplement import NvmlSupplemented, failure_reason, open_supplement
+from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition
+from nvidia_gpu_exporter.exposition.dcgm_counters import parse_counters
+from nvidia_gpu_exporter.exposition.dcgm_p2p import link_status
+from nvidia_gpu_exporter.model.snapshot import (
+    Attempt,
+    GpuExtras,
+    GpuTable,
+    NvmlExtras,
+    P2PStatus,
+    Readings,
+    Snapshot,
+)
 from nvml_fixtures import InProcessFake
 from test_docs import served_families, undocumented
-from test_exec_nvml_supplement import _supplemented  # noqa: F401 - the supplemented fixture
+from test_exec_nvml_supplement import (
+    SAME_GPUS,
+    UUIDS,
+    _supplemented,  # noqa: F401 - the supplemented fixture
+    exec_backend,
+)
+from test_unit_dcgm import IDENTITY, UUID, samples
 from unit_helpers import exposition as unit_exposition
-from unit_helpers import success_snapshot
+from unit_helpers import gpu_row, query_fields, success_snapshot
 
 
 def collect_nvml(*, dcgm_readings: bool = False) -> tuple[dict[str, str], Readings]:
@@ -118,3 +137,122 @@ def test_the_supplement_failures_family_is_documented() -> None:
     served = served_families(exposition.render(snapshot))
     assert SUPPLEMENT_FAILURES in served
     assert undocumented({SUPPLEMENT_FAILURES: served[SUPPLEMENT_FAILURES]}) == []
+
+
+# -- DCGM_EXP_P2P_STATUS -------------------------------------------------------------------------------------------
+
+UUID_1 = "GPU-8d42e1b5-0c9f-4a73-b2e6-5f17c3d9a804"
+P2P_FIELDS = query_fields([("driver_version", "driver_version")])
+GPU_0 = (
+    f'gpu="0",UUID="{UUID}",pci_bus_id="00000000:07:00.0",device="nvidia0",modelName="NVIDIA A100-SXM4-80GB",'
+    'hostname="node-1"'
+)
+GPU_1 = (
+    GPU_0.replace('gpu="0"', 'gpu="1"').replace(UUID, UUID_1).replace("07:00", "0A:00").replace("nvidia0", "nvidia1")
+)
+
+
+def p2p_snapshot(p2p: P2PStatus | None) -> Snapshot:
+    rows = tuple(
+        gpu_row(P2P_FIELDS, **{**IDENTITY, "index": str(index), "uuid": uuid, "pci.bus_id": bus})
+        for index, (uuid, bus) in enumerate(((UUID, "00000000:07:00.0"), (UUID_1, "00000000:0A:00.0")))
+    )
+    extras = NvmlExtras(gpus=(GpuExtras(UUID), GpuExtras(UUID_1)), p2p=p2p)
+    return Snapshot(Attempt(Readings(GpuTable(rows), None, "12.4", extras), 0, 0.1, 1.0), 0, 1.0)
+
+
+def p2p_exposition(extras: bool = True) -> DcgmExposition:
+    counters = parse_counters("DCGM_EXP_P2P_STATUS, counter, P2P NvLink status\n", "c.csv")
+    return DcgmExposition(P2P_FIELDS, "node-1", counters=counters, extras=extras)
+
+
+def test_p2p_status_is_one_series_per_ordered_gpu_pair_with_dcgm_exporters_labels() -> None:
+    """p2p_status_collector.go: every GPU to every other, peer_gpu and link_status after the GPU's labels (Go's
+    template writes its label map in key order), the value the status code."""
+    text = p2p_exposition().render(p2p_snapshot(P2PStatus((UUID, UUID_1), ((0, 3), (0, 0)))))
+    assert "# HELP DCGM_EXP_P2P_STATUS P2P NvLink status\n# TYPE DCGM_EXP_P2P_STATUS counter\n" in text
+    assert samples(text) == [
+        f'DCGM_EXP_P2P_STATUS{{{GPU_0},link_status="TopologyNotSupported",peer_gpu="1"}} 3',
+        f'DCGM_EXP_P2P_STATUS{{{GPU_1},link_status="OK",peer_gpu="0"}} 0',
+    ]
+
+
+@pytest.mark.parametrize(
+    ("status", "word"),
+    [
+        (0, "OK"),
+        (1, "ChipsetNotSupported"),
+        (2, "GPUNotSupported"),
+        (3, "TopologyNotSupported"),
+        (4, "DisabledByRegKey"),
+        (5, "NotSupported"),
+        (6, "Unknown"),
+        (99, "Unknown"),  # p2pStatusToString's default
+    ],
+)
+def test_each_p2p_status_is_named_as_dcgm_exporter_names_it(status: int, word: str) -> None:
+    assert link_status(status) == word
+
+
+def test_no_p2p_series_where_nvml_did_not_answer_for_every_pair() -> None:
+    assert samples(p2p_exposition().render(p2p_snapshot(None))) == []
+
+
+def test_p2p_status_is_served_only_when_the_counters_file_lists_it() -> None:
+    served = DcgmExposition(P2P_FIELDS, "node-1").render(p2p_snapshot(P2PStatus((UUID, UUID_1), ((0, 0), (0, 0)))))
+    assert "DCGM_EXP_P2P_STATUS" not in served
+
+
+def test_p2p_status_without_nvml_readings_is_named_in_the_startup_warning(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        p2p_exposition(extras=False)
+    (warning,) = [record for record in caplog.records if record.levelno == logging.WARNING]
+    assert "DCGM_EXP_P2P_STATUS (line 1: needs NVML's P2P status" in warning.__dict__["fields"]
+
+
+def test_the_nvml_backend_reads_the_nvlink_p2p_status_of_every_pair_when_asked(fake_nvml: InProcessFake) -> None:
+    fake_nvml.command("reset mig", "p2p 0 1 2 4", "p2p * * 0 5")  # NVLink index 2; the read index 0 is not asked
+    backend = open_backend(FieldRequest(), watch_xids=False, dcgm_readings=True, p2p_status=True)
+    try:
+        readings = backend.collect_blocking()
+    finally:
+        backend.session.close(5)
+    assert readings.extras is not None
+    p2p = readings.extras.p2p
+    assert p2p is not None
+    assert p2p.uuids == tuple(gpu.gpu_uuid for gpu in readings.extras.gpus)
+    assert [p2p.statuses[0][1], p2p.statuses[1][0]] == [4, 0]
+
+
+@pytest.mark.parametrize(("asked", "commands"), [(False, ()), (True, ("rc nvmlDeviceGetP2PStatus 3",))])
+def test_no_p2p_status_unless_asked_and_none_when_a_pair_fails(
+    fake_nvml: InProcessFake, asked: bool, commands: tuple[str, ...]
+) -> None:
+    fake_nvml.command("reset mig", *commands)
+    fake_nvml.reset_calls()
+    backend = open_backend(FieldRequest(), watch_xids=False, dcgm_readings=True, p2p_status=asked)
+    try:
+        readings = backend.collect_blocking()
+    finally:
+        backend.session.close(5)
+    assert readings.extras is not None
+    assert readings.extras.p2p is None
+    assert fake_nvml.calls("nvmlDeviceGetP2PStatus") == (1 if asked else 0)  # DCGM stops at the first failure
+
+
+def test_the_exec_backends_supplement_reads_p2p_status_when_asked(fake_nvml: InProcessFake) -> None:
+    fake_nvml.command(*SAME_GPUS)
+    backend = NvmlSupplemented(exec_backend(), open_supplement(p2p_status=True))
+    try:
+        readings = asyncio.run(backend.collect())
+    finally:
+        asyncio.run(backend.aclose())
+    assert readings.extras is not None
+    assert readings.extras.p2p is not None
+    assert readings.extras.p2p.uuids == UUIDS
+
+
+def test_the_demo_simulates_an_nvlink_node_every_pair_ok() -> None:
+    synthesizer = ExtrasSynthesizer(parse_extras(None), 1)
+    extras = synthesizer.cycle(1.0, [UUID, UUID_1], [100.0, 100.0])
+    assert extras.p2p == P2PStatus((UUID, UUID_1), ((0, 0), (0, 0)))

@@ -19,8 +19,6 @@ from fractions import Fraction
 from nvidia_gpu_exporter.exposition.dcgm_counters import Counter
 from nvidia_gpu_exporter.exposition.dcgm_events import (
     DEFAULT_WINDOW_MS,
-    P2P_REASON,
-    P2P_STATUS,
     XID_NAMES,
     DcgmEvents,
     EventFamily,
@@ -41,6 +39,8 @@ from nvidia_gpu_exporter.exposition.dcgm_generations import (
 )
 from nvidia_gpu_exporter.exposition.dcgm_health import NAME as HEALTH_STATUS
 from nvidia_gpu_exporter.exposition.dcgm_health import health_status_text
+from nvidia_gpu_exporter.exposition.dcgm_p2p import NAME as P2P_STATUS
+from nvidia_gpu_exporter.exposition.dcgm_p2p import NEEDS_NVML, p2p_status_text
 from nvidia_gpu_exporter.exposition.dcgm_xids import xid_message
 from nvidia_gpu_exporter.exposition.text import escape_label_value, format_value, has_surrogates, header
 from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution
@@ -583,6 +583,13 @@ def gpu_instances(extras: NvmlExtras | None) -> dict[str, list[_GpuInstance]]:
     return by_gpu
 
 
+def _value_type_problem(counter: Counter) -> str | None:
+    """Why an exporter family (events, P2P) cannot have the listed type: it is a value."""
+    if counter.metric_type not in ("gauge", "counter"):
+        return f"typed {counter.metric_type}: it is a value, served as a gauge or counter"
+    return None
+
+
 def _not_servable(family: DcgmFamily | None, counter: Counter) -> str | None:
     """Why a counters-file record cannot be served as written, or ``None`` when its type fits the field."""
     if family is None:
@@ -644,6 +651,7 @@ class DcgmExposition:
         # Only when listed, as dcgm-exporter (its default file has it commented out): the built-in set stays its own.
         self._health_status = any(counter.name == HEALTH_STATUS for counter in counters or ())
         events: list[EventFamily] = []
+        self._p2p: EventFamily | None = None  # DCGM_EXP_P2P_STATUS as listed (dcgm_p2p.py)
         self._mask_column = next(
             (column for name in _MASK_FIELDS if (column := column_of(fields, name)) is not None), None
         )
@@ -658,7 +666,14 @@ class DcgmExposition:
             first_line[counter.name] = counter.line
             if counter.name == HEALTH_STATUS:  # the verdict, rendered last (dcgm_health.py)
                 continue
-            if counter.name in EVENT_NAMES or counter.name == P2P_STATUS:
+            if counter.name == P2P_STATUS:
+                reason = _value_type_problem(counter) or (None if extras else NEEDS_NVML)
+                if reason is None:
+                    self._p2p = EventFamily(counter.name, counter.metric_type, counter.help)
+                else:
+                    unavailable.append(f"{counter.name} (line {counter.line}: {reason})")
+                continue
+            if counter.name in EVENT_NAMES:
                 reason = self._event_problem(counter)
                 if reason is None:
                     events.append(EventFamily(counter.name, counter.metric_type, counter.help))
@@ -685,10 +700,9 @@ class DcgmExposition:
 
     def _event_problem(self, counter: Counter) -> str | None:
         """Why an exporter event family cannot be served as listed, or ``None``."""
-        if counter.name == P2P_STATUS:
-            return P2P_REASON
-        if counter.metric_type not in ("gauge", "counter"):
-            return f"typed {counter.metric_type}: it is a value, served as a gauge or counter"
+        problem = _value_type_problem(counter)
+        if problem is not None:
+            return problem
         if counter.name in XID_NAMES and not self.xids:
             return "XIDs are not read (--collect.xid-source=off)"
         if counter.name not in XID_NAMES and self._mask_column is None:
@@ -754,11 +768,26 @@ class DcgmExposition:
         text = self._render(attempt.readings, snapshot.xids, attribution, snapshot.pod_usage)
         if self._events is not None:
             text += self._event_text(attempt.finished_at, attempt.readings, snapshot.xids, attribution)
+        extras = attempt.readings.extras
+        if self._p2p is not None and extras is not None and extras.p2p is not None:
+            text += p2p_status_text(
+                self._p2p.metric_type, self._p2p.help, extras.p2p, self._whole_gpus(attempt.readings)
+            )
         if not self._health_status:
             return text
         rows = attempt.readings.gpus.rows
         gpus = {normalize_uuid(row[self._identity[1]]): self._labels(row, None, None) for row in rows}
         return text + health_status_text({uuid: labels for uuid, labels in gpus.items() if labels}, snapshot.verdicts)
+
+    def _whole_gpus(self, readings: Readings) -> dict[str, tuple[str, str]]:
+        """Each GPU read, as a whole GPU: normalized uuid -> (index, label text); one that cannot be labelled is
+        left out."""
+        gpus: dict[str, tuple[str, str]] = {}
+        for row in readings.gpus.rows:
+            labels = self._labels(row, None, None)
+            if labels is not None:
+                gpus[normalize_uuid(row[self._identity[1]])] = (row[self._identity[0]], labels)
+        return gpus
 
     def _event_text(
         self,

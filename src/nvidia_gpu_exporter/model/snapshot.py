@@ -219,12 +219,24 @@ class MigInstanceReading:
 
 
 @dataclass(frozen=True, slots=True)
+class P2PStatus:
+    """NVML's NVLink peer-to-peer status between every two GPUs (``nvmlDeviceGetP2PStatus`` with
+    ``NVML_P2P_CAPS_INDEX_NVLINK``, as DCGM reads it): ``statuses[i][j]`` from ``uuids[i]`` to ``uuids[j]``, an
+    ``nvmlGpuP2PStatus_t`` (0 OK, 1 chipset, 2 GPU, 3 topology not supported, 4 disabled by regkey, 5 not supported,
+    6 unknown); the diagonal means nothing."""
+
+    uuids: tuple[str, ...]  # as the driver reports them, in NVML index order
+    statuses: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class NvmlExtras:
     """The families only NVML (and the demo, which simulates it) can serve."""
 
     gpus: tuple[GpuExtras, ...] = ()
     mig_devices: tuple[MigDevice, ...] = ()
     mig_instances: tuple[MigInstanceReading, ...] = ()
+    p2p: P2PStatus | None = None  # read only when asked for (DCGM_EXP_P2P_STATUS listed); None: not read, or failed
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from nvidia_gpu_exporter.model.snapshot import (
     MigDevice,
     MigInstanceReading,
     NvmlExtras,
+    P2PStatus,
     ProcessList,
     ProcessRow,
     XidRecord,
@@ -467,6 +468,12 @@ def process_slot(pid: str, slots: int) -> int:
     return hashlib.sha256(pid.encode()).digest()[0] % slots
 
 
+def _nvlink_node(uuids: Sequence[str]) -> P2PStatus:
+    """The simulated node's GPUs all share one NVLink fabric (an HGX board): every pair's P2P status is OK (0)."""
+    ok = (0,) * len(uuids)
+    return P2PStatus(tuple(uuids), (ok,) * len(uuids))
+
+
 def cycle_seed(seed: int, cycle: int) -> int:
     """The seed of one cycle's random source: a hash, so neighbouring cycles draw unrelated values."""
     return int.from_bytes(hashlib.sha256(f"{seed}/{cycle}".encode()).digest()[:8], "big")
@@ -514,7 +521,7 @@ class ExtrasSynthesizer:
         )
         devices, instances = self._mig(rng, uuids)
         self._synthesize_xids(rng, now, uuids)
-        return NvmlExtras(gpus, devices, instances)
+        return NvmlExtras(gpus, devices, instances, _nvlink_node(uuids))
 
     def _integrate_energy(self, now: float, uuids: Sequence[str], powers: Sequence[float | None]) -> list[float]:
         """Trapezoid rule over the elapsed wall time; first sight of a GPU starts at 0 J."""

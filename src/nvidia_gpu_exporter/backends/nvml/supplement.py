@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 # What the exec backend serves only with the supplement (docs/dcgm.md, "The exec backend and NVML").
 NVML_ONLY = (
     "energy, PCIe replays, NVLink bandwidth and errors, violation times, GPM profiling ratios, "
-    "per-MIG-instance readings"
+    "per-MIG-instance readings, NVLink P2P status"
 )
 SUPPLEMENT_QUERY = FieldRequest("uuid")  # the key; every reading it adds is an NvmlExtras one
 IN_PROGRESS = "in_progress"
@@ -116,7 +116,7 @@ class NvmlSupplemented:
             await self.nvml.aclose()
 
 
-def open_supplement(*, pcie_throughput: bool = False) -> NvmlBackend:
+def open_supplement(*, pcie_throughput: bool = False, p2p_status: bool = False) -> NvmlBackend:
     """An NVML cycle reading only the DCGM profile's NVML-only fields; BackendSetupError when NVML cannot serve."""
     try:
         return open_backend(
@@ -125,15 +125,16 @@ def open_supplement(*, pcie_throughput: bool = False) -> NvmlBackend:
             watch_xids=False,  # XIDs stay the exec backend's source's (--collect.xid-source)
             gpm_whole_gpus=True,
             dcgm_readings=True,
+            p2p_status=p2p_status,
         )
     except FieldResolutionError as error:
         raise BackendSetupError(str(error)) from error
 
 
-async def supplement(inner: Backend, *, pcie_throughput: bool = False) -> Backend:
+async def supplement(inner: Backend, *, pcie_throughput: bool = False, p2p_status: bool = False) -> Backend:
     """``inner`` with the NVML supplement when libnvidia-ml loads; else ``inner``, and one warning saying why."""
     try:
-        nvml = await asyncio.to_thread(open_supplement, pcie_throughput=pcie_throughput)
+        nvml = await asyncio.to_thread(open_supplement, pcie_throughput=pcie_throughput, p2p_status=p2p_status)
     except BackendSetupError as error:
         log.warning(
             "the exec backend reads no NVML-only DCGM fields",
