@@ -15,7 +15,7 @@ from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.backends.nvml import open_backend
 from nvidia_gpu_exporter.backends.nvml.backend import STILL_IN_PROGRESS
 from nvidia_gpu_exporter.backends.nvml.supplement import NvmlSupplemented, failure_reason, open_supplement
-from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition
+from nvidia_gpu_exporter.exposition.dcgm import FABRIC_FAMILIES, DcgmExposition
 from nvidia_gpu_exporter.exposition.dcgm_counters import parse_counters
 from nvidia_gpu_exporter.exposition.dcgm_p2p import link_status
 from nvidia_gpu_exporter.model.snapshot import (
@@ -36,6 +36,7 @@ from test_exec_nvml_supplement import (
     exec_backend,
 )
 from test_unit_dcgm import IDENTITY, UUID, samples
+from test_unit_dcgm_nvml_fields import docs_table
 from unit_helpers import exposition as unit_exposition
 from unit_helpers import gpu_row, query_fields, success_snapshot
 
@@ -256,3 +257,75 @@ def test_the_demo_simulates_an_nvlink_node_every_pair_ok() -> None:
     synthesizer = ExtrasSynthesizer(parse_extras(None), 1)
     extras = synthesizer.cycle(1.0, [UUID, UUID_1], [100.0, 100.0])
     assert extras.p2p == P2PStatus((UUID, UUID_1), ((0, 0), (0, 0)))
+
+
+# -- fabric health on NVSwitch systems ---------------------------------------------------------------------------
+
+FABRIC_FIELDS = query_fields(
+    [
+        ("fabric.state", "fabric.state"),
+        ("fabric.status", "fabric.status"),
+        ("fabric.cliqueId", "fabric.cliqueId"),
+        ("fabric.clusterUuid", "fabric.clusterUuid"),
+    ]
+)
+FABRIC_COUNTERS = (
+    "DCGM_FI_DEV_FABRIC_MANAGER_STATUS, gauge, s\nDCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE, gauge, e\n"
+    "DCGM_FI_DEV_FABRIC_CLIQUE_ID, gauge, c\nDCGM_FI_DEV_FABRIC_CLUSTER_UUID, label, u\n"
+)
+CLUSTER = "5b3c1e2a-9d8f-4c7b-a6e5-0f1d2c3b4a59"
+
+
+def render_fabric(state: str, status: str, counters: str = FABRIC_COUNTERS) -> list[str]:
+    cells = {"fabric_state": state, "fabric_status": status, "fabric_cliqueId": "7", "fabric_clusterUuid": CLUSTER}
+    row = gpu_row(FABRIC_FIELDS, **{**IDENTITY, **cells})
+    exposition = DcgmExposition(FABRIC_FIELDS, "node-1", counters=parse_counters(counters, "c.csv"))
+    return [line.replace(GPU_0, "GPU") for line in samples(exposition.render(success_snapshot([row])))]
+
+
+# DCGM's ReadFabricManagerStatusField / GetFMStatusFromStruct: dcgmFabricManagerStatus_t from NVML's fabric state,
+# the error code (a DCGM return code) only once the state is completed.
+@pytest.mark.parametrize(
+    ("state", "status", "fm_status", "error_code"),
+    [
+        ("Completed", "Success", "3", "0"),  # DcgmFMStatusSuccess, DCGM_ST_OK
+        ("Completed", "Not Supported", "4", "-6"),  # DcgmFMStatusFailure, NvmlReturnToDcgmReturn(NOT_SUPPORTED)
+        ("Completed", "Timeout", "4", "-11"),
+        ("Completed", "Some Future Error", "4", "-8"),  # the switch's default: DCGM_ST_NVML_ERROR
+        ("In Progress", "N/A", "2", None),  # the error is blank before completion
+        ("Not Started", "N/A", "1", None),
+    ],
+)
+def test_the_fabric_manager_status_and_error_are_dcgms_encodings(
+    state: str, status: str, fm_status: str, error_code: str | None
+) -> None:
+    lines = render_fabric(state, status)
+    assert f'DCGM_FI_DEV_FABRIC_MANAGER_STATUS{{GPU,DCGM_FI_DEV_FABRIC_CLUSTER_UUID="{CLUSTER}"}} {fm_status}' in lines
+    errors = [line for line in lines if line.startswith("DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE{")]
+    assert errors == ([] if error_code is None else [errors[0].rsplit(" ", 1)[0] + f" {error_code}"])
+    assert f'DCGM_FI_DEV_FABRIC_CLIQUE_ID{{GPU,DCGM_FI_DEV_FABRIC_CLUSTER_UUID="{CLUSTER}"}} 7' in lines
+
+
+def test_a_gpu_without_fabric_has_no_fabric_series() -> None:
+    """NVML's NOT_SUPPORTED (a PCIe GPU): nvidia-smi prints N/A and DCGM's fields are blank, which dcgm-exporter
+    skips."""
+    row = gpu_row(FABRIC_FIELDS, **{**IDENTITY, "fabric_state": "[N/A]", "fabric_status": "[N/A]"})
+    exposition = DcgmExposition(FABRIC_FIELDS, "node-1", counters=parse_counters(FABRIC_COUNTERS, "c.csv"))
+    assert samples(exposition.render(success_snapshot([row]))) == []
+
+
+def test_the_error_field_is_served_under_its_dcgm_4_name_too() -> None:
+    lines = render_fabric("Completed", "Success", "DCGM_FI_DEV_FABRIC_MANAGER_ERROR, gauge, e\n")
+    assert lines == ["DCGM_FI_DEV_FABRIC_MANAGER_ERROR{GPU} 0"]
+
+
+def test_the_fabric_fields_need_the_fabric_query_fields(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        DcgmExposition(P2P_FIELDS, "node-1", counters=parse_counters(FABRIC_COUNTERS, "c.csv"))
+    (warning,) = [record for record in caplog.records if record.levelno == logging.WARNING]
+    assert "DCGM_FI_DEV_FABRIC_MANAGER_STATUS (line 1: fabric.state is not queried)" in warning.__dict__["fields"]
+
+
+def test_the_docs_table_of_fabric_fields_is_the_code_s() -> None:
+    rows = docs_table("<!-- fabric fields table -->", "<!-- end of fabric fields table -->")
+    assert [(row[0], row[1]) for row in rows] == [(family.name, family.metric_type) for family in FABRIC_FAMILIES]

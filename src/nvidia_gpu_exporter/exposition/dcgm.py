@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import socket
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
@@ -43,6 +43,7 @@ from nvidia_gpu_exporter.exposition.dcgm_p2p import NAME as P2P_STATUS
 from nvidia_gpu_exporter.exposition.dcgm_p2p import NEEDS_NVML, p2p_status_text
 from nvidia_gpu_exporter.exposition.dcgm_xids import xid_message
 from nvidia_gpu_exporter.exposition.text import escape_label_value, format_value, has_surrogates, header
+from nvidia_gpu_exporter.model.fabric import fabric_manager_error, fabric_manager_status
 from nvidia_gpu_exporter.model.kubernetes import KubernetesAttribution
 from nvidia_gpu_exporter.model.snapshot import (
     MigInstanceReading,
@@ -93,6 +94,10 @@ class DcgmFamily:
     # From the unit of the field's oldest name (the one its source is declared in) to this name's unit.
     factor: Fraction = SAME
     oldest: str = ""  # the field's oldest name where this is a later one ("" = this is it)
+    # A value DCGM derives from several readings: the query fields read beside ``qfield``, and the function of
+    # their cells (``qfield``'s first) giving the value, ``None`` for no sample.
+    reads: tuple[str, ...] = ()
+    decode: Callable[[Sequence[str]], float | None] | None = None
 
     @property
     def field(self) -> str:
@@ -364,6 +369,50 @@ LISTED_ONLY_FAMILIES: tuple[DcgmFamily, ...] = (
         extra="nvlink_recovery_errors",
     ),
 )
+
+
+def _fm_status(cells: Sequence[str]) -> float | None:
+    status = fabric_manager_status(cells[0], cells[1])
+    return None if status is None else float(status)
+
+
+def _fm_error(cells: Sequence[str]) -> float | None:
+    code = fabric_manager_error(cells[0], cells[1])
+    return None if code is None else float(code)
+
+
+# Fabric health on NVSwitch systems (dcgm_fields.h 170-173), listed-only too: from nvidia-smi's fabric.* cells,
+# which the nvml backend reads with nvmlDeviceGetGpuFabricInfoV as DCGM does (model/fabric.py).
+FABRIC_FAMILIES: tuple[DcgmFamily, ...] = (
+    DcgmFamily(
+        "DCGM_FI_DEV_FABRIC_MANAGER_STATUS",
+        "gauge",
+        "The status of the fabric manager - a value from dcgmFabricManagerStatus_t.",
+        "fabric.state",
+        reads=("fabric.status",),
+        decode=_fm_status,
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE",
+        "gauge",
+        "The failure that happened while starting the Fabric Manager, if any.",
+        "fabric.state",
+        reads=("fabric.status",),
+        decode=_fm_error,
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_FABRIC_CLIQUE_ID",
+        "gauge",
+        "The ID of the fabric clique to which this GPU belongs.",
+        "fabric.cliqueId",
+    ),
+)
+# A string: a `label` field, as dcgm-exporter serves strings.
+FABRIC_CLUSTER_UUID = DcgmFamily(
+    "DCGM_FI_DEV_FABRIC_CLUSTER_UUID", LABEL, "The uuid of the cluster to which this GPU belongs", "fabric.clusterUuid"
+)
+# DCGM 4's Field Naming Standard renamed some fields; go-dcgm maps both names to one field id (const_fields.go).
+DCGM_RENAMED: dict[str, str] = {"DCGM_FI_DEV_FABRIC_MANAGER_ERROR": "DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE"}
 DRIVER_VERSION = DcgmFamily("DCGM_FI_DRIVER_VERSION", LABEL, "Driver Version", "driver_version")
 # The `label` fields nvidia-smi can give, in default-counters.csv's order; only the driver's is on by default.
 LABEL_FAMILIES: tuple[DcgmFamily, ...] = (
@@ -422,7 +471,8 @@ LEGACY_NAMES: dict[str, str] = {
 def _every_spelling() -> dict[str, DcgmFamily]:
     """Every name a field has had, each with its own HELP and unit: a counters file may use any of them (1.x's
     lower-case ones in the field's DCGM unit, as go-dcgm maps them to the same field)."""
-    known = {family.name: family for family in (*ALL_FAMILIES, *LISTED_ONLY_FAMILIES, *LABEL_FAMILIES)}
+    every = (*ALL_FAMILIES, *LISTED_ONLY_FAMILIES, *FABRIC_FAMILIES, *LABEL_FAMILIES, FABRIC_CLUSTER_UUID)
+    known = {family.name: family for family in every}
     for rename in RENAMES:
         older = known[rename.old]
         known[rename.new] = replace(
@@ -432,7 +482,7 @@ def _every_spelling() -> dict[str, DcgmFamily]:
             factor=older.factor * rename.factor,
             oldest=older.field,
         )
-    for legacy, current in LEGACY_NAMES.items():
+    for legacy, current in (*LEGACY_NAMES.items(), *DCGM_RENAMED.items()):
         known[legacy] = replace(known[current], name=legacy, oldest=known[current].field)
     return known
 
@@ -646,6 +696,7 @@ class DcgmExposition:
         self.pod_labels = pod_labels  # --kubernetes.pod-labels
         self._served: list[tuple[DcgmFamily, int | None]] = []
         self._label_columns: list[tuple[str, int]] = []
+        self._decoded: dict[str, tuple[int, ...]] = {}  # a derived family's columns, by its name as served
         unavailable: list[str] = []
         first_line: dict[str, int] = {}
         # Only when listed, as dcgm-exporter (its default file has it commented out): the built-in set stays its own.
@@ -725,6 +776,14 @@ class DcgmExposition:
             return "needs the nvml or demo backend"
         if family.gpm:
             return "needs the nvml backend: NVML GPM"
+        if family.decode is not None:
+            columns = [column_of(fields, name) for name in (family.qfield, *family.reads)]
+            missing = [name for name, at in zip((family.qfield, *family.reads), columns, strict=True) if at is None]
+            if missing:
+                return f"{missing[0]} is not queried"
+            self._decoded[family.name] = tuple(at for at in columns if at is not None)
+            self._served.append((family, columns[0]))
+            return None
         column = column_of(fields, family.qfield)
         if column is None:
             return f"{family.qfield} is not queried"
@@ -941,6 +1000,8 @@ class DcgmExposition:
                         message = escape_label_value(xid_message(code, self.generation))
                         lines.append(f'{family.name}{{{entity.labels},err_code="{code}",err_msg="{message}"}} {code}\n')
                     continue
+                elif family.decode is not None:
+                    value = family.decode([entity.cells[at] for at in self._decoded[family.name]])
                 else:
                     raw = entity.cells[column] if column is not None else ""
                     value = None if raw.strip().lower() in ABSENT_TOKENS else transform_generic(raw, 1.0)
