@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from harness import start_exporter
 from nvidia_gpu_exporter.backends import CollectionError
 from nvidia_gpu_exporter.backends.demo.extras import ExtrasSynthesizer, parse_extras
 from nvidia_gpu_exporter.backends.fields import FieldRequest
@@ -27,7 +29,7 @@ from nvidia_gpu_exporter.model.snapshot import (
     Readings,
     Snapshot,
 )
-from nvml_fixtures import InProcessFake
+from nvml_fixtures import ControlFile, FakeNvmlLibrary, InProcessFake
 from test_docs import served_families, undocumented
 from test_exec_nvml_supplement import (
     SAME_GPUS,
@@ -329,3 +331,34 @@ def test_the_fabric_fields_need_the_fabric_query_fields(caplog: pytest.LogCaptur
 def test_the_docs_table_of_fabric_fields_is_the_code_s() -> None:
     rows = docs_table("<!-- fabric fields table -->", "<!-- end of fabric fields table -->")
     assert [(row[0], row[1]) for row in rows] == [(family.name, family.metric_type) for family in FABRIC_FAMILIES]
+
+
+# -- through the real server -------------------------------------------------------------------------------------
+
+
+def test_the_exporter_on_the_fake_nvml_serves_p2p_status_and_fabric_fields(
+    fake_nvml_library: FakeNvmlLibrary, tmp_path: Path
+) -> None:
+    """The nvml backend on the fake's two H200s (fabric registered), GPU 0 to GPU 1 without NVLink P2P topology."""
+    counters = tmp_path / "counters.csv"
+    counters.write_text(FABRIC_COUNTERS + "DCGM_EXP_P2P_STATUS, counter, P2P NvLink status\n", encoding="utf-8")
+    control = ControlFile(tmp_path / "control")
+    control.send("p2p 0 1 2 3")
+    exporter = start_exporter(
+        ["--collect.backend=nvml", "--metrics.profile=dcgm", "--collect.xid-source=off", f"-f={counters}"],
+        env={**fake_nvml_library.env("h200", control=control.path, gpus=2), "NODE_NAME": "node-1"},
+    )
+    try:
+        text = exporter.scrape()
+    finally:
+        exporter.stop()
+    p2p = [line for line in text.splitlines() if line.startswith("DCGM_EXP_P2P_STATUS{")]
+    assert [line.split('hostname="node-1",', 1)[1] for line in p2p] == [
+        'DCGM_FI_DEV_FABRIC_CLUSTER_UUID="00000000-0000-0000-0000-000000000000",link_status="TopologyNotSupported",'
+        'peer_gpu="1"} 3',
+        'DCGM_FI_DEV_FABRIC_CLUSTER_UUID="00000000-0000-0000-0000-000000000000",link_status="OK",peer_gpu="0"} 0',
+    ]
+    assert p2p[0].startswith('DCGM_EXP_P2P_STATUS{gpu="0",')
+    assert len([line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_FABRIC_MANAGER_STATUS{")]) == 2
+    assert 'DCGM_FI_DEV_FABRIC_MANAGER_STATUS{gpu="0",' in text
+    assert "DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE{" in text
