@@ -20,6 +20,7 @@ from nvidia_gpu_exporter.backends.nvml.supplement import NvmlSupplemented, failu
 from nvidia_gpu_exporter.exposition.dcgm import FABRIC_FAMILIES, DcgmExposition
 from nvidia_gpu_exporter.exposition.dcgm_counters import parse_counters
 from nvidia_gpu_exporter.exposition.dcgm_p2p import link_status
+from nvidia_gpu_exporter.model.fabric import fabric_manager_error, fabric_manager_status
 from nvidia_gpu_exporter.model.snapshot import (
     Attempt,
     GpuExtras,
@@ -362,3 +363,8 @@ def test_the_exporter_on_the_fake_nvml_serves_p2p_status_and_fabric_fields(
     assert len([line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_FABRIC_MANAGER_STATUS{")]) == 2
     assert 'DCGM_FI_DEV_FABRIC_MANAGER_STATUS{gpu="0",' in text
     assert "DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE{" in text
+
+
+@pytest.mark.parametrize("status", ["[N/A]", "", "[Unknown Error]"])
+def test_a_completed_registration_without_a_readable_status_is_neither_success_nor_failure(status: str) -> None:
+    assert (fabric_manager_status("Completed", status), fabric_manager_error("Completed", status)) == (None, None)

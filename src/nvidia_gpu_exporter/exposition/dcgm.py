@@ -660,8 +660,8 @@ class DcgmExposition:
     label field (dcgm-exporter's default). With them, exactly the records it can serve, in the file's order and
     with the file's type and HELP; one warning at construction lists the others and why. ``energy`` says whether
     the backend reads NVML's energy counter (nvml and demo), ``gpm`` whether it samples NVML GPM (nvml),
-    ``extras`` whether it reads the other NVML readings (PCIe replays and rates, NVLink bandwidth: nvml, demo). A
-    MIG GPU whose GPU instances the readings list is served per GPU instance, as dcgm-exporter monitors it;
+    ``extras`` whether it reads the other NVML readings (PCIe replays and rates, NVLink bandwidth, P2P status: nvml,
+    demo). A MIG GPU whose GPU instances the readings list is served per GPU instance, as dcgm-exporter monitors it;
     ``pod_labels`` adds the holding container's labels. ``generation`` is the dcgm-exporter generation to look
     like: its node label's spelling and, without a counters file, its default fields under its names and units.
     ``xids`` says whether XIDs are read at all: only then does a GPU without one get the ``No Error`` series.

@@ -49,16 +49,25 @@ def _state(state: str) -> float | None:
     return None if key in ABSENT_TOKENS else ENUM_VALUES[ValueKind.FABRIC_STATE].get(key)
 
 
+def _readable(status: str) -> bool:
+    """A status nvidia-smi could read: not N/A, nor one of its bracketed error tokens (``[Unknown Error]``)."""
+    key = status.strip().lower()
+    return key not in ABSENT_TOKENS and not key.startswith("[")
+
+
 def _succeeded(status: str) -> bool:
     return status.strip().lower() == SUCCESS_TEXT
 
 
 def fabric_manager_status(state: str, status: str) -> FabricManagerStatus | None:
-    """DCGM_FI_DEV_FABRIC_MANAGER_STATUS of the two cells; ``None`` where NVML had no fabric to tell of (N/A)."""
+    """DCGM_FI_DEV_FABRIC_MANAGER_STATUS of the two cells; ``None`` where NVML had no fabric to tell of (N/A), or a
+    completed registration's status cannot be read."""
     value = _state(state)
     if value is None:
         return None
     if value == COMPLETED:
+        if not _readable(status):
+            return None
         return FabricManagerStatus.SUCCESS if _succeeded(status) else FabricManagerStatus.FAILURE
     return FabricManagerStatus(int(value))
 
@@ -66,7 +75,7 @@ def fabric_manager_status(state: str, status: str) -> FabricManagerStatus | None
 def fabric_manager_error(state: str, status: str) -> int | None:
     """DCGM_FI_DEV_FABRIC_MANAGER_ERROR: the completed registration's DCGM return code; ``None`` (DCGM's blank)
     before it completed or without a fabric."""
-    if _state(state) != COMPLETED:
+    if _state(state) != COMPLETED or not _readable(status):
         return None
     if _succeeded(status):
         return DCGM_ST_OK
