@@ -26,6 +26,7 @@ class FabricManagerStatus(IntEnum):
     FAILURE = 4
 
 
+FABRIC_FIELDS = ("fabric.state", "fabric.status")  # the query fields that print nvmlDeviceGetGpuFabricInfoV
 COMPLETED = 3.0  # NVML_GPU_FABRIC_STATE_COMPLETED, as ENUM_VALUES reads "Completed"
 SUCCESS_TEXT = "success"
 DCGM_ST_OK = 0

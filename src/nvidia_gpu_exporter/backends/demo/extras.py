@@ -129,6 +129,7 @@ GPU_SCENARIOS: dict[str, GpuFault] = {
     "hw-power-brake": GpuFault("hw_power_brake", _active("hw_power_brake_slowdown")),
     "sustained-power-cap": GpuFault("sustained_power_cap", _active("sw_power_cap")),
     "fabric-not-ready": GpuFault("fabric_not_ready", (("fabric.state", "In Progress"),)),
+    "fabric-failed": GpuFault("fabric_failed", (("fabric.state", "Completed"), ("fabric.status", "Timeout"))),
     "recovery-action-reset": GpuFault("recovery_action_reset", (("gpu_recovery_action", "GPU Reset"),)),
     "recovery-action-reboot": GpuFault("recovery_action_reboot", (("gpu_recovery_action", "Node Reboot"),)),
     "recovery-action-drain-p2p": GpuFault("recovery_action_drain_p2p", (("gpu_recovery_action", "Drain P2P"),)),
