@@ -40,7 +40,15 @@ from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.config import Config
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.httpserver.http import Headers, Request
-from nvidia_gpu_exporter.model.snapshot import GpuTable, QueryField, Readings, StatusFamily, StuckChildren, XidRecord
+from nvidia_gpu_exporter.model.snapshot import (
+    GpuTable,
+    QueryField,
+    Readings,
+    StatusFamily,
+    StuckChildren,
+    SupplementFailures,
+    XidRecord,
+)
 from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
 
 GPU_COUNTS = (1, 64)
@@ -74,6 +82,9 @@ class ReplayBackend:
         return ()
 
     def stuck_children(self) -> StuckChildren | None:
+        return None
+
+    def supplement_failures(self) -> SupplementFailures | None:
         return None
 
     async def aclose(self) -> None:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from nvidia_gpu_exporter.model.snapshot import GpuTable, QueryField, Readings, StatusFamily, StuckChildren, XidRecord
+from nvidia_gpu_exporter.model.snapshot import (
+    GpuTable,
+    QueryField,
+    Readings,
+    StatusFamily,
+    StuckChildren,
+    SupplementFailures,
+    XidRecord,
+)
 
 FIELDS = (QueryField("uuid", "uuid"), QueryField("temperature.gpu", "temperature.gpu"))
 READINGS = Readings(GpuTable((("GPU-0000", "40"),)), None, "12.4")
@@ -78,6 +86,9 @@ class FakeBackend:
 
     def stuck_children(self) -> StuckChildren | None:
         return self.stuck
+
+    def supplement_failures(self) -> SupplementFailures | None:
+        return None
 
     async def aclose(self) -> None:
         self.closed = True

@@ -23,6 +23,7 @@ from nvidia_gpu_exporter.exposition.dcgm_counters import parse_counters
 from nvidia_gpu_exporter.flags import parse_args
 from nvidia_gpu_exporter.model.snapshot import Attempt, Snapshot
 from nvml_fixtures import ControlFile, FakeNvmlLibrary, InProcessFake
+from polling import wait_until
 from unit_helpers import FakeRunner
 
 # The fixture capture's GPUs (GPU 0 in MIG mode): the fake NVML's "mig" scenario is given their uuids, as one
@@ -127,6 +128,9 @@ def exec_exporter(env: dict[str, str] | None = None) -> Exporter:
     )
 
 
+FAILED = 'nvidia_gpu_exporter_nvml_supplement_failures_total{reason="not_supported"}'
+
+
 def test_the_exporter_on_exec_serves_nvml_energy_and_mig_instances_when_the_library_loads(
     fake_nvml_library: FakeNvmlLibrary, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -136,10 +140,14 @@ def test_the_exporter_on_exec_serves_nvml_energy_and_mig_instances_when_the_libr
     try:
         text = exporter.scrape()
         assert exporter.logged('msg="reading NVML beside nvidia-smi"')
+        control.send("rc nvmlDeviceGetCount_v2 3")  # the NVML cycles fail from now on; nvidia-smi's do not
+        failed = wait_until(exporter.scrape, "a failed NVML cycle counted", until=lambda body: FAILED in body)
     finally:
         exporter.stop()
     assert f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{gpu="1",UUID="{UUIDS[1]}"' in text
     assert 'GPU_I_PROFILE="3g.71gb",GPU_I_ID="2"' in text
+    assert "nvidia_gpu_exporter_nvml_supplement_failures_total" not in text
+    assert "DCGM_FI_DEV_GPU_TEMP{" in failed
 
 
 def test_the_exporter_on_exec_without_the_library_warns_once_and_serves_what_nvidia_smi_gives() -> None:

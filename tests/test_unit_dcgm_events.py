@@ -157,7 +157,13 @@ def test_clock_events_total_counts_each_reasons_starts_after_the_first_sample() 
 @pytest.mark.parametrize(
     ("record", "kwargs", "reason"),
     [
-        pytest.param("DCGM_EXP_P2P_STATUS, gauge, P2P NvLink status", {}, "nvmlDeviceGetP2PStatus", id="p2p-status"),
+        pytest.param(
+            "DCGM_EXP_P2P_STATUS, gauge, P2P NvLink status",
+            {"extras": False},
+            "nvmlDeviceGetP2PStatus",
+            id="p2p-status-without-nvml",
+        ),
+        pytest.param("DCGM_EXP_P2P_STATUS, label, P2P NvLink status", {}, "typed label", id="p2p-status-typed-label"),
         pytest.param("DCGM_EXP_XID_ERRORS_COUNT, label, xids", {}, "typed label", id="a-count-typed-label"),
         pytest.param(
             "DCGM_EXP_XID_ERRORS_TOTAL, counter, xids", {"xids": False}, "--collect.xid-source=off", id="xids-off"
@@ -177,7 +183,13 @@ def test_an_event_family_that_cannot_be_served_is_named_in_the_startup_warning(
     fields = kwargs.get("fields", query_fields([(MASK, MASK)]))
     assert isinstance(fields, list)
     with caplog.at_level(logging.WARNING):
-        served = DcgmExposition(fields, hostname="node-1", counters=counters, xids=bool(kwargs.get("xids", True)))
+        served = DcgmExposition(
+            fields,
+            hostname="node-1",
+            counters=counters,
+            xids=bool(kwargs.get("xids", True)),
+            extras=bool(kwargs.get("extras", True)),
+        )
     warned = [getattr(rec, "fields", "") for rec in caplog.records if rec.getMessage() == "not serving DCGM fields"]
     assert len(warned) == 1
     assert f"{record.split(',', maxsplit=1)[0]} (line 1: " in warned[0]

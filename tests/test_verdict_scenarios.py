@@ -29,7 +29,16 @@ from nvidia_gpu_exporter.backends.demo.extras import (
     GpuFault,
 )
 from nvidia_gpu_exporter.doctor import npd
-from nvidia_gpu_exporter.model.verdicts import REASONS, REASONS_BY_NAME, Cell, FallenOffBus, MissingFromDriver, Reason
+from nvidia_gpu_exporter.model.fabric import FABRIC_FIELDS
+from nvidia_gpu_exporter.model.verdicts import (
+    REASONS,
+    REASONS_BY_NAME,
+    Cell,
+    FabricManager,
+    FallenOffBus,
+    MissingFromDriver,
+    Reason,
+)
 
 # The GPU scenarios in table order, one GPU each (index = position); then one healthy GPU.
 PLACED = [REASON_SCENARIOS[r.name] for r in REASONS if REASON_SCENARIOS.get(r.name) in GPU_SCENARIOS]
@@ -69,8 +78,10 @@ def evidence_words(reason: Reason) -> str:
         return f"{fault.rising} rose from "
     if fault.xid:
         return f"XID {fault.xid} x{fault.xid_count}"
-    assert isinstance(reason.check, Cell)
     cells = dict(fault.cells)
+    if isinstance(reason.check, FabricManager):
+        return ", ".join(f"{name} = {cells[name]}" for name in FABRIC_FIELDS)
+    assert isinstance(reason.check, Cell)
     (name,) = [spelling for spelling in reason.check.fields if spelling in cells]
     return f"{name} = {cells[name]}"
 

@@ -48,6 +48,7 @@ HEALTHY = {
     "clocks_event_reasons.sw_power_cap": "Not Active",
     "temperature.gpu.tlimit": "30",
     "fabric.state": "Completed",
+    "fabric.status": "Success",
     "gpu_recovery_action": "None",
 }
 FIELDS: list[QueryField] = query_fields((name, name) for name in HEALTHY if name not in ("uuid", "pci.bus_id"))
@@ -113,6 +114,9 @@ FAULTS: dict[str, Fault] = {
     "xid_nvlink": _xid(74),
     "xid_c2c_link": _xid(121),
     "fabric_not_ready": _cell("fabric.state", "In Progress"),
+    "fabric_failed": Fault(
+        lambda _: snapshot(cells={"fabric.status": "Timeout"}), "fabric.state = Completed, fabric.status = Timeout"
+    ),
     "recovery_action_reset": _cell("gpu_recovery_action", "GPU Reset"),
     "recovery_action_reboot": _cell("gpu_recovery_action", "Node Reboot"),
     "recovery_action_drain_p2p": _cell("gpu_recovery_action", "Drain P2P"),

@@ -168,7 +168,7 @@ def choose_xid_source(config: Config) -> XidChoice:
     return XidChoice(source, backend_xids=False, name="kmsg")
 
 
-async def with_nvml(config: Config, backend: Backend) -> Backend:
+async def with_nvml(config: Config, backend: Backend, *, p2p_status: bool = False) -> Backend:
     """The exec backend under the DCGM profile reads beside nvidia-smi what only NVML can give, when libnvidia-ml
     loads (backends/nvml/supplement.py); under the nvidia_smi profile nothing consumes those readings."""
     if config.metrics_profile is Profile.NVIDIA_SMI:
@@ -181,7 +181,7 @@ async def with_nvml(config: Config, backend: Backend) -> Backend:
             extra={"reason": f"the NVML bindings are not available in this build ({error.msg})"},
         )
         return backend
-    return await supplement(backend, pcie_throughput=config.pcie_throughput)
+    return await supplement(backend, pcie_throughput=config.pcie_throughput, p2p_status=p2p_status)
 
 
 def reads_nvml(config: Config, backend: Backend) -> bool:
@@ -198,10 +198,15 @@ def reads_nvml(config: Config, backend: Backend) -> bool:
 
 
 async def build_backend(
-    config: Config, *, watch_xids: bool = True, demo_kernel_log: KernelXidSource | None = None
+    config: Config,
+    *,
+    watch_xids: bool = True,
+    demo_kernel_log: KernelXidSource | None = None,
+    p2p_status: bool = False,
 ) -> Backend:
     """Start the configured backend (its startup queries included); the demo hands its simulated kernel-log
-    records to ``demo_kernel_log``."""
+    records to ``demo_kernel_log``; ``p2p_status``: NVML reads every GPU pair's NVLink P2P status (the counters
+    file lists DCGM_EXP_P2P_STATUS)."""
     timeout = to_seconds(config.collect_timeout_ns) or None
     request = FieldRequest(config.query_field_names, config.query_field_names_exclude)
     if config.backend is BackendName.EXEC:
@@ -227,7 +232,7 @@ async def build_backend(
                     compute_apps=config.compute_apps,
                     process_usage=config.process_usage,
                 )
-                return await with_nvml(config, streaming)
+                return await with_nvml(config, streaming, p2p_status=p2p_status)
             smi = await SmiBackend.start(
                 runner,
                 request,
@@ -235,7 +240,7 @@ async def build_backend(
                 compute_apps=config.compute_apps,
                 process_usage=config.process_usage,
             )
-            return await with_nvml(config, smi)
+            return await with_nvml(config, smi, p2p_status=p2p_status)
         except FieldResolutionError as error:
             raise StartupError(f"failed to resolve query fields: {error}") from error
         except BackendSetupError as error:
@@ -269,6 +274,7 @@ async def build_backend(
             watch_xids=watch_xids,
             gpm_whole_gpus=config.metrics_profile is not Profile.NVIDIA_SMI,  # only the DCGM profile serves it
             dcgm_readings=config.metrics_profile is not Profile.NVIDIA_SMI,  # PCIe replays, NVLink bandwidth: the same
+            p2p_status=p2p_status,
         )
     except (BackendSetupError, FieldResolutionError) as error:
         raise StartupError(f"failed to set up the nvml backend: {error}") from error
@@ -414,6 +420,15 @@ def dcgm_counters(config: Config) -> tuple[Counter, ...] | None:
         return read_counters_file(config.dcgm_collectors)
     except CountersError as error:
         raise StartupError(f"invalid --dcgm.collectors: {error}") from error
+
+
+def lists_p2p_status(counters: tuple[Counter, ...] | None) -> bool:
+    """Whether the counters file asks for DCGM_EXP_P2P_STATUS: only then does NVML read every GPU pair."""
+    if not counters:
+        return False
+    from nvidia_gpu_exporter.exposition.dcgm_p2p import NAME  # noqa: PLC0415 - the DCGM profile's only
+
+    return any(counter.name == NAME for counter in counters)
 
 
 def dcgm_exposition(
@@ -564,7 +579,7 @@ def install_signal_handlers(loop: asyncio.AbstractEventLoop, security: Security,
 
 
 async def _build_backend_importing(
-    config: Config, *, watch_xids: bool, demo_kernel_log: KernelXidSource | None
+    config: Config, *, watch_xids: bool, demo_kernel_log: KernelXidSource | None, p2p_status: bool = False
 ) -> Backend:
     """:func:`build_backend`, with :data:`SERVING_MODULES` imported on a thread meanwhile: the event loop mostly
     waits for startup's nvidia-smi runs, so the imports take CPU the start would otherwise leave idle."""
@@ -573,19 +588,21 @@ async def _build_backend_importing(
     sys.setswitchinterval(IMPORTING_SWITCH_INTERVAL_SECONDS)
     importing.start()
     try:
-        return await build_backend(config, watch_xids=watch_xids, demo_kernel_log=demo_kernel_log)
+        return await build_backend(
+            config, watch_xids=watch_xids, demo_kernel_log=demo_kernel_log, p2p_status=p2p_status
+        )
     finally:
         importing.join()  # done, or nearly: imports take less than a child's run
         sys.setswitchinterval(switch_interval)
 
 
-async def _start_backend_and_xids(config: Config) -> tuple[Backend, XidChoice]:
+async def _start_backend_and_xids(config: Config, *, p2p_status: bool) -> tuple[Backend, XidChoice]:
     """The backend and the XID source. exec's startup reads nothing of the XID choice, so its first nvidia-smi run
     is spawned before the source is chosen, and the kernel log's parser loads beside that run (issue 31, item 2;
     the source replays the log since boot, so starting it later misses nothing); nvml watches its events by the
     choice, and the demo feeds its simulated kernel log to the source, so theirs is chosen first."""
     if config.backend is BackendName.EXEC:
-        backend = await _build_backend_importing(config, watch_xids=False, demo_kernel_log=None)
+        backend = await _build_backend_importing(config, watch_xids=False, demo_kernel_log=None, p2p_status=p2p_status)
         try:
             return backend, choose_xid_source(config)
         except BaseException:
@@ -594,7 +611,9 @@ async def _start_backend_and_xids(config: Config) -> tuple[Backend, XidChoice]:
     xids = choose_xid_source(config)
     try:
         demo_log = xids.kernel_log if xids.name == "demo" else None
-        backend = await _build_backend_importing(config, watch_xids=xids.backend_xids, demo_kernel_log=demo_log)
+        backend = await _build_backend_importing(
+            config, watch_xids=xids.backend_xids, demo_kernel_log=demo_log, p2p_status=p2p_status
+        )
     except BaseException:
         xids.close()
         raise
@@ -643,7 +662,7 @@ async def serve(config: Config, web_config: WebConfig | None = None) -> int:
             loop.add_signal_handler(signum, on_stop)
     fleet = build_fleet(config)
     install_signal_handlers(loop, security, fleet)  # before startup's nvidia-smi runs, as the two above
-    backend, xids = await _start_backend_and_xids(config)
+    backend, xids = await _start_backend_and_xids(config, p2p_status=lists_p2p_status(counters))
     if xids.name == "off" and counters:
         from nvidia_gpu_exporter.exposition.dcgm_generations import oldest_name  # noqa: PLC0415 - DCGM profile only
 

@@ -225,6 +225,7 @@ class Collector:
             xid_source=self.xid_source,
             kernel_log=kernel.status() if kernel is not None else None,
             stuck_children=self.backend.stuck_children(),
+            supplement_failures=self.backend.supplement_failures(),
             pci=self._pci,
             process_usage_overflowed=self._usage_overflowed if self.process_usage_limit is not None else None,
             verdicts=self._judgement.verdicts,

@@ -98,7 +98,7 @@ enum {
     X(nvmlDeviceGetClockInfo) X(nvmlDeviceGetMaxClockInfo) X(nvmlDeviceGetMigMode)                         \
     X(nvmlDeviceGetGspFirmwareMode) X(nvmlDeviceGetC2cModeInfoV) X(nvmlDeviceGetGpuFabricInfoV)            \
     X(nvmlDeviceGetPlatformInfo) X(nvmlDeviceGetTotalEnergyConsumption) X(nvmlDeviceGetPcieThroughput)     \
-    X(nvmlDeviceGetPcieReplayCounter)                                                                      \
+    X(nvmlDeviceGetPcieReplayCounter) X(nvmlDeviceGetP2PStatus)                                            \
     X(nvmlDeviceGetComputeRunningProcesses_v3) X(nvmlDeviceGetMPSComputeRunningProcesses_v3)               \
     X(nvmlDeviceGetProcessUtilization)                                                                     \
     X(nvmlDeviceGetMaxMigDeviceCount)                                                                      \
@@ -324,6 +324,9 @@ static unsigned long g_calls[FN_COUNT];
 static unsigned long g_cycles; /* nvmlSystemGetCudaDriverVersion calls: the exporter reads it once a cycle */
 static int g_lost_from, g_lost_until, g_lost_gpu; /* scripted loss during cycles [from, until] */
 static int g_storm_pending;
+/* nvmlDeviceGetP2PStatus per (GPU, peer GPU, nvmlGpuP2PCapsIndex_t): nvmlGpuP2PStatus_t, 0 (OK) after a reset */
+#define P2P_CAPS 5
+static int g_p2p[MAX_TOP][MAX_TOP][P2P_CAPS];
 static struct {
     int device; /* -1 = every device */
     unsigned field;
@@ -527,7 +530,7 @@ static void add_rtx(void) {
     d->pstate = 2;
     d->reasons_supported = 0x1FF;
     d->reasons_active = 0x4;
-    d->fv_sw_power_cap = 212553937;
+    d->fv_sw_power_cap = 212553937000LL; /* ns: nvidia-smi prints 212553937 us */
     d->mem_total = 16376 * MIB;
     d->mem_reserved = 433 * MIB + 5;
     d->mem_used = 1473 * MIB + 7;
@@ -629,6 +632,7 @@ static void clear_state(void) {
     memset(g_rc_dev, 0, sizeof g_rc_dev);
     memset(g_delay_ms, 0, sizeof g_delay_ms);
     memset(g_gpm_rc, 0, sizeof g_gpm_rc);
+    memset(g_p2p, 0, sizeof g_p2p);
     g_nfield_rc = 0;
     g_nnames = 0;
     g_event_head = g_event_count = 0;
@@ -945,6 +949,14 @@ static int run_command(const char *line) {
             d->gpm_tensor = v[1];
             d->gpm_dram = v[2];
         }
+        return 0;
+    }
+    if (strcmp(w[0], "p2p") == 0 && n >= 5 && parse_gpu(w[1], &gpu) == 0) {
+        int peer, index = atoi(w[3]), status = atoi(w[4]);
+        if (parse_gpu(w[2], &peer) != 0 || index < 0 || index >= P2P_CAPS) return -1;
+        for (int a = 0; a < g_ntop; a++)
+            for (int b = 0; b < g_ntop; b++)
+                if ((gpu < 0 || a == gpu) && (peer < 0 || b == peer)) g_p2p[a][b][index] = status;
         return 0;
     }
     if (strcmp(w[0], "migclear") == 0 && n >= 2 && parse_gpu(w[1], &gpu) == 0 && gpu >= 0) {
@@ -1566,6 +1578,18 @@ nvmlReturn_t nvmlDeviceGetRowRemapperHistogram(nvmlDevice_t device, nvmlRowRemap
     values->partial = (unsigned)d->hist_partial;
     values->low = (unsigned)d->hist_low;
     values->none = (unsigned)d->hist_none;
+    return done(NVML_SUCCESS);
+}
+
+/* ---- peer to peer ----------------------------------------------------------------------------- */
+nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2, unsigned int p2pIndex,
+                                    unsigned int *p2pStatus) {
+    ENTER_DEVICE(nvmlDeviceGetP2PStatus, device1);
+    int peer = device_index(device2);
+    if (peer < 0 || !p2pStatus || p2pIndex >= P2P_CAPS) return done(NVML_ERROR_INVALID_ARGUMENT);
+    if (is_lost(peer)) return done(NVML_ERROR_GPU_IS_LOST);
+    if (d->parent >= 0 || g_devs[peer].parent >= 0) return done(NVML_ERROR_INVALID_ARGUMENT); /* MIG devices */
+    *p2pStatus = (unsigned)g_p2p[d->top_index][g_devs[peer].top_index][p2pIndex];
     return done(NVML_SUCCESS);
 }
 

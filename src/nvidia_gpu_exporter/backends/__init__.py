@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, StatusFamily, StuckChildren, XidRecord
+from nvidia_gpu_exporter.model.snapshot import (
+    QueryField,
+    Readings,
+    StatusFamily,
+    StuckChildren,
+    SupplementFailures,
+    XidRecord,
+)
 
 
 class CollectionError(Exception):
@@ -38,6 +45,10 @@ class Backend(Protocol):
 
     def stuck_children(self) -> StuckChildren | None:
         """nvidia-smi children SIGKILL has not ended (exec); served even when collections fail. None: no children."""
+        ...
+
+    def supplement_failures(self) -> SupplementFailures | None:
+        """Failed NVML cycles beside nvidia-smi by reason (the exec backend's supplement); None: no supplement."""
         ...
 
     async def aclose(self) -> None: ...

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import socket
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
@@ -22,8 +22,6 @@ from nvidia_gpu_exporter.exposition.dcgm_events import (
     NAMES as EVENT_NAMES,
 )
 from nvidia_gpu_exporter.exposition.dcgm_events import (
-    P2P_REASON,
-    P2P_STATUS,
     XID_NAMES,
     DcgmEvents,
     EventFamily,
@@ -39,8 +37,11 @@ from nvidia_gpu_exporter.exposition.dcgm_generations import (
 )
 from nvidia_gpu_exporter.exposition.dcgm_health import NAME as HEALTH_STATUS
 from nvidia_gpu_exporter.exposition.dcgm_health import health_status_text
+from nvidia_gpu_exporter.exposition.dcgm_p2p import NAME as P2P_STATUS
+from nvidia_gpu_exporter.exposition.dcgm_p2p import NEEDS_NVML, p2p_status_text
 from nvidia_gpu_exporter.exposition.dcgm_xids import xid_message
 from nvidia_gpu_exporter.exposition.text import escape_label_value, format_value, has_surrogates, header
+from nvidia_gpu_exporter.model.fabric import fabric_manager_error, fabric_manager_status
 from nvidia_gpu_exporter.model.kubernetes import DraClaim, KubernetesAttribution
 from nvidia_gpu_exporter.model.snapshot import (
     MigInstanceReading,
@@ -97,6 +98,10 @@ class DcgmFamily:
     # From the unit of the field's oldest name (the one its source is declared in) to this name's unit.
     factor: Fraction = SAME
     oldest: str = ""  # the field's oldest name where this is a later one ("" = this is it)
+    # A value DCGM derives from several readings: the query fields read beside ``qfield``, and the function of
+    # their cells (``qfield``'s first) giving the value, ``None`` for no sample.
+    reads: tuple[str, ...] = ()
+    decode: Callable[[Sequence[str]], float | None] | None = None
 
     @property
     def field(self) -> str:
@@ -368,6 +373,50 @@ LISTED_ONLY_FAMILIES: tuple[DcgmFamily, ...] = (
         extra="nvlink_recovery_errors",
     ),
 )
+
+
+def _fm_status(cells: Sequence[str]) -> float | None:
+    status = fabric_manager_status(cells[0], cells[1])
+    return None if status is None else float(status)
+
+
+def _fm_error(cells: Sequence[str]) -> float | None:
+    code = fabric_manager_error(cells[0], cells[1])
+    return None if code is None else float(code)
+
+
+# Fabric health on NVSwitch systems (dcgm_fields.h 170-173), listed-only too: from nvidia-smi's fabric.* cells,
+# which the nvml backend reads with nvmlDeviceGetGpuFabricInfoV as DCGM does (model/fabric.py).
+FABRIC_FAMILIES: tuple[DcgmFamily, ...] = (
+    DcgmFamily(
+        "DCGM_FI_DEV_FABRIC_MANAGER_STATUS",
+        "gauge",
+        "The status of the fabric manager - a value from dcgmFabricManagerStatus_t.",
+        "fabric.state",
+        reads=("fabric.status",),
+        decode=_fm_status,
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE",
+        "gauge",
+        "The failure that happened while starting the Fabric Manager, if any.",
+        "fabric.state",
+        reads=("fabric.status",),
+        decode=_fm_error,
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_FABRIC_CLIQUE_ID",
+        "gauge",
+        "The ID of the fabric clique to which this GPU belongs.",
+        "fabric.cliqueId",
+    ),
+)
+# A string: a `label` field, as dcgm-exporter serves strings.
+FABRIC_CLUSTER_UUID = DcgmFamily(
+    "DCGM_FI_DEV_FABRIC_CLUSTER_UUID", LABEL, "The uuid of the cluster to which this GPU belongs", "fabric.clusterUuid"
+)
+# DCGM 4's Field Naming Standard renamed some fields; go-dcgm maps both names to one field id (const_fields.go).
+DCGM_RENAMED: dict[str, str] = {"DCGM_FI_DEV_FABRIC_MANAGER_ERROR": "DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE"}
 DRIVER_VERSION = DcgmFamily("DCGM_FI_DRIVER_VERSION", LABEL, "Driver Version", "driver_version")
 # The `label` fields nvidia-smi can give, in default-counters.csv's order; only the driver's is on by default.
 LABEL_FAMILIES: tuple[DcgmFamily, ...] = (
@@ -426,7 +475,8 @@ LEGACY_NAMES: dict[str, str] = {
 def _every_spelling() -> dict[str, DcgmFamily]:
     """Every name a field has had, each with its own HELP and unit: a counters file may use any of them (1.x's
     lower-case ones in the field's DCGM unit, as go-dcgm maps them to the same field)."""
-    known = {family.name: family for family in (*ALL_FAMILIES, *LISTED_ONLY_FAMILIES, *LABEL_FAMILIES)}
+    every = (*ALL_FAMILIES, *LISTED_ONLY_FAMILIES, *FABRIC_FAMILIES, *LABEL_FAMILIES, FABRIC_CLUSTER_UUID)
+    known = {family.name: family for family in every}
     for rename in RENAMES:
         older = known[rename.old]
         known[rename.new] = replace(
@@ -438,7 +488,7 @@ def _every_spelling() -> dict[str, DcgmFamily]:
             factor=SAME if rename.source else older.factor * rename.factor,
             oldest=older.field,
         )
-    for legacy, current in LEGACY_NAMES.items():
+    for legacy, current in (*LEGACY_NAMES.items(), *DCGM_RENAMED.items()):
         known[legacy] = replace(known[current], name=legacy, oldest=known[current].field)
     return known
 
@@ -594,6 +644,13 @@ def gpu_instances(extras: NvmlExtras | None) -> dict[str, list[_GpuInstance]]:
     return by_gpu
 
 
+def _value_type_problem(counter: Counter) -> str | None:
+    """Why an exporter family (events, P2P) cannot have the listed type: it is a value."""
+    if counter.metric_type not in ("gauge", "counter"):
+        return f"typed {counter.metric_type}: it is a value, served as a gauge or counter"
+    return None
+
+
 def _not_servable(family: DcgmFamily | None, counter: Counter) -> str | None:
     """Why a counters-file record cannot be served as written, or ``None`` when its type fits the field."""
     if family is None:
@@ -614,8 +671,8 @@ class DcgmExposition:
     label field (dcgm-exporter's default). With them, exactly the records it can serve, in the file's order and
     with the file's type and HELP; one warning at construction lists the others and why. ``energy`` says whether
     the backend reads NVML's energy counter (nvml and demo), ``gpm`` whether it samples NVML GPM (nvml),
-    ``extras`` whether it reads the other NVML readings (PCIe replays and rates, NVLink bandwidth: nvml, demo). A
-    MIG GPU whose GPU instances the readings list is served per GPU instance, as dcgm-exporter monitors it;
+    ``extras`` whether it reads the other NVML readings (PCIe replays and rates, NVLink bandwidth, P2P status: nvml,
+    demo). A MIG GPU whose GPU instances the readings list is served per GPU instance, as dcgm-exporter monitors it;
     ``pod_labels`` adds the holding container's labels, ``dra_claims`` repeats a GPU's series for each container
     whose ResourceClaim holds it, with the claim's labels. ``generation`` is the dcgm-exporter generation to look
     like: its node label's spelling and, without a counters file, its default fields under its names and units.
@@ -661,11 +718,13 @@ class DcgmExposition:
         self.dra_claims = dra_claims  # --kubernetes.dra-claims: a claimed GPU's series once per claiming container
         self._served: list[tuple[DcgmFamily, int | None]] = []
         self._label_columns: list[tuple[str, int]] = []
+        self._decoded: dict[str, tuple[int, ...]] = {}  # a derived family's columns, by its name as served
         unavailable: list[str] = []
         first_line: dict[str, int] = {}
         # Only when listed, as dcgm-exporter (its default file has it commented out): the built-in set stays its own.
         self._health_status = any(counter.name == HEALTH_STATUS for counter in counters or ())
         events: list[EventFamily] = []
+        self._p2p: EventFamily | None = None  # DCGM_EXP_P2P_STATUS as listed (dcgm_p2p.py)
         self._mask_column = next(
             (column for name in _MASK_FIELDS if (column := column_of(fields, name)) is not None), None
         )
@@ -680,7 +739,14 @@ class DcgmExposition:
             first_line[counter.name] = counter.line
             if counter.name == HEALTH_STATUS:  # the verdict, rendered last (dcgm_health.py)
                 continue
-            if counter.name in EVENT_NAMES or counter.name == P2P_STATUS:
+            if counter.name == P2P_STATUS:
+                reason = _value_type_problem(counter) or (None if extras else NEEDS_NVML)
+                if reason is None:
+                    self._p2p = EventFamily(counter.name, counter.metric_type, counter.help)
+                else:
+                    unavailable.append(f"{counter.name} (line {counter.line}: {reason})")
+                continue
+            if counter.name in EVENT_NAMES:
                 reason = self._event_problem(counter)
                 if reason is None:
                     events.append(EventFamily(counter.name, counter.metric_type, counter.help))
@@ -707,10 +773,9 @@ class DcgmExposition:
 
     def _event_problem(self, counter: Counter) -> str | None:
         """Why an exporter event family cannot be served as listed, or ``None``."""
-        if counter.name == P2P_STATUS:
-            return P2P_REASON
-        if counter.metric_type not in ("gauge", "counter"):
-            return f"typed {counter.metric_type}: it is a value, served as a gauge or counter"
+        problem = _value_type_problem(counter)
+        if problem is not None:
+            return problem
         if counter.name in XID_NAMES and not self.xids:
             return "XIDs are not read (--collect.xid-source=off)"
         if counter.name not in XID_NAMES and self._mask_column is None:
@@ -733,6 +798,14 @@ class DcgmExposition:
             return "needs the nvml or demo backend"
         if family.gpm:
             return "needs the nvml backend: NVML GPM"
+        if family.decode is not None:
+            columns = [column_of(fields, name) for name in (family.qfield, *family.reads)]
+            missing = [name for name, at in zip((family.qfield, *family.reads), columns, strict=True) if at is None]
+            if missing:
+                return f"{missing[0]} is not queried"
+            self._decoded[family.name] = tuple(at for at in columns if at is not None)
+            self._served.append((family, columns[0]))
+            return None
         column = column_of(fields, family.qfield)
         if column is None:
             return f"{family.qfield} is not queried"
@@ -781,11 +854,26 @@ class DcgmExposition:
         text = self._render(attempt.readings, snapshot.xids, attribution, snapshot.pod_usage)
         if self._events is not None:
             text += self._event_text(attempt.finished_at, attempt.readings, snapshot.xids, attribution)
+        extras = attempt.readings.extras
+        if self._p2p is not None and extras is not None and extras.p2p is not None:
+            text += p2p_status_text(
+                self._p2p.metric_type, self._p2p.help, extras.p2p, self._whole_gpus(attempt.readings)
+            )
         if not self._health_status:
             return text
         rows = attempt.readings.gpus.rows
         gpus = {normalize_uuid(row[self._identity[1]]): self._labels(row, None, None) for row in rows}
         return text + health_status_text({uuid: labels for uuid, labels in gpus.items() if labels}, snapshot.verdicts)
+
+    def _whole_gpus(self, readings: Readings) -> dict[str, tuple[str, str]]:
+        """Each GPU read, as a whole GPU: normalized uuid -> (index, label text); one that cannot be labelled is
+        left out."""
+        gpus: dict[str, tuple[str, str]] = {}
+        for row in readings.gpus.rows:
+            labels = self._labels(row, None, None)
+            if labels is not None:
+                gpus[normalize_uuid(row[self._identity[1]])] = (row[self._identity[0]], labels)
+        return gpus
 
     def _event_text(
         self,
@@ -961,6 +1049,8 @@ class DcgmExposition:
                         message = escape_label_value(xid_message(code, self.generation))
                         lines.append(f'{family.name}{{{entity.labels},err_code="{code}",err_msg="{message}"}} {code}\n')
                     continue
+                elif family.decode is not None:
+                    value = family.decode([entity.cells[at] for at in self._decoded[family.name]])
                 else:
                     raw = entity.cells[column] if column is not None else ""
                     value = None if raw.strip().lower() in ABSENT_TOKENS else transform_generic(raw, 1.0)

@@ -29,8 +29,6 @@ CLOCK_COUNT = "DCGM_EXP_CLOCK_EVENTS_COUNT"
 CLOCK_TOTAL = "DCGM_EXP_CLOCK_EVENTS_TOTAL"
 NAMES = (XID_COUNT, XID_TOTAL, CLOCK_COUNT, CLOCK_TOTAL)
 XID_NAMES = (XID_COUNT, XID_TOTAL)
-P2P_STATUS = "DCGM_EXP_P2P_STATUS"
-P2P_REASON = "needs NVML's P2P status of every GPU pair (nvmlDeviceGetP2PStatus), which no backend reads"
 WINDOW_LABEL = "window_size_in_ms"
 # dcgm-exporter's clock_event label of each DCGM_CLOCKS_EVENT_REASON_* bit (NVML's nvmlClocksEventReasons bits);
 # other bits are not counted, as there.

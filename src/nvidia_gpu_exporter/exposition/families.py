@@ -668,3 +668,14 @@ STUCK_CHILDREN_TOTAL = FamilySpec(
     "counter",
     "Number of nvidia-smi children that did not exit after SIGKILL (stuck in the kernel) since the exporter started.",
 )
+
+# -- the exec backend's NVML supplement under the DCGM profile (docs/dcgm.md, "The exec backend and NVML") --------
+
+SUPPLEMENT_FAILURES = FamilySpec(
+    "nvidia_gpu_exporter_nvml_supplement_failures_total",
+    "counter",
+    "NVML cycles run beside nvidia-smi (the exec backend under the DCGM profile) that failed since the exporter "
+    "started, by reason: NVML's return code, or in_progress while the previous one was still in the driver. Those "
+    "collections are served without the NVML-only fields.",
+    ("reason",),
+)

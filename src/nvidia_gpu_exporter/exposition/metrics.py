@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from nvidia_gpu_exporter.exposition.children import stuck_children_families
+from nvidia_gpu_exporter.exposition.children import stuck_children_families, supplement_failures_family
 from nvidia_gpu_exporter.exposition.families import (
     COMPUTE_APP_INFO,
     COMPUTE_APP_MEMORY,
@@ -280,6 +280,8 @@ class Exposition:
         families += health_families(snapshot)  # so do the kernel log's other findings
         if snapshot.stuck_children is not None:  # exec only; a stuck child is why its collections fail
             families += stuck_children_families(snapshot.stuck_children)
+        if snapshot.supplement_failures is not None:  # the exec backend's NVML supplement (DCGM profile)
+            families.append(supplement_failures_family(snapshot.supplement_failures))
         if snapshot.process_usage_overflowed is not None:  # only with --collect.process-usage
             families.append(overflowed_family(snapshot.process_usage_overflowed))
         if snapshot.kubernetes is not None:  # only with --kubernetes.* attribution on

@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from nvidia_gpu_exporter.model.fabric import FABRIC_FIELDS, fabric_manager_status
 from nvidia_gpu_exporter.model.fields import value_kind
 from nvidia_gpu_exporter.model.snapshot import QueryField, Snapshot, XidRecord
 from nvidia_gpu_exporter.model.values import ABSENT_TOKENS, transform_value
@@ -20,6 +21,7 @@ from nvidia_gpu_exporter.model.verdicts import (
     REASONS,
     REASONS_BY_NAME,
     Cell,
+    FabricManager,
     FallenOffBus,
     Finding,
     GpuVerdict,
@@ -204,6 +206,8 @@ class _Inputs:
             return self._cell(key, check)
         if isinstance(check, Xids):
             return self._xids(key, check.codes)
+        if isinstance(check, FabricManager):
+            return self._fabric(key, check)
         if isinstance(check, FallenOffBus):
             if key in self.fallen:  # the ledger keeps no time: the evidence is as old as the exporter's first sight
                 known = self.previous.tracks.get(key, {}).get(reason.name)
@@ -253,6 +257,19 @@ class _Inputs:
         began = self.held_since.get((self.gpus[key][0], name)) if self.held_since else None
         return _Observation(holds, None, evidence, began)
 
+    def _fabric(self, key: str, check: FabricManager) -> _Observation:
+        """The fabric manager status of the GPU's two fabric cells, as DCGM derives it (model/fabric.py)."""
+        row = self.rows.get(key)
+        columns = [self.columns.get(name) for name in FABRIC_FIELDS]
+        if row is None or any(column is None for column in columns):
+            return _UNKNOWN
+        state, status = (row[column].strip() for column in columns if column is not None)
+        found = fabric_manager_status(state, status)
+        if found is None:
+            return _UNKNOWN
+        evidence = f"{FABRIC_FIELDS[0]} = {state}, {FABRIC_FIELDS[1]} = {status}"
+        return _Observation(found in check.statuses, None, evidence)
+
     def _xids(self, key: str, codes: Sequence[int]) -> _Observation:
         if key not in self.xids:
             return _FALSE
@@ -276,10 +293,15 @@ class _Inputs:
 
 _CELL_FIELDS = tuple(
     dict.fromkeys(
-        name
-        for reason in REASONS
-        if isinstance(reason.check, Cell)
-        for name in (*reason.check.fields, *((reason.check.other,) if reason.check.other else ()))
+        [
+            *(
+                name
+                for reason in REASONS
+                if isinstance(reason.check, Cell)
+                for name in (*reason.check.fields, *((reason.check.other,) if reason.check.other else ()))
+            ),
+            *(FABRIC_FIELDS if any(isinstance(reason.check, FabricManager) for reason in REASONS) else ()),
+        ]
     )
 )
 

@@ -220,12 +220,24 @@ class MigInstanceReading:
 
 
 @dataclass(frozen=True, slots=True)
+class P2PStatus:
+    """NVML's NVLink peer-to-peer status between every two GPUs (``nvmlDeviceGetP2PStatus`` with
+    ``NVML_P2P_CAPS_INDEX_NVLINK``, as DCGM reads it): ``statuses[i][j]`` from ``uuids[i]`` to ``uuids[j]``, an
+    ``nvmlGpuP2PStatus_t`` (0 OK, 1 chipset, 2 GPU, 3 topology not supported, 4 disabled by regkey, 5 not supported,
+    6 unknown); the diagonal means nothing."""
+
+    uuids: tuple[str, ...]  # as the driver reports them, in NVML index order
+    statuses: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class NvmlExtras:
     """The families only NVML (and the demo, which simulates it) can serve."""
 
     gpus: tuple[GpuExtras, ...] = ()
     mig_devices: tuple[MigDevice, ...] = ()
     mig_instances: tuple[MigInstanceReading, ...] = ()
+    p2p: P2PStatus | None = None  # read only when asked for (DCGM_EXP_P2P_STATUS listed); None: not read, or failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,6 +371,7 @@ class Snapshot:
     kernel_log: KernelLogStatus | None = None  # None when the kernel-log source was never configured
     kubernetes: KubernetesAttribution | None = None  # None unless --kubernetes.* attribution is on
     stuck_children: StuckChildren | None = None  # exec only; rendered whatever the attempt's outcome
+    supplement_failures: SupplementFailures | None = None  # the exec backend's NVML supplement; None without one
     pci: PciInventory | None = None  # what sysfs lists (lost GPUs); rendered whatever the attempt's outcome
     # Processes summed into an overflow series since the start (--collect.process-usage); None when that is off.
     process_usage_overflowed: int | None = None
@@ -371,6 +384,10 @@ class Snapshot:
     slurm_jobs: tuple[ProcessJob, ...] | None = None
     # Failed lists of the node's pods since the start, by reason (--kubernetes.pod-metadata); None when that is off.
     pod_metadata_failures: tuple[tuple[str, int], ...] | None = None
+
+
+# Failed NVML cycles beside nvidia-smi since the start, as (reason, count) pairs in reason order.
+SupplementFailures = tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True, slots=True)

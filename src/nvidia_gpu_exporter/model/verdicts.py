@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum, IntEnum
 
+from nvidia_gpu_exporter.model.fabric import FABRIC_FIELDS, FabricManagerStatus
+
 
 class Subsystem(str, Enum):
     MEMORY = "memory"
@@ -93,6 +95,14 @@ class Xids:
 
 
 @dataclass(frozen=True, slots=True)
+class FabricManager:
+    """The fabric manager status DCGM derives from ``fabric.state`` and ``fabric.status`` (model/fabric.py, served as
+    DCGM_FI_DEV_FABRIC_MANAGER_STATUS) is one of these."""
+
+    statuses: tuple[FabricManagerStatus, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class FallenOffBus:
     """The kernel log says the GPU fell off the bus (its own line or XID 79), or NVML counted an XID 79."""
 
@@ -107,7 +117,7 @@ class StuckChildren:
     """nvidia-smi children SIGKILL did not end (a wedged driver): every GPU of the node."""
 
 
-Check = Cell | Xids | FallenOffBus | MissingFromDriver | StuckChildren
+Check = Cell | Xids | FabricManager | FallenOffBus | MissingFromDriver | StuckChildren
 
 UNTIL_REBOOT: float | None = None  # a hold that ends only when the evidence does (the node reboots)
 
@@ -148,6 +158,12 @@ class Reason:
             return f"{field} {condition}{sustained}"
         if isinstance(check, Xids):
             return "XID " + ", ".join(str(code) for code in check.codes)
+        if isinstance(check, FabricManager):
+            statuses = ", ".join(
+                f"{int(status)} ({status.name.lower().replace('_', ' ')})" for status in check.statuses
+            )
+            fields = " and ".join(f"`{name}`" for name in FABRIC_FIELDS)
+            return f"the fabric manager status DCGM derives from {fields} is {statuses}"
         if isinstance(check, FallenOffBus):
             return "the kernel log's `fallen off the bus` line or XID 79"
         if isinstance(check, MissingFromDriver):
@@ -389,6 +405,16 @@ REASONS: tuple[Reason, ...] = _reasons(
         "the NVLink fabric has not finished training (not started, in progress)",
         "DCGM_FR_FABRIC_PROBE_STATE",
         sustain_seconds=300.0,
+    ),
+    Reason(
+        "fabric_failed",
+        Subsystem.NVLINK,
+        State.FAILING,
+        FabricManager((FabricManagerStatus.FAILURE,)),
+        Action.CHECK_FABRIC,
+        _CELL_HOLD,
+        "the NVLink fabric registration completed with an error",
+        "DCGM_FR_FABRIC_MANAGER_TRAINING_ERROR",
     ),
     # -- driver --------------------------------------------------------------------------------------------------
     Reason(

@@ -48,7 +48,14 @@ from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.capture.config import ConfigError, FakeSmiConfig, parse_config
 from nvidia_gpu_exporter.model.pci import smi_bus_id
 from nvidia_gpu_exporter.model.pcibus import PciFunction, PciInventory, PciKind
-from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, StatusFamily, StuckChildren, XidRecord
+from nvidia_gpu_exporter.model.snapshot import (
+    QueryField,
+    Readings,
+    StatusFamily,
+    StuckChildren,
+    SupplementFailures,
+    XidRecord,
+)
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
 from nvidia_gpu_exporter.model.values import transform_generic
 from nvidia_gpu_exporter.support.files import read_regular_file
@@ -376,6 +383,10 @@ class DemoBackend:
     def stuck_children(self) -> StuckChildren | None:
         """The simulation runs in-process: no children, unless the ``stuck-nvidia-smi`` scenario simulates one."""
         return StuckChildren(1, 1) if STUCK_NVIDIA_SMI in self._scene.spec.scenarios else None
+
+    def supplement_failures(self) -> SupplementFailures | None:
+        """No NVML supplement: ``None``."""
+        return None
 
     def kubelet(self) -> DemoKubelet:
         """The simulated node's pods (docs/demo.md, "Pods"): the built-in fleet's workloads, or its GPU count's."""

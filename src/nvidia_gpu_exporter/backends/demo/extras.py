@@ -32,6 +32,7 @@ from nvidia_gpu_exporter.model.snapshot import (
     MigDevice,
     MigInstanceReading,
     NvmlExtras,
+    P2PStatus,
     ProcessList,
     ProcessRow,
     XidRecord,
@@ -128,6 +129,7 @@ GPU_SCENARIOS: dict[str, GpuFault] = {
     "hw-power-brake": GpuFault("hw_power_brake", _active("hw_power_brake_slowdown")),
     "sustained-power-cap": GpuFault("sustained_power_cap", _active("sw_power_cap")),
     "fabric-not-ready": GpuFault("fabric_not_ready", (("fabric.state", "In Progress"),)),
+    "fabric-failed": GpuFault("fabric_failed", (("fabric.state", "Completed"), ("fabric.status", "Timeout"))),
     "recovery-action-reset": GpuFault("recovery_action_reset", (("gpu_recovery_action", "GPU Reset"),)),
     "recovery-action-reboot": GpuFault("recovery_action_reboot", (("gpu_recovery_action", "Node Reboot"),)),
     "recovery-action-drain-p2p": GpuFault("recovery_action_drain_p2p", (("gpu_recovery_action", "Drain P2P"),)),
@@ -467,6 +469,12 @@ def process_slot(pid: str, slots: int) -> int:
     return hashlib.sha256(pid.encode()).digest()[0] % slots
 
 
+def _nvlink_node(uuids: Sequence[str]) -> P2PStatus:
+    """The simulated node's GPUs all share one NVLink fabric (an HGX board): every pair's P2P status is OK (0)."""
+    ok = (0,) * len(uuids)
+    return P2PStatus(tuple(uuids), (ok,) * len(uuids))
+
+
 def cycle_seed(seed: int, cycle: int) -> int:
     """The seed of one cycle's random source: a hash, so neighbouring cycles draw unrelated values."""
     return int.from_bytes(hashlib.sha256(f"{seed}/{cycle}".encode()).digest()[:8], "big")
@@ -514,7 +522,7 @@ class ExtrasSynthesizer:
         )
         devices, instances = self._mig(rng, uuids)
         self._synthesize_xids(rng, now, uuids)
-        return NvmlExtras(gpus, devices, instances)
+        return NvmlExtras(gpus, devices, instances, _nvlink_node(uuids))
 
     def _integrate_energy(self, now: float, uuids: Sequence[str], powers: Sequence[float | None]) -> list[float]:
         """Trapezoid rule over the elapsed wall time; first sight of a GPU starts at 0 J."""

@@ -40,6 +40,7 @@ from nvidia_gpu_exporter.model.snapshot import (
     Readings,
     StatusFamily,
     StuckChildren,
+    SupplementFailures,
     XidRecord,
     column_of,
 )
@@ -262,6 +263,10 @@ class SmiBackend:
     def stuck_children(self) -> StuckChildren:
         """The runner's children that SIGKILL has not ended; none for a runner that starts no process."""
         return self.runner.stuck_children() if isinstance(self.runner, SubprocessRunner) else StuckChildren()
+
+    def supplement_failures(self) -> SupplementFailures | None:
+        """No NVML supplement: ``None``."""
+        return None
 
     async def aclose(self) -> None:
         """Nothing to release: a finished run's process is gone, and a stuck one cannot be ended from here."""

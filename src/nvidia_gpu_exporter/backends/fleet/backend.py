@@ -17,7 +17,14 @@ from nvidia_gpu_exporter.backends import CollectionError
 from nvidia_gpu_exporter.backends.exec.backend import SmiBackend
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.backends.fleet.ssh import SshRunner
-from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, StatusFamily, StuckChildren, XidRecord
+from nvidia_gpu_exporter.model.snapshot import (
+    QueryField,
+    Readings,
+    StatusFamily,
+    StuckChildren,
+    SupplementFailures,
+    XidRecord,
+)
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +98,10 @@ class TargetBackend:
     def stuck_children(self) -> StuckChildren:
         """As a local exec exporter with no stuck child: a remote run is ended by its channel, never stuck here."""
         return StuckChildren()
+
+    def supplement_failures(self) -> SupplementFailures | None:
+        """No NVML supplement: ``None``."""
+        return None
 
     async def aclose(self) -> None:
         """The connection belongs to the pool, which closes it."""

@@ -58,6 +58,7 @@ from nvidia_gpu_exporter.model.snapshot import (
     MigDevice,
     MigInstanceReading,
     NvmlExtras,
+    P2PStatus,
     ProcessList,
     ProcessRow,
     ProcessUsage,
@@ -66,6 +67,7 @@ from nvidia_gpu_exporter.model.snapshot import (
     Readings,
     StatusFamily,
     StuckChildren,
+    SupplementFailures,
     XidRecord,
 )
 
@@ -92,6 +94,7 @@ DCGM_FIELD_VALUES: tuple[tuple[str, int], ...] = (
     ("nvlink_recovery_errors", 59),
 )
 MICROSECONDS = 1_000_000
+P2P_CAPS_INDEX_NVLINK = 2  # NVML_P2P_CAPS_INDEX_NVLINK: the capability DCGM's NVLink P2P status asks for
 
 
 def nvlink_bandwidth(previous: tuple[int, int] | None, total_kib: int, timestamp_us: int) -> float:
@@ -157,6 +160,7 @@ class NvmlBackend:
         gpm_clock: Callable[[], float] = time.monotonic,
         gpm_whole_gpus: bool = False,
         dcgm_readings: bool = False,
+        p2p_status: bool = False,
     ) -> None:
         self.session = session
         self.resolved = tuple(fields)
@@ -168,6 +172,7 @@ class NvmlBackend:
         self.pcie_throughput = pcie_throughput
         self.gpm_whole_gpus = gpm_whole_gpus  # only the DCGM profile serves a whole GPU's GPM: no samples otherwise
         self.dcgm_readings = dcgm_readings  # PCIe replays and NVLink bandwidth: read only for the DCGM profile
+        self.p2p_status = p2p_status  # every GPU pair's NVLink P2P status: only when DCGM_EXP_P2P_STATUS is listed
         self._nvlink: dict[str, tuple[int, int]] = {}  # per GPU: the last NVLink data total (KiB) and its time (µs)
         self.watcher = watcher
         self.sampler = GpmSampler(gpm_clock)
@@ -212,6 +217,10 @@ class NvmlBackend:
 
     def stuck_children(self) -> StuckChildren | None:
         """NVML runs in a thread of ours (a stuck one is STILL_IN_PROGRESS): no children."""
+        return None
+
+    def supplement_failures(self) -> SupplementFailures | None:
+        """No NVML supplement: ``None``."""
         return None
 
     async def aclose(self) -> None:
@@ -480,7 +489,26 @@ class NvmlBackend:
                 mig_instances += mig[1]
         self.sampler.end_cycle()
         self._nvlink = nvlink_totals  # only the GPUs read this cycle: a GPU gone is forgotten
-        return NvmlExtras(tuple(per_gpu), tuple(mig_devices), tuple(mig_instances))
+        p2p = self._p2p(gpus) if self.p2p_status else None
+        return NvmlExtras(tuple(per_gpu), tuple(mig_devices), tuple(mig_instances), p2p)
+
+    def _p2p(self, gpus: Sequence[_Gpu]) -> P2PStatus | None:
+        """The NVLink P2P status from each GPU to every other, or ``None`` at the first pair NVML cannot answer, as
+        DCGM's dcgmGetNvLinkP2PStatus fails whole (DcgmCacheManager::CreateNvlinkP2PStatus)."""
+        statuses: list[tuple[int, ...]] = []
+        for gpu in gpus:
+            row: list[int] = []
+            for peer in gpus:
+                if peer is gpu:
+                    row.append(0)
+                    continue
+                status = self._soft(call("nvmlDeviceGetP2PStatus", gpu.handle, peer.handle, P2P_CAPS_INDEX_NVLINK))
+                if isinstance(status, Failure):
+                    log.debug("no NVLink P2P status", extra={"reason": return_name(status.code)})
+                    return None
+                row.append(int(status))
+            statuses.append(tuple(row))
+        return P2PStatus(tuple(gpu.uuid for gpu in gpus), tuple(statuses))
 
     def _dcgm_readings(self, gpu: _Gpu, totals: dict[str, tuple[int, int]]) -> dict[str, float | None]:
         """The DCGM profile's own NVML readings as GpuExtras attributes: the PCIe replay counter, the NVLink
@@ -538,6 +566,7 @@ def open_backend(
     gpm_clock: Callable[[], float] = time.monotonic,
     gpm_whole_gpus: bool = False,
     dcgm_readings: bool = False,
+    p2p_status: bool = False,
 ) -> NvmlBackend:
     """Check the bindings, init NVML, check the exports the exporter cannot do without, resolve fields, start
     the XID watcher."""
@@ -568,6 +597,7 @@ def open_backend(
         gpm_clock=gpm_clock,
         gpm_whole_gpus=gpm_whole_gpus,
         dcgm_readings=dcgm_readings,
+        p2p_status=p2p_status,
     )
     if watcher is not None:
         watcher.start()
@@ -587,6 +617,7 @@ async def start_nvml_backend(
     watch_xids: bool = True,
     gpm_whole_gpus: bool = False,
     dcgm_readings: bool = False,
+    p2p_status: bool = False,
 ) -> NvmlBackend:
     """The startup sequence, off the event loop (``nvmlInit`` can block on a sick driver)."""
     return await asyncio.to_thread(
@@ -598,4 +629,5 @@ async def start_nvml_backend(
         watch_xids=watch_xids,
         gpm_whole_gpus=gpm_whole_gpus,
         dcgm_readings=dcgm_readings,
+        p2p_status=p2p_status,
     )

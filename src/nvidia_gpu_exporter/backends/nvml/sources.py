@@ -55,13 +55,22 @@ SourceResult: TypeAlias = Mapping[str, Cell] | Failure
 # Fields read once per cycle, not per device.
 CYCLE_FIELDS = frozenset({"timestamp", "driver_version", "count"})
 
+NS_PER_US = 1000
+
+
+def microseconds(nanoseconds: float) -> str:
+    """A clock event reason counter as nvidia-smi prints it: NVML counts nanoseconds (DCGM reads field 74 unscaled
+    as DCGM_FI_DEV_POWER_VIOLATION, documented in ns), nvidia-smi prints whole microseconds."""
+    return f"{int(nanoseconds) // NS_PER_US} us"
+
+
 # nvmlDeviceGetFieldValues ids: field -> (id, formatter of the decoded value).
 FIELD_VALUE_IDS: dict[str, tuple[int, Callable[[float], str]]] = {
-    "clocks_event_reasons_counters.sw_power_cap": (74, lambda v: f"{int(v)} us"),
-    "clocks_event_reasons_counters.sync_boost": (76, lambda v: f"{int(v)} us"),
-    "clocks_event_reasons_counters.sw_thermal_slowdown": (269, lambda v: f"{int(v)} us"),
-    "clocks_event_reasons_counters.hw_thermal_slowdown": (270, lambda v: f"{int(v)} us"),
-    "clocks_event_reasons_counters.hw_power_brake_slowdown": (271, lambda v: f"{int(v)} us"),
+    "clocks_event_reasons_counters.sw_power_cap": (74, microseconds),
+    "clocks_event_reasons_counters.sync_boost": (76, microseconds),
+    "clocks_event_reasons_counters.sw_thermal_slowdown": (269, microseconds),
+    "clocks_event_reasons_counters.hw_thermal_slowdown": (270, microseconds),
+    "clocks_event_reasons_counters.hw_power_brake_slowdown": (271, microseconds),
     "power.draw.average": (185, watts),
     "power.draw.instant": (186, watts),
     "temperature.memory": (82, lambda v: str(int(v))),

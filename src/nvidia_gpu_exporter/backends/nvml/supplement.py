@@ -6,7 +6,8 @@ When the library loads, each collection runs nvidia-smi as before and, beside it
 those (its query is the GPU's uuid); the NVML readings are keyed by GPU uuid, which both read from the same
 driver, so the exposition joins them as it joins the nvml backend's. nvidia-smi stays the source of every other
 value and of the collection's success: an NVML cycle that fails is counted and logged, and that collection is
-served without the NVML-only fields.
+served without the NVML-only fields, and ``nvidia_gpu_exporter_nvml_supplement_failures_total`` counts it by
+reason (NVML's return code, or ``in_progress`` while a previous cycle is still in the driver).
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ from dataclasses import replace
 
 from nvidia_gpu_exporter.backends import Backend, BackendSetupError, CollectionError
 from nvidia_gpu_exporter.backends.fields import FieldRequest, FieldResolutionError
-from nvidia_gpu_exporter.backends.nvml.backend import NvmlBackend, open_backend
+from nvidia_gpu_exporter.backends.nvml.api import return_name
+from nvidia_gpu_exporter.backends.nvml.backend import STILL_IN_PROGRESS, NvmlBackend, open_backend
 from nvidia_gpu_exporter.model.snapshot import (
     NvmlExtras,
     QueryField,
     Readings,
     StatusFamily,
     StuckChildren,
+    SupplementFailures,
     XidRecord,
 )
 
@@ -32,9 +35,21 @@ log = logging.getLogger(__name__)
 # What the exec backend serves only with the supplement (docs/dcgm.md, "The exec backend and NVML").
 NVML_ONLY = (
     "energy, PCIe replays, NVLink bandwidth and errors, violation times, GPM profiling ratios, "
-    "per-MIG-instance readings"
+    "per-MIG-instance readings, NVLink P2P status"
 )
 SUPPLEMENT_QUERY = FieldRequest("uuid")  # the key; every reading it adds is an NvmlExtras one
+IN_PROGRESS = "in_progress"
+OTHER_ERROR = "error"
+
+
+def failure_reason(error: CollectionError) -> str:
+    """A failed cycle's ``reason`` label: NVML's return code in lower case without ``ERROR_`` (``gpu_is_lost``),
+    ``in_progress`` while the previous cycle is still in the driver, ``error`` otherwise: a bounded set."""
+    if str(error) == STILL_IN_PROGRESS:
+        return IN_PROGRESS
+    if error.status_code < 0:
+        return OTHER_ERROR
+    return return_name(error.status_code).removeprefix("ERROR_").lower()
 
 
 class NvmlSupplemented:
@@ -44,6 +59,7 @@ class NvmlSupplemented:
         self.inner = inner
         self.nvml = nvml
         self.failures = 0  # NVML cycles that failed, since the start
+        self._reasons: dict[str, int] = {}  # the same, by failure_reason
         self._failing = False
 
     @property
@@ -70,6 +86,8 @@ class NvmlSupplemented:
             readings = await self.nvml.collect()
         except CollectionError as error:
             self.failures += 1
+            reason = failure_reason(error)
+            self._reasons[reason] = self._reasons.get(reason, 0) + 1
             if not self._failing:
                 log.warning(
                     "could not read NVML beside nvidia-smi: serving nvidia-smi's readings without the NVML-only fields",
@@ -88,6 +106,9 @@ class NvmlSupplemented:
     def stuck_children(self) -> StuckChildren | None:
         return self.inner.stuck_children()
 
+    def supplement_failures(self) -> SupplementFailures:
+        return tuple(sorted(self._reasons.items()))
+
     async def aclose(self) -> None:
         try:
             await self.inner.aclose()
@@ -95,7 +116,7 @@ class NvmlSupplemented:
             await self.nvml.aclose()
 
 
-def open_supplement(*, pcie_throughput: bool = False) -> NvmlBackend:
+def open_supplement(*, pcie_throughput: bool = False, p2p_status: bool = False) -> NvmlBackend:
     """An NVML cycle reading only the DCGM profile's NVML-only fields; BackendSetupError when NVML cannot serve."""
     try:
         return open_backend(
@@ -104,15 +125,16 @@ def open_supplement(*, pcie_throughput: bool = False) -> NvmlBackend:
             watch_xids=False,  # XIDs stay the exec backend's source's (--collect.xid-source)
             gpm_whole_gpus=True,
             dcgm_readings=True,
+            p2p_status=p2p_status,
         )
     except FieldResolutionError as error:
         raise BackendSetupError(str(error)) from error
 
 
-async def supplement(inner: Backend, *, pcie_throughput: bool = False) -> Backend:
+async def supplement(inner: Backend, *, pcie_throughput: bool = False, p2p_status: bool = False) -> Backend:
     """``inner`` with the NVML supplement when libnvidia-ml loads; else ``inner``, and one warning saying why."""
     try:
-        nvml = await asyncio.to_thread(open_supplement, pcie_throughput=pcie_throughput)
+        nvml = await asyncio.to_thread(open_supplement, pcie_throughput=pcie_throughput, p2p_status=p2p_status)
     except BackendSetupError as error:
         log.warning(
             "the exec backend reads no NVML-only DCGM fields",
