@@ -3,14 +3,15 @@ on the exec backend (the fake nvidia-smi: a GPU query, plus a pmon run with the 
 pipeline answered in-process from a capture) and the nvml backend (the fake libnvidia-ml, compiled here), each with
 and without the option, at the default cap (16 processes per GPU with series of their own); and with the option
 and pods on (--kubernetes.process-pods with --kubernetes.pod-resources): every process in a pod of four processes
-time-sliced on its GPU, each pod holding a replica, so each collection also reads each process's cgroup (a fake
-/proc), computes the per-pod shares and their energy, and the GPU-seconds allocated and used.
+time-sliced on its GPU, each pod holding a replica, so each collection also looks up each process's pod (a fake
+/proc: its start time, and its cgroup when the start time is new), computes the per-pod shares and their energy,
+and the GPU-seconds allocated and used. ``--breakdown`` times those steps apart instead (demo backend, pods on).
 
 The exec figures are dominated by starting the Python fake nvidia-smi, once per run; the nvml figures by the
 bindings' ctypes calls into a fake that does no work (a real driver adds its own latency per call). Render time is
 the cap plus the whole scrape's text for one collection.
 
-    python benchmarks/bench_process_usage.py [--iterations 30] [--exec-iterations 8]
+    python benchmarks/bench_process_usage.py [--iterations 30] [--exec-iterations 8] [--breakdown]
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def pod_uid(pid: str) -> str:
 
 
 def write_proc(root: Path, pids: list[str]) -> Path:
-    """A fake /proc: the node's init, and each process in its pod's cgroup (a containerd cgroup v2 layout)."""
+    """A fake /proc: the node's init, and each process in its pod's cgroup (a containerd cgroup v2 layout), with
+    its start time in its stat file (proc(5)'s field 22) as a real /proc has it."""
     proc = root / "proc"
     for pid, text in {
         "1": "0::/init.scope\n",
@@ -55,6 +57,8 @@ def write_proc(root: Path, pids: list[str]) -> Path:
     }.items():
         (proc / pid).mkdir(parents=True, exist_ok=True)
         (proc / pid / "cgroup").write_text(text, encoding="utf-8")
+        fields = " ".join(["S", "1", pid, pid, "0", "-1", "4194560", *["0"] * 12, "12345", *["0"] * 30])
+        (proc / pid / "stat").write_text(f"{pid} (python3) {fields}\n", encoding="utf-8")
     return proc
 
 
@@ -62,12 +66,14 @@ class Pods:
     """What the collector does per collection with pods on, timed by :func:`render_cost` with the rendering."""
 
     def __init__(self, proc: Path, readings: Any) -> None:
+        from nvidia_gpu_exporter.kubernetes.cgroups import CgroupCache
         from nvidia_gpu_exporter.model.gpuseconds import GpuSecondsLedger
         from nvidia_gpu_exporter.model.kubernetes import GpuPod
         from nvidia_gpu_exporter.model.podusage import PodEnergyLedger
         from nvidia_gpu_exporter.model.uuids import normalize_uuid
 
         self.proc = proc
+        self.cgroups = CgroupCache(proc)  # as the Attributor keeps it across collections
         self.energy = PodEnergyLedger()
         self.seconds = GpuSecondsLedger()
         rows = readings.process_usage.rows
@@ -78,18 +84,28 @@ class Pods:
         )
         self.joules = 0.0
 
+    def lookups(self, readings: Any) -> dict[str, str]:
+        """Each process's pod uid, as the Attributor looks them up in one collection."""
+        from nvidia_gpu_exporter.kubernetes.cgroups import host_pid_problem
+
+        self.cgroups.next_collection()
+        host_pid_problem(self.proc)
+        pod_of = {}
+        for row in readings.process_usage.rows:
+            found = self.cgroups.lookup(row.pid).pod
+            if found is not None:
+                pod_of[row.pid] = found.pod_uid
+        return pod_of
+
     def collect(self, readings: Any, limit: int) -> tuple[Any, Any]:
-        from nvidia_gpu_exporter.kubernetes.cgroups import host_pid_problem, lookup_process
+        return self.account(readings, self.lookups(readings), limit)
+
+    def account(self, readings: Any, pod_of: dict[str, str], limit: int) -> tuple[Any, Any]:
+        """The shares, their energy and the GPU-seconds, from the processes' pods."""
         from nvidia_gpu_exporter.model.podusage import pod_shares
         from nvidia_gpu_exporter.model.uuids import normalize_uuid
 
         usage = readings.process_usage
-        host_pid_problem(self.proc)
-        pod_of = {}
-        for row in usage.rows:
-            found = lookup_process(self.proc, row.pid).pod
-            if found is not None:
-                pod_of[row.pid] = found.pod_uid
         uuids = sorted({normalize_uuid(row.gpu_uuid) for row in usage.rows})
         self.joules += 100.0
         shares = pod_shares(usage, pod_of, {}, dict.fromkeys(uuids, 500.0), limit)
@@ -240,12 +256,76 @@ def nvml_case(library: ctypes.CDLL, processes: int, usage: bool, iterations: int
     return median_ms(timings), backend, readings
 
 
+def timed(function: Callable[[], Any], iterations: int) -> float:
+    timings = []
+    for _ in range(iterations):
+        started = time.perf_counter()
+        function()
+        timings.append(time.perf_counter() - started)
+    return median_ms(timings)
+
+
+def breakdown_row(directory: Path, processes: int, iterations: int) -> str:
+    """One size's row of ``--breakdown``."""
+    from nvidia_gpu_exporter.exposition.metrics import Exposition
+    from nvidia_gpu_exporter.kubernetes.cgroups import CgroupCache
+    from nvidia_gpu_exporter.model.processusage import DEFAULT_MAX_PROCESSES, cap_usage
+    from nvidia_gpu_exporter.model.snapshot import Attempt, Snapshot
+
+    capture = directory / f"bench-{processes}.txt"
+    write_capture(capture, processes)
+    pids = [str(10000 + gpu * 1000 + number) for gpu in range(GPUS) for number in range(processes)]
+    proc = write_proc(directory / f"proc-{processes}", pids)
+    _, backend, readings = asyncio.run(demo_case(capture, True, 2))
+    pods = Pods(proc, readings)
+
+    def first() -> None:
+        pods.cgroups = CgroupCache(proc)
+        pods.lookups(readings)
+
+    first_ms = timed(first, iterations)
+    pod_of = pods.lookups(readings)
+    later_ms = timed(lambda: pods.lookups(readings), iterations)
+    account_ms = timed(lambda: pods.account(readings, pod_of, DEFAULT_MAX_PROCESSES), iterations)
+    pod_usage, allocations = pods.account(readings, pod_of, DEFAULT_MAX_PROCESSES)
+    usage, overflowed = cap_usage(readings.process_usage, DEFAULT_MAX_PROCESSES)
+    plain = Snapshot(
+        Attempt(replace(readings, process_usage=usage), 0, 0.1, 1.0), 0, 1.0, process_usage_overflowed=overflowed
+    )
+    with_pods = replace(plain, pod_usage=pod_usage, pod_allocations=allocations)
+    exposition = Exposition(backend.fields, backend.status_family)
+    plain_ms = timed(lambda: exposition.render(plain), iterations)
+    pods_ms = timed(lambda: exposition.render(with_pods), iterations)
+    return (
+        f"| {GPUS} x {processes} | {first_ms:.2f} ms | {later_ms:.2f} ms | {account_ms:.2f} ms | "
+        f"{plain_ms:.2f} ms | {pods_ms:.2f} ms |"
+    )
+
+
+def breakdown(iterations: int) -> None:
+    """The per-pod work of one collection step by step (demo backend, pods on): the pod lookups of a first
+    collection (every cgroup read) and of a later one (each process known), the shares with their energy and
+    GPU-seconds, and the scrape's text with and without the per-pod families."""
+    print("| GPUs x processes | pod lookups, first collection | pod lookups, later | shares, energy, GPU-seconds | "
+          "text without pods | text with pods |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as directory:
+        for processes in PROCESS_COUNTS:
+            print(breakdown_row(Path(directory), processes, iterations))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--exec-iterations", type=int, default=8)
+    parser.add_argument("--breakdown", action="store_true", help="time the per-pod steps apart (demo backend)")
     args = parser.parse_args()
     logging.disable(logging.WARNING)
+    if args.breakdown:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        print(f"python {platform.python_version()} on {platform.machine()}, load average {load:.1f} at the start")
+        breakdown(args.iterations)
+        return
 
     import pynvml
 

@@ -28,6 +28,10 @@ WINDOWS = REPO / "install" / "windows"
 RULES = DEPLOY / "prometheus" / "nvidia-gpu-exporter-rules.yml"
 DASHBOARDS = (DEPLOY / "grafana" / "nvidia-gpu-fleet.json", DEPLOY / "grafana" / "nvidia-gpu-detail.json")
 HOME_DASHBOARD = DASHBOARDS[0].name
+# Per namespace and pod: only where the exporter sees pods, so compose (whose demo is its own Kubernetes node) ships
+# it and the Windows installer (no kubelet on Windows) does not.
+COST_DASHBOARD = DEPLOY / "grafana" / "nvidia-gpu-cost.json"
+COMPOSE_DASHBOARDS = (*DASHBOARDS, COST_DASHBOARD)
 
 # The exporter's version (the one the Windows installer pins) and the job name the alert rules expect.
 VERSION = re.search(r'^__version__ = "([^"]+)"$', (REPO / "src/nvidia_gpu_exporter/__init__.py").read_text(), re.M)[1]  # type: ignore[index]
@@ -197,6 +201,16 @@ DEMO_CONFIG = "/etc/nvidia_gpu_exporter/demo.yaml"
 DEMO_SCENARIOS = ["lost-gpu", "xid-79", "random-xids"]
 
 
+# docs/demo.md, "Pods": with these the demo is its own Kubernetes node (shared GPUs, pods, their GPU-seconds and
+# energy), so the cost dashboard has data; compose.gpu.yaml's command, which replaces this one, turns them off.
+DEMO_POD_FLAGS = [
+    "--collect.compute-apps",
+    "--collect.process-usage",
+    "--kubernetes.pod-resources",
+    "--kubernetes.process-pods",
+]
+
+
 def demo_config() -> dict[str, Any]:
     """The stack's demo: the default scenario's two GPUs and MIG topology, with the node faults and XID 79 turned on
     (the default demo is a healthy machine, whose alerts would stay quiet)."""
@@ -208,7 +222,12 @@ def compose() -> dict[str, Any]:
     exporter = {
         "image": "${NVIDIA_GPU_EXPORTER_IMAGE:-nvidia-gpu-exporter:local}",
         "build": {"context": "../..", "dockerfile": "deploy/docker/Dockerfile"},
-        "command": ["--collect.backend=demo", f"--demo-config={DEMO_CONFIG}", f"--collect.interval={SCRAPE_INTERVAL}"],
+        "command": [
+            "--collect.backend=demo",
+            f"--demo-config={DEMO_CONFIG}",
+            f"--collect.interval={SCRAPE_INTERVAL}",
+            *DEMO_POD_FLAGS,
+        ],
         "restart": "unless-stopped",
         "ports": [_local(EXPORTER_PORT)],
         "volumes": [f"./demo/demo.yaml:{DEMO_CONFIG}:ro"],
@@ -256,7 +275,7 @@ def compose() -> dict[str, Any]:
         "volumes": [
             f"./grafana/provisioning/datasources:{GRAFANA_PROVISIONING}/datasources:ro",
             f"./grafana/provisioning/dashboards:{GRAFANA_PROVISIONING}/dashboards:ro",
-            *(f"../grafana/{board.name}:{GRAFANA_DASHBOARDS_DIR}/{board.name}:ro" for board in DASHBOARDS),
+            *(f"../grafana/{board.name}:{GRAFANA_DASHBOARDS_DIR}/{board.name}:ro" for board in COMPOSE_DASHBOARDS),
             "grafana-data:/var/lib/grafana",
         ],
         "depends_on": ["prometheus"],

@@ -258,6 +258,12 @@ def make_proc(root: Path, cgroups: Mapping[str, str], init: str = HOST_INIT) -> 
     return proc
 
 
+def write_stat(proc: Path, pid: str, start: int, comm: str = "python3") -> None:
+    """``<pid>/stat`` as the kernel writes it (proc(5)): ``start`` is field 22, the start time in clock ticks."""
+    fields = ["S", "1", pid, pid, "0", "-1", "4194560", *["0"] * 12, str(start), *["0"] * 30]
+    (proc / pid / "stat").write_text(f"{pid} ({comm}) {' '.join(fields)}\n", encoding="utf-8")
+
+
 # -- fake node roots (the doctor) -------------------------------------------------------------------------
 
 DRIVER_VERSION_FILE = (

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
@@ -328,6 +328,72 @@ def test_the_data_check_catches_typos_and_parse_errors(live: Live) -> None:
     assert query(live.prometheus, "sum(rate(nvidia_smi_energy_joules_total[1m])")["status"] == "error"
 
 
+def wait_for_data(
+    ask: Callable[[str], dict[str, Any]],
+    name: str,
+    queries: dict[str, list[str]],
+    *,
+    timeout: float = DATA_TIMEOUT,
+    interval: float = 1.0,
+) -> None:
+    """Poll until every panel target (``queries``: where -> the expressions to try, one per variable combination)
+    has data for one of its expressions; fails naming the targets still without data, or the first query error (an
+    error never heals, so it stops the polling)."""
+    pending = dict(queries)
+    failures: dict[str, str] = {}
+
+    def all_answered() -> bool:
+        for where, expressions in list(pending.items()):
+            for expr in expressions:
+                answer = ask(expr)
+                if answer["status"] != "success":
+                    failures[where] = json.dumps(answer)
+                    return True
+                if answer["data"]["result"]:
+                    del pending[where]
+                    break
+        return not pending
+
+    try:
+        wait_until(
+            all_answered, f"data for every panel of {name}", timeout=timeout, interval=interval, ignoring=PROBE_ERRORS
+        )
+    except AssertionError:
+        pytest.fail(f"{name}: panels without data after {timeout:.0f}s: {sorted(pending)}")
+    assert failures == {}, failures
+
+
+def _answers(*results: list[Any], status: str = "success") -> Callable[[str], dict[str, Any]]:
+    """A fake Prometheus whose queries answer ``results`` in turn (the last one again and again)."""
+    remaining = list(results)
+
+    def ask(_expr: str) -> dict[str, Any]:
+        result = remaining.pop(0) if len(remaining) > 1 else remaining[0]
+        return {"status": status, "data": {"result": result}}
+
+    return ask
+
+
+@pytest.mark.parametrize(
+    ("ask", "fails"),
+    [
+        (_answers([], [{"value": 1}]), None),
+        (_answers([]), "panels without data after"),
+        (_answers([], status="error"), '"status": "error"'),
+    ],
+    ids=["data-at-the-second-try", "never-data", "query-error"],
+)
+def test_the_data_wait_fails_on_a_panel_without_data_or_a_query_error(
+    ask: Callable[[str], dict[str, Any]], fails: str | None
+) -> None:
+    """The in-process check that the live tests' wait can fail (Prometheus is not needed for it)."""
+    if fails is None:
+        wait_for_data(ask, "board", {"board: panel [A]": ["up"]}, timeout=1.0, interval=0.01)
+        return
+    with pytest.raises((AssertionError, pytest.fail.Exception), match=fails):
+        wait_for_data(ask, "board", {"board: panel [A]": ["up"]}, timeout=0.05, interval=0.01)
+
+
 @pytest.mark.parametrize("name", DASHBOARDS)
 def test_every_panel_returns_data(live: Live, name: str) -> None:
     board = load(name)
@@ -336,29 +402,11 @@ def test_every_panel_returns_data(live: Live, name: str) -> None:
         assert combinations == [{"job": JOB, "node": ".*", "gpu": ".*"}]
     else:
         assert len(combinations) == 2, combinations  # the demo's two GPUs
-    pending = dict(targets(board))
-    failures: dict[str, str] = {}
-
-    def all_answered() -> bool:
-        for where, target in list(pending.items()):
-            for values in combinations:
-                answer = query(live.prometheus, substitute(target["expr"], {**values, "datasource": "prometheus"}))
-                if answer["status"] != "success":
-                    failures[where] = json.dumps(answer)
-                    return True  # a query error never heals: stop polling and report it
-                if answer["data"]["result"]:
-                    del pending[where]
-                    break
-        return not pending
-
-    try:
-        wait_until(
-            all_answered, f"data for every panel of {name}", timeout=DATA_TIMEOUT, interval=1.0, ignoring=PROBE_ERRORS
-        )
-    except AssertionError:
-        pytest.fail(f"{name}: panels without data after {DATA_TIMEOUT:.0f}s: {sorted(pending)}")
-    assert failures == {}, failures
-    assert not pending
+    queries = {
+        where: [substitute(target["expr"], {**values, "datasource": "prometheus"}) for values in combinations]
+        for where, target in targets(board)
+    }
+    wait_for_data(lambda expr: query(live.prometheus, expr), name, queries)
     panel_count = len(all_panels(board))
     assert panel_count >= 20, panel_count
     print(f"{name}: {panel_count} panels, {len(dict(targets(board)))} queries, all with data at {time.time():.0f}")
@@ -407,24 +455,8 @@ def test_every_cost_panel_returns_data_against_the_demo(cost_live: Live) -> None
     job, gpu_hour, kwh = board["templating"]["list"][1:]
     assert resolve_variable(cost_live.prometheus, job, {}) == [(JOB, JOB)]
     values = {"job": JOB, "datasource": "prometheus", gpu_hour["name"]: gpu_hour["query"], kwh["name"]: kwh["query"]}
-    pending = {where: substitute(target["expr"], values) for where, target in targets(board)}
-    failures: dict[str, str] = {}
-
-    def all_answered() -> bool:
-        for where, expr in list(pending.items()):
-            answer = query(cost_live.prometheus, expr)
-            if answer["status"] != "success":
-                failures[where] = json.dumps(answer)
-                return True  # a query error never heals: stop polling and report it
-            if answer["data"]["result"]:
-                del pending[where]
-        return not pending
-
-    try:
-        wait_until(all_answered, f"data for every panel of {COST}", timeout=DATA_TIMEOUT, interval=1.0)
-    except AssertionError:
-        pytest.fail(f"{COST}: panels without data after {DATA_TIMEOUT:.0f}s: {sorted(pending)}")
-    assert failures == {}, failures
+    queries = {where: [substitute(target["expr"], values)] for where, target in targets(board)}
+    wait_for_data(lambda expr: query(cost_live.prometheus, expr), COST, queries)
     allocated = query(cost_live.prometheus, panel_expr(board, "GPU-hours allocated", values))
     assert {series["metric"]["namespace"] for series in allocated["data"]["result"]} == {
         "ml-training",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -212,12 +212,24 @@ def test_every_served_family_is_documented_with_its_type_help_and_labels(args: t
     assert undocumented(served, backend) == []
 
 
+def assert_served_and_documented(args: Sequence[str], expected: set[str], backend: str = "") -> None:
+    """One scrape of an exporter started with ``args`` serves the ``expected`` families, and docs/metrics.md
+    documents everything it serves (``backend``: as :func:`undocumented`)."""
+    handle = start_exporter(args)
+    try:
+        served = scrapes(handle, 1)
+    finally:
+        handle.stop()
+    assert expected <= set(served), sorted(expected - set(served))
+    assert undocumented(served, backend) == []
+
+
 def test_kubernetes_attribution_families_are_documented(request: pytest.FixtureRequest, tmp_path: Path) -> None:
     require_grpc()
     kubelet = request.getfixturevalue("kubelet")
     kubelet.set([("ml", "train", "trainer", "nvidia.com/gpu", [GPU0])])
     proc = make_proc(tmp_path, {LOAD_PIDS[0]: CGROUP_LAYOUTS[1][1]})
-    handle = start_exporter(
+    assert_served_and_documented(
         (
             "--nvidia-smi-command",
             fake_smi_command(MIG_FIXTURE, "--state", "load"),
@@ -226,24 +238,15 @@ def test_kubernetes_attribution_families_are_documented(request: pytest.FixtureR
             f"--kubernetes.pod-resources-socket={kubelet.path}",
             "--kubernetes.process-pods",
             f"--kubernetes.proc-root={proc}",
-        )
+        ),
+        {"nvidia_smi_gpu_pod_info", "nvidia_smi_compute_app_pod_info", "nvidia_smi_kubernetes_attribution_up"},
     )
-    try:
-        served = scrapes(handle, 1)
-    finally:
-        handle.stop()
-    assert {
-        "nvidia_smi_gpu_pod_info",
-        "nvidia_smi_compute_app_pod_info",
-        "nvidia_smi_kubernetes_attribution_up",
-    } <= set(served)
-    assert undocumented(served) == []
 
 
 def test_per_pod_share_families_are_documented(tmp_path: Path) -> None:
     """Served only with process usage and process pods together (no kubelet needed: the pod comes from the cgroup)."""
     proc = make_proc(tmp_path, {LOAD_PIDS[0]: CGROUP_LAYOUTS[1][1]})
-    handle = start_exporter(
+    assert_served_and_documented(
         (
             "--nvidia-smi-command",
             fake_smi_command(MIG_FIXTURE, "--state", "load"),
@@ -251,30 +254,23 @@ def test_per_pod_share_families_are_documented(tmp_path: Path) -> None:
             "--collect.process-usage",
             "--kubernetes.process-pods",
             f"--kubernetes.proc-root={proc}",
-        )
+        ),
+        {"nvidia_smi_pod_gpu_share_ratio", "nvidia_smi_pod_power_draw_watts"},
     )
-    try:
-        served = scrapes(handle, 1)
-    finally:
-        handle.stop()
-    assert {"nvidia_smi_pod_gpu_share_ratio", "nvidia_smi_pod_power_draw_watts"} <= set(served)
-    assert undocumented(served) == []
 
 
 def test_web_config_reload_families_are_documented(tmp_path: Path) -> None:
     """Served only with ``--web.config.file``, which the runs above do not give."""
     web_config = tmp_path / "web.yml"
     web_config.write_text("http_server_config:\n  headers:\n    X-Frame-Options: deny\n", encoding="utf-8")
-    handle = start_exporter(("--collect.backend=demo", f"--web.config.file={web_config}"))
-    try:
-        served = scrapes(handle, 1)
-    finally:
-        handle.stop()
-    assert {
-        "nvidia_gpu_exporter_web_config_last_reload_successful",
-        "nvidia_gpu_exporter_web_config_last_reload_success_timestamp_seconds",
-    } <= set(served)
-    assert undocumented(served, "demo") == []
+    assert_served_and_documented(
+        ("--collect.backend=demo", f"--web.config.file={web_config}"),
+        {
+            "nvidia_gpu_exporter_web_config_last_reload_successful",
+            "nvidia_gpu_exporter_web_config_last_reload_success_timestamp_seconds",
+        },
+        "demo",
+    )
 
 
 def test_every_reserved_name_has_a_documented_family() -> None:

@@ -14,7 +14,7 @@ import pytest
 from exposition_reader import family_block, without_families
 from fakes import FakeBackend
 from harness import MIG_FIXTURE
-from k8s_fakes import CGROUP_LAYOUTS, CID, GPU0, GPU1, HOST_SERVICE, MIG0, MIG1, UID, make_proc
+from k8s_fakes import CGROUP_LAYOUTS, CID, GPU0, GPU1, HOST_SERVICE, MIG0, MIG1, UID, make_proc, write_stat
 from nvidia_gpu_exporter.capture.format import load_capture
 from nvidia_gpu_exporter.config import Config, ConfigError, validate
 from nvidia_gpu_exporter.exposition.metrics import Exposition
@@ -311,6 +311,20 @@ def test_processes_map_to_pod_uid_and_container_id(tmp_path: Path) -> None:
         ("41950", "", "", "", model.PROCESS_NOT_VISIBLE),
     ]
     assert result.process_reason == ""
+
+
+def test_a_pid_reused_by_another_pods_process_names_the_new_pod_at_the_next_collection(tmp_path: Path) -> None:
+    """Collections keep each running process's pod (kubernetes.cgroups.CgroupCache): a new start time under the
+    same pid is another process, whose cgroup is read."""
+    proc = make_proc(tmp_path, {"41872": CGROUP_LAYOUTS[4][1]})
+    write_stat(proc, "41872", 100)
+    attributor, _ = make_attributor(None, pod_resources=False, process_pods=True, proc_root=str(proc))
+    run(attributor, readings(process_rows("41872")))
+    (proc / "41872" / "cgroup").write_text(CGROUP_LAYOUTS[-1][1], encoding="utf-8")
+    write_stat(proc, "41872", 900)
+    result = run(attributor, readings(process_rows("41872")))
+    assert result.processes is not None
+    assert [(p.pod_uid, p.container_id) for p in result.processes] == [(CGROUP_LAYOUTS[-1][2], CGROUP_LAYOUTS[-1][3])]
 
 
 def test_hostpid_off_is_detected_and_no_process_is_misattributed(tmp_path: Path) -> None:

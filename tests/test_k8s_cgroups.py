@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from k8s_fakes import CGROUP_LAYOUTS, HOST_SERVICE, UID, make_proc
+from k8s_fakes import CGROUP_LAYOUTS, HOST_SERVICE, UID, make_proc, write_stat
 from nvidia_gpu_exporter.kubernetes import cgroups
 from nvidia_gpu_exporter.model.kubernetes import HOSTPID_OFF, NOT_IN_A_POD, PROCESS_NOT_VISIBLE
 
@@ -68,3 +68,97 @@ def test_host_pid_problem_when_pid_1_is_a_pods_process(tmp_path: Path) -> None:
     assert UID in detail
     assert "hostPID: true" in detail
     assert cgroups.host_pid_problem(tmp_path / "nowhere") == ("", "")
+
+
+# -- the per-process cache: a running process's pod is read once ----------------------------------------
+
+POD = CGROUP_LAYOUTS[1]
+OTHER_POD = CGROUP_LAYOUTS[-1]
+
+
+def running(tmp_path: Path, pids: tuple[str, ...] = ("4242",), start: int = 100) -> Path:
+    """A fake /proc whose ``pids`` run in POD's container since ``start``."""
+    proc = make_proc(tmp_path, dict.fromkeys(pids, POD[1]))
+    for pid in pids:
+        write_stat(proc, pid, start)
+    return proc
+
+
+def move_to_other_pod(proc: Path, pid: str) -> None:
+    """What a cgroup file read afresh would now say: a cached lookup still says POD."""
+    (proc / pid / "cgroup").write_text(OTHER_POD[1], encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "pid", ["4242", "17", "99999", "../1", "31"], ids=["in-a-pod", "host", "missing", "not-a-pid", "no-stat-file"]
+)
+def test_cache_answers_what_a_fresh_lookup_does(tmp_path: Path, pid: str) -> None:
+    proc = make_proc(tmp_path, {"4242": POD[1], "17": HOST_SERVICE, "31": POD[1]})
+    write_stat(proc, "4242", 100)
+    write_stat(proc, "17", 100)
+    cache = cgroups.CgroupCache(proc)
+    assert [cache.lookup(pid), cache.lookup(pid)] == [cgroups.lookup_process(proc, pid)] * 2
+
+
+@pytest.mark.parametrize("comm", ["python3", "my (odd) name", "a) b c d e f g h i j k l m n o p q r s t"])
+def test_cache_keeps_a_running_process_whatever_its_command_name(tmp_path: Path, comm: str) -> None:
+    proc = running(tmp_path)
+    write_stat(proc, "4242", 100, comm)
+    cache = cgroups.CgroupCache(proc)
+    first = cache.lookup("4242")
+    move_to_other_pod(proc, "4242")
+    assert cache.lookup("4242") == first
+
+
+def test_cache_reads_again_when_the_pid_is_reused(tmp_path: Path) -> None:
+    proc = running(tmp_path)
+    cache = cgroups.CgroupCache(proc)
+    cache.lookup("4242")
+    move_to_other_pod(proc, "4242")
+    write_stat(proc, "4242", 200)  # another process, started later, with the same pid
+    assert cache.lookup("4242").pod == cgroups.CgroupPod(OTHER_POD[2], OTHER_POD[3], OTHER_POD[4])
+
+
+def test_cache_forgets_a_process_whose_pid_is_gone(tmp_path: Path) -> None:
+    proc = running(tmp_path, ("4242", "4243"))
+    cache = cgroups.CgroupCache(proc)
+    cache.lookup("4242")
+    cache.lookup("4243")
+    (proc / "4242" / "stat").unlink()
+    (proc / "4242" / "cgroup").unlink()
+    assert (cache.lookup("4242").reason, len(cache)) == (PROCESS_NOT_VISIBLE, 1)
+
+
+def test_cache_forgets_the_processes_the_last_collection_did_not_look_up(tmp_path: Path) -> None:
+    proc = running(tmp_path, ("4242", "4243"))
+    cache = cgroups.CgroupCache(proc)
+    cache.lookup("4242")
+    cache.lookup("4243")
+    cache.next_collection()
+    cache.lookup("4243")  # 4242 left the GPU
+    cache.next_collection()
+    move_to_other_pod(proc, "4242")
+    assert (len(cache), cache.lookup("4242").pod) == (1, cgroups.CgroupPod(OTHER_POD[2], OTHER_POD[3], OTHER_POD[4]))
+
+
+def test_cache_holds_at_most_its_limit(tmp_path: Path) -> None:
+    proc = running(tmp_path, ("4242", "4243", "4244"))
+    cache = cgroups.CgroupCache(proc, limit=2)
+    for pid in ("4242", "4243", "4244"):
+        cache.lookup(pid)
+    move_to_other_pod(proc, "4244")
+    assert (len(cache), cache.lookup("4244").pod) == (2, cgroups.CgroupPod(OTHER_POD[2], OTHER_POD[3], OTHER_POD[4]))
+
+
+@pytest.mark.parametrize(
+    "stat",
+    ["", "4242 (python3\n", "4242 (python3) S 1", "4242 (python3) " + " ".join(["x"] * 50)],
+    ids=["empty", "unclosed-name", "short", "start-not-a-number"],
+)
+def test_cache_reads_every_time_when_the_start_time_cannot_be_read(tmp_path: Path, stat: str) -> None:
+    proc = running(tmp_path)
+    (proc / "4242" / "stat").write_text(stat, encoding="utf-8")
+    cache = cgroups.CgroupCache(proc)
+    cache.lookup("4242")
+    move_to_other_pod(proc, "4242")
+    assert (len(cache), cache.lookup("4242").pod) == (0, cgroups.CgroupPod(OTHER_POD[2], OTHER_POD[3], OTHER_POD[4]))

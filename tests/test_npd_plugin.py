@@ -14,7 +14,7 @@ import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import bcrypt
 import pytest
@@ -240,49 +240,54 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
         handle.stop()
 
 
-@pytest.mark.parametrize(
-    ("args", "expected"),
-    [
-        pytest.param(
-            ["--username=prometheus", "--password-file={dir}/password", "--ca-file={dir}/ca.pem"],
-            (2, "cannot reach the exporter at {url}: [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: IP"),
-            id="the-ca-verifies-but-the-certificate-names-localhost",
-        ),
-        pytest.param(
-            ["--username=prometheus", "--password-file={dir}/password", "--insecure-skip-verify"],
-            (0, "2 GPUs, none failing"),
-            id="credentials-and-loopback-skip-verify",
-        ),
-        pytest.param(
-            ["--username=prometheus", "--password-file={dir}/wrong", "--insecure-skip-verify"],
-            (2, "the exporter answered HTTP 401 at {url}"),
-            id="wrong-password",
-        ),
-        pytest.param(["--insecure-skip-verify"], (2, "the exporter answered HTTP 401 at {url}"), id="no-credentials"),
-        pytest.param(
-            ["--username=prometheus", "--password-file={dir}/password"],
-            (2, "cannot reach the exporter at {url}: [SSL: CERTIFICATE_VERIFY_FAILED]"),
-            id="an-unknown-ca",
-        ),
-        pytest.param(
-            ["--username=prometheus", "--password-file={dir}/absent", "--insecure-skip-verify"],
-            (2, "cannot read --password-file {dir}/absent: No such file or directory"),
-            id="password-file-absent",
-        ),
-        pytest.param(
-            ["--password-file={dir}/password", "--insecure-skip-verify"],
-            (2, "--password-file needs --username"),
-            id="password-without-user",
-        ),
-    ],
-)
+SKIP_VERIFY = "--insecure-skip-verify"
+CA_FILE = "--ca-file={dir}/ca.pem"
+UNVERIFIED = "cannot reach the exporter at {url}: [SSL: CERTIFICATE_VERIFY_FAILED]"
+UNAUTHORIZED = "the exporter answered HTTP 401 at {url}"
+
+
+class TlsCase(NamedTuple):
+    """What the plugin is given against the guarded exporter ("" leaves an option out), and what it says."""
+
+    id: str
+    username: str
+    password_file: str  # in the fixture's directory
+    tls: str
+    status: int
+    words: str  # the start of its message
+
+
+TLS_CASES = (
+    TlsCase("the-ca-verifies-but-the-certificate-names-localhost", "prometheus", "password", CA_FILE,
+            2, f"{UNVERIFIED} certificate verify failed: IP"),
+    TlsCase("credentials-and-loopback-skip-verify", "prometheus", "password", SKIP_VERIFY, 0, "2 GPUs, none failing"),
+    TlsCase("wrong-password", "prometheus", "wrong", SKIP_VERIFY, 2, UNAUTHORIZED),
+    TlsCase("no-credentials", "", "", SKIP_VERIFY, 2, UNAUTHORIZED),
+    TlsCase("an-unknown-ca", "prometheus", "password", "", 2, UNVERIFIED),
+    TlsCase("password-file-absent", "prometheus", "absent", SKIP_VERIFY,
+            2, "cannot read --password-file {dir}/absent: No such file or directory"),
+    TlsCase("password-without-user", "", "password", SKIP_VERIFY, 2, "--password-file needs --username"),
+)  # fmt: skip
+
+
+def plugin_args(directory: Path, username: str, password_file: str, tls: str) -> list[str]:
+    """The plugin's credentials and TLS options ("" leaves one out), files named in ``directory``."""
+    return [
+        *([f"--username={username}"] if username else []),
+        *([f"--password-file={directory}/{password_file}"] if password_file else []),
+        *([tls.format(dir=directory)] if tls else []),
+    ]
+
+
+@pytest.mark.parametrize("case", TLS_CASES, ids=[case.id for case in TLS_CASES])
 def test_the_plugin_asks_an_exporter_behind_tls_and_basic_auth(
-    guarded: tuple[str, Path], capsys: pytest.CaptureFixture[str], args: list[str], expected: tuple[int, str]
+    guarded: tuple[str, Path], capsys: pytest.CaptureFixture[str], case: TlsCase
 ) -> None:
     url, directory = guarded
-    status, message = run(capsys, f"--url={url}", "--max-length=300", *(a.format(dir=directory) for a in args))
-    words = expected[1].format(url=url, dir=directory)
-    assert (status, message[: len(words)]) == (expected[0], words), message
+    args = plugin_args(directory, case.username, case.password_file, case.tls)
+    status, message = run(capsys, f"--url={url}", "--max-length=300", *args)
+    words = case.words.format(url=url, dir=directory)
+    assert (status, message[: len(words)]) == (case.status, words), message
 
 
 def test_the_ca_file_verifies_a_certificate_naming_the_host(
@@ -290,7 +295,7 @@ def test_the_ca_file_verifies_a_certificate_naming_the_host(
 ) -> None:
     url, directory = guarded
     named = url.replace("127.0.0.1", "localhost")
-    args = ["--username=prometheus", f"--password-file={directory}/password", f"--ca-file={directory}/ca.pem"]
+    args = plugin_args(directory, "prometheus", "password", CA_FILE)
     assert run(capsys, f"--url={named}", *args) == (0, "2 GPUs, none failing")
 
 

@@ -39,7 +39,7 @@ from deploy_helpers import (
     skip_reason,
     wait_target_up,
 )
-from harness import REPO, load_script, start_exporter
+from harness import REPO, Exporter, load_script, start_exporter
 from nvidia_gpu_exporter import __version__, preflight
 from polling import wait_until
 from winget_schema import SCHEMAS as WINGET_SCHEMAS
@@ -199,20 +199,43 @@ def test_the_exporter_accepts_the_flags_each_stack_gives_it(flags: list[str], ba
     assert preflight.config_to_run(flags).backend.value == backend
 
 
-def test_the_compose_demo_turns_every_simulated_fault_on() -> None:
-    """The default demo is healthy; the stack's demo config turns the faults on, so its alerts fire (docs/stack.md)."""
-    handle = start_exporter(exporter_command())
-    try:  # it collects in the background: the first scrape may come before the first collection
+@pytest.fixture(scope="module")
+def compose_demo() -> Iterator[tuple[Exporter, str]]:
+    """The compose file's exporter, started once for the checks of what it serves, with its first full scrape (it
+    collects in the background: the first scrape may come before the first collection). It collects every second
+    instead of the stack's 15 s, so a check waiting for a later collection waits seconds."""
+    interval = "--collect.interval="
+    handle = start_exporter([f"{interval}1s" if flag.startswith(interval) else flag for flag in exporter_command()])
+    try:
         text = wait_until(handle.scrape, "a collection", until=lambda scrape: "nvidia_smi_gpu_info{" in scrape)
-        (said,) = handle.logged('msg="demo scenarios on: simulating faults"')
-        for scenario in stack.DEMO_SCENARIOS:
-            assert scenario in said
+        yield handle, text
     finally:
         handle.stop()
+
+
+def test_the_compose_demo_turns_every_simulated_fault_on(compose_demo: tuple[Exporter, str]) -> None:
+    """The default demo is healthy; the stack's demo config turns the faults on, so its alerts fire (docs/stack.md)."""
+    handle, text = compose_demo
+    (said,) = handle.logged('msg="demo scenarios on: simulating faults"')
+    for scenario in stack.DEMO_SCENARIOS:
+        assert scenario in said
     assert re.search(r'^nvidia_smi_xid_errors_total\{uuid="[^"]+",xid="79"\} 2$', text, flags=re.MULTILINE)
     assert len(re.findall(r"^nvidia_smi_gpu_info\{", text, flags=re.MULTILINE)) == 2
     assert re.search(r"^nvidia_smi_gpus_expected 3$", text, flags=re.MULTILINE)  # one GPU lost from the bus
     assert len(re.findall(r"^nvidia_smi_mig_info\{", text, flags=re.MULTILINE)) == 3  # GI 2 (two CIs), GI 7
+
+
+def test_the_compose_demo_serves_every_family_the_cost_dashboard_reads(compose_demo: tuple[Exporter, str]) -> None:
+    """The stack ships the cost dashboard: its demo is its own Kubernetes node (docs/demo.md, "Pods"), so the
+    dashboard's per-pod families have data without a cluster."""
+    board = (DEPLOY / "grafana" / "nvidia-gpu-cost.json").read_text(encoding="utf-8")
+    read = set(re.findall(r"\bnvidia_smi_\w+", board))
+    assert read
+
+    def unserved() -> set[str]:  # a collection may have no process of a pod whose jobs come and go
+        return read - set(re.findall(r"^(nvidia_smi_\w+)[{ ]", compose_demo[0].scrape(), flags=re.MULTILINE))
+
+    wait_until(unserved, "the cost dashboard's families", until=lambda missing: not missing, interval=0.5)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -396,10 +419,11 @@ def test_grafana_format_check_rejects_a_broken_file(check: Any, document: dict[s
 
 
 def test_compose_grafana_mounts_every_dashboard_under_the_provider_path() -> None:
+    """Every dashboard deploy/grafana/ ships, the cost dashboard included, not only those build_stack.py lists."""
     provider = load_yaml(PROVISIONING["compose"] / "dashboards" / "nvidia-gpu-exporter.yaml")["providers"][0]
     mounted = {Path(target).name: source for source, target in bind_mounts("grafana")
                if Path(target).parent.as_posix() == provider["options"]["path"]}  # fmt: skip
-    assert mounted == {board.name: board for board in stack.DASHBOARDS}
+    assert mounted == {board.name: board for board in sorted((DEPLOY / "grafana").glob("*.json"))}
 
 
 def test_compose_grafana_mounts_the_provisioning_folders() -> None:
@@ -408,7 +432,7 @@ def test_compose_grafana_mounts_the_provisioning_folders() -> None:
     assert targets["/etc/grafana/provisioning/dashboards"] == PROVISIONING["compose"] / "dashboards"
 
 
-@pytest.mark.parametrize("board", stack.DASHBOARDS, ids=lambda board: board.name)
+@pytest.mark.parametrize("board", stack.COMPOSE_DASHBOARDS, ids=lambda board: board.name)
 def test_dashboards_pick_the_provisioned_datasource_type(board: Path) -> None:
     variables = json.loads(board.read_text(encoding="utf-8"))["templating"]["list"]
     datasource = next(variable for variable in variables if variable["type"] == "datasource")

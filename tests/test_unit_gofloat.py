@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvidia_gpu_exporter._go.floats import format_go_float
+from nvidia_gpu_exporter._go.floats import _shortest_digits, format_go_float
 from nvidia_gpu_exporter.exposition.text import format_value
 
 EXAMPLES: list[tuple[float, str, str]] = [
@@ -81,3 +81,24 @@ def test_round_trips_and_scientific_iff_exponent_out_of_range(value: float) -> N
         assert _PLAIN.fullmatch(text), text
     # the digits are exactly Python's shortest round-trip digits (repr)
     assert Decimal(text).normalize() == Decimal(repr(value)).normalize()
+
+
+def _general(value: float) -> str:
+    """The general path of format_go_float (shortest digits placed by Go's rule), without its fast paths."""
+    digits, exponent = _shortest_digits(abs(value))
+    sign = "-" if value < 0 else ""
+    if exponent < 0:
+        return f"{sign}0.{'0' * (-exponent - 1)}{digits}"
+    integer_digits = exponent + 1
+    if len(digits) <= integer_digits:
+        return sign + digits + "0" * (integer_digits - len(digits))
+    return f"{sign}{digits[:integer_digits]}.{digits[integer_digits:]}"
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.floats(min_value=1e-4, max_value=1e6, exclude_max=True)
+    | st.floats(min_value=-1e6, max_value=-1e-4, exclude_min=True)
+)
+def test_the_plain_range_fast_path_writes_what_the_general_path_does(value: float) -> None:
+    assert format_go_float(value) == _general(value)

@@ -264,11 +264,9 @@ class Collector:
         container_of = {process.pid: process.container_id for process in kubernetes.processes if process.pod_uid}
         if self.attributor is not None and not kubernetes.process_reason:
             # nvml lists MPS clients apart from the compute apps attribution reads: their pods come from here.
-            from nvidia_gpu_exporter.kubernetes.cgroups import lookup_process  # noqa: PLC0415 - attribution only
-
             looked_up = {process.pid for process in kubernetes.processes}
             for pid in {row.pid for row in usage.rows} - looked_up:
-                found = lookup_process(self.attributor.settings.proc_root, pid).pod
+                found = self.attributor.cgroups.lookup(pid).pod
                 if found is not None:
                     pod_of[pid] = found.pod_uid
                     container_of[pid] = found.container_id

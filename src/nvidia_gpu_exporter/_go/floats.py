@@ -43,6 +43,8 @@ def format_go_float(value: float) -> str:
         return "+Inf" if value > 0 else "-Inf"
     if -1e6 < value < 1e6 and value.is_integer():  # fast path: below 1e6 an integer prints as itself
         return str(int(value))
+    if 1e-4 <= abs(value) < 1e6:  # fast path: plain in Go and in repr (which switches at 1e-4 and 1e16), same digits
+        return repr(value)
     sign = "-" if value < 0 else ""
     digits, exponent = _shortest_digits(abs(value))
     if exponent < _SCIENTIFIC_MIN_EXPONENT or exponent >= _SCIENTIFIC_FROM_EXPONENT:

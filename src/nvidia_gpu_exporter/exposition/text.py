@@ -81,18 +81,24 @@ def render_family(family: Family) -> str:
     if not family.samples:
         return ""
     order = sorted(range(len(family.label_names)), key=lambda index: family.label_names[index])
-    sorted_names = [family.label_names[index] for index in order]
-    keyed = sorted(((tuple(values[index] for index in order), value) for values, value in family.samples))
-    lines = [header(family.name, family.help, family.metric_type)]
+    if order == list(range(len(order))):  # label names already in order (most families): no reordering per sample
+        keyed = sorted(family.samples)
+    else:
+        keyed = sorted(((tuple(values[index] for index in order), value) for values, value in family.samples))
+    # Each label's ``name="`` once per family, not once per sample: per-pod families have thousands of samples.
+    starts = [f'{family.label_names[index]}="' for index in order]
+    name = family.name
+    lines = [header(name, family.help, family.metric_type)]
     previous: tuple[str, ...] | None = None
     for values, value in keyed:
-        labels = label_block(zip(sorted_names, values, strict=True))
+        pairs = [start + text.translate(_LABEL_ESCAPES) + '"' for start, text in zip(starts, values, strict=True)]
+        labels = "{" + ",".join(pairs) + "}" if pairs else ""
         if values == previous:
             raise DuplicateSeriesError(
-                f"collected metric {family.name}{labels} was collected before with the same name and label values"
+                f"collected metric {name}{labels} was collected before with the same name and label values"
             )
         previous = values
-        lines.append(f"{family.name}{labels} {format_value(value)}\n")
+        lines.append(f"{name}{labels} {format_value(value)}\n")
     return "".join(lines)
 
 

@@ -107,6 +107,7 @@ class Attributor:
         self.source = source if settings.pod_resources else None
         self.mig_lister = mig_lister
         self.process_pods = process_pods  # set: processes' pods from it instead of the cgroups under proc_root
+        self.cgroups = cgroups.CgroupCache(settings.proc_root)  # each running process's cgroup, read once
         self._clock = clock
         self._wall_clock = wall_clock
         self._uuid_column = column_of(fields, "uuid")
@@ -315,13 +316,14 @@ class Attributor:
         if self.process_pods is not None:
             return self._simulated_processes(readings, self.process_pods), "", ""
         proc_root = self.settings.proc_root
+        self.cgroups.next_collection()
         reason, detail = cgroups.host_pid_problem(proc_root)
         if reason:
             rows = tuple(ProcessPod(normalize_uuid(row.gpu_uuid), row.pid, reason=reason) for row in processes.rows)
             return rows, reason, detail
         found: list[ProcessPod] = []
         for row in processes.rows:
-            lookup = cgroups.lookup_process(proc_root, row.pid)
+            lookup = self.cgroups.lookup(row.pid)
             uuid = normalize_uuid(row.gpu_uuid)
             if lookup.pod is None:
                 found.append(ProcessPod(uuid, row.pid, reason=lookup.reason, detail=lookup.detail))

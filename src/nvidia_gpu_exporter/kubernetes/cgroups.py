@@ -16,6 +16,7 @@ Nothing here needs root: ``/proc/<pid>/cgroup`` is world-readable. It needs the 
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -103,19 +104,35 @@ def parse_cgroup_file(text: str) -> CgroupPod | None:
     return best_of_cgroup_file(text, parse_cgroup_path, lambda pod: bool(pod.container_id))
 
 
+def _read(path: str, first: int = 0) -> bytes:
+    """A small /proc file's bytes, or its first bytes up to ``first`` (one read) when that is all that is needed.
+    os-level calls: pathlib and Python's file objects cost more than the read itself."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        if first:
+            return os.read(descriptor, first)
+        chunks = []
+        while chunk := os.read(descriptor, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(descriptor)
+
+
 def lookup_process(proc_root: str | Path, pid: str) -> ProcessLookup:
     """Read one process's cgroup file under ``proc_root`` (``/proc``, or a fake tree in tests)."""
     if not pid.isdigit():
         return ProcessLookup(None, PROCESS_NOT_VISIBLE, f"pid {pid!r} is not a process id")
-    path = Path(proc_root) / pid / "cgroup"
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = _read(os.path.join(proc_root, pid, "cgroup")).decode("utf-8", "replace")
     except FileNotFoundError:
         return ProcessLookup(
-            None, PROCESS_NOT_VISIBLE, f"{path} does not exist: the exporter needs hostPID: true to see GPU processes"
+            None,
+            PROCESS_NOT_VISIBLE,
+            f"{Path(proc_root) / pid / 'cgroup'} does not exist: the exporter needs hostPID: true to see GPU processes",
         )
     except OSError as error:
-        return ProcessLookup(None, CGROUP_UNREADABLE, f"{path}: {error.strerror or error}")
+        return ProcessLookup(None, CGROUP_UNREADABLE, f"{Path(proc_root) / pid / 'cgroup'}: {error.strerror or error}")
     pod = parse_cgroup_file(text)
     if pod is None:
         return ProcessLookup(None, NOT_IN_A_POD, "the process's cgroup is not under a Kubernetes pod")
@@ -141,3 +158,70 @@ def host_pid_problem(proc_root: str | Path) -> tuple[str, str]:
         f"pid 1 under {proc_root} is in pod {pod.pod_uid}: the exporter sees its own PID namespace; "
         "set hostPID: true on its pod"
     )
+
+
+# The start of /proc/<pid>/stat that holds field 22, with room to spare: the pid, the command name in parentheses
+# (tens of bytes) and 20 numbers of at most 20 digits each.
+_STAT_HEAD = 4096
+MAX_CACHED_PROCESSES = 4096  # a node's GPU processes; past it the rest are read every collection, as uncached
+
+
+def start_time(stat_path: str) -> bytes | None:
+    """A process's start time from its ``/proc/<pid>/stat`` (field 22, clock ticks since boot: with the pid, it
+    names one process), or None when it cannot be read. Raises FileNotFoundError when the process is gone."""
+    try:
+        data = _read(stat_path, _STAT_HEAD)
+    except OSError as error:
+        if isinstance(error, FileNotFoundError):
+            raise
+        return None
+    head, paren, tail = data.rpartition(b")")  # the command name in parentheses may hold anything, ")" too
+    fields = tail.split(maxsplit=20)
+    if not paren or not head or len(fields) < 20 or not fields[19].isdigit():
+        return None
+    return fields[19]
+
+
+class CgroupCache:
+    """Each GPU process's :func:`lookup_process`, kept while the process runs.
+
+    A process's pod does not change while it runs, so a collection reads its start time (one small file) instead of
+    reading and parsing its cgroup file again; a new start time under the same pid is another process, read afresh.
+    A process is forgotten when its pid is gone, or when the collection before did not look it up (it ended or left
+    the GPU), so the cache holds at most the processes of two collections, and never more than ``limit``. Only a
+    pod or a host process is kept: a failed read is tried again at the next lookup.
+    """
+
+    def __init__(self, proc_root: str | Path, limit: int = MAX_CACHED_PROCESSES) -> None:
+        self.proc_root = proc_root
+        self.limit = limit
+        self._prefix = os.path.join(os.fspath(proc_root), "")  # "<proc_root>/": each lookup joins only the pid
+        self._known: dict[str, tuple[bytes, ProcessLookup]] = {}  # pid -> (start time, its lookup)
+        self._asked: set[str] = set()  # pids looked up since next_collection()
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+    def next_collection(self) -> None:
+        """Forget the processes the collection that just ended did not look up."""
+        self._known = {pid: known for pid, known in self._known.items() if pid in self._asked}
+        self._asked = set()
+
+    def lookup(self, pid: str) -> ProcessLookup:
+        if not pid.isdigit():
+            return lookup_process(self.proc_root, pid)
+        self._asked.add(pid)
+        try:
+            started = start_time(f"{self._prefix}{pid}/stat")
+        except FileNotFoundError:
+            self._known.pop(pid, None)
+            return lookup_process(self.proc_root, pid)
+        known = self._known.get(pid)
+        if known is not None and known[0] == started:
+            return known[1]
+        found = lookup_process(self.proc_root, pid)
+        if started is None or (found.pod is None and found.reason != NOT_IN_A_POD):
+            self._known.pop(pid, None)
+        elif pid in self._known or len(self._known) < self.limit:
+            self._known[pid] = (started, found)
+        return found

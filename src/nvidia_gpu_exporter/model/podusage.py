@@ -23,8 +23,26 @@ def _add(total: float | None, value: float | None) -> float | None:
     return value if total is None else total + value
 
 
-def _rank(share: PodShare) -> tuple[float, float, str, str]:
-    return (-(share.sm_percent or 0.0), -(share.used_memory_bytes or 0.0), share.pod_uid, share.gpu_instance_id)
+class _Sums:
+    """One pod's processes on one GPU (instance) so far, and their summed SM % and used memory."""
+
+    __slots__ = ("memory", "processes", "sm")
+
+    def __init__(self, sm: float | None, memory: float | None) -> None:
+        self.processes = 1
+        self.sm = sm
+        self.memory = memory
+
+    def add(self, row: ProcessUsageRow) -> None:
+        self.processes += 1
+        self.sm = _add(self.sm, row.sm_percent)
+        self.memory = _add(self.memory, row.used_memory_bytes)
+
+
+def _rank(item: tuple[tuple[str, str], _Sums]) -> tuple[float, float, str, str]:
+    """Busiest first: SM, then used memory, then pod uid and GPU instance for a stable order."""
+    (instance, pod_uid), so_far = item
+    return (-(so_far.sm or 0.0), -(so_far.memory or 0.0), pod_uid, instance)
 
 
 def _gpu_shares(
@@ -41,7 +59,9 @@ def _gpu_shares(
 ) -> list[PodShare]:
     sm_sum = sum(row.sm_percent or 0.0 for row in rows)
     memory_sum = sum(row.used_memory_bytes or 0.0 for row in rows)
-    pods: dict[tuple[str, str], PodShare] = {}
+    # Summed in row order per (GPU instance, pod uid); one PodShare per pod kept is built from the sums (a frozen
+    # dataclass replaced per row cost more than the rest of the step).
+    sums: dict[tuple[str, str], _Sums] = {}
     container_names: dict[tuple[str, str], set[str]] = {}
     for row in rows:
         pod_uid = pod_of.get(row.pid, "")
@@ -49,37 +69,40 @@ def _gpu_shares(
             continue
         key = (instances.get((uuid, row.pid), ""), pod_uid)
         container_names.setdefault(key, set()).add(containers.get(row.pid, ""))
-        found = pods.get(key) or PodShare(uuid, pod_uid, key[0])
-        pods[key] = replace(
-            found,
-            processes=found.processes + 1,
-            sm_percent=_add(found.sm_percent, row.sm_percent),
-            used_memory_bytes=_add(found.used_memory_bytes, row.used_memory_bytes),
-        )
+        so_far = sums.get(key)
+        if so_far is None:
+            sums[key] = _Sums(row.sm_percent, row.used_memory_bytes)
+        else:
+            so_far.add(row)
     running: dict[str, set[str]] = {}  # GPU instance ("" for the whole GPU) -> the pods running there
-    for instance, pod_uid in pods:
+    for instance, pod_uid in sums:
         running.setdefault(instance, set()).add(pod_uid)
     kept: list[PodShare] = []
-    for found in sorted(pods.values(), key=_rank)[:limit]:
+    for (instance, pod_uid), so_far in sorted(sums.items(), key=_rank)[:limit]:
         if sm_sum > 0:
-            share = (found.sm_percent or 0.0) / sm_sum
+            share = (so_far.sm or 0.0) / sm_sum
         elif memory_sum > 0:
-            share = (found.used_memory_bytes or 0.0) / memory_sum
+            share = (so_far.memory or 0.0) / memory_sum
         else:
             share = 0.0
-        holder = holders.get((uuid, found.gpu_instance_id))
-        alone = holder is not None and len(running[found.gpu_instance_id]) == 1
+        holder = holders.get((uuid, instance))
+        alone = holder is not None and len(running[instance]) == 1
         namespace, pod, container = holder if holder is not None and alone else ("", "", "")
-        named = names.get(found.pod_uid)
+        named = names.get(pod_uid)
         if named is not None:  # the API server's names of this very pod beat the kubelet's holder
-            (namespace, pod), ran_in = named, container_names[(found.gpu_instance_id, found.pod_uid)]
+            (namespace, pod), ran_in = named, container_names[(instance, pod_uid)]
             container = next(iter(ran_in)) if len(ran_in) == 1 else ""
         kept.append(
-            replace(
-                found,
-                namespace=namespace,
-                pod=pod,
-                container=container,
+            PodShare(
+                uuid,
+                pod_uid,
+                instance,
+                namespace,
+                pod,
+                container,
+                processes=so_far.processes,
+                sm_percent=so_far.sm,
+                used_memory_bytes=so_far.memory,
                 share=share,
                 power_watts=None if power is None else power * share,
             )
@@ -112,8 +135,12 @@ def pod_shares(
     if not usage.succeeded:
         return ()
     per_gpu: dict[str, list[ProcessUsageRow]] = {}
+    normalized: dict[str, str] = {}  # a GPU's rows all spell its uuid the same way: normalize it once
     for row in usage.rows:
-        per_gpu.setdefault(normalize_uuid(row.gpu_uuid), []).append(row)
+        uuid = normalized.get(row.gpu_uuid)
+        if uuid is None:
+            uuid = normalized[row.gpu_uuid] = normalize_uuid(row.gpu_uuid)
+        per_gpu.setdefault(uuid, []).append(row)
     shares: list[PodShare] = []
     for uuid in sorted(per_gpu):
         shares += _gpu_shares(
