@@ -66,6 +66,19 @@ def test_settling_startup_frees_its_cycles_and_freezes_the_survivors() -> None:
     assert kept not in gc.get_objects()  # frozen: full collections no longer traverse it
 
 
+@pytest.mark.usefixtures("automatic_collection_off")
+def test_settling_startup_gives_back_the_heap_startup_freed(monkeypatch: pytest.MonkeyPatch) -> None:
+    trims: list[str] = []
+
+    def trim_heap() -> bool:
+        trims.append("trim")
+        return True
+
+    monkeypatch.setattr(garbage, "trim_heap", trim_heap)
+    garbage.settle_startup()
+    assert trims == ["trim"]
+
+
 @pytest.mark.parametrize(
     ("closed_per_tick", "trims"),
     [

