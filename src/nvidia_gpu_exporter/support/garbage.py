@@ -21,9 +21,9 @@ the HTTP server's).
 glibc also gives every thread that allocates its own arena (up to eight per core), each with its own free
 space: the thread that imports the serving modules at startup, then the executor threads that compress bodies
 or parse large answers, held 1.1-1.4 MiB over what one heap needs in steady state, at 1 to 64 GPUs, with no
-CPU per collection saved (BENCHMARKS.md, "Steady state with moving values"). :func:`limit_arenas`, called
-before the first of those threads starts, keeps every thread on the main heap; the exporter's threads seldom
-allocate at once, so they seldom wait on its lock.
+CPU per collection saved (BENCHMARKS.md, "Steady state with moving values, side by side with the Go
+exporter"). :func:`limit_arenas`, called before the first of those threads starts, keeps every thread on the
+main heap; the exporter's threads seldom allocate at once, so they seldom wait on its lock.
 """
 
 from __future__ import annotations
