@@ -26,8 +26,19 @@ fds, threads and children (min-max), and its log lines by level. ``--plot FILE.s
 ``--heap-probe DIR`` runs the Python exporters under ``heap_probe.py``. Every loop is bounded by the deadline;
 the script ends by itself.
 
+``--steady N`` measures instead steady-state RSS with moving values, without the mixed load: at each ``--gpus``
+count (comma-separated), this checkout's exporter and the Go exporter (``--go-binary``; beside them
+``--baseline SRC``'s ``src/`` and this checkout under ``--python-env`` variables, such as glibc's
+``MALLOC_ARENA_MAX``) run at once, each on the moving fake, a collection per scrape, scraped in turn over
+keep-alive connections (one scrape of each, then the next round) for N rounds, so the machine's load falls on
+all alike. Per exporter: RSS at the first scrape, its plateau (the median of the samples over the last third
+of the rounds) and max, the anonymous and file-backed parts of RSS at the end (``/proc/PID/status``: the heaps
+against the mapped binary and libraries), CPU per collection (the exporter's own), and each plateau and max
+as a ratio of the Go exporter's.
+
     python benchmarks/bench_soak.py --minutes 3                           # the variant for every change
     python benchmarks/bench_soak.py --minutes 30 --slope-minutes 20 --plot soak.svg [--go-binary PATH]
+    python benchmarks/bench_soak.py --steady 1300 --gpus 1,8,64 [--go-binary PATH] [--python-env MALLOC_ARENA_MAX=2]
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ import os
 import re
 import signal
 import socket
+import statistics
 import sys
 import tempfile
 import threading
@@ -129,6 +141,16 @@ def median_slope_kib_per_minute(points: list[tuple[float, float]]) -> float:
     middle = len(slopes) // 2
     median = slopes[middle] if len(slopes) % 2 else (slopes[middle - 1] + slopes[middle]) / 2
     return median * 60 * 1024
+
+
+def rss_parts_mib(pid: int) -> tuple[float, float]:
+    """The anonymous (heaps, stacks) and file-backed (the binary, shared libraries) parts of RSS, in MiB."""
+    parts = dict.fromkeys(("RssAnon:", "RssFile:"), 0.0)
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        words = line.split()
+        if words and words[0] in parts:
+            parts[words[0]] = int(words[1]) / 1024
+    return parts["RssAnon:"], parts["RssFile:"]
 
 
 # -- the plot -----------------------------------------------------------------------------------------------
@@ -412,6 +434,117 @@ def report(configs: list[Config], took: float, slope_seconds: float) -> None:
                 print(f"  {line[:300]}")
 
 
+# -- steady state, side by side -----------------------------------------------------------------------------
+
+
+@dataclass
+class Steady:
+    """One exporter of the steady-state run, and what was read of it."""
+
+    name: str
+    launch: Callable[[list[str]], Exporter]
+    go: bool = False
+    exporter: Exporter | None = None
+    connection: http.client.HTTPConnection | None = None
+    samples: list[float] = field(default_factory=list)
+    failures: int = 0
+    cpu: float = 0.0
+    parts: tuple[float, float] = (0.0, 0.0)
+
+    def plateau(self) -> float:
+        """The median RSS over the last third of the rounds (the first sample is the first scrape's)."""
+        return statistics.median(self.samples[1:][-max(len(self.samples) // 3, 1) :])
+
+
+def steady_sides(args: argparse.Namespace) -> list[Steady]:
+    sides = [Steady("this checkout", python_launcher())]
+    for assignments in args.python_env:
+        env = dict(assignment.split("=", 1) for assignment in assignments.split(","))
+        sides.append(Steady(f"this checkout, {assignments}", python_launcher(env=env)))
+    if args.baseline:
+        sides.append(Steady(f"baseline {args.baseline}", python_launcher(env={"PYTHONPATH": args.baseline})))
+    if args.go_binary:
+        sides.append(Steady("Go exporter", go_launcher(args.go_binary), go=True))
+    return sides
+
+
+def steady_round(sides: list[Steady], gpus: int, rounds: int, directory: Path) -> None:
+    """All sides at once on the moving fake (the Python ones share its replay: they run the same commands, and
+    are scraped one after the other), a scrape of each per round, RSS sampled 30 times over the rounds."""
+    commands: dict[bool, str] = {}
+    for side in sides:
+        if side.go not in commands:
+            commands[side.go] = moving_smi(directory / f"{gpus}-{side.go}", gpus, rounds + 50, side.launch)
+    every = max(rounds // 30, 1)
+    try:
+        for side in sides:
+            side.exporter = side.launch(["--nvidia-smi-command", commands[side.go]])
+            side.connection = side.exporter.client.connect(side.exporter.address)
+            first_scrape(side.exporter, side.connection)
+            side.samples.append(rss_mib(side.exporter.process.pid))
+            side.cpu = cpu_seconds(side.exporter.process.pid)
+        for number in range(1, rounds + 1):
+            for side in sides:
+                assert side.exporter is not None
+                assert side.connection is not None
+                try:
+                    status, body = side.exporter.get(side.connection)
+                    side.failures += status != 200 or b"nvidia_smi_" not in body
+                except (OSError, http.client.HTTPException):
+                    side.failures += 1
+                    side.connection.close()
+                    side.connection = side.exporter.client.connect(side.exporter.address)
+                if number % every == 0:
+                    side.samples.append(rss_mib(side.exporter.process.pid))
+        for side in sides:
+            assert side.exporter is not None
+            side.cpu = (cpu_seconds(side.exporter.process.pid) - side.cpu) / rounds
+            side.parts = rss_parts_mib(side.exporter.process.pid)
+    finally:
+        for side in sides:
+            if side.connection is not None:
+                side.connection.close()
+            if side.exporter is not None:
+                side.exporter.stop()
+
+
+def steady(args: argparse.Namespace) -> None:
+    load = os.getloadavg()
+    print(
+        f"steady state: {args.steady} rounds per GPU count, a collection per scrape, the exporters scraped in turn; "
+        f"{os.cpu_count()} CPUs, load average at start {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
+        flush=True,
+    )
+    print(
+        "\n| GPUs | exporter | RSS at the first scrape | plateau (median, last third) | max | anon + file at the end "
+        "| CPU per collection | plateau / Go | max / Go | failed |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    curves: list[str] = []
+    with tempfile.TemporaryDirectory() as temporary:
+        for gpus in (int(count) for count in args.gpus.split(",")):
+            sides = steady_sides(args)
+            steady_round(sides, gpus, args.steady, Path(temporary))
+            go = next((side for side in sides if side.go), None)
+            for side in sides:
+                ratios = (
+                    [f"{side.plateau() / go.plateau():.2f}x", f"{max(side.samples) / max(go.samples):.2f}x"]
+                    if go is not None
+                    else ["", ""]
+                )
+                print(
+                    f"| {gpus} | {side.name} | {side.samples[0]:.1f} MiB | {side.plateau():.1f} MiB | "
+                    f"{max(side.samples):.1f} MiB | {side.parts[0]:.1f} + {side.parts[1]:.1f} MiB | "
+                    f"{side.cpu * 1000:.2f} ms | " + " | ".join(ratios) + f" | {side.failures} |",
+                    flush=True,
+                )
+                curves.append(f"{gpus} GPUs, {side.name}: " + " ".join(f"{value:.1f}" for value in side.samples))
+    end = os.getloadavg()
+    print(f"\nload average at the end {end[0]:.2f} {end[1]:.2f} {end[2]:.2f}; RSS (MiB) over the rounds:")
+    for curve in curves:
+        print(f"  {curve}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=3.0)
@@ -420,7 +553,7 @@ def main() -> None:
     parser.add_argument("--per-scrape-rate", type=float, default=1.0, help="scrapes/s of the per-scrape exporters")
     parser.add_argument("--cached-rate", type=float, default=4.0, help="scrapes/s of the cached exporter")
     parser.add_argument("--interval", default="5s", help="--collect.interval of the cached and demo exporters")
-    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--gpus", default="8", help="GPUs of the fake (--steady: counts, comma-separated)")
     parser.add_argument("--reconnect", type=int, default=100, help="scrapes per keep-alive connection")
     parser.add_argument("--burst", type=int, default=50, help="wrong-password connections per burst")
     parser.add_argument("--burst-every", type=float, default=60.0)
@@ -433,7 +566,20 @@ def main() -> None:
     parser.add_argument(
         "--heap-probe", metavar="DIR", help="run the Python exporters under heap_probe.py, its tables in DIR"
     )
+    parser.add_argument("--steady", type=int, metavar="N", help="steady-state RSS over N rounds, side by side, instead")
+    parser.add_argument("--baseline", metavar="SRC", help="--steady: also another checkout's src/")
+    parser.add_argument(
+        "--python-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE[,NAME=VALUE]",
+        help="--steady: also this checkout with these environment variables (repeatable)",
+    )
     args = parser.parse_args()
+    if args.steady:
+        steady(args)
+        return
+    args.gpus = int(args.gpus)
     slope_seconds = (args.slope_minutes or args.minutes * 2 / 3) * 60
 
     load = os.getloadavg()

@@ -67,6 +67,19 @@ def test_settling_startup_frees_its_cycles_and_freezes_the_survivors() -> None:
     assert kept not in gc.get_objects()  # frozen: full collections no longer traverse it
 
 
+@pytest.mark.usefixtures("automatic_collection_off")
+def test_settling_startup_gives_back_the_heap_startup_freed(monkeypatch: pytest.MonkeyPatch) -> None:
+    trims: list[str] = []
+
+    def trim_heap() -> bool:
+        trims.append("trim")
+        return True
+
+    monkeypatch.setattr(garbage, "trim_heap", trim_heap)
+    garbage.settle_startup()
+    assert trims == ["trim"]
+
+
 @pytest.mark.parametrize(
     ("closed_per_tick", "trims"),
     [
@@ -141,3 +154,42 @@ def test_trimming_the_heap_gives_back_what_a_c_library_freed() -> None:
     after = rss_kib()
     libc.free(blocks[-1])
     assert before - after > 40 * 1024, (before, after)
+
+
+# Threads that each hold C-heap memory at once, then glibc's malloc_stats(), which prints one "Arena N:" block
+# per arena to stderr. Run in a fresh interpreter: an arena, once made, lasts as long as the process.
+ARENA_PROBE = """
+import ctypes, sys, threading
+from nvidia_gpu_exporter.support import garbage
+if sys.argv[1] == "limited":
+    assert garbage.limit_arenas()
+held = threading.Barrier(5)
+def hold():
+    blocks = [bytearray(2048) for _ in range(200)]  # above pymalloc's 512 bytes: glibc's malloc
+    held.wait()
+    held.wait()
+threads = [threading.Thread(target=hold) for _ in range(4)]
+for thread in threads:
+    thread.start()
+held.wait()
+ctypes.CDLL(None).malloc_stats()
+held.wait()
+"""
+
+
+@pytest.mark.parametrize(
+    ("mode", "one_arena"),
+    [pytest.param("limited", True, id="limited-one-arena"), pytest.param("default", False, id="default-several")],
+)
+def test_limiting_arenas_keeps_every_thread_on_one_heap(mode: str, one_arena: bool) -> None:
+    import platform
+    import subprocess
+    import sys
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("arenas and malloc_stats are glibc's")
+    result = subprocess.run(
+        [sys.executable, "-c", ARENA_PROBE, mode], capture_output=True, text=True, timeout=60, check=True
+    )
+    arenas = sum(1 for line in result.stderr.splitlines() if line.startswith("Arena "))
+    assert (arenas == 1) is one_arena, result.stderr

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 
-from nvidia_gpu_exporter.history import POINTS_PER_GPU, SERIES_NAMES, History
+from nvidia_gpu_exporter.history import POINTS_PER_GPU, SERIES_NAMES, History, _number
 from nvidia_gpu_exporter.model.snapshot import GpuTable, QueryField, Readings
 
 FIELDS = tuple(
@@ -100,3 +102,44 @@ def test_a_gpu_that_leaves_keeps_only_its_points() -> None:
 def test_a_history_without_points_is_refused(points: int) -> None:
     with pytest.raises(ValueError, match="at least one point"):
         History(points)
+
+
+def _full_history_bytes(gpus: int) -> int:
+    """Bytes a full default history holds, each collection's texts made fresh (as a parse makes them) and
+    dropped by everything but the history."""
+    tracemalloc.start()
+    try:
+        history = History()
+        before = tracemalloc.get_traced_memory()[0]
+        for step in range(POINTS_PER_GPU):
+            rows = tuple(_row(f"GPU-{gpu:036d}", step * 7 + gpu) for gpu in range(gpus))
+            history.append(FIELDS, _readings(*rows), float(step))
+            del rows
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("gpus", [pytest.param(8, id="8-gpus"), pytest.param(64, id="64-gpus")])
+def test_a_full_history_holds_a_few_bytes_per_point(gpus: int) -> None:
+    # A point is five short numbers: a string per cell and a tuple per GPU held about 400 bytes per GPU and
+    # collection (3.5 MiB at 64 GPUs, issue 35); one text per collection holds about 50-80 (its texts, 40).
+    points = POINTS_PER_GPU * gpus
+    assert _full_history_bytes(gpus) < 120 * points
+
+
+@pytest.mark.parametrize(
+    "cell",
+    [
+        pytest.param("5\x1f", id="unit-separator"),
+        pytest.param("\x1e7 %", id="record-separator"),
+        pytest.param("5\x1f6", id="separator-between-numbers"),
+    ],
+)
+def test_a_cell_holding_a_separator_reads_as_its_own_text(cell: str) -> None:
+    history = History()
+    history.append(FIELDS, _readings(("GPU-a", cell, "1 MiB", "1", "1 W", "1 MHz"), _row("GPU-b", 3)), 1.0)
+    series = history.series()
+    assert series["GPU-a"]["utilization_percent"] == [_number(cell)]
+    assert series["GPU-a"]["clocks_sm_mhz"] == [1.0]
+    assert series["GPU-b"]["utilization_percent"] == [3.0]

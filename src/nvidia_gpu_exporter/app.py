@@ -630,6 +630,7 @@ async def serve(config: Config, web_config: WebConfig | None = None) -> int:
     """Run the exporter until SIGINT/SIGTERM (exit 0) or a fatal collection error (nvidia-smi's code);
     ``web_config`` is ``--web.config.file`` already read (``preflight.web_config``), else it is read here."""
     log.info("Starting nvidia_gpu_exporter", extra={"version": __version__, "backend": config.backend.value})
+    garbage.limit_arenas()  # before the first thread (the kernel-log reader, the imports) allocates
     asyncio.get_running_loop().set_exception_handler(logs.log_loop_exception)
     try:
         if web_config is not None:
