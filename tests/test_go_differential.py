@@ -1,0 +1,40 @@
+"""A short differential fuzz against the real Go exporter (benchmarks/diff_go.py runs the wide one).
+
+Needs the Go binary: set GO_EXPORTER_BIN to it (benchmarks/go-exporter/README.md says how to build one).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from go_differential import capture_text, make_round, make_setup, run
+
+
+def go_binary_or_skip() -> str:
+    binary = os.environ.get("GO_EXPORTER_BIN", "")
+    if not binary:
+        pytest.skip("GO_EXPORTER_BIN is unset: no Go nvidia_gpu_exporter to compare with")
+    if not os.access(binary, os.X_OK):
+        pytest.skip(f"GO_EXPORTER_BIN={binary} is not an executable file")
+    return binary
+
+
+def test_a_seed_draws_the_same_cases() -> None:
+    first, second = random.Random(5), random.Random(5)
+    setups = make_setup(first), make_setup(second)
+    assert setups[0] == setups[1]
+    assert capture_text(setups[0], make_round(first, setups[0])) == capture_text(
+        setups[1], make_round(second, setups[1])
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [11, 12])
+def test_random_outputs_scrape_the_same_as_the_go_exporter(seed: int, tmp_path: Path) -> None:
+    tally = run(go_binary_or_skip(), seed, setups=2, rounds=4, workdir=tmp_path)
+    assert tally.rounds == 8
+    assert [difference.report() for difference in tally.differences] == []
