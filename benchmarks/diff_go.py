@@ -29,6 +29,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--setups", type=int, default=20, help="exporter pairs started (startup settings drawn)")
     parser.add_argument("--rounds", type=int, default=10, help="scrapes per setup (data drawn anew each time)")
+    parser.add_argument("--minutes", type=float, help="start no new setup after this long (a time-boxed run)")
     parser.add_argument("--out", type=Path, default=Path("diff-go-out"))
     args = parser.parse_args()
     if not args.go_binary:
@@ -42,7 +43,8 @@ def main() -> int:
         print(difference.report().split("\n", 1)[0], flush=True)
 
     began = time.monotonic()
-    tally = run(args.go_binary, args.seed, args.setups, args.rounds, on_difference=record)
+    stop_after = None if args.minutes is None else args.minutes * 60
+    tally = run(args.go_binary, args.seed, args.setups, args.rounds, on_difference=record, stop_after=stop_after)
     print(
         f"seed {args.seed}: {tally.setups} setups, {tally.rounds} rounds compared, "
         f"{len(tally.differences)} differences, {time.monotonic() - began:.0f} s"

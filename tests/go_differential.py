@@ -16,16 +16,20 @@ import contextlib
 import difflib
 import os
 import random
+import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from exposition_reader import comparable
 from harness import Exporter, StartupFailed, exporter_argv, fake_smi_command, start_listening
+from nvidia_gpu_exporter.backends.exec.command import quote_word
 from nvidia_gpu_exporter.capture.format import FENCE
 from nvidia_gpu_exporter.model.fields import IDENTITY_FIELDS, QUERY_FIELDS, header
 
+RESHAPING_SMI = Path(__file__).resolve().parent / "go_differential_smi.py"
 COMPUTE_APPS_FIELDS = ("gpu_uuid", "pid", "process_name", "used_gpu_memory")
 COMPUTE_APPS_HEADER = "gpu_uuid, pid, process_name, used_gpu_memory [MiB]"
 
@@ -216,6 +220,7 @@ class Setup:
     version_text: str  # --version output
     flags: list[str] = field(default_factory=list)
     fake_args: list[str] = field(default_factory=list)  # failure injection for the fake (--fail-arg PREFIX)
+    reshape_seed: int | None = None  # serve through go_differential_smi.py, which reshapes the CSV answers
 
 
 def pick_fields(rng: random.Random) -> list[str]:
@@ -315,7 +320,8 @@ def make_setup(rng: random.Random) -> Setup:
     if rng.random() < 0.1:
         failing = ("--help-query-gpu", "--version", "--query-compute-apps", "--query-gpu", "--format")
         fake_args = ["--fail-arg", rng.choice(failing), "--stderr-msg", "injected failure"]
-    return Setup(recorded, headers, text, version_text(rng), flags, fake_args)
+    reshape_seed = rng.randrange(2**32) if rng.random() < 0.3 else None
+    return Setup(recorded, headers, text, version_text(rng), flags, fake_args, reshape_seed)
 
 
 @dataclass
@@ -448,6 +454,15 @@ def pair(pool: concurrent.futures.Executor, *argvs: Sequence[str]) -> Iterator[l
                 exporter.stop()
 
 
+def smi_command(setup: Setup, capture: Path) -> str:
+    """The ``--nvidia-smi-command`` both exporters get: our fake, or our fake with its CSV reshaped."""
+    fake_args = ["--capture", os.fspath(capture), "--state", "idle", *setup.fake_args]
+    if setup.reshape_seed is None:
+        return fake_smi_command(None, *fake_args)
+    words = [sys.executable, os.fspath(RESHAPING_SMI), str(setup.reshape_seed), *fake_args]
+    return " ".join(quote_word(word) for word in words)
+
+
 @dataclass
 class Tally:
     setups: int = 0
@@ -463,17 +478,22 @@ def run(
     *,
     on_difference: Callable[[Difference], None] = lambda _: None,
     workdir: Path | None = None,
+    stop_after: float | None = None,
 ) -> Tally:
-    """Run ``setups`` x ``rounds`` cases from ``seed``; each difference is passed to ``on_difference``."""
+    """Run ``setups`` x ``rounds`` cases from ``seed``; each difference is passed to ``on_difference``. With
+    ``stop_after`` (seconds), no new setup starts once that much time has passed."""
+    began = time.monotonic()
     rng = random.Random(seed)
     tally = Tally()
     with tempfile.TemporaryDirectory(dir=workdir) as scratch, concurrent.futures.ThreadPoolExecutor(2) as pool:
         capture = Path(scratch) / "capture.txt"
         for setup_number in range(setups):
+            if stop_after is not None and time.monotonic() - began > stop_after:
+                break
             setup = make_setup(rng)
             first = make_round(rng, setup)
             write_atomically(capture, capture_text(setup, first))
-            command = fake_smi_command(capture, "--state", "idle", *setup.fake_args)
+            command = smi_command(setup, capture)
             flags = ["--nvidia-smi-command", command, "--collect.compute-apps"]
             flags += setup.flags
             go_argv = [go_binary, "--web.listen-address=127.0.0.1:0", *flags]
