@@ -135,8 +135,13 @@ def exporter_argv(*args: str) -> list[str]:
 
 def start_exporter(args: Sequence[str], env: Mapping[str, str] | None = None) -> Exporter:
     """Start the exporter and wait for its ``Listening on`` log line (its port; keep the log level at info)."""
+    return start_listening(exporter_argv(*args), env)
+
+
+def start_listening(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Exporter:
+    """Start ``argv`` (ours, or the Go exporter with the same flags) and wait for its ``Listening on`` line."""
     process = subprocess.Popen(
-        exporter_argv(*args),
+        list(argv),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

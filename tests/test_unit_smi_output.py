@@ -299,6 +299,8 @@ CUDA_CASES: list[tuple[str, str, str]] = [
     ("CUDA Versions : 12.2", "", "other keys ignored"),
     ("", "", "empty output"),
     ("CUDA Version : ١٢.٢", "", "ASCII digits only"),
+    ("CUDA VERS\u0130ON : 12.4", "12.4", "key lowered rune by rune as Go does: U+0130 becomes a plain i"),
+    ("CUDA UMD VERS\u0130ON : 13.0\nCUDA Version : 1.1", "13.0", "a UMD key with U+0130 still wins"),
 ]
 
 

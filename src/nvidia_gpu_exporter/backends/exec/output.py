@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from nvidia_gpu_exporter._go.strconv import UINT64_MAX
-from nvidia_gpu_exporter._go.text import GO_SPACE, collapse_go_space, go_quote, go_trim_space
+from nvidia_gpu_exporter._go.text import GO_SPACE, collapse_go_space, go_lower, go_quote, go_trim_space
 from nvidia_gpu_exporter.model.snapshot import ProcessRow
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
 from nvidia_gpu_exporter.model.values import PROCESS_ABSENT_TOKENS
@@ -129,7 +129,7 @@ def parse_cuda_version(stdout: str) -> str:
         value = go_trim_space(value)
         if not _VERSION_VALUE.fullmatch(value):
             continue
-        key = go_trim_space(collapse_go_space(key)).lower()
+        key = go_lower(go_trim_space(collapse_go_space(key)))
         if key == "cuda umd version":
             return value
         if key == "cuda version":
