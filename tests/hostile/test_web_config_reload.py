@@ -252,7 +252,7 @@ def test_a_hung_check_blocks_nothing_and_never_piles_up_threads(
         counting = asyncio.create_task(ticker())
         answers = [await security.check(timeout=0.2)]
         counting.cancel()
-        assert ticks > 5  # the loop ran all along the 0.2 s it waited
+        assert ticks > 1  # the loop ran while it waited (a blocking check leaves 0; a loaded machine, few)
         assert security.reloads is not None
         assert not security.reloads.last_successful  # a hung check is a failed one
         answers += [await security.check(timeout=0.2) for _ in range(5)]  # the first one still hangs
