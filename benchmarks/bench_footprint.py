@@ -56,26 +56,27 @@ GPU_COUNTS_NVML = (1, 8, 64, 256)
 
 # Run inside the exporter child: charge each module the RSS its own loading added, then run the exporter.
 IMPORT_HOOK = r"""
-import atexit, json, os, sys
+import _thread, atexit, json, os, sys
 _statm = open("/proc/self/statm", "rb", buffering=0)
 _page = os.sysconf("SC_PAGE_SIZE")
 def _rss():
     _statm.seek(0)
     return int(_statm.read().split()[1]) * _page
 _start = _rss()
-_stack = []
+_stacks = {}  # a thread's own: the exporter imports the serving modules on a thread as main imports too
 _self = {}
 def _measured(name, function, *args):
-    _stack.append(0)
+    stack = _stacks.setdefault(_thread.get_ident(), [])
+    stack.append(0)
     before = _rss()
     try:
         return function(*args)
     finally:
         total = _rss() - before
-        children = _stack.pop()
+        children = stack.pop()
         _self[name] = _self.get(name, 0) + total - children
-        if _stack:
-            _stack[-1] += total
+        if stack:
+            stack[-1] += total
 class _Loader:
     def __init__(self, loader, name):
         self._loader, self._name = loader, name
