@@ -44,6 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from import_hooks import LOADER_PROXY, WRAPPING_FINDER
 from nvml_fake import compile_fake_nvml, nvml_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,7 +56,8 @@ GPU_COUNTS_EXEC = (1, 8, 64, 255)  # the fake nvidia-smi replicates into at most
 GPU_COUNTS_NVML = (1, 8, 64, 256)
 
 # Run inside the exporter child: charge each module the RSS its own loading added, then run the exporter.
-IMPORT_HOOK = r"""
+IMPORT_HOOK = (
+    r"""
 import _thread, atexit, json, os, sys
 _statm = open("/proc/self/statm", "rb", buffering=0)
 _page = os.sysconf("SC_PAGE_SIZE")
@@ -77,28 +79,17 @@ def _measured(name, function, *args):
         _self[name] = _self.get(name, 0) + total - children
         if stack:
             stack[-1] += total
-class _Loader:
-    def __init__(self, loader, name):
-        self._loader, self._name = loader, name
-    def __getattr__(self, attribute):
-        return getattr(self._loader, attribute)
+"""
+    + LOADER_PROXY
+    + r"""
+class _Loader(_LoaderProxy):
     def create_module(self, spec):
         return _measured(self._name, self._loader.create_module, spec)
     def exec_module(self, module):
         return _measured(self._name, self._loader.exec_module, module)
-class _Finder:
-    @classmethod
-    def find_spec(cls, name, path=None, target=None):
-        for finder in sys.meta_path:
-            if finder is cls or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _Loader(spec.loader, name)
-                return spec
-        return None
-sys.meta_path.insert(0, _Finder)
+"""
+    + WRAPPING_FINDER
+    + r"""
 def _dump():
     with open(os.environ["FOOTPRINT_IMPORTS"], "w") as out:
         json.dump({"start": _start, "end": _rss(), "self": _self}, out)
@@ -106,6 +97,7 @@ atexit.register(_dump)
 from nvidia_gpu_exporter.cli import main
 sys.exit(main())
 """
+)
 
 
 def rss_mib(pid: int) -> float:

@@ -18,9 +18,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from import_hooks import LOADER_PROXY, WRAPPING_FINDER
+
 REPO = Path(__file__).resolve().parents[1]
 
-PROBE = r"""
+PROBE = (
+    r"""
 import dataclasses, gc, json, re, sys, time
 modules, stack = {}, []
 costs = {"dataclasses": 0.0, "gc": 0.0, "re": 0.0}
@@ -47,13 +52,10 @@ def on_gc(phase, info):
         counts["gc"] += 1
 gc.callbacks.append(on_gc)
 
-class Loader:
-    def __init__(self, loader, name):
-        self._loader, self._name = loader, name
-    def __getattr__(self, attribute):
-        return getattr(self._loader, attribute)
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
+"""
+    + LOADER_PROXY
+    + r"""
+class _Loader(_LoaderProxy):
     def exec_module(self, module):
         stack.append(0.0)
         began = time.thread_time()
@@ -66,20 +68,9 @@ class Loader:
             if stack:
                 stack[-1] += spent
 
-class Finder:
-    @classmethod
-    def find_spec(cls, name, path=None, target=None):
-        for finder in sys.meta_path:
-            if finder is cls or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = Loader(spec.loader, name)
-                return spec
-        return None
-
-sys.meta_path.insert(0, Finder)
+"""
+    + WRAPPING_FINDER
+    + r"""
 from nvidia_gpu_exporter.support.sslgate import keep_ssl_out
 keep_ssl_out()
 import nvidia_gpu_exporter.cli, nvidia_gpu_exporter.app
@@ -87,6 +78,7 @@ before = (dict(modules), dict(costs), dict(counts))
 nvidia_gpu_exporter.app.import_serving_modules()
 print(json.dumps({"before": before, "all": (modules, costs, counts)}))
 """
+)
 
 
 def main() -> None:
