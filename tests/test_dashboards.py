@@ -9,6 +9,7 @@ panels are evaluated for every value of a single-value variable, or with the `Al
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -191,6 +192,23 @@ class Live:
         return set(get_json(self.prometheus.url + "/api/v1/label/__name__/values")["data"])
 
 
+@contextlib.contextmanager
+def scraped_demo(args: list[str], workdir: Path) -> Iterator[Live]:
+    """The demo backend started with ``args``, and a Prometheus in ``workdir`` that scrapes it every second, once
+    its target is up."""
+    handle = start_exporter(["--collect.backend=demo", *args])
+    try:
+        config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "scrape_configs": [scrape_config(handle.address)],
+        }
+        with prometheus(config, workdir) as server:
+            wait_target_up(server)
+            yield Live(server, handle.address)
+    finally:
+        handle.stop()
+
+
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     binary("prometheus")
@@ -198,19 +216,9 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     # The demo is healthy by default: the Compose stack's config turns every simulated fault on, so the XID and
     # lost-GPU panels have data too (docs/demo.md, "Faults on request").
     faults = REPO / "deploy" / "compose" / "demo" / "demo.yaml"
-    handle = start_exporter(
-        ["--collect.backend=demo", f"--demo-config={faults}", "--collect.compute-apps", "--collect.compute-apps-mig"]
-    )
-    try:
-        config = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": [scrape_config(handle.address)],
-        }
-        with prometheus(config, tmp_path_factory.mktemp("prometheus")) as server:
-            wait_target_up(server)
-            yield Live(server, handle.address)
-    finally:
-        handle.stop()
+    args = [f"--demo-config={faults}", "--collect.compute-apps", "--collect.compute-apps-mig"]
+    with scraped_demo(args, tmp_path_factory.mktemp("prometheus")) as served:
+        yield served
 
 
 def resolve_variable(server: Server, variable: dict[str, Any], values: dict[str, str]) -> list[tuple[str, str]]:
@@ -429,25 +437,14 @@ def test_stat_and_gauge_panels_of_the_detail_dashboard_answer_one_series_per_gpu
 def cost_live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     """The demo as its own Kubernetes node (docs/demo.md, "Pods"): shared GPUs, pods, GPU-seconds and energy."""
     binary("prometheus")
-    handle = start_exporter(
-        [
-            "--collect.backend=demo",
-            "--collect.compute-apps",
-            "--collect.process-usage",
-            "--kubernetes.pod-resources",
-            "--kubernetes.process-pods",
-        ]
-    )
-    try:
-        config = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": [scrape_config(handle.address)],
-        }
-        with prometheus(config, tmp_path_factory.mktemp("prometheus")) as server:
-            wait_target_up(server)
-            yield Live(server, handle.address)
-    finally:
-        handle.stop()
+    args = [
+        "--collect.compute-apps",
+        "--collect.process-usage",
+        "--kubernetes.pod-resources",
+        "--kubernetes.process-pods",
+    ]
+    with scraped_demo(args, tmp_path_factory.mktemp("prometheus")) as served:
+        yield served
 
 
 def test_every_cost_panel_returns_data_against_the_demo(cost_live: Live) -> None:
