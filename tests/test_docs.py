@@ -224,37 +224,34 @@ def assert_served_and_documented(args: Sequence[str], expected: set[str], backen
     assert undocumented(served, backend) == []
 
 
+def process_pods_args(tmp_path: Path, *flags: str) -> tuple[str, ...]:
+    """A loaded MIG GPU whose first compute app runs in a pod's cgroup under a /proc made in ``tmp_path``, its
+    compute apps attributed to pods, and ``flags``."""
+    proc = make_proc(tmp_path, {LOAD_PIDS[0]: CGROUP_LAYOUTS[1][1]})
+    return (
+        "--nvidia-smi-command",
+        fake_smi_command(MIG_FIXTURE, "--state", "load"),
+        "--collect.compute-apps",
+        "--kubernetes.process-pods",
+        f"--kubernetes.proc-root={proc}",
+        *flags,
+    )
+
+
 def test_kubernetes_attribution_families_are_documented(request: pytest.FixtureRequest, tmp_path: Path) -> None:
     require_grpc()
     kubelet = request.getfixturevalue("kubelet")
     kubelet.set([("ml", "train", "trainer", "nvidia.com/gpu", [GPU0])])
-    proc = make_proc(tmp_path, {LOAD_PIDS[0]: CGROUP_LAYOUTS[1][1]})
     assert_served_and_documented(
-        (
-            "--nvidia-smi-command",
-            fake_smi_command(MIG_FIXTURE, "--state", "load"),
-            "--collect.compute-apps",
-            "--kubernetes.pod-resources",
-            f"--kubernetes.pod-resources-socket={kubelet.path}",
-            "--kubernetes.process-pods",
-            f"--kubernetes.proc-root={proc}",
-        ),
+        process_pods_args(tmp_path, "--kubernetes.pod-resources", f"--kubernetes.pod-resources-socket={kubelet.path}"),
         {"nvidia_smi_gpu_pod_info", "nvidia_smi_compute_app_pod_info", "nvidia_smi_kubernetes_attribution_up"},
     )
 
 
 def test_per_pod_share_families_are_documented(tmp_path: Path) -> None:
     """Served only with process usage and process pods together (no kubelet needed: the pod comes from the cgroup)."""
-    proc = make_proc(tmp_path, {LOAD_PIDS[0]: CGROUP_LAYOUTS[1][1]})
     assert_served_and_documented(
-        (
-            "--nvidia-smi-command",
-            fake_smi_command(MIG_FIXTURE, "--state", "load"),
-            "--collect.compute-apps",
-            "--collect.process-usage",
-            "--kubernetes.process-pods",
-            f"--kubernetes.proc-root={proc}",
-        ),
+        process_pods_args(tmp_path, "--collect.process-usage"),
         {"nvidia_smi_pod_gpu_share_ratio", "nvidia_smi_pod_power_draw_watts"},
     )
 
