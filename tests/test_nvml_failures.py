@@ -13,12 +13,15 @@ from collections.abc import Iterator
 
 import pytest
 
+from nvidia_gpu_exporter.app import build_backend
 from nvidia_gpu_exporter.backends import BackendSetupError, CollectionError
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.backends.nvml import STILL_IN_PROGRESS, NvmlBackend, open_backend
 from nvidia_gpu_exporter.backends.nvml.api import GPU_IS_LOST
 from nvidia_gpu_exporter.backends.nvml.backend import nvlink_bandwidth, nvlink_throughput_bytes
 from nvidia_gpu_exporter.collector import Collector
+from nvidia_gpu_exporter.config import Backend as BackendName
+from nvidia_gpu_exporter.config import Config
 from nvidia_gpu_exporter.model.snapshot import Readings
 from nvml_fixtures import InProcessFake
 
@@ -334,6 +337,22 @@ def test_startup_refuses_a_library_that_fails_to_initialize(fake_nvml: InProcess
     with pytest.raises(BackendSetupError) as raised:
         open_backend(FieldRequest(), watch_xids=False)
     assert str(raised.value) == "failed to initialize NVML: ERROR_DRIVER_NOT_LOADED"
+
+
+def test_startup_leaves_the_event_loop_turning_while_nvml_initializes(fake_nvml: InProcessFake) -> None:
+    """``nvmlInit`` can block for seconds on a sick driver: the loop (signals, the other startup work) goes on."""
+    fake_nvml.command("delay nvmlInitWithFlags 2000")
+
+    async def main() -> bool:
+        starting = asyncio.create_task(build_backend(Config(backend=BackendName.NVML), watch_xids=False))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        turned_meanwhile = not starting.done()
+        await (await starting).aclose()
+        return turned_meanwhile
+
+    assert asyncio.run(main())
+    assert fake_nvml.calls("nvmlInitWithFlags") == 1
 
 
 def test_startup_refuses_unsupported_explicit_fields_and_shuts_nvml_down(fake_nvml: InProcessFake) -> None:

@@ -262,11 +262,12 @@ async def build_backend(
         except (BackendSetupError, FieldResolutionError) as error:
             raise StartupError(f"failed to set up the demo backend: {error}") from error
     try:
-        from nvidia_gpu_exporter.backends.nvml import start_nvml_backend  # noqa: PLC0415 - imports pynvml
+        from nvidia_gpu_exporter.backends.nvml import open_backend  # noqa: PLC0415 - imports pynvml
     except ImportError as error:
         raise StartupError(f"failed to set up the nvml backend: not available in this build ({error.msg})") from error
     try:
-        return await start_nvml_backend(
+        return await asyncio.to_thread(  # off the event loop: nvmlInit can block on a sick driver
+            open_backend,
             request,
             compute_apps=config.compute_apps,
             process_usage=config.process_usage,

@@ -5,6 +5,6 @@ Importing this package imports ``pynvml``; the command line imports it only when
 
 from __future__ import annotations
 
-from nvidia_gpu_exporter.backends.nvml.backend import STILL_IN_PROGRESS, NvmlBackend, open_backend, start_nvml_backend
+from nvidia_gpu_exporter.backends.nvml.backend import STILL_IN_PROGRESS, NvmlBackend, open_backend
 
-__all__ = ["STILL_IN_PROGRESS", "NvmlBackend", "open_backend", "start_nvml_backend"]
+__all__ = ["STILL_IN_PROGRESS", "NvmlBackend", "open_backend"]

@@ -606,28 +606,3 @@ def open_backend(
         extra={"driver_version": driver if isinstance(driver, str) else "", "fields": len(fields)},
     )
     return backend
-
-
-async def start_nvml_backend(
-    request: FieldRequest,
-    *,
-    compute_apps: bool = False,
-    process_usage: bool = False,
-    pcie_throughput: bool = False,
-    watch_xids: bool = True,
-    gpm_whole_gpus: bool = False,
-    dcgm_readings: bool = False,
-    p2p_status: bool = False,
-) -> NvmlBackend:
-    """The startup sequence, off the event loop (``nvmlInit`` can block on a sick driver)."""
-    return await asyncio.to_thread(
-        open_backend,
-        request,
-        compute_apps=compute_apps,
-        process_usage=process_usage,
-        pcie_throughput=pcie_throughput,
-        watch_xids=watch_xids,
-        gpm_whole_gpus=gpm_whole_gpus,
-        dcgm_readings=dcgm_readings,
-        p2p_status=p2p_status,
-    )
