@@ -264,6 +264,19 @@ def test_every_option_of_dcgm_exporter_is_in_one_of_the_tables() -> None:
         assert f"-{option.name}" in text or any(f"-{alias}" in text for alias in option.aliases), option.name
 
 
+def test_the_docs_option_table_lists_every_option_with_its_variable() -> None:
+    """docs/dcgm.md's table under "Swapping the image" mirrors DCGM_OPTIONS: each row names flags and variables."""
+    text = (FIXTURES.parent.parent / "docs" / "dcgm.md").read_text(encoding="utf-8")
+    section = text.split("\n## Swapping the image\n", 1)[1].split("\n### The YAML config file\n", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `-")]
+    for option in DCGM_OPTIONS:
+        names = [f"`--{option.name}`", *(f"`-{alias}`" for alias in option.aliases)]
+        mine = [row for row in rows if any(name in row.split(" | ")[0] for name in names)]
+        assert len(mine) == 1, option.name
+        assert f"`{option.env}`" in mine[0], option.name
+    assert len(rows) == len({row.split(" | ")[0] for row in rows})
+
+
 @pytest.mark.parametrize(
     ("argv", "env", "message"),
     [
