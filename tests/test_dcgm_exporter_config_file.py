@@ -98,7 +98,7 @@ WARNED: list[tuple[str, str, int]] = [
         "version: 2\ncollections:\n  - name: scrape\n    every: 30s\n    metrics:\n      include: ['*']\n"
         "    sources:\n      dcgm:\n        watch:\n          maxKeepSamples: 2\n",
         "collections[0].sources.dcgm.watch",
-        9,
+        9,  # the key's line
     ),
     ("version: 2\nlabels:\n  static: []\n", "labels", 2),  # outside the schema as documented
     ("version: 2\nserver:\n  healthAddress: ':9401'\n", "server.healthAddress", 3),
@@ -116,34 +116,41 @@ def test_a_key_without_a_counterpart_is_reported_once_with_its_line(text: str, k
 # -- what dcgm-exporter refuses -------------------------------------------------------------------------------
 
 REFUSED: list[tuple[str, str]] = [
-    ("metrics:\n  file: /c.csv\n", f"{PATH}:1: version must be 1 or 2"),
-    ("version: 3\n", f"{PATH}:1: version must be 1 or 2, got 3"),
-    ("version: two\n", f"{PATH}:1: version must be an integer"),
-    ("version: 1\nversion: 2\n", f"{PATH}:2: duplicate key 'version'; first defined at line 1"),
-    ("version: 1\nmetrics:\n  file: /a\n  file: /b\n", f"{PATH}:4: duplicate key 'metrics.file'"),
-    ("version: 1\n---\nversion: 1\n", f"{PATH}: expected one YAML document, found 2"),
-    ("", f"{PATH}: expected one YAML document, found 0"),
-    ("- version: 1\n", f"{PATH}:1: the file must be a mapping"),
-    ("version: 1\nmetrics: [\n", f"{PATH}:3: not YAML"),
+    ("metrics:\n  file: /c.csv\n", f"{PATH}: line 1: version: required"),
+    ("version: 3\n", f"{PATH}: line 1: version: must be 1 or 2, got 3"),
+    ("version: two\n", f'{PATH}: line 1: version: must be an integer, got "two"'),
+    ("version: 1\nversion: 2\n", f'{PATH}: line 2: top level: duplicate key "version" (first at line 1)'),
+    ("version: 1\nmetrics:\n  file: /a\n  file: /b\n", f'{PATH}: line 4: metrics: duplicate key "file"'),
+    ("version: 1\n---\nversion: 1\n", f"{PATH}: line 2, column 1: invalid YAML: but found another document"),
+    ("", f"{PATH}: no YAML document: version must be 1 or 2"),
+    ("- version: 1\n", f"{PATH}: line 1: top level: must be a mapping, got a list"),
+    ("version: 1\nmetrics: [\n", f"{PATH}: line 3, column 1: invalid YAML"),
     ("version: 1\nmetrics:\n  file: /c.csv\n  fields:\n    - name: DCGM_FI_DEV_GPU_TEMP\n", "exactly one of file or"),
-    ("version: 1\nmetrics: {}\n", f"{PATH}:2: metrics must specify exactly one of file or fields"),
-    ("version: 1\ncollection:\n  interval: 0s\n", f"{PATH}:3: collection.interval: must be greater than 0"),
-    ("version: 1\ncollection:\n  interval: -5s\n", f"{PATH}:3: collection.interval: must be greater than 0"),
+    ("version: 1\nmetrics: {}\n", f"{PATH}: line 2: metrics: must specify exactly one of file or fields"),
+    ("version: 1\ncollection:\n  interval: 0s\n", f"{PATH}: line 3: collection.interval: must be greater than 0"),
+    ("version: 1\ncollection:\n  interval: -5s\n", "line 3: collection.interval: must be greater than 0"),
     ("version: 1\ncollection:\n  interval: 1500us\n", "collection.interval: must be expressed in whole milliseconds"),
-    ("version: 1\ncollection:\n  interval: soon\n", f'{PATH}:3: collection.interval: time: invalid duration "soon"'),
+    ("version: 1\ncollection:\n  interval: soon\n", 'line 3: collection.interval: time: invalid duration "soon"'),
     (
         "version: 1\ncollections:\n  - name: scrape\n",
-        f"{PATH}:2: version 1 accepts only the singular collection block",
+        f"{PATH}: line 3: collections: version 1 accepts only the singular collection block",
     ),
-    ("version: 2\ncollection:\n  interval: 30s\n", f"{PATH}:2: version 2 uses collections; the two schemas cannot"),
-    ("version: 2\ncollections:\n  - every: 5s\n", f"{PATH}:3: collections[0].name is required"),
-    ("version: 2\ncollections:\n  - name: a\n    every: 5s\n", "collections[0].metrics.include must list at least"),
+    ("version: 2\ncollection:\n  interval: 30s\n", "line 3: collection: version 2 uses collections; the two schemas"),
+    ("version: 2\ncollections:\n  - every: 5s\n", f"{PATH}: line 3: collections[0].name: required"),
+    ("version: 2\ncollections:\n  - name: a\n    every: 5s\n", f"{PATH}: line 3: collections[0].metrics: required"),
+    (
+        "version: 2\ncollections:\n  - name: a\n    every: 5s\n    metrics:\n      include: []\n",
+        f"{PATH}: line 6: collections[0].metrics.include: must list at least one field pattern",
+    ),
     (
         "version: 2\ncollections:\n  - name: a\n    every: 5s\n    metrics: {include: ['*']}\n"
         "  - name: a\n    every: 5s\n    metrics: {include: ['*']}\n",
-        f"{PATH}:6: collections[1].name 'a' is duplicated",
+        f"{PATH}: line 6: collections[1]: name 'a' is duplicated",
     ),
-    ("version: 2\nserver:\n  maxConcurrentScrapes: 0\n", "server.maxConcurrentScrapes must be greater than 0, got 0"),
+    (
+        "version: 2\nserver:\n  maxConcurrentScrapes: 0\n",
+        "line 3: server.maxConcurrentScrapes: must be at least 1, got 0",
+    ),
     (
         "version: 2\nmetrics:\n  fields:\n    - name: GPU_TEMP\n      prometheusType: gauge\n      help: t\n",
         f"{PATH}:4: 'GPU_TEMP' is not a DCGM field name",
@@ -154,15 +161,14 @@ REFUSED: list[tuple[str, str]] = [
     ),
     (
         "version: 2\nmetrics:\n  fields:\n    - name: DCGM_FI_DEV_GPU_TEMP\n      prometheusType: gauge\n",
-        f"{PATH}:4: metrics.fields[0].help is required",
+        f"{PATH}: line 4: metrics.fields[0].help: required",
     ),
     (
         "version: 2\nmetrics:\n  fields:\n    - {name: DCGM_FI_DEV_GPU_TEMP, prometheusType: gauge, help: a}\n"
         "    - {name: DCGM_FI_DEV_GPU_TEMP, prometheusType: gauge, help: b}\n",
-        f"{PATH}:5: metrics.fields[1].name duplicates metrics.fields[0].name",
+        f"{PATH}: line 5: metrics.fields[1]: name 'DCGM_FI_DEV_GPU_TEMP' duplicates metrics.fields[0]",
     ),
-    ("version: 1\nmetrics: &m\n  file: /c.csv\n", f"{PATH}:2: YAML anchors and aliases are not accepted"),
-    ("version: 2\nmetrics:\n  enableExporterMetrics: maybe\n  file: /c\n", "enableExporterMetrics must be true or"),
+    ("version: 2\nmetrics:\n  enableExporterMetrics: maybe\n  file: /c\n", "enableExporterMetrics: must be true or"),
 ]
 
 
@@ -234,10 +240,10 @@ def test_the_variable_alone_starts_the_dcgm_exporter_way_and_reports_each_ignore
 def test_a_bad_file_stops_the_start_naming_the_option_the_file_and_the_line(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text("version: 1\ncollection:\n  interval: 0s\n", encoding="utf-8")
-    message = f"invalid DCGM_EXPORTER_CONFIG_FILE: {path}:3: collection.interval: must be greater than 0"
+    message = f"invalid DCGM_EXPORTER_CONFIG_FILE: {path}: line 3: collection.interval: must be greater than 0"
     with pytest.raises(FlagError, match=re.escape(message)):
         parse_args([], {"DCGM_EXPORTER_CONFIG_FILE": str(path)})
-    with pytest.raises(FlagError, match=re.escape(f"invalid --config-file: {path}:3")):
+    with pytest.raises(FlagError, match=re.escape(f"invalid --config-file: {path}: line 3")):
         parse_args([f"--config-file={path}"], {})
 
 

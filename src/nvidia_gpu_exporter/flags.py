@@ -20,7 +20,6 @@ from typing import Any
 from nvidia_gpu_exporter._go.durations import DurationError, format_duration, parse_duration, parse_flag_duration
 from nvidia_gpu_exporter._go.strconv import DECIMAL_INT, parse_bool, parse_int
 from nvidia_gpu_exporter.config import DEFAULT_LISTEN_ADDRESS, Backend, Config, Profile, XidSource
-from nvidia_gpu_exporter.exposition.dcgm_config_file import DcgmConfigError, read_dcgm_config_file
 from nvidia_gpu_exporter.exposition.dcgm_defaults import AUTO, DEFAULT_GENERATION, Generation
 from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_RESOURCE_PATTERNS
 from nvidia_gpu_exporter.logs import FORMATS, LEVELS
@@ -1232,6 +1231,11 @@ def dcgm_invocation(
     notices: list[Notice] = []
     config_file = values.get(_DCGM_BY_NAME["config-file"])
     if config_file is not None and config_file[0]:  # under the environment and the flags, as in dcgm-exporter
+        from nvidia_gpu_exporter.exposition.dcgm_config_file import (  # noqa: PLC0415 - only with a config file
+            DcgmConfigError,
+            read_dcgm_config_file,
+        )
+
         try:
             settings = read_dcgm_config_file(config_file[0])
         except DcgmConfigError as error:

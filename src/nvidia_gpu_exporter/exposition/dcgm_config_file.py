@@ -5,10 +5,11 @@ Read once at startup, under the environment and the flags (flags > environment >
 reads it). What maps onto this exporter becomes ``Config`` values: the metric source (a counters file or inline
 fields), the collection interval, the scrape limit and the exporter's own metrics. What has no counterpart here (DCGM
 field-watch retention, per-field cadences, bind/unbind detection) is reported back to be warned about once, as is a
-key outside the schema as documented. What dcgm-exporter itself refuses is refused with the file and line: a file
-that is not one YAML mapping, a repeated key, a wrong version, a metric source with both or neither of ``file`` and
-``fields``, a non-positive or sub-millisecond interval, the two versions' collection blocks mixed. Anchors and aliases
-are refused too, and the file is bounded in bytes, so a hostile file cannot grow startup's memory.
+key outside the schema as documented. What dcgm-exporter itself refuses is refused with the file and line: not one
+YAML document, a repeated key, a wrong version, a metric source with both or neither of ``file`` and ``fields``, a
+non-positive or sub-millisecond interval, the two versions' collection blocks mixed. The document is read by the
+project's strict YAML reader (support/strictyaml.py, which bounds what aliases can build), and the file is bounded
+in bytes, so a hostile file cannot grow startup's memory.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass, field
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from nvidia_gpu_exporter._go.durations import DurationError, parse_duration
-from nvidia_gpu_exporter._go.strconv import parse_int
 from nvidia_gpu_exporter.exposition.dcgm_counters import Counter, CountersError, counter_of
+
+if TYPE_CHECKING:
+    from nvidia_gpu_exporter.support.strictyaml import Entries, YamlNode
 
 MAX_BYTES = 64 * 1024  # dcgm-exporter's own examples are a few hundred bytes
 VERSIONS = (1, 2)
@@ -31,10 +32,8 @@ _ALL_FIELDS = "*"  # a version 2 collection including every field supplies the d
 _NO_WATCHES = "there are no DCGM field watches here: each collection reads the GPUs afresh and keeps no samples"
 _ONE_CADENCE = "every field is read at each collection interval here: there are no per-field cadences"
 _NO_BIND_WATCH = "GPU bind/unbind events are not watched"
-
-_STR = "tag:yaml.org,2002:str"
-_INT = "tag:yaml.org,2002:int"
-_BOOL = "tag:yaml.org,2002:bool"
+_UNKNOWN = "not a key of dcgm-exporter's YAML schema as documented: ignored"
+_FIELD_KEYS = ("name", "prometheusType", "help")  # an inline field's, in the counters file's column order
 
 
 class DcgmConfigError(ValueError):
@@ -47,81 +46,6 @@ class DcgmConfigSettings:
 
     fields: dict[str, Any] = field(default_factory=dict)
     ignored: tuple[tuple[str, int, str], ...] = ()
-
-
-class _Reader:
-    """Walks the composed YAML tree, keeping the path for every message."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.fields: dict[str, Any] = {}
-        self.ignored: list[tuple[str, int, str]] = []
-
-    def error(self, node: yaml.Node, text: str) -> DcgmConfigError:
-        return DcgmConfigError(f"{self.path}:{node.start_mark.line + 1}: {text}")
-
-    def ignore(self, key: str, node: yaml.Node, why: str) -> None:
-        self.ignored.append((key, node.start_mark.line + 1, why))
-
-    def mapping(self, node: yaml.Node, key: str, known: tuple[str, ...]) -> dict[str, tuple[yaml.Node, yaml.Node]]:
-        """A mapping's entries by key; a repeated key is refused, one outside ``known`` is reported and dropped."""
-        if not isinstance(node, yaml.MappingNode):
-            raise self.error(node, f"{key or 'the file'} must be a mapping")
-        entries: dict[str, tuple[yaml.Node, yaml.Node]] = {}
-        for key_node, value in node.value:
-            if not isinstance(key_node, yaml.ScalarNode):
-                raise self.error(key_node, "mapping keys must be scalars")
-            name = key_node.value
-            where = f"{key}.{name}" if key else name
-            if name in entries:
-                first = entries[name][0].start_mark.line + 1
-                raise self.error(key_node, f"duplicate key {where!r}; first defined at line {first}")
-            entries[name] = (key_node, value)
-            if name not in known:
-                self.ignore(where, key_node, "not a key of dcgm-exporter's YAML schema as documented: ignored")
-        return {name: entry for name, entry in entries.items() if name in known}
-
-    def sequence(self, node: yaml.Node, key: str) -> list[yaml.Node]:
-        if not isinstance(node, yaml.SequenceNode):
-            raise self.error(node, f"{key} must be a list")
-        return list(node.value)
-
-    def scalar(self, node: yaml.Node, key: str, tags: tuple[str, ...], kind: str) -> str:
-        if not isinstance(node, yaml.ScalarNode) or node.tag not in tags:
-            raise self.error(node, f"{key} must be {kind}")
-        return str(node.value).strip()
-
-    def text(self, node: yaml.Node, key: str) -> str:
-        return self.scalar(node, key, (_STR,), "a string")
-
-    def integer(self, node: yaml.Node, key: str) -> int:
-        number = parse_int(self.scalar(node, key, (_INT,), "an integer"))
-        if number is None:
-            raise self.error(node, f"{key} must be a 64-bit integer")
-        return number
-
-    def boolean(self, node: yaml.Node, key: str) -> bool:
-        return self.scalar(node, key, (_BOOL,), "true or false").lower() in ("true", "yes", "on", "y")
-
-    def interval_ns(self, node: yaml.Node, key: str) -> int:
-        """A positive Go duration in whole milliseconds, as dcgm-exporter stores its intervals."""
-        text = self.scalar(node, key, (_STR, _INT), "a duration")
-        try:
-            duration = parse_duration(text)
-        except DurationError as error:
-            raise self.error(node, f"{key}: {error}") from error
-        if duration <= 0:
-            raise self.error(node, f"{key}: must be greater than 0")
-        if duration % _MILLISECOND_NS:
-            raise self.error(node, f"{key}: must be expressed in whole milliseconds or larger")
-        return duration
-
-    def duration_ns(self, node: yaml.Node, key: str) -> int:
-        text = self.scalar(node, key, (_STR, _INT), "a duration")
-        try:
-            return parse_duration(text)
-        except DurationError as error:
-            raise self.error(node, f"{key}: {error}") from error
 
 
 def read_dcgm_config_file(path: str) -> DcgmConfigSettings:
@@ -143,165 +67,166 @@ def read_dcgm_config_file(path: str) -> DcgmConfigSettings:
     return parse_dcgm_config(text, path)
 
 
-def _compose(text: str, path: str) -> yaml.Node:
-    """The one YAML document of ``text``, without aliases (which could make a small file a large tree)."""
-    try:
-        for event in yaml.parse(text, Loader=yaml.SafeLoader):
-            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-                line = f":{event.start_mark.line + 1}" if event.start_mark is not None else ""
-                raise DcgmConfigError(f"{path}{line}: YAML anchors and aliases are not accepted")
-        documents = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
-    except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise DcgmConfigError(f"{path}{line}: not YAML ({error.problem or error.context})") from error
-    except yaml.YAMLError as error:
-        raise DcgmConfigError(f"{path}: not YAML ({error})") from error
-    if len(documents) != 1 or documents[0] is None:
-        raise DcgmConfigError(f"{path}: expected one YAML document, found {len(documents)}")
-    return documents[0]
-
-
 def parse_dcgm_config(text: str, path: str) -> DcgmConfigSettings:
     """The settings of a config file's text (``path`` names it in messages)."""
+    from nvidia_gpu_exporter.support.strictyaml import StrictYamlError, load_yaml  # noqa: PLC0415 - with a file only
+
     reader = _Reader(path)
-    root = _compose(text, path)
-    top = reader.mapping(root, "", ("version", "metrics", "collection", "collections", "sources", "server"))
-    if "version" not in top:
-        raise reader.error(root, f"version must be {' or '.join(map(str, VERSIONS))}")
-    version_node = top["version"][1]
-    version = reader.integer(version_node, "version")
-    if version not in VERSIONS:
-        raise reader.error(version_node, f"version must be {' or '.join(map(str, VERSIONS))}, got {version}")
-    if version == 1 and "collections" in top:
-        raise reader.error(top["collections"][0], "version 1 accepts only the singular collection block")
-    if version == 2 and "collection" in top:
-        raise reader.error(top["collection"][0], "version 2 uses collections; the two schemas cannot be mixed")
-    if "metrics" in top:
-        _metrics(reader, top["metrics"][1])
-    if "collection" in top:
-        _collection(reader, top["collection"][1])
-    if "collections" in top:
-        _collections(reader, top["collections"][1])
-    if "sources" in top:
-        _sources(reader, top["sources"][1], "sources")
-    if "server" in top:
-        server = reader.mapping(top["server"][1], "server", ("maxConcurrentScrapes",))
-        if "maxConcurrentScrapes" in server:
-            node = server["maxConcurrentScrapes"][1]
-            limit = reader.integer(node, "server.maxConcurrentScrapes")
-            if limit <= 0:
-                raise reader.error(node, f"server.maxConcurrentScrapes must be greater than 0, got {limit}")
-            reader.fields["max_requests"] = limit
+    try:
+        root = load_yaml(text)
+        if root is None:
+            raise DcgmConfigError(f"{path}: no YAML document: version must be 1 or 2")
+        reader.read(root)
+    except StrictYamlError as error:
+        raise DcgmConfigError(f"{path}: {error}") from error
+    except CountersError as error:  # an inline field, already named by file and line
+        raise DcgmConfigError(str(error)) from error
     return DcgmConfigSettings(dict(reader.fields), tuple(reader.ignored))
 
 
-def _metrics(reader: _Reader, node: yaml.Node) -> None:
-    metrics = reader.mapping(node, "metrics", ("file", "fields", "enableExporterMetrics"))
-    if "enableExporterMetrics" in metrics:
-        on = reader.boolean(metrics["enableExporterMetrics"][1], "metrics.enableExporterMetrics")
-        reader.fields["exporter_metrics"] = on
-    file = reader.text(metrics["file"][1], "metrics.file") if "file" in metrics else ""
-    fields = reader.sequence(metrics["fields"][1], "metrics.fields") if "fields" in metrics else []
-    if bool(file) == bool(fields):
-        raise reader.error(node, "metrics must specify exactly one of file or fields")
-    if file:
-        reader.fields.update(dcgm_collectors=file, dcgm_inline_counters=())
-        return
-    counters: list[Counter] = []
-    seen: dict[str, int] = {}
-    for index, entry in enumerate(fields):
-        key = f"metrics.fields[{index}]"
-        cells = reader.mapping(entry, key, ("name", "prometheusType", "help"))
-        record = {name: reader.text(value, f"{key}.{name}") for name, (_, value) in cells.items()}
-        for name in ("name", "prometheusType", "help"):
-            if not record.get(name):
-                raise reader.error(entry, f"{key}.{name} is required")
-        if record["name"] in seen:
-            raise reader.error(entry, f"{key}.name duplicates metrics.fields[{seen[record['name']]}].name")
-        seen[record["name"]] = index
-        line = entry.start_mark.line + 1
+class _Reader:
+    """Walks the document, collecting the ``Config`` values and what is accepted without effect."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fields: dict[str, Any] = {}
+        self.ignored: list[tuple[str, int, str]] = []
+
+    def entries(self, node: YamlNode, known: tuple[str, ...]) -> Entries:
+        """A mapping's values by key; a key outside ``known`` is reported with its line and dropped."""
+        from nvidia_gpu_exporter.support.strictyaml import Entries, child_path  # noqa: PLC0415
+
+        mapping = node.as_mapping()
+        for key, _ in mapping.entries:
+            if key.written not in known:
+                self.ignored.append((child_path(node.path, key.written), key.line, _UNKNOWN))
+        return Entries(mapping)
+
+    def ignore(self, node: YamlNode, why: str, name: str = "", parent: YamlNode | None = None) -> None:
+        """Report ``node`` as accepted without effect: at its key's line in ``parent``, else at its own."""
+        line = node.line
+        if parent is not None:
+            line = next((key.line for key, value in parent.as_mapping().entries if value is node), line)
+        self.ignored.append((f"{node.path} ({name})" if name else node.path, line, why))
+
+    @staticmethod
+    def duration_ns(node: YamlNode) -> int:
         try:
-            counters.append(counter_of(record["name"], record["prometheusType"], record["help"], reader.path, line))
-        except CountersError as error:
-            raise DcgmConfigError(str(error)) from error
-    reader.fields.update(dcgm_collectors="", dcgm_inline_counters=tuple(counters))
+            return parse_duration(node.text())
+        except DurationError as error:
+            raise node.fail(str(error)) from error
 
+    def interval_ns(self, node: YamlNode) -> int:
+        """A positive Go duration in whole milliseconds, as dcgm-exporter stores its intervals."""
+        duration = self.duration_ns(node)
+        if duration <= 0:
+            raise node.fail("must be greater than 0")
+        if duration % _MILLISECOND_NS:
+            raise node.fail("must be expressed in whole milliseconds or larger")
+        return duration
 
-def _collection(reader: _Reader, node: yaml.Node) -> None:
-    collection = reader.mapping(node, "collection", ("interval", "watchGroups"))
-    if "interval" in collection:
-        reader.fields["collect_interval_ns"] = reader.interval_ns(collection["interval"][1], "collection.interval")
-    if "watchGroups" in collection:
+    def read(self, root: YamlNode) -> None:
+        top = self.entries(root, ("version", "metrics", "collection", "collections", "sources", "server"))
+        version = top.required("version").integer()
+        if version not in VERSIONS:
+            raise top["version"].fail(f"must be {' or '.join(map(str, VERSIONS))}, got {version}")
+        if version == 1 and "collections" in top:
+            raise top["collections"].fail("version 1 accepts only the singular collection block")
+        if version == 2 and "collection" in top:
+            raise top["collection"].fail("version 2 uses collections; the two schemas cannot be mixed")
+        if "metrics" in top:
+            self.metrics(top["metrics"])
+        if "collection" in top:
+            self.collection(top["collection"])
+        if "collections" in top:
+            self.collections(top["collections"])
+        if "sources" in top:
+            self.sources(top["sources"])
+        if "server" in top:
+            server = self.entries(top["server"], ("maxConcurrentScrapes",))
+            if "maxConcurrentScrapes" in server:
+                self.fields["max_requests"] = server["maxConcurrentScrapes"].integer(low=1)
+
+    def metrics(self, node: YamlNode) -> None:
+        metrics = self.entries(node, ("file", "fields", "enableExporterMetrics"))
+        if "enableExporterMetrics" in metrics:
+            self.fields["exporter_metrics"] = metrics["enableExporterMetrics"].boolean()
+        file = metrics["file"].text().strip() if "file" in metrics else ""
+        fields = metrics["fields"].items() if "fields" in metrics else ()
+        if bool(file) == bool(fields):
+            raise node.fail("must specify exactly one of file or fields")
+        if file:
+            self.fields.update(dcgm_collectors=file, dcgm_inline_counters=())
+            return
+        counters: list[Counter] = []
+        seen: dict[str, str] = {}
+        for entry in fields:
+            cells = self.entries(entry, _FIELD_KEYS)
+            name, metric_type, help_text = (cells.required(key).text().strip() for key in _FIELD_KEYS)
+            if name in seen:
+                raise entry.fail(f"name {name!r} duplicates {seen[name]}")
+            seen[name] = entry.path
+            counters.append(counter_of(name, metric_type, help_text, self.path, entry.line))
+        self.fields.update(dcgm_collectors="", dcgm_inline_counters=tuple(counters))
+
+    def collection(self, node: YamlNode) -> None:
+        collection = self.entries(node, ("interval", "watchGroups"))
+        if "interval" in collection:
+            self.fields["collect_interval_ns"] = self.interval_ns(collection["interval"])
+        if "watchGroups" in collection:
+            names: set[str] = set()
+            for group in collection["watchGroups"].items():
+                entries = self.entries(group, ("name", "interval", "fields"))
+                name = self.unique_name(entries, group, names)
+                self.interval_ns(entries.required("interval"))
+                if not entries.required("fields").items():
+                    raise entries["fields"].fail("must not be empty")
+                for each in entries["fields"].items():
+                    each.text()
+                self.ignore(group, _ONE_CADENCE, name)
+
+    def collections(self, node: YamlNode) -> None:
         names: set[str] = set()
-        for index, entry in enumerate(reader.sequence(collection["watchGroups"][1], "collection.watchGroups")):
-            key = f"collection.watchGroups[{index}]"
-            group = reader.mapping(entry, key, ("name", "interval", "fields"))
-            name = reader.text(group["name"][1], f"{key}.name") if "name" in group else ""
-            if not name:
-                raise reader.error(entry, f"{key}.name is required")
-            if name in names:
-                raise reader.error(entry, f"{key}.name {name!r} is duplicated")
-            names.add(name)
-            if "interval" not in group:
-                raise reader.error(entry, f"{key}.interval is required")
-            reader.interval_ns(group["interval"][1], f"{key}.interval")
-            fields = reader.sequence(group["fields"][1], f"{key}.fields") if "fields" in group else []
-            if not fields:
-                raise reader.error(entry, f"{key}.fields must not be empty")
-            for number, each in enumerate(fields):
-                if not reader.text(each, f"{key}.fields[{number}]"):
-                    raise reader.error(each, f"{key}.fields[{number}] is required")
-            reader.ignore(f"{key} ({name})", entry, _ONE_CADENCE)
+        for collection in node.items():
+            entries = self.entries(collection, ("name", "every", "metrics", "sources"))
+            name = self.unique_name(entries, collection, names)
+            every = self.interval_ns(entries.required("every"))
+            metrics = self.entries(entries.required("metrics"), ("include",))
+            include = [each.text().strip() for each in metrics.required("include").items()]
+            if not include:
+                raise metrics["include"].fail("must list at least one field pattern")
+            if "sources" in entries:
+                self.sources(entries["sources"])
+            if include == [_ALL_FIELDS]:
+                self.fields["collect_interval_ns"] = every  # the all-fields collection: the default cadence
+            else:
+                self.ignore(collection, _ONE_CADENCE, name)
 
-
-def _collections(reader: _Reader, node: yaml.Node) -> None:
-    names: set[str] = set()
-    for index, entry in enumerate(reader.sequence(node, "collections")):
-        key = f"collections[{index}]"
-        collection = reader.mapping(entry, key, ("name", "every", "metrics", "sources"))
-        name = reader.text(collection["name"][1], f"{key}.name") if "name" in collection else ""
+    @staticmethod
+    def unique_name(entries: Entries, node: YamlNode, names: set[str]) -> str:
+        name = entries.required("name").text().strip()
         if not name:
-            raise reader.error(entry, f"{key}.name is required")
+            raise entries["name"].fail("must not be empty")
         if name in names:
-            raise reader.error(entry, f"{key}.name {name!r} is duplicated")
+            raise node.fail(f"name {name!r} is duplicated")
         names.add(name)
-        if "every" not in collection:
-            raise reader.error(entry, f"{key}.every is required")
-        every = reader.interval_ns(collection["every"][1], f"{key}.every")
-        include: list[str] = []
-        if "metrics" in collection:
-            metrics = reader.mapping(collection["metrics"][1], f"{key}.metrics", ("include",))
-            if "include" in metrics:
-                patterns = reader.sequence(metrics["include"][1], f"{key}.metrics.include")
-                include = [reader.text(each, f"{key}.metrics.include") for each in patterns]
-        if not include:
-            raise reader.error(entry, f"{key}.metrics.include must list at least one field pattern")
-        if "sources" in collection:
-            _sources(reader, collection["sources"][1], f"{key}.sources")
-        if include == [_ALL_FIELDS]:
-            reader.fields["collect_interval_ns"] = every  # the all-fields collection: the default cadence
-        else:
-            reader.ignore(f"{key} ({name})", entry, _ONE_CADENCE)
+        return name
 
-
-def _sources(reader: _Reader, node: yaml.Node, key: str) -> None:
-    sources = reader.mapping(node, key, ("dcgm",))
-    if "dcgm" not in sources:
-        return
-    dcgm = reader.mapping(sources["dcgm"][1], f"{key}.dcgm", ("watch", "detectBindUnbind"))
-    if "watch" in dcgm:
-        watch_key = f"{key}.dcgm.watch"
-        watch = reader.mapping(dcgm["watch"][1], watch_key, ("maxKeepAge", "maxKeepSamples"))
-        if "maxKeepAge" in watch:
-            reader.duration_ns(watch["maxKeepAge"][1], f"{watch_key}.maxKeepAge")
-        if "maxKeepSamples" in watch:
-            reader.integer(watch["maxKeepSamples"][1], f"{watch_key}.maxKeepSamples")
-        reader.ignore(watch_key, dcgm["watch"][0], _NO_WATCHES)
-    if "detectBindUnbind" in dcgm:
-        detect_key = f"{key}.dcgm.detectBindUnbind"
-        detect = reader.mapping(dcgm["detectBindUnbind"][1], detect_key, ("enabled", "pollInterval"))
-        if "pollInterval" in detect:
-            reader.interval_ns(detect["pollInterval"][1], f"{detect_key}.pollInterval")
-        if "enabled" in detect and reader.boolean(detect["enabled"][1], f"{detect_key}.enabled"):
-            reader.ignore(detect_key, dcgm["detectBindUnbind"][0], _NO_BIND_WATCH)
+    def sources(self, node: YamlNode) -> None:
+        sources = self.entries(node, ("dcgm",))
+        if "dcgm" not in sources:
+            return
+        dcgm = self.entries(sources["dcgm"], ("watch", "detectBindUnbind"))
+        if "watch" in dcgm:
+            watch = self.entries(dcgm["watch"], ("maxKeepAge", "maxKeepSamples"))
+            if "maxKeepAge" in watch:
+                self.duration_ns(watch["maxKeepAge"])
+            if "maxKeepSamples" in watch:
+                watch["maxKeepSamples"].integer()
+            self.ignore(dcgm["watch"], _NO_WATCHES, parent=sources["dcgm"])
+        if "detectBindUnbind" in dcgm:
+            detect = self.entries(dcgm["detectBindUnbind"], ("enabled", "pollInterval"))
+            if "pollInterval" in detect:
+                self.interval_ns(detect["pollInterval"])
+            if "enabled" in detect and detect["enabled"].boolean():
+                self.ignore(dcgm["detectBindUnbind"], _NO_BIND_WATCH, parent=sources["dcgm"])
