@@ -740,7 +740,8 @@ fi
 # Its DaemonSets (its own Helm chart, the GPU Operator's) pass its flags and DCGM_EXPORTER_* variables to whatever
 # the image runs; each option below either becomes our flags' values, as dcgm-exporter would behave, or is accepted
 # with a startup warning saying why it changes nothing. Names, aliases, variables and defaults are those of
-# dcgm-exporter's pkg/cmd/app.go (urfave/cli) in its newest release, 4.10.0 (docs/dcgm.md, "Swapping the image").
+# dcgm-exporter's pkg/cmd/app.go (urfave/cli) as its main branch has it after 4.9.0; 4.10.0 is the newest
+# release (docs/dcgm.md, "Swapping the image", lists each source).
 
 DCGM_EXPORTER_PROGRAM = "dcgm-exporter"
 DCGM_LISTEN_ADDRESS = ":9400"
@@ -749,6 +750,8 @@ DCGM_IMAGE_DIRECTORY = "/etc/dcgm-exporter/"  # where dcgm-exporter's image keep
 DCGM_DEFAULT_COLLECTORS = DCGM_IMAGE_DIRECTORY + "default-counters.csv"
 _MILLISECOND_NS = 1_000_000
 _NO_HOST_ENGINE = "there is no DCGM host engine or library here: the GPUs are read through nvidia-smi or NVML"
+_NO_WATCHES = "there are no DCGM field watches here: each collection reads the GPUs afresh and keeps no samples"
+_NO_CONTAINER_LABELS = "container runtime labels are not read (use -k for Kubernetes pods)"
 
 
 class DcgmKind(Enum):
@@ -1021,7 +1024,7 @@ DCGM_OPTIONS: tuple[DcgmOption, ...] = (
         why="GPU bind/unbind events are not watched",
         harmless=("1s",),
     ),
-    # dcgm-exporter refuses --enable-pprof without --web-config-file (dcgm_invocation), so its profiling endpoints
+    # dcgm-exporter refuses --enable-pprof without --web-config-file (_dcgm_finished), so its profiling endpoints
     # are always behind the web config's authentication or TLS, as --web.enable-pprof's are
     DcgmOption("enable-pprof", (), "DCGM_EXPORTER_ENABLE_PPROF", DcgmKind.BOOL, _when({"enable_pprof": True})),
     DcgmOption(
@@ -1045,7 +1048,7 @@ DCGM_OPTIONS: tuple[DcgmOption, ...] = (
         (),
         "DCGM_EXPORTER_CONTAINER_LABELS",
         DcgmKind.BOOL,
-        why="container runtime labels are not read (use -k for Kubernetes pods)",
+        why=_NO_CONTAINER_LABELS,
         harmless=_FALSE,
     ),
     DcgmOption(
@@ -1053,7 +1056,7 @@ DCGM_OPTIONS: tuple[DcgmOption, ...] = (
         (),
         "DCGM_CONTAINER_RUNTIME_SOCKET",
         DcgmKind.STRING,
-        why="container runtime labels are not read (use -k for Kubernetes pods)",
+        why=_NO_CONTAINER_LABELS,
         harmless=("",),
     ),
     # Since 4.8.4 (its notes: scrape limits, --enable-exporter-metrics, field-watch retention limits)
@@ -1076,14 +1079,14 @@ DCGM_OPTIONS: tuple[DcgmOption, ...] = (
         (),
         "DCGM_EXPORTER_WATCH_MAX_KEEP_AGE",
         DcgmKind.DURATION,
-        why="there are no DCGM field watches here: each collection reads the GPUs afresh and keeps no samples",
+        why=_NO_WATCHES,
     ),
     DcgmOption(
         "watch-max-keep-samples",
         (),
         "DCGM_EXPORTER_WATCH_MAX_KEEP_SAMPLES",
         DcgmKind.INT,
-        why="there are no DCGM field watches here: each collection reads the GPUs afresh and keeps no samples",
+        why=_NO_WATCHES,
     ),
     # The newest source's /health option (NVIDIA/dcgm-exporter#744): 503 while no GPU is seen
     DcgmOption(
