@@ -18,6 +18,8 @@ from nvidia_gpu_exporter.flags import DCGM_OPTIONS, FlagError, parse_args
 from polling import wait_until
 
 DAEMONSETS = yaml.safe_load((FIXTURES / "dcgm-exporter" / "daemonsets.yaml").read_text())
+CONFIG_V2 = str(FIXTURES / "dcgm-exporter" / "config-v2.yaml")
+CONFIG_V2_SETS = {"dcgm_collectors": "/tmp/c.csv", "max_requests": 8, "exporter_metrics": True}
 SECOND = 1_000_000_000
 RESOURCES = "nvidia.com/gpu,nvidia.com/gpu.shared,nvidia.com/mig-*"
 
@@ -135,8 +137,22 @@ IMPLEMENTED: list[tuple[list[str], dict[str, str], dict[str, Any]]] = [
     ([], {"DCGM_EXPORTER_LOG_FORMAT": "text"}, {"log_format": "logfmt"}),
     (["--debug"], {}, {"log_level": "debug"}),
     ([], {"DCGM_EXPORTER_DEBUG": "true"}, {"log_level": "debug"}),
-    (["--enable-pprof"], {}, {"enable_pprof": True, "enable_pprof_unauthenticated": True}),
-    ([], {"DCGM_EXPORTER_ENABLE_PPROF": "1"}, {"enable_pprof": True}),
+    (["--enable-pprof", "--web-config-file=/w.yml"], {}, {"enable_pprof": True, "enable_pprof_unauthenticated": False}),
+    ([], {"DCGM_EXPORTER_ENABLE_PPROF": "1", "DCGM_EXPORTER_WEB_CONFIG_FILE": "/w.yml"}, {"enable_pprof": True}),
+    (["--web-read-timeout=2s"], {}, {"read_timeout_ns": 2 * SECOND}),
+    ([], {"DCGM_EXPORTER_WEB_READ_TIMEOUT": "1m30s"}, {"read_timeout_ns": 90 * SECOND}),
+    (["--web-write-timeout", "45s"], {}, {"write_timeout_ns": 45 * SECOND}),
+    ([], {"DCGM_EXPORTER_WEB_WRITE_TIMEOUT": "500ms"}, {"write_timeout_ns": SECOND // 2}),
+    (["--max-concurrent-scrapes=16"], {}, {"max_requests": 16}),
+    ([], {"DCGM_EXPORTER_MAX_CONCURRENT_SCRAPES": "3"}, {"max_requests": 3}),
+    (["-a", ":9400"], {}, {"exporter_metrics": False}),  # dcgm-exporter's own metrics are opt-in
+    (["--enable-exporter-metrics"], {}, {"exporter_metrics": True}),
+    ([], {"DCGM_EXPORTER_ENABLE_EXPORTER_METRICS": "true"}, {"exporter_metrics": True}),
+    (["--health-require-gpus"], {}, {"dcgm_health_require_gpus": True}),
+    ([], {"DCGM_EXPORTER_HEALTH_REQUIRE_GPUS": "true"}, {"dcgm_health_require_gpus": True}),
+    (["--container-labels=false", "--container-runtime-socket="], {}, {}),
+    (["--config-file", CONFIG_V2], {}, {**CONFIG_V2_SETS, "collect_interval_ns": 15 * SECOND}),
+    ([], {"DCGM_EXPORTER_CONFIG_FILE": CONFIG_V2}, CONFIG_V2_SETS),
     (["-n"], {}, {"dcgm_hostname_label": False}),
     (["--no-hostname"], {}, {"dcgm_hostname_label": False}),
     ([], {"DCGM_EXPORTER_NO_HOSTNAME": "true"}, {"dcgm_hostname_label": False}),
@@ -212,6 +228,17 @@ WARNED: list[tuple[list[str], dict[str, str], str]] = [
     ([], {"DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH": "true"}, "DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH"),
     (["--gpu-bind-unbind-poll-interval=5s"], {}, "--gpu-bind-unbind-poll-interval"),
     ([], {"DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL": "2s"}, "DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL"),
+    (["--container-labels"], {}, "--container-labels"),
+    ([], {"DCGM_EXPORTER_CONTAINER_LABELS": "true"}, "DCGM_EXPORTER_CONTAINER_LABELS"),
+    (["--container-runtime-socket=/run/containerd/containerd.sock"], {}, "--container-runtime-socket"),
+    ([], {"DCGM_CONTAINER_RUNTIME_SOCKET": "/run/crio/crio.sock"}, "DCGM_CONTAINER_RUNTIME_SOCKET"),
+    (["--watch-max-keep-age=10m"], {}, "--watch-max-keep-age"),
+    ([], {"DCGM_EXPORTER_WATCH_MAX_KEEP_AGE": "0s"}, "DCGM_EXPORTER_WATCH_MAX_KEEP_AGE"),
+    (["--watch-max-keep-samples=0"], {}, "--watch-max-keep-samples"),
+    ([], {"DCGM_EXPORTER_WATCH_MAX_KEEP_SAMPLES": "2"}, "DCGM_EXPORTER_WATCH_MAX_KEEP_SAMPLES"),
+    # a duration dcgm-exporter cannot read: it logs it and keeps its default, so this warns and keeps its own
+    (["--web-read-timeout=soon"], {}, "--web-read-timeout"),
+    ([], {"DCGM_EXPORTER_WEB_WRITE_TIMEOUT": "10"}, "DCGM_EXPORTER_WEB_WRITE_TIMEOUT"),
 ]
 
 
@@ -237,6 +264,19 @@ def test_every_option_of_dcgm_exporter_is_in_one_of_the_tables() -> None:
         assert f"-{option.name}" in text or any(f"-{alias}" in text for alias in option.aliases), option.name
 
 
+def test_the_docs_option_table_lists_every_option_with_its_variable() -> None:
+    """docs/dcgm.md's table under "Swapping the image" mirrors DCGM_OPTIONS: each row names flags and variables."""
+    text = (FIXTURES.parent.parent / "docs" / "dcgm.md").read_text(encoding="utf-8")
+    section = text.split("\n## Swapping the image\n", 1)[1].split("\n### The YAML config file\n", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `-")]
+    for option in DCGM_OPTIONS:
+        names = [f"`--{option.name}`", *(f"`-{alias}`" for alias in option.aliases)]
+        mine = [row for row in rows if any(name in row.split(" | ")[0] for name in names)]
+        assert len(mine) == 1, option.name
+        assert f"`{option.env}`" in mine[0], option.name
+    assert len(rows) == len({row.split(" | ")[0] for row in rows})
+
+
 @pytest.mark.parametrize(
     ("argv", "env", "message"),
     [
@@ -245,6 +285,10 @@ def test_every_option_of_dcgm_exporter_is_in_one_of_the_tables() -> None:
         ([], {"DCGM_EXPORTER_KUBERNETES": "yes"}, 'could not parse "yes" as bool value from DCGM_EXPORTER_KUBERNETES'),
         (["-a"], {}, "flag needs an argument: -a"),
         (["--log-format=xml"], {}, "invalid --log-format 'xml': text or json"),
+        (["--max-concurrent-scrapes=0"], {}, "invalid max-concurrent-scrapes parameter value: 0, must be greater"),
+        ([], {"DCGM_EXPORTER_MAX_CONCURRENT_SCRAPES": "-1"}, "invalid max-concurrent-scrapes parameter value: -1"),
+        (["--enable-pprof"], {}, "enable-pprof requires web-config-file"),
+        ([], {"DCGM_EXPORTER_ENABLE_PPROF": "true"}, "enable-pprof requires web-config-file"),
     ],
 )
 def test_a_value_dcgm_exporter_itself_refuses_is_refused_naming_its_source(
@@ -252,6 +296,16 @@ def test_a_value_dcgm_exporter_itself_refuses_is_refused_naming_its_source(
 ) -> None:
     with pytest.raises(FlagError, match=re.escape(message)):
         dcgm(argv, env)
+
+
+def test_a_duration_dcgm_exporter_cannot_read_keeps_the_default() -> None:
+    assert dcgm(["--web-read-timeout=soon"]).config.read_timeout_ns == Config().read_timeout_ns
+
+
+def test_pprof_with_our_own_web_config_flag_is_served_behind_it() -> None:
+    config = dcgm(["--enable-pprof", "--web.config.file=/w.yml"]).config
+    assert config.enable_pprof
+    assert not config.enable_pprof_unauthenticated
 
 
 def test_short_v_is_version_as_in_dcgm_exporter() -> None:

@@ -97,6 +97,8 @@ def web_settings(config: Config) -> WebSettings:
         write_timeout_seconds=to_seconds(config.write_timeout_ns),
         enable_pprof=config.enable_pprof,
         dcgm_health=config.metrics_profile is not Profile.NVIDIA_SMI,
+        dcgm_health_require_gpus=config.dcgm_health_require_gpus,
+        exporter_metrics=config.exporter_metrics,
     )
 
 
@@ -412,7 +414,10 @@ def build_pci_source(config: Config, backend: Backend) -> PciSource | None:
 
 
 def dcgm_counters(config: Config) -> tuple[Counter, ...] | None:
-    """The ``--dcgm.collectors`` file's records, read before anything starts so a bad file costs nothing."""
+    """The ``--dcgm.collectors`` file's records (or a dcgm-exporter YAML config file's inline fields), read before
+    anything starts so a bad file costs nothing."""
+    if config.dcgm_inline_counters:
+        return config.dcgm_inline_counters
     if not config.dcgm_collectors:
         return None
     from nvidia_gpu_exporter.exposition.dcgm_counters import CountersError, read_counters_file  # noqa: PLC0415

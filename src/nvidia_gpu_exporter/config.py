@@ -6,6 +6,7 @@ import posixpath
 import sys
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from nvidia_gpu_exporter._go.durations import format_duration
 from nvidia_gpu_exporter._go.strconv import parse_int
@@ -16,6 +17,9 @@ from nvidia_gpu_exporter.exposition.dcgm_defaults import AUTO, DEFAULT_WINDOW_MS
 from nvidia_gpu_exporter.health.defaults import DEFAULT_KERNEL_LOG, DEFAULT_SYSFS_PATH
 from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_PROC_ROOT, DEFAULT_RESOURCE_PATTERNS, DEFAULT_SOCKET
 from nvidia_gpu_exporter.model.processusage import DEFAULT_MAX_PROCESSES
+
+if TYPE_CHECKING:
+    from nvidia_gpu_exporter.exposition.dcgm_counters import Counter
 from nvidia_gpu_exporter.web.routes import (
     ATTRIBUTION_PATH,
     DCGM_HEALTH_PATH,
@@ -109,6 +113,9 @@ class Config:
     dcgm_old_namespace: bool = False  # dcgm-exporter's -o: its 1.x label names
     dcgm_xid_count_window_ms: int = DEFAULT_WINDOW_MS
     dcgm_clock_events_count_window_ms: int = DEFAULT_WINDOW_MS
+    dcgm_inline_counters: tuple[Counter, ...] = ()  # a dcgm-exporter YAML config file's metrics.fields
+    dcgm_health_require_gpus: bool = False  # --health-require-gpus: /health answers 503 while no GPU is seen
+    exporter_metrics: bool = True  # process_*, promhttp_*, build info; dcgm-exporter's start leaves them out
     sysfs_path: str = DEFAULT_SYSFS_PATH  # where the NVIDIA PCI functions are read (lost GPUs)
     kubernetes_pod_resources: bool = False
     kubernetes_pod_resources_socket: str = DEFAULT_SOCKET
@@ -197,7 +204,7 @@ def validate(config: Config) -> None:
     if not config.sysfs_path:
         raise ConfigError("--collect.sysfs-path must not be empty")
     if config.metrics_profile is Profile.NVIDIA_SMI:
-        if config.dcgm_collectors:
+        if config.dcgm_collectors or config.dcgm_inline_counters:
             raise ConfigError("--dcgm.collectors requires --metrics.profile=dcgm or both")
     elif config.telemetry_path == DCGM_HEALTH_PATH:
         raise ConfigError(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from nvidia_gpu_exporter._go.durations import DurationError, format_duration, parse_flag_duration
+from nvidia_gpu_exporter._go.durations import DurationError, format_duration, parse_duration, parse_flag_duration
 from nvidia_gpu_exporter._go.strconv import DECIMAL_INT, parse_bool, parse_int
 from nvidia_gpu_exporter.config import DEFAULT_LISTEN_ADDRESS, Backend, Config, Profile, XidSource
 from nvidia_gpu_exporter.exposition.dcgm_defaults import AUTO, DEFAULT_GENERATION, Generation
@@ -740,7 +740,8 @@ fi
 # Its DaemonSets (its own Helm chart, the GPU Operator's) pass its flags and DCGM_EXPORTER_* variables to whatever
 # the image runs; each option below either becomes our flags' values, as dcgm-exporter would behave, or is accepted
 # with a startup warning saying why it changes nothing. Names, aliases, variables and defaults are those of
-# dcgm-exporter's pkg/cmd/app.go (urfave/cli; commit d5e5f51, chart 4.8.2).
+# dcgm-exporter's pkg/cmd/app.go (urfave/cli) as its main branch has it after 4.9.0; 4.10.0 is the newest
+# release (docs/dcgm.md, "Swapping the image", lists each source).
 
 DCGM_EXPORTER_PROGRAM = "dcgm-exporter"
 DCGM_LISTEN_ADDRESS = ":9400"
@@ -749,6 +750,8 @@ DCGM_IMAGE_DIRECTORY = "/etc/dcgm-exporter/"  # where dcgm-exporter's image keep
 DCGM_DEFAULT_COLLECTORS = DCGM_IMAGE_DIRECTORY + "default-counters.csv"
 _MILLISECOND_NS = 1_000_000
 _NO_HOST_ENGINE = "there is no DCGM host engine or library here: the GPUs are read through nvidia-smi or NVML"
+_NO_WATCHES = "there are no DCGM field watches here: each collection reads the GPUs afresh and keeps no samples"
+_NO_CONTAINER_LABELS = "container runtime labels are not read (use -k for Kubernetes pods)"
 
 
 class DcgmKind(Enum):
@@ -758,6 +761,7 @@ class DcgmKind(Enum):
     INT = "int"
     BOOL = "bool"
     STRINGS = "strings"  # comma-separated in the environment, repeatable on the command line
+    DURATION = "duration"  # Go's time.ParseDuration; dcgm-exporter keeps its default for a value it cannot read
 
 
 @dataclass(frozen=True, slots=True)
@@ -794,6 +798,13 @@ def _log_format(value: str) -> dict[str, Any]:
     return {"log_format": formats[value]}
 
 
+def _max_concurrent_scrapes(limit: int) -> dict[str, Any]:
+    """dcgm-exporter answers 503 past the limit, as --web.max-requests does; it refuses 0 or less at startup."""
+    if limit <= 0:
+        raise FlagError(f"invalid max-concurrent-scrapes parameter value: {limit}, must be greater than 0")
+    return {"max_requests": limit}
+
+
 def _resource_names(names: list[str]) -> dict[str, Any]:
     """dcgm-exporter adds these names to nvidia.com/gpu and the MIG resources; so do we, to our defaults."""
     return {"kubernetes_resource_names": ",".join((*DEFAULT_RESOURCE_PATTERNS, *names))}
@@ -801,7 +812,13 @@ def _resource_names(names: list[str]) -> dict[str, Any]:
 
 _FALSE = ("false",)
 DCGM_OPTIONS: tuple[DcgmOption, ...] = (
-    DcgmOption("collectors", ("f",), "DCGM_EXPORTER_COLLECTORS", DcgmKind.STRING, lambda v: {"dcgm_collectors": v}),
+    DcgmOption(
+        "collectors",
+        ("f",),
+        "DCGM_EXPORTER_COLLECTORS",
+        DcgmKind.STRING,
+        lambda v: {"dcgm_collectors": v, "dcgm_inline_counters": ()},  # it replaces a YAML file's metric source
+    ),
     DcgmOption("address", ("a",), "DCGM_EXPORTER_LISTEN", DcgmKind.STRING, lambda v: {"listen_addresses": (v,)}),
     DcgmOption(
         "collect-interval",
@@ -1007,18 +1024,77 @@ DCGM_OPTIONS: tuple[DcgmOption, ...] = (
         why="GPU bind/unbind events are not watched",
         harmless=("1s",),
     ),
-    DcgmOption(
-        "enable-pprof",
-        (),
-        "DCGM_EXPORTER_ENABLE_PPROF",
-        DcgmKind.BOOL,
-        _when(
-            # dcgm-exporter serves its profiling endpoints without authentication, so this does too
-            {"enable_pprof": True, "enable_pprof_unauthenticated": True}
-        ),
-    ),
+    # dcgm-exporter refuses --enable-pprof without --web-config-file (_dcgm_finished), so its profiling endpoints
+    # are always behind the web config's authentication or TLS, as --web.enable-pprof's are
+    DcgmOption("enable-pprof", (), "DCGM_EXPORTER_ENABLE_PPROF", DcgmKind.BOOL, _when({"enable_pprof": True})),
     DcgmOption(
         "web-systemd-socket", (), "DCGM_EXPORTER_SYSTEMD_SOCKET", DcgmKind.BOOL, lambda on: {"systemd_socket": on}
+    ),
+    # Since 4.8.3 (its notes: YAML configuration file, web read/write timeouts, container-runtime labels). The
+    # YAML file is read by dcgm_invocation, under the environment and the flags (exposition/dcgm_config_file.py).
+    DcgmOption("config-file", (), "DCGM_EXPORTER_CONFIG_FILE", DcgmKind.STRING, lambda path: {}),
+    DcgmOption(
+        "web-read-timeout", (), "DCGM_EXPORTER_WEB_READ_TIMEOUT", DcgmKind.DURATION, lambda ns: {"read_timeout_ns": ns}
+    ),
+    DcgmOption(
+        "web-write-timeout",
+        (),
+        "DCGM_EXPORTER_WEB_WRITE_TIMEOUT",
+        DcgmKind.DURATION,
+        lambda ns: {"write_timeout_ns": ns},  # a scrape answers within it, as dcgm-exporter's http.Server writes
+    ),
+    DcgmOption(
+        "container-labels",
+        (),
+        "DCGM_EXPORTER_CONTAINER_LABELS",
+        DcgmKind.BOOL,
+        why=_NO_CONTAINER_LABELS,
+        harmless=_FALSE,
+    ),
+    DcgmOption(
+        "container-runtime-socket",
+        (),
+        "DCGM_CONTAINER_RUNTIME_SOCKET",
+        DcgmKind.STRING,
+        why=_NO_CONTAINER_LABELS,
+        harmless=("",),
+    ),
+    # Since 4.8.4 (its notes: scrape limits, --enable-exporter-metrics, field-watch retention limits)
+    DcgmOption(
+        "max-concurrent-scrapes",
+        (),
+        "DCGM_EXPORTER_MAX_CONCURRENT_SCRAPES",
+        DcgmKind.INT,
+        _max_concurrent_scrapes,  # overlapping admitted scrapes share one render here too
+    ),
+    DcgmOption(
+        "enable-exporter-metrics",
+        (),
+        "DCGM_EXPORTER_ENABLE_EXPORTER_METRICS",
+        DcgmKind.BOOL,
+        lambda on: {"exporter_metrics": on},  # process_* and promhttp_*; no go_*, this is not a Go process
+    ),
+    DcgmOption(
+        "watch-max-keep-age",
+        (),
+        "DCGM_EXPORTER_WATCH_MAX_KEEP_AGE",
+        DcgmKind.DURATION,
+        why=_NO_WATCHES,
+    ),
+    DcgmOption(
+        "watch-max-keep-samples",
+        (),
+        "DCGM_EXPORTER_WATCH_MAX_KEEP_SAMPLES",
+        DcgmKind.INT,
+        why=_NO_WATCHES,
+    ),
+    # The newest source's /health option (NVIDIA/dcgm-exporter#744): 503 while no GPU is seen
+    DcgmOption(
+        "health-require-gpus",
+        (),
+        "DCGM_EXPORTER_HEALTH_REQUIRE_GPUS",
+        DcgmKind.BOOL,
+        lambda on: {"dcgm_health_require_gpus": on},
     ),
 )
 # -f is left to our own parser, where it is --dcgm.collectors' short form (-fFILE and its error messages too)
@@ -1073,6 +1149,11 @@ def _dcgm_value(option: DcgmOption, raw: str | None, source: str) -> Any:
         return number
     if option.kind is DcgmKind.STRINGS:
         return [part.strip() for part in value.split(",") if part.strip()]
+    if option.kind is DcgmKind.DURATION:
+        try:
+            return parse_duration(value)
+        except DurationError:
+            return None  # dcgm-exporter logs it and keeps its default: a notice here
     return value
 
 
@@ -1148,9 +1229,26 @@ def dcgm_invocation(
         "metrics_profile": Profile.DCGM,
         "listen_addresses": (DCGM_LISTEN_ADDRESS,),
         "collect_interval_ns": DCGM_COLLECT_INTERVAL_MS * _MILLISECOND_NS,
+        "exporter_metrics": False,  # dcgm-exporter serves its own metrics only when asked
     }
     notices: list[Notice] = []
+    config_file = values.get(_DCGM_BY_NAME["config-file"])
+    if config_file is not None and config_file[0]:  # under the environment and the flags, as in dcgm-exporter
+        from nvidia_gpu_exporter.exposition.dcgm_config_file import (  # noqa: PLC0415 - only with a config file
+            DcgmConfigError,
+            read_dcgm_config_file,
+        )
+
+        try:
+            settings = read_dcgm_config_file(config_file[0])
+        except DcgmConfigError as error:
+            raise FlagError(f"invalid {config_file[1].removesuffix(' in the environment')}: {error}") from error
+        fields.update(settings.fields)
+        notices += [Notice(f"{config_file[0]}:{line} {key}", why) for key, line, why in settings.ignored]
     for option, (value, given) in values.items():
+        if value is None:  # a duration dcgm-exporter cannot read either
+            notices.append(Notice(given, "not a Go duration: the default is kept, as dcgm-exporter keeps its own"))
+            continue
         if option.apply is not None:
             fields.update(option.apply(value))
             continue
@@ -1175,8 +1273,16 @@ def _dcgm_finished(config: Config, invocation: DcgmInvocation) -> tuple[Config, 
     not exist serves the built-in default set (docs/dcgm.md), said once when it was asked for by name; its
     default file is read when mounted there."""
     notices = invocation.notices
+    if invocation.base.enable_pprof and config.enable_pprof and not config.web_config_file:
+        raise FlagError(  # dcgm-exporter's own refusal: /debug/pprof/ must sit behind authentication or TLS
+            "enable-pprof requires web-config-file so profiling endpoints are protected by exporter-toolkit auth or TLS"
+        )
     if config.metrics_profile is Profile.NVIDIA_SMI:
         return config, notices
+    if config.dcgm_inline_counters:
+        if not config.dcgm_collectors:
+            return config, notices
+        config = dataclasses.replace(config, dcgm_inline_counters=())  # -f replaces a YAML file's metric source
     path = config.dcgm_collectors
     if not path and os.path.isfile(DCGM_DEFAULT_COLLECTORS):
         return dataclasses.replace(config, dcgm_collectors=DCGM_DEFAULT_COLLECTORS), notices

@@ -45,6 +45,17 @@ def _record(text: str, where: str) -> list[str]:
     return [cell.strip() for cell in cells]
 
 
+def counter_of(name: str, metric_type: str, help_text: str, source: str, line: int) -> Counter:
+    """One record, checked as dcgm-exporter checks it: a CSV line, or a YAML config file's inline field."""
+    where = f"{source}:{line}"
+    if not _FIELD_NAME.fullmatch(name):
+        raise CountersError(f"{where}: {name!r} is not a DCGM field name (DCGM_FI_*, DCGM_EXP_* or 1.x's dcgm_*)")
+    if metric_type not in PROMETHEUS_TYPES:
+        allowed = ", ".join(PROMETHEUS_TYPES[:-1]) + f" or {PROMETHEUS_TYPES[-1]}"
+        raise CountersError(f"{where}: unknown Prometheus type {metric_type!r} ({allowed})")
+    return Counter(name, metric_type, help_text, line, source)
+
+
 def parse_counters(text: str, source: str) -> tuple[Counter, ...]:
     """The records of a counters file's text, in order (a field listed again too: dcgm-exporter's own 1.x file
     does, and it serves the first; the renderer says so); a :class:`CountersError` at the first bad line."""
@@ -61,12 +72,7 @@ def parse_counters(text: str, source: str) -> tuple[Counter, ...]:
         if len(cells) != 3:
             raise CountersError(f"{where}: expected 3 fields (DCGM field, Prometheus type, help), got {len(cells)}")
         name, metric_type, help_text = cells
-        if not _FIELD_NAME.fullmatch(name):
-            raise CountersError(f"{where}: {name!r} is not a DCGM field name (DCGM_FI_*, DCGM_EXP_* or 1.x's dcgm_*)")
-        if metric_type not in PROMETHEUS_TYPES:
-            allowed = ", ".join(PROMETHEUS_TYPES[:-1]) + f" or {PROMETHEUS_TYPES[-1]}"
-            raise CountersError(f"{where}: unknown Prometheus type {metric_type!r} ({allowed})")
-        counters.append(Counter(name, metric_type, help_text, number, source))
+        counters.append(counter_of(name, metric_type, help_text, source, number))
     if not counters:
         raise CountersError(f"{source}: lists no DCGM field")
     return tuple(counters)

@@ -79,8 +79,14 @@ def build_app(
         return plain_text("Nvidia GPU Exporter is Healthy.\n")
 
     async def dcgm_health(_: Request) -> Response:
-        """dcgm-exporter's answer: 200 ``OK`` while the process serves (it no longer answers 503 ``KO``)."""
-        return plain_text("OK", headers={"X-Content-Type-Options": "nosniff"})
+        """dcgm-exporter's answer: 200 ``OK`` while the process serves (it no longer answers 503 ``KO``); with its
+        --health-require-gpus, 503 once a successful collection saw no GPU, so a liveness probe restarts it."""
+        headers = {"X-Content-Type-Options": "nosniff", "X-Registry-Available": "true"}
+        collector = endpoint.collector
+        seen_none = collector.latest.last_success_at is not None and collector.last_success_gpus == 0
+        if settings.dcgm_health_require_gpus and seen_none:
+            return plain_text("no GPU collector registered", 503, {**headers, "X-GPU-Collectors": "0"})
+        return plain_text("OK", headers=headers)
 
     app.add_get(LANDING_PATH, landing)
     app.add_get(settings.telemetry_path, endpoint.handle)
