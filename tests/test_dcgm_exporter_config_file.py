@@ -261,6 +261,8 @@ def test_inline_fields_are_served_without_the_exporters_own_metrics(
     assert "DCGM_FI_DEV_GPU_TEMP" in names
     assert not [name for name in names if name.startswith("DCGM_FI_") and name != "DCGM_FI_DEV_GPU_TEMP"]
     assert not [name for name in names if name.startswith(("process_", "promhttp_"))]  # dcgm-exporter's default
+    # names dcgm-exporter never serves, which the operator's alerts on the cap and on reloads read
+    assert {"nvidia_gpu_exporter_http_connections", "nvidia_gpu_exporter_build_info"} <= names
 
 
 @contextlib.asynccontextmanager

@@ -115,7 +115,7 @@ class Config:
     dcgm_clock_events_count_window_ms: int = DEFAULT_WINDOW_MS
     dcgm_inline_counters: tuple[Counter, ...] = ()  # a dcgm-exporter YAML config file's metrics.fields
     dcgm_health_require_gpus: bool = False  # --health-require-gpus: /health answers 503 while no GPU is seen
-    exporter_metrics: bool = True  # process_*, promhttp_*, build info; dcgm-exporter's start leaves them out
+    exporter_metrics: bool = True  # process_*, promhttp_*; dcgm-exporter's start leaves them out
     sysfs_path: str = DEFAULT_SYSFS_PATH  # where the NVIDIA PCI functions are read (lost GPUs)
     kubernetes_pod_resources: bool = False
     kubernetes_pod_resources_socket: str = DEFAULT_SOCKET

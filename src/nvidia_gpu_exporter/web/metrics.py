@@ -221,9 +221,11 @@ class MetricsEndpoint:
             negotiated = negotiate(request.headers.get("Accept"))
             body = rendered.openmetrics_of(rendered.body) if negotiated.openmetrics else rendered.body
             deflated = await body.gzip() if accepts_gzip(request.headers.get("Accept-Encoding")) else None
-            before, slow, requests = b"", b"", b""
+            # the exporter's own nvidia_gpu_exporter_* families (connections, web-config reloads) are always
+            # served; process_* and promhttp_* are what dcgm-exporter's --enable-exporter-metrics governs
+            before = self._self_metrics.before_nvidia_smi(self.stats).encode("utf-8")
+            slow, requests = b"", b""
             if self.settings.exporter_metrics:
-                before = self._self_metrics.before_nvidia_smi(self.stats).encode("utf-8")
                 after = self._self_metrics.after_nvidia_smi_parts(self.stats)
                 slow, requests = (part.encode("utf-8") for part in after)
             if negotiated.openmetrics:

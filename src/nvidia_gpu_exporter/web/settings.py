@@ -18,6 +18,6 @@ class WebSettings:
     enable_pprof: bool
     dcgm_health: bool = False  # serve dcgm-exporter's GET /health (--metrics.profile=dcgm or both)
     dcgm_health_require_gpus: bool = False  # its --health-require-gpus: 503 while the last success saw no GPU
-    exporter_metrics: bool = True  # the exporter's own families beside the GPUs' (dcgm-exporter's are opt-in)
+    exporter_metrics: bool = True  # process_* and promhttp_* beside the GPUs' (dcgm-exporter's are opt-in)
     landing_description: str = "Prometheus exporter for Nvidia GPUs, using nvidia-smi."
     max_connections: int = 0  # open connections across every listener; 0 = no cap
