@@ -136,7 +136,7 @@ static const char *const FN_NAMES[FN_COUNT] = {FAKE_FUNCTIONS(AS_NAME)};
     X(pcie_rx_kb) X(gpm_supported) X(max_mig) X(xid_supported) X(gi_id) X(ci_id) X(pcie_replay)              \
     X(nvlink_raw_tx_kib) X(nvlink_raw_rx_kib) X(nvlink_data_tx_kib) X(nvlink_data_rx_kib) X(fv_thermal)      \
     X(fv_board_limit) X(fv_low_util) X(fv_reliability) X(nvlink_crc_flit) X(nvlink_crc_data)                \
-    X(nvlink_replay) X(nvlink_recovery)
+    X(nvlink_replay) X(nvlink_recovery) X(fabric_health_mask) X(fabric_health_summary) X(fabric_v2_only)
 
 #define DOUBLE_FIELDS(X) X(gpm_graphics) X(gpm_sm) X(gpm_occupancy) X(gpm_tensor) X(gpm_tx) X(gpm_rx) X(gpm_dram)
 
@@ -1599,6 +1599,8 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfo_
     if (!info) return done(NVML_ERROR_INVALID_ARGUMENT);
     if (info->version != FABRIC_V2_VERSION && info->version != FABRIC_V3_VERSION)
         return done(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    if (info->version == FABRIC_V3_VERSION && d->fabric_v2_only) /* a driver before the v3 struct */
+        return done(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
     for (int i = 0; i < 8; i++) {
         info->clusterUuid[i] = (unsigned char)((unsigned long long)d->fabric_cluster_hi >> (56 - 8 * i));
         info->clusterUuid[8 + i] = (unsigned char)((unsigned long long)d->fabric_cluster_lo >> (56 - 8 * i));
@@ -1606,8 +1608,8 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfo_
     info->status = (unsigned)d->fabric_status;
     info->cliqueId = (unsigned)d->fabric_clique;
     info->state = (unsigned)d->fabric_state;
-    info->healthMask = 0;
-    if (info->version == FABRIC_V3_VERSION) info->healthSummary = 0;
+    info->healthMask = (unsigned)d->fabric_health_mask;
+    if (info->version == FABRIC_V3_VERSION) info->healthSummary = (unsigned char)d->fabric_health_summary;
     return done(NVML_SUCCESS);
 }
 

@@ -305,6 +305,12 @@ LISTED_ONLY_FAMILIES: tuple[DcgmFamily, ...] = (
         "DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "gauge", "Effective power limit (in W).", "enforced.power.limit", "[W]"
     ),
     DcgmFamily(
+        "DCGM_FI_DEV_RETIRED_PENDING",
+        "gauge",
+        "Whether pages are pending retirement (1 means pending and 0 means not pending).",
+        "retired_pages.pending",
+    ),
+    DcgmFamily(
         "DCGM_FI_DEV_FB_TOTAL",
         "gauge",
         "Framebuffer memory total (in MiB).",
@@ -410,6 +416,12 @@ FABRIC_FAMILIES: tuple[DcgmFamily, ...] = (
         "The ID of the fabric clique to which this GPU belongs.",
         "fabric.cliqueId",
     ),
+    # 174 and 175: NVML's values, read beside the others for the DCGM profile (nvidia-smi prints the mask's parts
+    # as words, not the mask); dcgm-exporter's newest files list them commented out, typed gauge.
+    DcgmFamily("DCGM_FI_DEV_FABRIC_HEALTH_MASK", "gauge", "GPU fabric health status mask.", extra="fabric_health_mask"),
+    DcgmFamily(
+        "DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY", "gauge", "GPU fabric health summary.", extra="fabric_health_summary"
+    ),
 )
 # A string: a `label` field, as dcgm-exporter serves strings.
 FABRIC_CLUSTER_UUID = DcgmFamily(
@@ -459,6 +471,7 @@ LEGACY_NAMES: dict[str, str] = {
     "dcgm_ecc_dbe_aggregate_total": "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
     "dcgm_retired_pages_sbe": "DCGM_FI_DEV_RETIRED_SBE",
     "dcgm_retired_pages_dbe": "DCGM_FI_DEV_RETIRED_DBE",
+    "dcgm_retired_pages_pending": "DCGM_FI_DEV_RETIRED_PENDING",
     "dcgm_nvlink_flit_crc_error_count_total": "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
     "dcgm_nvlink_data_crc_error_count_total": "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
     "dcgm_nvlink_replay_error_count_total": "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",

@@ -173,6 +173,10 @@ class GpuExtras:
     nvlink_crc_data_errors: float | None = None
     nvlink_replay_errors: float | None = None
     nvlink_recovery_errors: float | None = None
+    # Read only for the DCGM profile: NVML's fabric health (nvmlDeviceGetGpuFabricInfoV) as DCGM serves it, the mask
+    # from the v2 struct on, the summary only from the v3 struct (model/fabric.py).
+    fabric_health_mask: float | None = None
+    fabric_health_summary: float | None = None
 
 
 # The GpuExtras counters above that DCGM reads as NVML field values (violation times, NVLink error counts).

@@ -48,7 +48,7 @@ from nvidia_gpu_exporter.backends.nvml.mig import (
     read_mig,
 )
 from nvidia_gpu_exporter.backends.nvml.session import NvmlSession
-from nvidia_gpu_exporter.backends.nvml.sources import CYCLE_FIELDS, field_value, sources_for
+from nvidia_gpu_exporter.backends.nvml.sources import CYCLE_FIELDS, fabric_health, field_value, sources_for
 from nvidia_gpu_exporter.backends.nvml.text import DEPRECATED_FIELDS, NA, Cell, mib, token
 from nvidia_gpu_exporter.backends.nvml.xid import XidWatcher
 from nvidia_gpu_exporter.model.snapshot import (
@@ -512,14 +512,17 @@ class NvmlBackend:
 
     def _dcgm_readings(self, gpu: _Gpu, totals: dict[str, tuple[int, int]]) -> dict[str, float | None]:
         """The DCGM profile's own NVML readings as GpuExtras attributes: the PCIe replay counter, the NVLink
-        bandwidth over all links in DCGM's MiB/s, the violation times and NVLink error counts (``None`` where NVML
-        cannot say); this reading's NVLink data total is kept in ``totals`` for the next one."""
+        bandwidth over all links in DCGM's MiB/s, the violation times and NVLink error counts, the fabric health
+        (``None`` where NVML cannot say); this reading's NVLink data total is kept in ``totals`` for the next one."""
         replays = self._soft(call("nvmlDeviceGetPcieReplayCounter", gpu.handle))
         ids = [*NVLINK_DATA_KIB, *(field_id for _, field_id in DCGM_FIELD_VALUES)]
         entries = self._soft(call("nvmlDeviceGetFieldValues", gpu.handle, ids))
         readings: dict[str, float | None] = dict.fromkeys(DCGM_FIELD_COUNTERS, None)
         readings["pcie_replay_count"] = None if isinstance(replays, Failure) else float(int(replays))
         readings["nvlink_mib_per_second"] = readings["nvlink_bytes_per_second"] = None
+        mask, summary, failure = fabric_health(gpu.handle)
+        self._soft(failure)
+        readings["fabric_health_mask"], readings["fabric_health_summary"] = mask, summary
         if isinstance(entries, Failure):
             return readings
         counts = [field_value(entry) for entry in entries]
