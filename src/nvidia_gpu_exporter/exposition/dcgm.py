@@ -70,7 +70,15 @@ POD_LABEL_NAMES = ("pod", "namespace", "container")
 OLD_UUID_LABEL = "uuid"
 OLD_POD_LABEL_NAMES = ("pod_name", "pod_namespace", "container_name")
 # dcgm-exporter's labels of a ResourceClaim's device, after the pod's (docs/dcgm.md, "DRA claims").
-DRA_LABEL_NAMES = ("dra_claim_name", "dra_claim_namespace", "dra_driver_name", "dra_pool_name", "dra_device_name")
+DRA_LABEL_NAMES = (
+    "dra_claim_name",
+    "dra_claim_namespace",
+    "dra_driver_name",
+    "dra_pool_name",
+    "dra_device_name",
+    "dra_mig_profile",  # a MIG device's only (an empty value is no label)
+    "dra_mig_device_uuid",
+)
 POD_UID_LABEL = "pod_uid"  # on a pod's part of a shared GPU, after the pod's names (as the nvidia_smi_pod_* families)
 XID_LABEL_NAMES = ("err_code", "err_msg")
 _IDENTITY = ("index", "uuid", "pci.bus_id", "name")
@@ -594,9 +602,12 @@ class _PodPart:
     energy_mj: float | None  # its energy since it was first seen there, in DCGM's mJ
 
 
-def _claim_values(claim: DraClaim) -> tuple[str, str, str, str, str]:
+def _claim_values(claim: DraClaim) -> tuple[str, ...]:
     """A claim's values in :data:`DRA_LABEL_NAMES`' order."""
-    return (claim.claim_name, claim.claim_namespace, claim.driver, claim.pool, claim.device)
+    return (
+        claim.claim_name, claim.claim_namespace, claim.driver, claim.pool, claim.device, claim.mig_profile,
+        claim.mig_uuid,
+    )  # fmt: skip
 
 
 def _sum(first: float | None, second: float | None) -> float | None:

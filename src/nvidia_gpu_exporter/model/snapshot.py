@@ -203,6 +203,10 @@ class MigDevice:
     gpu_instance_id: int
     compute_instance_id: int
     profile: str  # ``3g.71gb``, or ``1c.3g.71gb`` for a compute slice
+    # Its GPU instance's (profile id, placement start, placement size) as nvmlGpuInstanceGetInfo gives them: what
+    # NVIDIA's DRA driver names a MIG device by (``gpu-<minor>-mig-<id>-<start>-<size>``); None where NVML would
+    # not say (it needs a privileged caller).
+    placement: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
