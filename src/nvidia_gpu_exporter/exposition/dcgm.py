@@ -303,14 +303,20 @@ LISTED_ONLY_FAMILIES: tuple[DcgmFamily, ...] = (
         "power.draw.instant",
         "[W]",
     ),
-    DcgmFamily("DCGM_FI_DEV_POWER_MGMT_LIMIT", "gauge", "Current power limit (in W).", "power.limit", "[W]"),
+    DcgmFamily(
+        "DCGM_FI_DEV_POWER_MGMT_LIMIT", "gauge", "Configured power management limit (in W).", "power.limit", "[W]"
+    ),
     DcgmFamily("DCGM_FI_DEV_POWER_MGMT_LIMIT_MIN", "gauge", "Minimum power limit (in W).", "power.min_limit", "[W]"),
     DcgmFamily("DCGM_FI_DEV_POWER_MGMT_LIMIT_MAX", "gauge", "Maximum power limit (in W).", "power.max_limit", "[W]"),
     DcgmFamily(
         "DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF", "gauge", "Default power limit (in W).", "power.default_limit", "[W]"
     ),
     DcgmFamily(
-        "DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "gauge", "Effective power limit (in W).", "enforced.power.limit", "[W]"
+        "DCGM_FI_DEV_ENFORCED_POWER_LIMIT",
+        "gauge",
+        "Effective power limit enforced by the driver after all limiters (in W).",
+        "enforced.power.limit",
+        "[W]",
     ),
     DcgmFamily(
         "DCGM_FI_DEV_RETIRED_PENDING",
