@@ -138,7 +138,7 @@ static const char *const FN_NAMES[FN_COUNT] = {FAKE_FUNCTIONS(AS_NAME)};
     X(nvlink_raw_tx_kib) X(nvlink_raw_rx_kib) X(nvlink_data_tx_kib) X(nvlink_data_rx_kib) X(fv_thermal)      \
     X(fv_board_limit) X(fv_low_util) X(fv_reliability) X(nvlink_crc_flit) X(nvlink_crc_data)                \
     X(nvlink_replay) X(nvlink_recovery) X(fabric_health_mask) X(fabric_health_summary) X(fabric_v2_only) X(gi_profile) X(placement_start)  \
-    X(placement_size)
+    X(placement_size) X(nvlink_l0_tx_kib) X(nvlink_l0_rx_kib)
 
 #define DOUBLE_FIELDS(X) X(gpm_graphics) X(gpm_sm) X(gpm_occupancy) X(gpm_tensor) X(gpm_tx) X(gpm_rx) X(gpm_dram)
 
@@ -577,6 +577,7 @@ static void add_rtx(void) {
     d->pcie_replay = 0;
     d->nvlink_raw_tx_kib = d->nvlink_raw_rx_kib = -1; /* no NVLink on a consumer card */
     d->nvlink_data_tx_kib = d->nvlink_data_rx_kib = -1;
+    d->nvlink_l0_tx_kib = d->nvlink_l0_rx_kib = -1;
     d->nvlink_crc_flit = d->nvlink_crc_data = d->nvlink_replay = d->nvlink_recovery = -1;
     d->mem_temp = -1; /* field 82 not supported */
     d->edpp = -1;     /* field 274 not supported */
@@ -713,6 +714,7 @@ static int apply_scenario(const char *name) {
         g_devs[g_top[0]].mem_temp = -1;
         g_devs[g_top[0]].nvlink_raw_tx_kib = g_devs[g_top[0]].nvlink_raw_rx_kib = -1;
         g_devs[g_top[0]].nvlink_data_tx_kib = g_devs[g_top[0]].nvlink_data_rx_kib = -1;
+        g_devs[g_top[0]].nvlink_l0_tx_kib = g_devs[g_top[0]].nvlink_l0_rx_kib = -1;
     } else if (strcmp(name, "noperm") == 0) {
         add_h200();
         int fns[] = {FN_nvmlDeviceGetEccMode, FN_nvmlDeviceGetMemoryErrorCounter, FN_nvmlDeviceGetTotalEccErrors,
@@ -1470,9 +1472,9 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldV
         case 186: value = d->power_inst_mw; v->valueType = 1; break;
         case 230: value = d->recovery_action; v->valueType = 1; break;
         case 274: value = d->edpp; v->valueType = 1; break;
-        /* NVLink data and raw throughput (KiB): only the all-links aggregate, scope UINT_MAX, is simulated */
-        case 138: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_data_tx_kib : -1; break;
-        case 139: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_data_rx_kib : -1; break;
+        /* NVLink data and raw throughput (KiB): the all-links aggregate (scope UINT_MAX) and link 0's payload */
+        case 138: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_data_tx_kib : v->scopeId == 0 ? d->nvlink_l0_tx_kib : -1; break;
+        case 139: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_data_rx_kib : v->scopeId == 0 ? d->nvlink_l0_rx_kib : -1; break;
         case 140: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_raw_tx_kib : -1; break;
         case 141: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_raw_rx_kib : -1; break;
         default: break;

@@ -369,6 +369,12 @@ LISTED_ONLY_FAMILIES: tuple[DcgmFamily, ...] = (
         extra="reliability_violation_ns",
     ),
     DcgmFamily(
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0",
+        "gauge",
+        "NVLink lane 0 throughput (in MB/s).",
+        extra="nvlink_l0_mib_per_second",
+    ),
+    DcgmFamily(
         "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
         "counter",
         "Total number of NVLink flow-control CRC errors.",
@@ -442,7 +448,10 @@ FABRIC_CLUSTER_UUID = DcgmFamily(
     "DCGM_FI_DEV_FABRIC_CLUSTER_UUID", LABEL, "The uuid of the cluster to which this GPU belongs", "fabric.clusterUuid"
 )
 # DCGM 4's Field Naming Standard renamed some fields; go-dcgm maps both names to one field id (const_fields.go).
-DCGM_RENAMED: dict[str, str] = {"DCGM_FI_DEV_FABRIC_MANAGER_ERROR": "DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE"}
+DCGM_RENAMED: dict[str, str] = {
+    "DCGM_FI_DEV_FABRIC_MANAGER_ERROR": "DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE",
+    "DCGM_FI_DEV_NVLINK_THROUGHPUT_L0": "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0",  # dcgm_fields.h's alias block, v4.6.0
+}
 DRIVER_VERSION = DcgmFamily("DCGM_FI_DRIVER_VERSION", LABEL, "Driver Version", "driver_version")
 # The `label` fields nvidia-smi can give, in default-counters.csv's order; only the driver's is on by default.
 LABEL_FAMILIES: tuple[DcgmFamily, ...] = (

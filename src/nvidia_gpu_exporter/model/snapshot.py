@@ -161,6 +161,7 @@ class GpuExtras:
     pcie_replay_count: float | None = None
     nvlink_mib_per_second: float | None = None
     nvlink_bytes_per_second: float | None = None  # the same KiB/s times 1024, untruncated: DCGM 4.7's unit (4.9's)
+    nvlink_l0_mib_per_second: float | None = None  # link 0's alone, as DCGM's DCGM_FI_DEV_NVLINK_BANDWIDTH_L0
     # Read only for the DCGM profile, as DCGM reads them (NVML field values): the time the clocks were held down by
     # each performance policy since the driver loaded (ns), and NVLink error counts summed over all links.
     power_violation_ns: float | None = None
