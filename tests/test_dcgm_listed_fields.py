@@ -3,6 +3,7 @@ mask and summary (NVSwitch systems) and the retired-page pending status (docs/dc
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -10,11 +11,13 @@ import pytest
 from nvidia_gpu_exporter.backends.demo.extras import ExtrasSynthesizer, parse_extras
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.backends.nvml import open_backend
+from nvidia_gpu_exporter.backends.nvml.supplement import NvmlSupplemented
 from nvidia_gpu_exporter.exposition.dcgm import LEGACY_NAMES, DcgmExposition
 from nvidia_gpu_exporter.exposition.dcgm_counters import parse_counters
 from nvidia_gpu_exporter.model.fabric import HEALTHY_FABRIC_MASK, FabricHealthSummary
 from nvidia_gpu_exporter.model.snapshot import Attempt, GpuExtras, GpuTable, NvmlExtras, Readings, Snapshot
 from nvml_fixtures import InProcessFake
+from test_exec_nvml_supplement import _supplemented  # noqa: F401 - the supplemented fixture
 from test_unit_dcgm import IDENTITY, UUID, samples
 from unit_helpers import gpu_row, query_fields, success_snapshot
 
@@ -151,3 +154,17 @@ def test_link_0s_bandwidth_is_its_own_data_counters_rate(fake_nvml: InProcessFak
 def test_a_gpu_without_nvlink_has_no_link_0_reading(fake_nvml: InProcessFake) -> None:
     fake_nvml.command("reset rtx")
     assert collect_nvml_extras().nvlink_l0_mib_per_second is None
+
+
+# -- on the exec backend, through NVML ----------------------------------------------------------------------------
+
+
+def test_the_exec_backend_reads_fabric_health_link_0_and_placements_through_nvml(
+    supplemented: NvmlSupplemented, fake_nvml: InProcessFake
+) -> None:
+    fake_nvml.command("set 0 fabric_health_mask 426", "set 0 fabric_health_summary 1")
+    readings = asyncio.run(supplemented.collect())
+    assert readings.extras is not None
+    gpu = readings.extras.gpus[0]
+    assert (gpu.fabric_health_mask, gpu.fabric_health_summary, gpu.nvlink_l0_mib_per_second) == (426.0, 1.0, 0.0)
+    assert {device.placement for device in readings.extras.mig_devices} == {(2, 0, 4), (0, 6, 1)}
