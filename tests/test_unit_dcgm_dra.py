@@ -60,8 +60,8 @@ def test_each_claiming_container_gets_a_copy_and_a_containers_second_claim_none(
 
 
 def test_a_claim_on_a_mig_gpu_labels_each_of_its_gpu_instances() -> None:
-    """dcgm-exporter keys claims by the parent GPU; the driver's MIG profile and MIG uuid labels need its
-    ResourceSlices, which this exporter does not read."""
+    """dcgm-exporter keys claims by the parent GPU; a claim whose MIG device no GPU instance read is at has no MIG
+    profile or MIG uuid labels (tests/test_dcgm_dra_mig.py has those)."""
     device = "gpu-0-mig-9-0-1"
     labels = f'pod="infer",namespace="ml",container="main",{dra(device=device)}'
     assert temperatures(attribution(claim(MIG_UUID, "infer", device=device)))[:2] == [

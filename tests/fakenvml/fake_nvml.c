@@ -103,6 +103,7 @@ enum {
     X(nvmlDeviceGetProcessUtilization)                                                                     \
     X(nvmlDeviceGetMaxMigDeviceCount)                                                                      \
     X(nvmlDeviceGetMigDeviceHandleByIndex) X(nvmlDeviceGetGpuInstanceId) X(nvmlDeviceGetComputeInstanceId) \
+    X(nvmlDeviceGetGpuInstanceById) X(nvmlGpuInstanceGetInfo)                                              \
     X(nvmlGpmQueryDeviceSupport) X(nvmlGpmSampleAlloc) X(nvmlGpmSampleFree) X(nvmlGpmMigSampleGet)         \
     X(nvmlGpmSampleGet) X(nvmlGpmMetricsGet) X(nvmlEventSetCreate) X(nvmlDeviceRegisterEvents) X(nvmlEventSetWait_v2)          \
     X(nvmlEventSetFree)
@@ -136,7 +137,8 @@ static const char *const FN_NAMES[FN_COUNT] = {FAKE_FUNCTIONS(AS_NAME)};
     X(pcie_rx_kb) X(gpm_supported) X(max_mig) X(xid_supported) X(gi_id) X(ci_id) X(pcie_replay)              \
     X(nvlink_raw_tx_kib) X(nvlink_raw_rx_kib) X(nvlink_data_tx_kib) X(nvlink_data_rx_kib) X(fv_thermal)      \
     X(fv_board_limit) X(fv_low_util) X(fv_reliability) X(nvlink_crc_flit) X(nvlink_crc_data)                \
-    X(nvlink_replay) X(nvlink_recovery)
+    X(nvlink_replay) X(nvlink_recovery) X(fabric_health_mask) X(fabric_health_summary) X(fabric_v2_only) X(gi_profile) X(placement_start)  \
+    X(placement_size) X(nvlink_l0_tx_kib) X(nvlink_l0_rx_kib)
 
 #define DOUBLE_FIELDS(X) X(gpm_graphics) X(gpm_sm) X(gpm_occupancy) X(gpm_tensor) X(gpm_tx) X(gpm_rx) X(gpm_dram)
 
@@ -179,6 +181,16 @@ typedef struct FakeDevice {
 } FakeDevice;
 
 typedef struct FakeDevice *nvmlDevice_t;
+/* A GPU instance handle: the first MIG device of the instance (its readings carry the instance's placement). */
+typedef struct FakeDevice *nvmlGpuInstance_t;
+typedef struct {
+    unsigned int start, size;
+} nvmlGpuInstancePlacement_t;
+typedef struct {
+    nvmlDevice_t device;
+    unsigned int id, profileId;
+    nvmlGpuInstancePlacement_t placement;
+} nvmlGpuInstanceInfo_t;
 
 /* ---- structs as nvidia-ml-py declares them ------------------------------------------------------ */
 typedef struct {
@@ -565,6 +577,7 @@ static void add_rtx(void) {
     d->pcie_replay = 0;
     d->nvlink_raw_tx_kib = d->nvlink_raw_rx_kib = -1; /* no NVLink on a consumer card */
     d->nvlink_data_tx_kib = d->nvlink_data_rx_kib = -1;
+    d->nvlink_l0_tx_kib = d->nvlink_l0_rx_kib = -1;
     d->nvlink_crc_flit = d->nvlink_crc_data = d->nvlink_replay = d->nvlink_recovery = -1;
     d->mem_temp = -1; /* field 82 not supported */
     d->edpp = -1;     /* field 274 not supported */
@@ -607,6 +620,18 @@ static void add_mig_device(int top, unsigned gi, unsigned ci, const char *profil
     m->mem_reserved = 0;
     m->mem_used = used;
     m->mem_free = total - used;
+}
+
+static void place_gpu_instance(int top, unsigned gi, unsigned profile, unsigned start, unsigned size) {
+    FakeDevice *parent = &g_devs[g_top[top]];
+    for (int s = 0; s < MAX_MIG_SLOTS; s++) {
+        if (parent->slots[s] < 0) continue;
+        FakeDevice *m = &g_devs[parent->slots[s]];
+        if ((unsigned)m->gi_id != gi) continue;
+        m->gi_profile = profile;
+        m->placement_start = start;
+        m->placement_size = size;
+    }
 }
 
 static void set_gpm(int top, unsigned gi, double graphics, double sm, double occupancy, double tensor, double tx,
@@ -664,6 +689,8 @@ static int apply_scenario(const char *name) {
         add_mig_device(0, 2, 0, "1c.3g.71gb", 71 * 1024 * MIB, 10 * 1024 * MIB);
         add_mig_device(0, 2, 1, "1c.3g.71gb", 71 * 1024 * MIB, 10 * 1024 * MIB);
         add_mig_device(0, 7, 0, "1g.18gb", 18 * 1024 * MIB, 0);
+        place_gpu_instance(0, 2, 2, 0, 4); /* NVML_GPU_INSTANCE_PROFILE_3_SLICE at slices 0-3 */
+        place_gpu_instance(0, 7, 0, 6, 1); /* NVML_GPU_INSTANCE_PROFILE_1_SLICE at slice 6 */
         set_gpm(0, 2, 45.5, 40.25, 30.0, 12.5, 100.0, 200.0);
         set_gpm(0, 7, 0.5, 0.25, 0.125, 0.0, 1.5, 2.5);
         add_process(0, 1001, 1024 * MIB, 2, 0);
@@ -687,6 +714,7 @@ static int apply_scenario(const char *name) {
         g_devs[g_top[0]].mem_temp = -1;
         g_devs[g_top[0]].nvlink_raw_tx_kib = g_devs[g_top[0]].nvlink_raw_rx_kib = -1;
         g_devs[g_top[0]].nvlink_data_tx_kib = g_devs[g_top[0]].nvlink_data_rx_kib = -1;
+        g_devs[g_top[0]].nvlink_l0_tx_kib = g_devs[g_top[0]].nvlink_l0_rx_kib = -1;
     } else if (strcmp(name, "noperm") == 0) {
         add_h200();
         int fns[] = {FN_nvmlDeviceGetEccMode, FN_nvmlDeviceGetMemoryErrorCounter, FN_nvmlDeviceGetTotalEccErrors,
@@ -1444,9 +1472,9 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldV
         case 186: value = d->power_inst_mw; v->valueType = 1; break;
         case 230: value = d->recovery_action; v->valueType = 1; break;
         case 274: value = d->edpp; v->valueType = 1; break;
-        /* NVLink data and raw throughput (KiB): only the all-links aggregate, scope UINT_MAX, is simulated */
-        case 138: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_data_tx_kib : -1; break;
-        case 139: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_data_rx_kib : -1; break;
+        /* NVLink data and raw throughput (KiB): the all-links aggregate (scope UINT_MAX) and link 0's payload */
+        case 138: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_data_tx_kib : v->scopeId == 0 ? d->nvlink_l0_tx_kib : -1; break;
+        case 139: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_data_rx_kib : v->scopeId == 0 ? d->nvlink_l0_rx_kib : -1; break;
         case 140: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_raw_tx_kib : -1; break;
         case 141: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_raw_rx_kib : -1; break;
         default: break;
@@ -1599,6 +1627,8 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfo_
     if (!info) return done(NVML_ERROR_INVALID_ARGUMENT);
     if (info->version != FABRIC_V2_VERSION && info->version != FABRIC_V3_VERSION)
         return done(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    if (info->version == FABRIC_V3_VERSION && d->fabric_v2_only) /* a driver before the v3 struct */
+        return done(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
     for (int i = 0; i < 8; i++) {
         info->clusterUuid[i] = (unsigned char)((unsigned long long)d->fabric_cluster_hi >> (56 - 8 * i));
         info->clusterUuid[8 + i] = (unsigned char)((unsigned long long)d->fabric_cluster_lo >> (56 - 8 * i));
@@ -1606,8 +1636,8 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfo_
     info->status = (unsigned)d->fabric_status;
     info->cliqueId = (unsigned)d->fabric_clique;
     info->state = (unsigned)d->fabric_state;
-    info->healthMask = 0;
-    if (info->version == FABRIC_V3_VERSION) info->healthSummary = 0;
+    info->healthMask = (unsigned)d->fabric_health_mask;
+    if (info->version == FABRIC_V3_VERSION) info->healthSummary = (unsigned char)d->fabric_health_summary;
     return done(NVML_SUCCESS);
 }
 
@@ -1695,6 +1725,29 @@ nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned i
     if (!d->mig_cur) return done(NVML_ERROR_NOT_SUPPORTED);
     if (d->slots[index] < 0) return done(NVML_ERROR_NOT_FOUND);
     *mig = &g_devs[d->slots[index]];
+    return done(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id, nvmlGpuInstance_t *gpuInstance) {
+    ENTER_DEVICE(nvmlDeviceGetGpuInstanceById, device);
+    if (!gpuInstance || d->parent >= 0) return done(NVML_ERROR_INVALID_ARGUMENT);
+    if (!d->mig_cur) return done(NVML_ERROR_NOT_SUPPORTED);
+    for (int s = 0; s < MAX_MIG_SLOTS; s++) {
+        if (d->slots[s] < 0 || (unsigned)g_devs[d->slots[s]].gi_id != id) continue;
+        *gpuInstance = &g_devs[d->slots[s]];
+        return done(NVML_SUCCESS);
+    }
+    return done(NVML_ERROR_NOT_FOUND);
+}
+
+nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstanceInfo_t *info) {
+    ENTER_DEVICE(nvmlGpuInstanceGetInfo, gpuInstance);
+    if (!info || d->parent < 0) return done(NVML_ERROR_INVALID_ARGUMENT);
+    info->device = &g_devs[d->parent];
+    info->id = (unsigned)d->gi_id;
+    info->profileId = (unsigned)d->gi_profile;
+    info->placement.start = (unsigned)d->placement_start;
+    info->placement.size = (unsigned)d->placement_size;
     return done(NVML_SUCCESS);
 }
 

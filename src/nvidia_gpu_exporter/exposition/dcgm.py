@@ -70,7 +70,15 @@ POD_LABEL_NAMES = ("pod", "namespace", "container")
 OLD_UUID_LABEL = "uuid"
 OLD_POD_LABEL_NAMES = ("pod_name", "pod_namespace", "container_name")
 # dcgm-exporter's labels of a ResourceClaim's device, after the pod's (docs/dcgm.md, "DRA claims").
-DRA_LABEL_NAMES = ("dra_claim_name", "dra_claim_namespace", "dra_driver_name", "dra_pool_name", "dra_device_name")
+DRA_LABEL_NAMES = (
+    "dra_claim_name",
+    "dra_claim_namespace",
+    "dra_driver_name",
+    "dra_pool_name",
+    "dra_device_name",
+    "dra_mig_profile",  # a MIG device's only (an empty value is no label)
+    "dra_mig_device_uuid",
+)
 POD_UID_LABEL = "pod_uid"  # on a pod's part of a shared GPU, after the pod's names (as the nvidia_smi_pod_* families)
 XID_LABEL_NAMES = ("err_code", "err_msg")
 _IDENTITY = ("index", "uuid", "pci.bus_id", "name")
@@ -295,14 +303,26 @@ LISTED_ONLY_FAMILIES: tuple[DcgmFamily, ...] = (
         "power.draw.instant",
         "[W]",
     ),
-    DcgmFamily("DCGM_FI_DEV_POWER_MGMT_LIMIT", "gauge", "Current power limit (in W).", "power.limit", "[W]"),
+    DcgmFamily(
+        "DCGM_FI_DEV_POWER_MGMT_LIMIT", "gauge", "Configured power management limit (in W).", "power.limit", "[W]"
+    ),
     DcgmFamily("DCGM_FI_DEV_POWER_MGMT_LIMIT_MIN", "gauge", "Minimum power limit (in W).", "power.min_limit", "[W]"),
     DcgmFamily("DCGM_FI_DEV_POWER_MGMT_LIMIT_MAX", "gauge", "Maximum power limit (in W).", "power.max_limit", "[W]"),
     DcgmFamily(
         "DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF", "gauge", "Default power limit (in W).", "power.default_limit", "[W]"
     ),
     DcgmFamily(
-        "DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "gauge", "Effective power limit (in W).", "enforced.power.limit", "[W]"
+        "DCGM_FI_DEV_ENFORCED_POWER_LIMIT",
+        "gauge",
+        "Effective power limit enforced by the driver after all limiters (in W).",
+        "enforced.power.limit",
+        "[W]",
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_RETIRED_PENDING",
+        "gauge",
+        "Whether pages are pending retirement (1 means pending and 0 means not pending).",
+        "retired_pages.pending",
     ),
     DcgmFamily(
         "DCGM_FI_DEV_FB_TOTAL",
@@ -347,6 +367,12 @@ LISTED_ONLY_FAMILIES: tuple[DcgmFamily, ...] = (
         "counter",
         "Throttling duration due to reliability constraints (in ns).",
         extra="reliability_violation_ns",
+    ),
+    DcgmFamily(
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0",
+        "gauge",
+        "NVLink lane 0 throughput (in MB/s).",
+        extra="nvlink_l0_mib_per_second",
     ),
     DcgmFamily(
         "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
@@ -410,13 +436,22 @@ FABRIC_FAMILIES: tuple[DcgmFamily, ...] = (
         "The ID of the fabric clique to which this GPU belongs.",
         "fabric.cliqueId",
     ),
+    # 174 and 175: NVML's values, read beside the others for the DCGM profile (nvidia-smi prints the mask's parts
+    # as words, not the mask); dcgm-exporter's newest files list them commented out, typed gauge.
+    DcgmFamily("DCGM_FI_DEV_FABRIC_HEALTH_MASK", "gauge", "GPU fabric health status mask.", extra="fabric_health_mask"),
+    DcgmFamily(
+        "DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY", "gauge", "GPU fabric health summary.", extra="fabric_health_summary"
+    ),
 )
 # A string: a `label` field, as dcgm-exporter serves strings.
 FABRIC_CLUSTER_UUID = DcgmFamily(
     "DCGM_FI_DEV_FABRIC_CLUSTER_UUID", LABEL, "The uuid of the cluster to which this GPU belongs", "fabric.clusterUuid"
 )
 # DCGM 4's Field Naming Standard renamed some fields; go-dcgm maps both names to one field id (const_fields.go).
-DCGM_RENAMED: dict[str, str] = {"DCGM_FI_DEV_FABRIC_MANAGER_ERROR": "DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE"}
+DCGM_RENAMED: dict[str, str] = {
+    "DCGM_FI_DEV_FABRIC_MANAGER_ERROR": "DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE",
+    "DCGM_FI_DEV_NVLINK_THROUGHPUT_L0": "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0",  # dcgm_fields.h's alias block, v4.6.0
+}
 DRIVER_VERSION = DcgmFamily("DCGM_FI_DRIVER_VERSION", LABEL, "Driver Version", "driver_version")
 # The `label` fields nvidia-smi can give, in default-counters.csv's order; only the driver's is on by default.
 LABEL_FAMILIES: tuple[DcgmFamily, ...] = (
@@ -459,6 +494,7 @@ LEGACY_NAMES: dict[str, str] = {
     "dcgm_ecc_dbe_aggregate_total": "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
     "dcgm_retired_pages_sbe": "DCGM_FI_DEV_RETIRED_SBE",
     "dcgm_retired_pages_dbe": "DCGM_FI_DEV_RETIRED_DBE",
+    "dcgm_retired_pages_pending": "DCGM_FI_DEV_RETIRED_PENDING",
     "dcgm_nvlink_flit_crc_error_count_total": "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
     "dcgm_nvlink_data_crc_error_count_total": "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
     "dcgm_nvlink_replay_error_count_total": "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
@@ -581,9 +617,12 @@ class _PodPart:
     energy_mj: float | None  # its energy since it was first seen there, in DCGM's mJ
 
 
-def _claim_values(claim: DraClaim) -> tuple[str, str, str, str, str]:
+def _claim_values(claim: DraClaim) -> tuple[str, ...]:
     """A claim's values in :data:`DRA_LABEL_NAMES`' order."""
-    return (claim.claim_name, claim.claim_namespace, claim.driver, claim.pool, claim.device)
+    return (
+        claim.claim_name, claim.claim_namespace, claim.driver, claim.pool, claim.device, claim.mig_profile,
+        claim.mig_uuid,
+    )  # fmt: skip
 
 
 def _sum(first: float | None, second: float | None) -> float | None:

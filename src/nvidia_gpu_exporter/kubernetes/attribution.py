@@ -46,7 +46,7 @@ from nvidia_gpu_exporter.model.kubernetes import (
     ProcessPod,
     UnmatchedDevice,
 )
-from nvidia_gpu_exporter.model.snapshot import QueryField, Readings, column_of
+from nvidia_gpu_exporter.model.snapshot import MigDevice, QueryField, Readings, column_of
 from nvidia_gpu_exporter.model.uuids import normalize_mig_uuid, normalize_uuid
 from nvidia_gpu_exporter.support.asynctimeout import within_timeout
 
@@ -55,14 +55,31 @@ log = logging.getLogger(__name__)
 # NVIDIA's DRA driver names a GPU gpu-<minor> and a MIG device gpu-<parent minor>-mig-<profile>-<start>-<size>,
 # the minor number of /dev/nvidia<minor>, which the driver lists per PCI address under /proc/driver/nvidia/gpus.
 NVIDIA_DRA_DRIVER = "gpu.nvidia.com"
-_DRA_DEVICE = re.compile(r"^gpu-(?P<minor>[0-9]{1,4})(?:-mig-[0-9]+-[0-9]+-[0-9]+)?$")
+_DRA_DEVICE = re.compile(
+    r"^gpu-(?P<minor>[0-9]{1,4})(?:-mig-(?P<profile>[0-9]{1,4})-(?P<start>[0-9]{1,4})-(?P<size>[0-9]{1,4}))?$"
+)
 _MINOR = re.compile(r"^Device Minor:\s*(?P<minor>[0-9]+)\s*$", re.MULTILINE)
+_COMPUTE_SLICE = re.compile(r"^[0-9]+c\.")  # ``1c.3g.71gb``: a compute instance of the ``3g.71gb`` GPU instance
 MAX_CLAIM_LABEL_CHARACTERS = 253  # a Kubernetes object name's limit; the kubelet's answer is not trusted to keep it
 
 MigLister = Callable[[], Awaitable[str]]
 """Returns ``nvidia-smi -L`` text: the exec backend's way to place MIG uuids on their parent GPUs."""
 ProcessPods = Callable[[str], "tuple[str, str] | None"]
 """(pod uid, container id) of a pid, or None for a process in no pod: the demo's simulated cgroups."""
+
+
+def _mig_device(readings: Readings | None, uuid: str, named: re.Match[str]) -> MigDevice | None:
+    """The MIG device NVIDIA's DRA driver names ``gpu-<minor>-mig-<profile id>-<start>-<size>`` on the GPU ``uuid``:
+    the one of the GPU instance with that profile id and placement (NVML's), where exactly one device is there."""
+    if readings is None or readings.extras is None or not uuid:
+        return None
+    placement = (int(named["profile"]), int(named["start"]), int(named["size"]))
+    found = [
+        device
+        for device in readings.extras.mig_devices
+        if device.placement == placement and normalize_uuid(device.gpu_uuid) == uuid
+    ]
+    return found[0] if len(found) == 1 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,9 +317,11 @@ class Attributor:
                 continue
             named = _DRA_DEVICE.match(device.device_id)
             uuid = minors.get(str(int(named["minor"])), "") if named else ""
+            mig = _mig_device(readings, uuid, named) if named and named["profile"] is not None else None
             values = (
                 device.namespace, device.pod, device.container, device.claim_namespace, device.claim_name,
                 device.driver, device.pool, device.device_id,
+                *((_COMPUTE_SLICE.sub("", mig.profile), mig.mig_uuid) if mig is not None else ("", "")),
             )  # fmt: skip
             claims[DraClaim(uuid, *(value[:MAX_CLAIM_LABEL_CHARACTERS] for value in values))] = None
         return tuple(claims)

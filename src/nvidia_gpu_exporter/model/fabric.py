@@ -26,6 +26,29 @@ class FabricManagerStatus(IntEnum):
     FAILURE = 4
 
 
+class FabricHealthSummary(IntEnum):
+    """NVML's ``NVML_GPU_FABRIC_HEALTH_SUMMARY_*`` (nvmlGpuFabricInfo_v3_t), which DCGM serves unchanged as
+    ``DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY`` (dcgm_fields.h, field 175)."""
+
+    NOT_SUPPORTED = 0
+    HEALTHY = 1
+    UNHEALTHY = 2
+    LIMITED_CAPACITY = 3
+
+
+# NVML's fabric health mask (``DCGM_FI_DEV_FABRIC_HEALTH_MASK``, field 174), two bits per condition at these shifts
+# (``NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_*``): 0 not supported, 1 true, 2 false; the incorrect-configuration nibble at
+# shift 8 says 1 for none. A fabric with no trouble: every condition false, no incorrect configuration.
+_FALSE = 2
+_NO_INCORRECT_CONFIGURATION = 1
+HEALTHY_FABRIC_MASK = (
+    _FALSE << 0  # degraded bandwidth
+    | _FALSE << 2  # route recovery in progress
+    | _FALSE << 4  # route unhealthy
+    | _FALSE << 6  # access timeout recovery
+    | _NO_INCORRECT_CONFIGURATION << 8
+)
+
 FABRIC_FIELDS = ("fabric.state", "fabric.status")  # the query fields that print nvmlDeviceGetGpuFabricInfoV
 COMPLETED = 3.0  # NVML_GPU_FABRIC_STATE_COMPLETED, as ENUM_VALUES reads "Completed"
 SUCCESS_TEXT = "success"

@@ -53,7 +53,8 @@ class PodDevice:
 
 @dataclass(frozen=True, slots=True)
 class DraClaim:
-    """A container's ResourceClaim device, and the GPU it is (``uuid`` "" when the device name places none)."""
+    """A container's ResourceClaim device, and the GPU it is (``uuid`` "" when the device name places none): the
+    parent GPU of a MIG device."""
 
     uuid: str
     namespace: str
@@ -64,6 +65,9 @@ class DraClaim:
     driver: str
     pool: str
     device: str
+    # A MIG device's GPU instance profile and MIG uuid, where its name places it on a GPU instance read ("" else).
+    mig_profile: str = ""
+    mig_uuid: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -161,6 +161,7 @@ class GpuExtras:
     pcie_replay_count: float | None = None
     nvlink_mib_per_second: float | None = None
     nvlink_bytes_per_second: float | None = None  # the same KiB/s times 1024, untruncated: DCGM 4.7's unit (4.9's)
+    nvlink_l0_mib_per_second: float | None = None  # link 0's alone, as DCGM's DCGM_FI_DEV_NVLINK_BANDWIDTH_L0
     # Read only for the DCGM profile, as DCGM reads them (NVML field values): the time the clocks were held down by
     # each performance policy since the driver loaded (ns), and NVLink error counts summed over all links.
     power_violation_ns: float | None = None
@@ -173,6 +174,10 @@ class GpuExtras:
     nvlink_crc_data_errors: float | None = None
     nvlink_replay_errors: float | None = None
     nvlink_recovery_errors: float | None = None
+    # Read only for the DCGM profile: NVML's fabric health (nvmlDeviceGetGpuFabricInfoV) as DCGM serves it, the mask
+    # from the v2 struct on, the summary only from the v3 struct (model/fabric.py).
+    fabric_health_mask: float | None = None
+    fabric_health_summary: float | None = None
 
 
 # The GpuExtras counters above that DCGM reads as NVML field values (violation times, NVLink error counts).
@@ -199,6 +204,10 @@ class MigDevice:
     gpu_instance_id: int
     compute_instance_id: int
     profile: str  # ``3g.71gb``, or ``1c.3g.71gb`` for a compute slice
+    # Its GPU instance's (profile id, placement start, placement size) as nvmlGpuInstanceGetInfo gives them: what
+    # NVIDIA's DRA driver names a MIG device by (``gpu-<minor>-mig-<id>-<start>-<size>``); None where NVML would
+    # not say (it needs a privileged caller).
+    placement: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from typing import Any
 
 from nvidia_gpu_exporter._go.durations import DurationError, parse_duration, to_seconds
 from nvidia_gpu_exporter._go.text import go_quote
+from nvidia_gpu_exporter.model.fabric import HEALTHY_FABRIC_MASK, FabricHealthSummary
 from nvidia_gpu_exporter.model.snapshot import (
     DCGM_FIELD_COUNTERS,
     GpuExtras,
@@ -53,6 +54,11 @@ LOST_GPU_DRIVERS = ("nvidia", "vfio-pci", "none")  # what sysfs shows bound to a
 MAX_LOST_GPUS = 8
 # The DCGM profile's violation times and NVLink error counts of a simulated GPU: a healthy one, never held down.
 HEALTHY_COUNTERS: dict[str, float | None] = dict.fromkeys(DCGM_FIELD_COUNTERS, 0.0)
+# Its NVLink fabric's health (the node is an HGX board, see _nvlink_node): no trouble of any kind.
+HEALTHY_FABRIC: dict[str, float | None] = {
+    "fabric_health_mask": float(HEALTHY_FABRIC_MASK),
+    "fabric_health_summary": float(FabricHealthSummary.HEALTHY),
+}
 PCIE_KEYS = ("tx-bytes-per-second", "rx-bytes-per-second")
 BOUNDS_KEYS = ("min", "max")
 MIG_KEYS = ("gpu", "instances")
@@ -517,6 +523,7 @@ class ExtrasSynthesizer:
                 self.spec.pcie_tx.draw(rng),
                 self.spec.pcie_rx.draw(rng),
                 **HEALTHY_COUNTERS,
+                **HEALTHY_FABRIC,
             )
             for index, uuid in enumerate(uuids)
         )

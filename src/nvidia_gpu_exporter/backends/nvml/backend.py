@@ -48,7 +48,7 @@ from nvidia_gpu_exporter.backends.nvml.mig import (
     read_mig,
 )
 from nvidia_gpu_exporter.backends.nvml.session import NvmlSession
-from nvidia_gpu_exporter.backends.nvml.sources import CYCLE_FIELDS, field_value, sources_for
+from nvidia_gpu_exporter.backends.nvml.sources import CYCLE_FIELDS, fabric_health, field_value, sources_for
 from nvidia_gpu_exporter.backends.nvml.text import DEPRECATED_FIELDS, NA, Cell, mib, token
 from nvidia_gpu_exporter.backends.nvml.xid import XidWatcher
 from nvidia_gpu_exporter.model.snapshot import (
@@ -78,7 +78,10 @@ CLOSE_WAIT_SECONDS = 2.0
 PCIE_KB = 1000.0  # NVML reports PCIe throughput in KB/s
 # nvmlDeviceGetFieldValues: NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX and _DATA_RX (payload only, counted in KiB), with
 # the scope that sums every link: the counters DCGM computes DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL from.
-NVLINK_DATA_KIB = ((138, 0xFFFFFFFF), (139, 0xFFFFFFFF))
+ALL_LINKS = 0xFFFFFFFF
+NVLINK_DATA_KIB = ((138, ALL_LINKS), (139, ALL_LINKS))
+# The same counters of link 0 alone (scope 0), which DCGM's DCGM_FI_DEV_NVLINK_BANDWIDTH_L0 reads.
+NVLINK_L0_DATA_KIB = ((138, 0), (139, 0))
 # The other DCGM fields DCGM itself reads as NVML field values (its dcgm_fields.cpp), by GpuExtras attribute: the
 # NVML_FI_DEV_PERF_POLICY_* violation times (ns) and the NVML_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL counts (all links).
 DCGM_FIELD_VALUES: tuple[tuple[str, int], ...] = (
@@ -173,7 +176,8 @@ class NvmlBackend:
         self.gpm_whole_gpus = gpm_whole_gpus  # only the DCGM profile serves a whole GPU's GPM: no samples otherwise
         self.dcgm_readings = dcgm_readings  # PCIe replays and NVLink bandwidth: read only for the DCGM profile
         self.p2p_status = p2p_status  # every GPU pair's NVLink P2P status: only when DCGM_EXP_P2P_STATUS is listed
-        self._nvlink: dict[str, tuple[int, int]] = {}  # per GPU: the last NVLink data total (KiB) and its time (µs)
+        # Per GPU and link scope: the last NVLink data total (KiB) and its time (µs).
+        self._nvlink: dict[tuple[str, int], tuple[int, int]] = {}
         self.watcher = watcher
         self.sampler = GpmSampler(gpm_clock)
         session.on_teardown(self.sampler.release_all)
@@ -451,7 +455,7 @@ class NvmlBackend:
         per_gpu: list[GpuExtras] = []
         mig_devices: list[MigDevice] = []
         mig_instances: list[MigInstanceReading] = []
-        nvlink_totals: dict[str, tuple[int, int]] = {}
+        nvlink_totals: dict[tuple[str, int], tuple[int, int]] = {}
         self.sampler.begin_cycle()
         for gpu in gpus:
             energy = self._soft(call("nvmlDeviceGetTotalEnergyConsumption", gpu.handle))
@@ -510,30 +514,52 @@ class NvmlBackend:
             statuses.append(tuple(row))
         return P2PStatus(tuple(gpu.uuid for gpu in gpus), tuple(statuses))
 
-    def _dcgm_readings(self, gpu: _Gpu, totals: dict[str, tuple[int, int]]) -> dict[str, float | None]:
+    def _dcgm_readings(self, gpu: _Gpu, totals: dict[tuple[str, int], tuple[int, int]]) -> dict[str, float | None]:
         """The DCGM profile's own NVML readings as GpuExtras attributes: the PCIe replay counter, the NVLink
-        bandwidth over all links in DCGM's MiB/s, the violation times and NVLink error counts (``None`` where NVML
-        cannot say); this reading's NVLink data total is kept in ``totals`` for the next one."""
+        bandwidth over all links in DCGM's MiB/s, the violation times and NVLink error counts, the fabric health
+        (``None`` where NVML cannot say); this reading's NVLink data total is kept in ``totals`` for the next one."""
         replays = self._soft(call("nvmlDeviceGetPcieReplayCounter", gpu.handle))
-        ids = [*NVLINK_DATA_KIB, *(field_id for _, field_id in DCGM_FIELD_VALUES)]
+        ids = [*NVLINK_DATA_KIB, *(field_id for _, field_id in DCGM_FIELD_VALUES), *NVLINK_L0_DATA_KIB]
         entries = self._soft(call("nvmlDeviceGetFieldValues", gpu.handle, ids))
         readings: dict[str, float | None] = dict.fromkeys(DCGM_FIELD_COUNTERS, None)
         readings["pcie_replay_count"] = None if isinstance(replays, Failure) else float(int(replays))
         readings["nvlink_mib_per_second"] = readings["nvlink_bytes_per_second"] = None
+        readings["nvlink_l0_mib_per_second"] = None
+        mask, summary, failure = fabric_health(gpu.handle)
+        self._soft(failure)
+        readings["fabric_health_mask"], readings["fabric_health_summary"] = mask, summary
         if isinstance(entries, Failure):
             return readings
         counts = [field_value(entry) for entry in entries]
-        for (name, _), count in zip(DCGM_FIELD_VALUES, counts[len(NVLINK_DATA_KIB) :], strict=True):
+        values = len(NVLINK_DATA_KIB) + len(DCGM_FIELD_VALUES)
+        for (name, _), count in zip(DCGM_FIELD_VALUES, counts[len(NVLINK_DATA_KIB) : values], strict=True):
             readings[name] = None if isinstance(count, Failure) else float(count)
-        kib = [int(count) for count in counts[: len(NVLINK_DATA_KIB)] if not isinstance(count, Failure)]
-        if len(kib) == len(NVLINK_DATA_KIB):
-            stamp = max(int(entry.timestamp) for entry in entries[: len(NVLINK_DATA_KIB)])
-            stamp = stamp or int(time.time() * MICROSECONDS)
-            previous = self._nvlink.get(gpu.uuid)
-            readings["nvlink_mib_per_second"] = nvlink_bandwidth(previous, sum(kib), stamp)
-            readings["nvlink_bytes_per_second"] = nvlink_throughput_bytes(previous, sum(kib), stamp)
-            totals[gpu.uuid] = (sum(kib), stamp)
+        total = self._nvlink_total(gpu, ALL_LINKS, counts[: len(NVLINK_DATA_KIB)], entries, totals)
+        if total is not None:
+            previous, kib, stamp = total
+            readings["nvlink_mib_per_second"] = nvlink_bandwidth(previous, kib, stamp)
+            readings["nvlink_bytes_per_second"] = nvlink_throughput_bytes(previous, kib, stamp)
+        link0 = self._nvlink_total(gpu, 0, counts[values:], entries[values:], totals)
+        if link0 is not None:
+            readings["nvlink_l0_mib_per_second"] = nvlink_bandwidth(*link0)
         return readings
+
+    def _nvlink_total(
+        self,
+        gpu: _Gpu,
+        scope: int,
+        counts: Sequence[Any],
+        entries: Sequence[Any],
+        totals: dict[tuple[str, int], tuple[int, int]],
+    ) -> tuple[tuple[int, int] | None, int, int] | None:
+        """The previous reading, this one's data total (KiB, TX and RX summed) and its time (µs) of one link scope,
+        kept in ``totals`` for the next collection; ``None`` where NVML answered an error for either counter."""
+        kib = [int(count) for count in counts if not isinstance(count, Failure)]
+        if len(kib) != len(counts):
+            return None
+        stamp = max(int(entry.timestamp) for entry in entries[: len(counts)]) or int(time.time() * MICROSECONDS)
+        totals[(gpu.uuid, scope)] = (sum(kib), stamp)
+        return self._nvlink.get((gpu.uuid, scope)), sum(kib), stamp
 
 
 def _percents(samples: dict[int, Any] | None, pid: int) -> tuple[float | None, ...]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pynvml
@@ -170,7 +170,12 @@ def read_mig(
 
     gpm = gpm_supported(parent)
     instances: list[MigInstanceReading] = []
+    placements: dict[int, tuple[int, int, int] | None] = {}
     for gpu_instance in sorted({entry.device.gpu_instance_id for entry in found}):
+        placement = _placement(parent, gpu_instance)
+        if isinstance(placement, Failure):
+            return placement
+        placements[gpu_instance] = placement
         members = [entry for entry in found if entry.device.gpu_instance_id == gpu_instance]
         memory = _instance_memory(members[0].handle)  # the framebuffer belongs to the GPU instance
         if isinstance(memory, Failure) and memory.lifecycle:
@@ -180,7 +185,18 @@ def read_mig(
         )
         values = sampler.activity(parent, parent_uuid, gpu_instance, fingerprint) if gpm else None
         instances.append(_instance_reading(parent_uuid, gpu_instance, memory, values or {}))
-    return [entry.device for entry in found], instances
+    devices = [replace(entry.device, placement=placements[entry.device.gpu_instance_id]) for entry in found]
+    return devices, instances
+
+
+def _placement(parent: Any, gpu_instance: int) -> tuple[int, int, int] | Failure | None:
+    """The GPU instance's (profile id, placement start, size), ``None`` where NVML will not say (an unprivileged
+    caller gets NO_PERMISSION); a Failure only for lifecycle errors."""
+    handle = call("nvmlDeviceGetGpuInstanceById", parent, gpu_instance)
+    info = handle if isinstance(handle, Failure) else call("nvmlGpuInstanceGetInfo", handle)
+    if isinstance(info, Failure):
+        return info if info.lifecycle else None
+    return int(info.profileId), int(info.placement.start), int(info.placement.size)
 
 
 def _instance_memory(handle: Any) -> Any:

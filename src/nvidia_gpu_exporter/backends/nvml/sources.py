@@ -573,6 +573,23 @@ def _fabric(handle: Any, _: frozenset[str]) -> SourceResult:
     }
 
 
+ARGUMENT_VERSION_MISMATCH = 25  # NVML_ERROR_ARGUMENT_VERSION_MISMATCH: a driver older than the struct asked for
+
+
+def fabric_health(handle: Any) -> tuple[float | None, float | None, Failure | None]:
+    """NVML's fabric health mask and summary as DCGM reads them (``ReadFabricManagerStatusField``): the v3 struct,
+    and the v2 one on a driver without it, which has no summary (DCGM's NOT_SUPPORTED blank); the failure, if any,
+    of the last call."""
+    info = _filled("c_nvmlGpuFabricInfo_v3_t", "nvmlGpuFabricInfo_v3", "nvmlDeviceGetGpuFabricInfoV", handle)
+    if isinstance(info, Failure) and info.code in (ARGUMENT_VERSION_MISMATCH, FUNCTION_NOT_FOUND):
+        info = _filled("c_nvmlGpuFabricInfo_v2_t", "nvmlGpuFabricInfo_v2", "nvmlDeviceGetGpuFabricInfoV", handle)
+        if not isinstance(info, Failure):
+            return float(info.healthMask), None, None
+    if isinstance(info, Failure):
+        return None, None, info
+    return float(info.healthMask), float(info.healthSummary), None
+
+
 PLATFORM_FIELDS = fields_under("platform.")
 
 

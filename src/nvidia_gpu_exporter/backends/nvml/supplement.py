@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 # What the exec backend serves only with the supplement (docs/dcgm.md, "The exec backend and NVML").
 NVML_ONLY = (
     "energy, PCIe replays, NVLink bandwidth and errors, violation times, GPM profiling ratios, "
-    "per-MIG-instance readings, NVLink P2P status"
+    "per-MIG-instance readings, NVLink P2P status, fabric health"
 )
 SUPPLEMENT_QUERY = FieldRequest("uuid")  # the key; every reading it adds is an NvmlExtras one
 IN_PROGRESS = "in_progress"
