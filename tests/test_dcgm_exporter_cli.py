@@ -14,6 +14,8 @@ from conftest import StartExporter
 from exposition_reader import checked, names_in
 from harness import FIXTURES, MIG_FIXTURE, fake_smi_command
 from nvidia_gpu_exporter.config import DEFAULT_LISTEN_ADDRESS, Backend, Config, Profile
+from nvidia_gpu_exporter.exposition.dcgm_defaults import Generation
+from nvidia_gpu_exporter.exposition.dcgm_generations import current_name, oldest_name
 from nvidia_gpu_exporter.flags import DCGM_OPTIONS, FlagError, parse_args
 from polling import wait_until
 
@@ -40,8 +42,10 @@ def test_the_daemonsets_args_and_env_give_the_dcgm_profile_on_9400(name: str) ->
     assert config.metrics_profile is Profile.DCGM
     assert config.listen_addresses == (f":{spec['port']}",)
     assert config.collect_interval_ns == 30 * SECOND  # dcgm-exporter's -c default, 30000 ms
-    # dcgm-exporter's image files are not in ours: the built-in default set instead, said once
+    # dcgm-exporter's image files are not in ours (nor mounted here): the built-in default set instead, said once,
+    # with the path kept for the generation its releases serve
     assert config.dcgm_collectors == ""
+    assert config.dcgm_image_collectors.startswith("/etc/dcgm-exporter/")
     assert any("/etc/dcgm-exporter/" in notice.why for notice in parsed.notices), parsed.notices
 
 
@@ -315,19 +319,50 @@ def test_short_v_is_version_as_in_dcgm_exporter() -> None:
 # -- the swap, end to end ---------------------------------------------------------------------------------------
 
 
+def mounted(spec: dict[str, Any], tmp_path: Path) -> tuple[list[str], dict[str, str]]:
+    """The DaemonSet's args and env with each file the pod mounts written under ``tmp_path`` and named there in
+    its place (a test cannot write /etc/dcgm-exporter/)."""
+    args, env = list(spec["args"]), dict(spec["env"])
+    for index, (path, content) in enumerate(spec["mounts"].items()):
+        local = tmp_path / f"{index}-{Path(path).name}"
+        local.write_text(content, encoding="utf-8")
+        args = [str(local) if arg == path else arg for arg in args]
+        env = {key: str(local) if value == path else value for key, value in env.items()}
+    return args, env
+
+
+# Default counters the fake nvidia-smi of the MIG capture gives on the exec backend (energy, replays, NVLink and
+# profiling need NVML or DCGM), by their oldest names: 4.9 renamed each, so the names served say the generation.
+NVIDIA_SMI_DEFAULTS = (
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_XID_ERRORS",
+)
+
+
 @pytest.mark.parametrize("name", ["dcgm-exporter-chart", "gpu-operator"])
-def test_the_daemonsets_args_and_env_serve_dcgm_fields_and_health(exporter: StartExporter, name: str) -> None:
-    """Only the image swapped: the DaemonSet's args and env as they render (the harness adds a loopback listen
-    address on port 0 in place of :9400, which a test must not bind, and the fake nvidia-smi)."""
+def test_the_daemonsets_args_and_env_serve_dcgm_fields_and_health(
+    exporter: StartExporter, name: str, tmp_path: Path
+) -> None:
+    """Only the image swapped: the DaemonSet's args and env as they render, its mounts in place (the harness adds
+    a loopback listen address on port 0 in place of :9400, which a test must not bind, and the fake nvidia-smi).
+    It serves the generation of the release that renders it, whatever this exporter's default."""
     spec = DAEMONSETS[name]
-    handle = exporter("--nvidia-smi-command", fake_smi_command(MIG_FIXTURE), *spec["args"], env=spec["env"])
+    generation = Generation(spec["generation"])
+    args, env = mounted(spec, tmp_path)
+    handle = exporter("--nvidia-smi-command", fake_smi_command(MIG_FIXTURE), *args, env=env)
     # collected in the background every 30 s as dcgm-exporter does: the first collection follows the listener
     text = wait_until(handle.scrape, "a DCGM scrape", until=lambda text: "DCGM_FI_" in text)
     checked(text)
     names = names_in(text)
-    assert "DCGM_FI_DEV_GPU_TEMP" in names
-    assert "DCGM_FI_DEV_FB_USED" in names
+    assert {current_name(field, generation) for field in NVIDIA_SMI_DEFAULTS} <= names, " ".join(sorted(names))
+    for served in names:  # nothing under another generation's name
+        assert current_name(oldest_name(served), generation) == served, served
     assert not any(name.startswith("nvidia_smi_") for name in names)
+    assert f"generation={generation.value} why=" in handle.log
     assert 'hostname="node-a"' in text
     health = handle.get("/health")
     assert health.status == 200
@@ -349,4 +384,4 @@ def test_no_hostname_and_dashed_model_names_as_dcgm_exporter_writes_them(exporte
     handle = exporter("--nvidia-smi-command", fake_smi_command(MIG_FIXTURE), "-n", "-rbmn", env={"NODE_NAME": "a"})
     text = wait_until(handle.scrape, "a DCGM scrape", until=lambda text: "DCGM_FI_" in text)
     assert "hostname=" not in text
-    assert 'device="nvidia1",modelName="NVIDIA-A100-SXM4-80GB",DCGM_FI_DRIVER_VERSION="550.54.15"}' in text
+    assert 'device="nvidia1",modelName="NVIDIA-A100-SXM4-80GB",DCGM_FI_SYSTEM_DRIVER_VERSION="550.54.15"}' in text

@@ -142,6 +142,7 @@ def loop(tmp_path_factory: pytest.TempPathFactory, fake_nvml_library: FakeNvmlLi
             [
                 f"--nvidia-smi-command={fake_smi_command(capture, '--config', str(fake_config))}",
                 "--metrics.profile=dcgm",
+                "--dcgm.compatibility=4.8",  # dashboard 12239 and the runbook query 4.8's names
                 "--collect.timeout=20s",
                 f"--collect.kernel-log={quiet_log}",
             ],
@@ -153,6 +154,7 @@ def loop(tmp_path_factory: pytest.TempPathFactory, fake_nvml_library: FakeNvmlLi
                 [
                     "--collect.backend=nvml",
                     "--metrics.profile=dcgm",
+                    "--dcgm.compatibility=4.8",
                     "--collect.xid-source=nvml",
                     f"--collect.kernel-log={quiet_log}",
                 ],

@@ -123,7 +123,13 @@ def test_when_nvml_cannot_start_the_exec_backend_is_served_as_it_is_with_one_war
 
 def exec_exporter(env: dict[str, str] | None = None) -> Exporter:
     return start_exporter(
-        ["--metrics.profile=dcgm", "--collect.xid-source=off", "--nvidia-smi-command", fake_smi_command(MIG_FIXTURE)],
+        [
+            "--metrics.profile=dcgm",
+            "--dcgm.compatibility=4.8",  # the names below are 4.8's
+            "--collect.xid-source=off",
+            "--nvidia-smi-command",
+            fake_smi_command(MIG_FIXTURE),
+        ],
         env=env,
     )
 

@@ -17,12 +17,19 @@ GPU0_LABELS = (
     'gpu="0",UUID="GPU-3f1a9c2e-7b4d-4e8a-9c61-2d5e8f0a1b37",pci_bus_id="00000000:07:00.0",device="nvidia0",'
     'modelName="NVIDIA A100-SXM4-80GB",hostname="node-a",DCGM_FI_DRIVER_VERSION="550.54.15"'
 )
+# Generation 4.8's names, for the tests about them; without the flag the newest generation's are served.
+V4_8 = "--dcgm.compatibility=4.8"
+NEWEST_GPU0_TEMP = (
+    "DCGM_FI_DEV_GPU_TEMP_CELSIUS{"
+    + GPU0_LABELS.replace("DCGM_FI_DRIVER_VERSION=", "DCGM_FI_SYSTEM_DRIVER_VERSION=")
+    + "} 31\n"
+)
 
 
 def test_dcgm_profile_serves_gpu_temp_with_dcgm_labels_and_no_nvidia_smi_families(exporter: StartExporter) -> None:
     text = exporter(*SMI, "--metrics.profile=dcgm", env={"NODE_NAME": "node-a"}).scrape()
-    assert f"DCGM_FI_DEV_GPU_TEMP{{{GPU0_LABELS}}} 31\n" in text
-    assert "# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n" in text
+    assert NEWEST_GPU0_TEMP in text
+    assert "# TYPE DCGM_FI_DEV_GPU_TEMP_CELSIUS gauge\n" in text
     checked(text)  # a valid exposition for Prometheus' own parser
     names = names_in(text)
     assert not any(name.startswith("nvidia_smi_") for name in names)
@@ -38,13 +45,13 @@ def test_nvidia_smi_profile_is_the_default_output(exporter: StartExporter) -> No
     assert "DCGM_" not in explicit
     assert comparable(explicit) == comparable(default)
     assert comparable(both) == comparable(default)
-    assert f"DCGM_FI_DEV_GPU_TEMP{{{GPU0_LABELS}}} 31\n" in both
+    assert NEWEST_GPU0_TEMP in both
 
 
 def test_demo_families_under_the_dcgm_profile_match_the_counters_file(exporter: StartExporter) -> None:
     """The demo simulates far more fields than the fixtures: every DCGM family it gets must be dcgm-exporter's."""
     counters = shared_counters()
-    text = checked(exporter("--collect.backend=demo", "--metrics.profile=dcgm").scrape())
+    text = checked(exporter("--collect.backend=demo", "--metrics.profile=dcgm", V4_8).scrape())
     lines = text.splitlines()
     served = {line.split(" ")[2]: line.split(" ", 3)[3] for line in lines if line.startswith("# HELP DCGM_")}
     types = {line.split(" ")[2]: line.split(" ")[3] for line in lines if line.startswith("# TYPE DCGM_")}
@@ -135,6 +142,7 @@ def test_golden_dcgm_output_of_the_real_mig_and_windows_captures(
         "--nvidia-smi-command",
         fake_smi_command(capture_file, "--state", state),
         "--metrics.profile=dcgm",
+        V4_8,  # the goldens are 4.8's, reviewed against its default file
         "--collect.xid-source=off",
         env={"NODE_NAME": "gpu-node-1"},
     )
@@ -184,7 +192,9 @@ extras:
 def test_a_mig_gpu_is_served_per_gpu_instance(exporter: StartExporter, tmp_path: Path) -> None:
     config = tmp_path / "demo.yaml"
     config.write_text(DEMO_MIG, encoding="utf-8")
-    text = checked(exporter("--collect.backend=demo", f"--demo-config={config}", "--metrics.profile=dcgm").scrape())
+    text = checked(
+        exporter("--collect.backend=demo", f"--demo-config={config}", "--metrics.profile=dcgm", V4_8).scrape()
+    )
     temperatures = [line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_TEMP{")]
     assert len(temperatures) == 3  # GPU 0's two GPU instances, then GPU 1 whole
     assert (
@@ -203,12 +213,8 @@ def test_a_mig_gpu_is_served_per_gpu_instance(exporter: StartExporter, tmp_path:
     ("generation", "expected"),
     [
         ("3", "DCGM_FI_DEV_GPU_TEMP{" + GPU0_LABELS.replace("hostname=", "Hostname=") + "} 31\n"),
-        (
-            "4.10",
-            "DCGM_FI_DEV_GPU_TEMP_CELSIUS{"
-            + GPU0_LABELS.replace("DCGM_FI_DRIVER_VERSION=", "DCGM_FI_SYSTEM_DRIVER_VERSION=")
-            + "} 31\n",
-        ),
+        ("4.8", "DCGM_FI_DEV_GPU_TEMP{" + GPU0_LABELS + "} 31\n"),
+        ("4.10", NEWEST_GPU0_TEMP),
     ],
 )
 def test_the_generation_flag_renames_labels_and_fields_in_the_served_output(

@@ -170,7 +170,7 @@ def test_slurm_jobs_label_their_processes_and_gpus(exporter: StartExporter, tmp_
 
 def test_the_dcgm_profile_splits_a_shared_gpus_power_per_pod(exporter: StartExporter, tmp_path: Path) -> None:
     """dcgm-exporter's --kubernetes-virtual-gpus copies the GPU's value to every pod; here each pod has its part."""
-    handle, _ = _start(exporter, tmp_path, "--metrics.profile=dcgm")
+    handle, _ = _start(exporter, tmp_path, "--metrics.profile=dcgm", "--dcgm.compatibility=4.8")
     power: dict[str, dict[str, float]] = {}
     for sample in series(handle.scrape(), "DCGM_FI_DEV_POWER_USAGE"):
         power.setdefault(sample.labels["UUID"], {})[sample.labels.get("pod_uid", "")] = sample.value

@@ -68,6 +68,7 @@ def test_shared_gpus_end_to_end(exporter: StartExporter, fake_nvml_library: Fake
     handle = exporter(
         "--collect.backend=nvml",
         "--metrics.profile=both",
+        "--dcgm.compatibility=4.8",  # the DCGM names below are 4.8's
         "--collect.compute-apps",
         "--collect.compute-apps-mig",
         "--collect.process-usage",

@@ -141,6 +141,7 @@ def test_the_real_server_serves_the_claims_of_a_fake_kubelet(
         "--kubernetes.dra-claims",
         f"--kubernetes.proc-root={make_proc(tmp_path)}",
         "--metrics.profile=both",
+        "--dcgm.compatibility=4.8",  # the DCGM names below are 4.8's
     )
     text = handle.scrape()
     served = {

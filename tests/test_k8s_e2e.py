@@ -152,6 +152,7 @@ def test_no_attribution_route_without_the_flags(exporter: StartExporter) -> None
 def test_dcgm_profile_pod_labels_follow_the_driver_version(exporter: StartExporter, kubelet: FakeKubelet) -> None:
     kubelet.set([("ml", "train", "trainer", "nvidia.com/gpu", [GPU1])])
     text = exporter(*attribution_args(kubelet.path), "--kubernetes.pod-labels", "--metrics.profile=dcgm").scrape()
-    held = [line for line in samples(text, "DCGM_FI_DEV_GPU_TEMP") if 'gpu="1"' in line]
+    held = [line for line in samples(text, "DCGM_FI_DEV_GPU_TEMP_CELSIUS") if 'gpu="1"' in line]  # the newest's
     assert len(held) == 1
-    assert held[0].endswith(',DCGM_FI_DRIVER_VERSION="550.54.15",pod="train",namespace="ml",container="trainer"} 30')
+    labels = ',DCGM_FI_SYSTEM_DRIVER_VERSION="550.54.15",pod="train",namespace="ml",container="trainer"} 30'
+    assert held[0].endswith(labels)

@@ -575,6 +575,7 @@ def _start(exporter: StartExporter, api: FakeApi, tmp_path: Path) -> Exporter:
         fake_smi_command(capture, "--state", "load"),
         "--query-field-names=power.draw",
         "--metrics.profile=both",
+        "--dcgm.compatibility=4.8",  # the DCGM names below are 4.8's
         *POD_METADATA_ARGS,
         f"--kubernetes.proc-root={proc}",
         f"--kubernetes.kubeconfig={api.kubeconfig(tmp_path / 'kubeconfig')}",

@@ -194,7 +194,9 @@ def test_dcgm_profile_serves_each_gpu_instance_of_a_mig_gpu(
     exporter: StartExporter, fake_nvml_library: FakeNvmlLibrary
 ) -> None:
     """The fake's MIG GPU through the real NVML backend: one series per GPU instance, its own framebuffer."""
-    scrape = exporter(NVML, "--metrics.profile=dcgm", env=fake_nvml_library.env("mig")).scrape()
+    scrape = exporter(
+        NVML, "--metrics.profile=dcgm", "--dcgm.compatibility=4.8", env=fake_nvml_library.env("mig")
+    ).scrape()
     used = samples(scrape, "DCGM_FI_DEV_FB_USED")
     instances = [line for line in used if "GPU_I_ID=" in line]
     # GPU instance 2 holds two compute instances (1c.3g.71gb): one entity, the GPU instance's profile.
@@ -214,7 +216,12 @@ def test_dcgm_profile_serves_gpm_activity_as_ratios_from_the_second_collection(
     """The whole GPU's NVML GPM percentages (fake: 45.5, 12.5, 30) as DCGM's 0-1 ratios, once a window exists."""
     control = ControlFile(tmp_path / "control")
     control.send("gpmdev 0 45.5 12.5 30")  # read at nvmlInit
-    handle = exporter(NVML, "--metrics.profile=dcgm", env=fake_nvml_library.env("h200", control=control.path))
+    handle = exporter(
+        NVML,
+        "--metrics.profile=dcgm",
+        "--dcgm.compatibility=4.8",
+        env=fake_nvml_library.env("h200", control=control.path),
+    )
     first = handle.scrape()
     assert "DCGM_FI_DEV_GPU_TEMP{" in first
     assert "DCGM_FI_PROF_" not in first  # one sample is no window
@@ -255,7 +262,9 @@ def test_dcgm_profile_serves_nvml_pcie_and_nvlink_readings(
     exporter: StartExporter, fake_nvml_library: FakeNvmlLibrary, scenario: str, expected: dict[str, str]
 ) -> None:
     pcie = ("--collect.pcie-throughput",) if scenario == "h200" else ()
-    scrape = exporter(NVML, "--metrics.profile=dcgm", *pcie, env=fake_nvml_library.env(scenario)).scrape()
+    scrape = exporter(
+        NVML, "--metrics.profile=dcgm", "--dcgm.compatibility=4.8", *pcie, env=fake_nvml_library.env(scenario)
+    ).scrape()
     served = {}
     for name in (
         "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",

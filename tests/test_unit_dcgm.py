@@ -36,6 +36,7 @@ from nvidia_gpu_exporter.model.snapshot import (
 )
 from unit_helpers import FakeRunner, gpu_row, query_fields, success_snapshot
 
+PINNED = Generation.V4_8  # these tests read generation 4.8's names and units; the default is the newest
 DCGM_SHARED = SHARED / "dcgm"
 GOLDEN = FIXTURES / "dcgm"
 UUID = "GPU-3f1a9c2e-7b4d-4e8a-9c61-2d5e8f0a1b37"
@@ -50,7 +51,7 @@ def render_one(qfield: str, rfield: str, cell: str, *, xids: tuple[XidRecord, ..
     fields = query_fields([(qfield, rfield), ("driver_version", "driver_version")])
     row = gpu_row(fields, **{**IDENTITY, "driver_version": "550.54.15", qfield.replace(".", "_"): cell})
     snapshot = success_snapshot([row])
-    return DcgmExposition(fields, hostname="node-1", xids=bool(xids)).render(
+    return DcgmExposition(fields, hostname="node-1", xids=bool(xids), generation=PINNED).render(
         Snapshot(snapshot.attempt, 0, snapshot.last_success_at, xids=xids)
     )
 
@@ -141,7 +142,7 @@ def test_gpus_are_ordered_by_index_and_labels_escaped() -> None:
         gpu_row(fields, uuid="GPU-b", index="10", name='Odd "name"', temperature_gpu="40"),
         gpu_row(fields, uuid="GPU-a", index="2", name="Plain", temperature_gpu="30"),
     ]
-    text = DcgmExposition(fields, hostname="h").render(success_snapshot(rows))
+    text = DcgmExposition(fields, hostname="h", generation=PINNED).render(success_snapshot(rows))
     lines = samples(text)
     assert lines[0].startswith('DCGM_FI_DEV_GPU_TEMP{gpu="2",UUID="GPU-a",')
     assert 'modelName="Odd \\"name\\""' in lines[1]
@@ -206,7 +207,9 @@ def test_no_xid_family_when_xids_are_not_read() -> None:
     """--collect.xid-source=off: nothing says a GPU had none, so no "No Error" series either."""
     fields = query_fields([("temperature.gpu", "temperature.gpu")])
     snapshot = success_snapshot([gpu_row(fields, **IDENTITY, temperature_gpu="31")])
-    assert "DCGM_FI_DEV_XID_ERRORS" not in DcgmExposition(fields, hostname="h", xids=False).render(snapshot)
+    assert "DCGM_FI_DEV_XID_ERRORS" not in DcgmExposition(fields, hostname="h", xids=False, generation=PINNED).render(
+        snapshot
+    )
 
 
 def test_an_xid_with_a_time_beats_one_without() -> None:
@@ -222,7 +225,7 @@ def test_total_energy_comes_from_nvml_in_millijoules() -> None:
     extras = NvmlExtras(gpus=(GpuExtras(UUID, energy_joules=123456.789),))
     readings = Readings(GpuTable((row,)), None, "12.4", extras)
     snapshot = Snapshot(Attempt(readings, 0, 0.1, 1.0), 0, 1.0)
-    text = DcgmExposition(fields, hostname="node-1", xids=False).render(snapshot)
+    text = DcgmExposition(fields, hostname="node-1", xids=False, generation=PINNED).render(snapshot)
     assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n" in text
     assert samples(text) == [f"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{LABELS}}} 123456789"]
 
@@ -241,7 +244,7 @@ def test_gpm_ratios_of_a_whole_gpu_are_served_as_dcgms_profiling_ratios() -> Non
         gpus=(GpuExtras(UUID, graphics_activity_ratio=0.455, tensor_activity_ratio=0.125, dram_activity_ratio=0.3),)
     )
     fields, snapshot = gpm_snapshot(extras)
-    text = DcgmExposition(fields, hostname="node-1", gpm=True).render(snapshot)
+    text = DcgmExposition(fields, hostname="node-1", gpm=True, generation=PINNED).render(snapshot)
     assert "# HELP DCGM_FI_PROF_PIPE_TENSOR_ACTIVE Ratio of cycles the tensor (HMMA) pipe is active.\n" in text
     assert "# TYPE DCGM_FI_PROF_PIPE_TENSOR_ACTIVE gauge\n" in text
     assert [line for line in samples(text) if line.startswith("DCGM_FI_PROF_")] == [
@@ -252,10 +255,10 @@ def test_gpm_ratios_of_a_whole_gpu_are_served_as_dcgms_profiling_ratios() -> Non
 def test_no_profiling_series_without_a_gpm_window_or_without_the_nvml_backend() -> None:
     """The first collection (no window), a GPU without GPM, and the exec backend (gpm=False) serve none."""
     fields, unread = gpm_snapshot(NvmlExtras(gpus=(GpuExtras(UUID),)))
-    assert "DCGM_FI_PROF_" not in DcgmExposition(fields, hostname="node-1", gpm=True).render(unread)
+    assert "DCGM_FI_PROF_" not in DcgmExposition(fields, hostname="node-1", gpm=True, generation=PINNED).render(unread)
     extras = NvmlExtras(gpus=(GpuExtras(UUID, tensor_activity_ratio=0.5),))
     fields, read = gpm_snapshot(extras)
-    assert "DCGM_FI_PROF_" not in DcgmExposition(fields, hostname="node-1").render(read)
+    assert "DCGM_FI_PROF_" not in DcgmExposition(fields, hostname="node-1", generation=PINNED).render(read)
 
 
 def test_a_gpu_instance_serves_its_own_gpm_ratios_but_no_dram_activity() -> None:
@@ -265,7 +268,7 @@ def test_a_gpu_instance_serves_its_own_gpm_ratios_but_no_dram_activity() -> None
         mig_instances=(MigInstanceReading(UUID, 2, graphics_activity_ratio=0.455, tensor_activity_ratio=0.125),),
     )
     fields, snapshot = gpm_snapshot(extras)
-    text = DcgmExposition(fields, hostname="node-1", gpm=True).render(snapshot)
+    text = DcgmExposition(fields, hostname="node-1", gpm=True, generation=PINNED).render(snapshot)
     mig_labels = LABELS.replace(",hostname=", ',GPU_I_PROFILE="3g.40gb",GPU_I_ID="2",hostname=')
     assert [line for line in samples(text) if line.startswith("DCGM_FI_PROF_")] == [
         f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{mig_labels}}} 0.455",
@@ -276,7 +279,7 @@ def test_a_gpu_instance_serves_its_own_gpm_ratios_but_no_dram_activity() -> None
 def test_a_failed_collection_renders_no_dcgm_series() -> None:
     fields = query_fields([("temperature.gpu", "temperature.gpu")])
     failed = Snapshot(Attempt(None, 1, 0.1, 1.0, error="boom"), 1, None, xids=(xid(79, 1.0),))
-    assert DcgmExposition(fields, hostname="h").render(failed) == ""
+    assert DcgmExposition(fields, hostname="h", generation=PINNED).render(failed) == ""
 
 
 def test_node_name_wins_over_the_host_name() -> None:
@@ -297,7 +300,7 @@ def test_profile_flag_defaults_to_nvidia_smi_and_takes_the_three_values() -> Non
 
 
 def wired(profile: Profile, fields: list[QueryField]) -> Exposition:
-    dcgm = None if profile is Profile.NVIDIA_SMI else DcgmExposition(fields, hostname="node-1")
+    dcgm = None if profile is Profile.NVIDIA_SMI else DcgmExposition(fields, hostname="node-1", generation=PINNED)
     return Exposition(fields, StatusFamily.COMMAND_EXIT_CODE, nvidia_smi=profile is not Profile.DCGM, dcgm=dcgm)
 
 
@@ -307,7 +310,7 @@ def test_the_profiles_keep_the_nvidia_smi_bytes_and_add_or_replace_the_dcgm_bloc
         [gpu_row(fields, **{**IDENTITY, "driver_version": "550.54.15", "temperature_gpu": "31"})]
     )
     plain = Exposition(fields, StatusFamily.COMMAND_EXIT_CODE).render(snapshot)
-    dcgm_only = DcgmExposition(fields, hostname="node-1").render(snapshot)
+    dcgm_only = DcgmExposition(fields, hostname="node-1", generation=PINNED).render(snapshot)
     assert wired(Profile.NVIDIA_SMI, fields).render(snapshot) == plain
     assert wired(Profile.BOTH, fields).render(snapshot) == dcgm_only + plain
     dcgm_text = wired(Profile.DCGM, fields).render(snapshot)
@@ -338,7 +341,9 @@ def captured_readings(name: str) -> tuple[tuple[QueryField, ...], Snapshot]:
 @pytest.mark.parametrize("capture", ["fixture-linux-2gpu-mig", "fixture-windows-1gpu"])
 def test_golden_dcgm_output_of_the_fixture_captures(capture: str) -> None:
     fields, snapshot = captured_readings(capture + ".txt")
-    assert_golden(GOLDEN / f"{capture}.prom", DcgmExposition(fields, hostname="node-1").render(snapshot))
+    assert_golden(
+        GOLDEN / f"{capture}.prom", DcgmExposition(fields, hostname="node-1", generation=PINNED).render(snapshot)
+    )
 
 
 def shared_counters() -> dict[str, tuple[str, str]]:
@@ -411,7 +416,7 @@ PCIE = ("DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES")
 )
 def test_nvml_device_readings_are_served_in_dcgms_names_and_units(extra: GpuExtras, expected: list[str]) -> None:
     fields, snapshot = gpm_snapshot(NvmlExtras(gpus=(extra,)))
-    text = DcgmExposition(fields, hostname="node-1").render(snapshot)
+    text = DcgmExposition(fields, hostname="node-1", generation=PINNED).render(snapshot)
     assert [line for line in samples(text) if line.startswith((*NVML_DEVICE, *PCIE))] == expected
 
 
@@ -427,14 +432,16 @@ def test_nvml_device_readings_are_served_in_dcgms_names_and_units(extra: GpuExtr
 def test_nvml_device_families_have_dcgms_type(name: str, metric_type: str) -> None:
     extra = GpuExtras(UUID, 1.0, 2.0, 3.0, pcie_replay_count=4.0, nvlink_mib_per_second=5.0)
     fields, snapshot = gpm_snapshot(NvmlExtras(gpus=(extra,)))
-    assert f"# TYPE {name} {metric_type}\n" in DcgmExposition(fields, hostname="node-1").render(snapshot)
+    assert f"# TYPE {name} {metric_type}\n" in DcgmExposition(fields, hostname="node-1", generation=PINNED).render(
+        snapshot
+    )
 
 
 def test_no_nvml_device_series_on_a_backend_without_nvml_readings() -> None:
     """The exec backend (extras=False) serves none, even from readings that carry them."""
     extra = GpuExtras(UUID, 1.0, 2.0, 3.0, pcie_replay_count=4.0, nvlink_mib_per_second=5.0)
     fields, snapshot = gpm_snapshot(NvmlExtras(gpus=(extra,)))
-    text = DcgmExposition(fields, hostname="node-1", energy=False, extras=False).render(snapshot)
+    text = DcgmExposition(fields, hostname="node-1", energy=False, extras=False, generation=PINNED).render(snapshot)
     assert not [line for line in samples(text) if line.startswith((*NVML_DEVICE, *PCIE))]
 
 
@@ -445,7 +452,7 @@ def test_a_gpu_instance_serves_its_own_pcie_rates_and_its_gpus_device_counters()
         mig_instances=(MigInstanceReading(UUID, 2, pcie_tx_bytes_per_second=104857600.0),),
     )
     fields, snapshot = gpm_snapshot(extras)
-    text = DcgmExposition(fields, hostname="node-1").render(snapshot)
+    text = DcgmExposition(fields, hostname="node-1", generation=PINNED).render(snapshot)
     mig_labels = LABELS.replace(",hostname=", ',GPU_I_PROFILE="3g.40gb",GPU_I_ID="2",hostname=')
     assert [line for line in samples(text) if line.startswith((*NVML_DEVICE, *PCIE))] == [
         f"DCGM_FI_DEV_PCIE_REPLAY_COUNTER{{{mig_labels}}} 2",

@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 
 from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition
+from nvidia_gpu_exporter.exposition.dcgm_defaults import Generation
 from nvidia_gpu_exporter.flags import parse_args
 from nvidia_gpu_exporter.model.kubernetes import DraClaim, GpuPod, KubernetesAttribution, PodResourcesReading
 from test_unit_dcgm import samples
 from test_unit_dcgm_mig_pods import FIELDS, GI2, GI9, MIG_GPU, TAIL, WHOLE, WHOLE_GPU, snapshot
 
+PINNED = Generation.V4_8  # these tests read generation 4.8's names and units; the default is the newest
 WHOLE_UUID = WHOLE_GPU.removeprefix("GPU-")
 MIG_UUID = MIG_GPU.removeprefix("GPU-")
 
@@ -30,9 +32,9 @@ def dra(name: str = "gpu-claim", device: str = "gpu-1") -> str:
 
 
 def temperatures(kubernetes: KubernetesAttribution, *, dra_claims: bool = True, pod_labels: bool = False) -> list[str]:
-    text = DcgmExposition(FIELDS, "node-1", pod_labels=pod_labels, dra_claims=dra_claims, xids=False).render(
-        snapshot(kubernetes=kubernetes)
-    )
+    text = DcgmExposition(
+        FIELDS, "node-1", pod_labels=pod_labels, dra_claims=dra_claims, xids=False, generation=PINNED
+    ).render(snapshot(kubernetes=kubernetes))
     return [line for line in samples(text) if line.startswith("DCGM_FI_DEV_GPU_TEMP")]
 
 

@@ -17,8 +17,14 @@ from nvidia_gpu_exporter.backends.demo.backend import DemoBackend
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition
 from nvidia_gpu_exporter.exposition.dcgm_counters import Counter, parse_counters
-from nvidia_gpu_exporter.exposition.dcgm_defaults import DEFAULT_GENERATION, Generation
-from nvidia_gpu_exporter.exposition.dcgm_generations import GENERATIONS, RENAMES, resolve_generation, spellings
+from nvidia_gpu_exporter.exposition.dcgm_defaults import DEFAULT_GENERATION, GENERATION_ORDER, Generation
+from nvidia_gpu_exporter.exposition.dcgm_generations import (
+    GENERATIONS,
+    IMAGE_FILES,
+    RENAMES,
+    resolve_generation,
+    spellings,
+)
 from nvidia_gpu_exporter.flags import FlagError, parse_args
 from nvidia_gpu_exporter.model.snapshot import (
     Attempt,
@@ -71,10 +77,40 @@ def sample_of(text: str, name: str) -> str:
 # -- the flag --------------------------------------------------------------------------------------------------
 
 
-def test_the_flag_defaults_to_auto_which_without_a_counters_file_is_the_generation_dashboards_query() -> None:
+def test_the_flag_defaults_to_auto_which_without_a_counters_file_is_the_newest_generation() -> None:
     assert parse_args([]).config.dcgm_compatibility is None
     assert parse_args(["--dcgm.compatibility=auto"]).config.dcgm_compatibility is None
-    assert resolve_generation(None, None) == (DEFAULT_GENERATION, "no counters file") == (Generation.V4_8, ANY)
+    assert resolve_generation(None, None) == (DEFAULT_GENERATION, "no counters file") == (Generation.V4_10, ANY)
+    assert DEFAULT_GENERATION is GENERATION_ORDER[-1]
+
+
+@pytest.mark.parametrize(
+    ("absent", "generation", "why"),
+    [
+        (  # the GPU Operator's DCGM_EXPORTER_COLLECTORS: every release pins a generation 4.8 image at newest
+            "/etc/dcgm-exporter/dcp-metrics-included.csv",
+            Generation.V4_8,
+            "/etc/dcgm-exporter/dcp-metrics-included.csv, absent here, is the GPU Operator's counters file, "
+            "whose releases run generation 4.8",
+        ),
+        (  # dcgm-exporter's own default path, unmounted: nothing says an older release
+            "/etc/dcgm-exporter/default-counters.csv",
+            Generation.V4_10,
+            "no counters file",
+        ),
+        ("", Generation.V4_10, "no counters file"),
+    ],
+    ids=["gpu-operator", "default-counters", "none"],
+)
+def test_auto_without_a_counters_file_serves_the_generation_of_the_releases_that_name_the_absent_path(
+    absent: str, generation: Generation, why: str
+) -> None:
+    assert resolve_generation(None, None, absent=absent) == (generation, why)
+
+
+def test_the_flag_wins_over_an_absent_image_path() -> None:
+    chosen = resolve_generation(Generation.V4_10, None, absent="/etc/dcgm-exporter/dcp-metrics-included.csv")
+    assert chosen == (Generation.V4_10, "--dcgm.compatibility")
 
 
 @pytest.mark.parametrize("value", ["3", "4.5", "4.8", "4.9", "4.10"])
@@ -354,3 +390,19 @@ def test_the_docs_tables_of_the_generations_are_the_code_s() -> None:
     match = re.search(r"<!-- generations table -->\n(.*?)<!-- end generations table -->", text, flags=re.DOTALL)
     assert match, "docs/dcgm.md lost its generations table markers"
     assert match.group(1) == generations_table()
+
+
+def swap_table_rows() -> list[list[str]]:
+    """The cells of docs/dcgm.md's table of which DaemonSet gets which generation."""
+    text = (REPO / "docs" / "dcgm.md").read_text(encoding="utf-8")
+    section = text.split("### Swapping the image: which release gets which generation", 1)[1].split("\n### ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| Who")]
+    return [[cell.strip() for cell in row.strip("|").split(" | ")] for row in rows]
+
+
+def test_the_docs_name_each_image_path_with_the_generation_the_code_gives_it() -> None:
+    rows = swap_table_rows()
+    for path, (generation, _) in IMAGE_FILES.items():
+        (row,) = [row for row in rows if f"={path}`" in row[1]]
+        assert row[2].startswith(f"`{generation.value}`"), row
+    assert rows[-1][2] == f"`{DEFAULT_GENERATION.value}`"  # anything else without a counters file: the default

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition
+from nvidia_gpu_exporter.exposition.dcgm_defaults import Generation
 from nvidia_gpu_exporter.model.kubernetes import GpuPod, KubernetesAttribution, PodResourcesReading
 from nvidia_gpu_exporter.model.snapshot import (
     Attempt,
@@ -19,6 +20,7 @@ from nvidia_gpu_exporter.model.snapshot import (
 from test_unit_dcgm import samples
 from unit_helpers import gpu_row, query_fields
 
+PINNED = Generation.V4_8  # these tests read generation 4.8's names and units; the default is the newest
 MIB = 1_048_576
 MIG_GPU = "GPU-11111111-0000-4000-8000-000000000001"
 WHOLE_GPU = "GPU-22222222-0000-4000-8000-000000000002"
@@ -71,7 +73,9 @@ def snapshot(
 
 def render(snap: Snapshot, *, pod_labels: bool = False) -> list[str]:
     """The samples; XIDs are read only where the snapshot has some, so the others carry no "No Error" series."""
-    return samples(DcgmExposition(FIELDS, "node-1", pod_labels=pod_labels, xids=bool(snap.xids)).render(snap))
+    return samples(
+        DcgmExposition(FIELDS, "node-1", pod_labels=pod_labels, xids=bool(snap.xids), generation=PINNED).render(snap)
+    )
 
 
 def test_a_mig_gpu_is_served_per_gpu_instance_with_dcgm_exporters_labels() -> None:
@@ -188,7 +192,7 @@ def test_a_gpu_instances_framebuffer_is_in_whole_mib_as_dcgms() -> None:
 def test_the_old_namespace_spells_the_uuid_and_pod_labels_as_dcgm_exporter_1x() -> None:
     """dcgm-exporter's -o (internal/pkg/collector/gpu_collector.go, transformation/kubernetes.go): ``uuid``, and
     ``pod_name``, ``pod_namespace``, ``container_name``; every other label, and the names, as without it."""
-    exposition = DcgmExposition(FIELDS, "node-1", pod_labels=True, xids=False, old_namespace=True)
+    exposition = DcgmExposition(FIELDS, "node-1", pod_labels=True, xids=False, old_namespace=True, generation=PINNED)
     lines = samples(exposition.render(snapshot(kubernetes=attribution(pod(WHOLE_ID, "trainer")))))
     whole = WHOLE.replace('UUID="', 'uuid="')
     assert f'DCGM_FI_DEV_GPU_TEMP{{{whole},pod_name="trainer",pod_namespace="ml",container_name="main"}} 30' in lines

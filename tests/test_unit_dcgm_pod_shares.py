@@ -10,6 +10,7 @@ import pytest
 
 from harness import REPO
 from nvidia_gpu_exporter.exposition.dcgm import SPLIT_BY_MEMORY, SPLIT_BY_SHARE, DcgmExposition
+from nvidia_gpu_exporter.exposition.dcgm_defaults import Generation
 from nvidia_gpu_exporter.model.kubernetes import GpuPod, KubernetesAttribution, PodResourcesReading
 from nvidia_gpu_exporter.model.snapshot import (
     Attempt,
@@ -26,6 +27,7 @@ from nvidia_gpu_exporter.model.snapshot import (
 from test_unit_dcgm import samples
 from unit_helpers import gpu_row, query_fields
 
+PINNED = Generation.V4_8  # these tests read generation 4.8's names and units; the default is the newest
 MIB = 1_048_576
 SHARED = "GPU-33333333-0000-4000-8000-000000000003"
 MIG = "GPU-44444444-0000-4000-8000-000000000004"
@@ -83,7 +85,7 @@ def snapshot(pods: PodUsage | None = PODS, kubernetes: KubernetesAttribution | N
 def values(snap: Snapshot, family: str, *, pod_labels: bool = False) -> dict[tuple[str, str, str], float]:
     """(uuid, GPU_I_ID, pod_uid) -> value of one family's series."""
     found: dict[tuple[str, str, str], float] = {}
-    text = DcgmExposition(FIELDS, None, pod_labels=pod_labels, gpm=True, xids=False).render(snap)
+    text = DcgmExposition(FIELDS, None, pod_labels=pod_labels, gpm=True, xids=False, generation=PINNED).render(snap)
     for line in samples(text):
         name, _, rest = line.partition("{")
         if name != family:
@@ -148,7 +150,7 @@ def test_a_gpu_one_container_holds_keeps_its_pod_labels_unsplit() -> None:
         gpu_pods=(GpuPod(SHARED_UUID, "", "ml", "trainer", "main", "nvidia.com/gpu", SHARED),),
     )
     only = PodUsage((PodShare(SHARED_UUID, POD_A, namespace="ml", pod="trainer", container="main", share=1.0),))
-    text = DcgmExposition(FIELDS, None, pod_labels=True, xids=False).render(snapshot(only, held))
+    text = DcgmExposition(FIELDS, None, pod_labels=True, xids=False, generation=PINNED).render(snapshot(only, held))
     utilization = [line for line in samples(text) if line.startswith("DCGM_FI_DEV_GPU_UTIL{")]
     assert utilization == [
         'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-33333333-0000-4000-8000-000000000003",pci_bus_id="00000000:83:00.0",'
@@ -158,7 +160,7 @@ def test_a_gpu_one_container_holds_keeps_its_pod_labels_unsplit() -> None:
 
 def test_pod_names_the_kubelet_gives_go_on_the_pods_series() -> None:
     named = PodUsage((PodShare(SHARED_UUID, POD_A, namespace="ml", pod="nb-1", container="lab", share=0.5),))
-    text = DcgmExposition(FIELDS, None, xids=False).render(snapshot(named))
+    text = DcgmExposition(FIELDS, None, xids=False, generation=PINNED).render(snapshot(named))
     assert (
         'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-33333333-0000-4000-8000-000000000003",pci_bus_id="00000000:83:00.0",'
         f'device="nvidia0",modelName="NVIDIA H200",pod="nb-1",namespace="ml",container="lab",pod_uid="{POD_A}"}} 40'

@@ -447,7 +447,7 @@ def dcgm_exposition(
     from nvidia_gpu_exporter.exposition.dcgm import DcgmExposition, node_hostname  # noqa: PLC0415 - profile only
     from nvidia_gpu_exporter.exposition.dcgm_generations import resolve_generation  # noqa: PLC0415 - profile only
 
-    generation, why = resolve_generation(config.dcgm_compatibility, counters)
+    generation, why = resolve_generation(config.dcgm_compatibility, counters, absent=config.dcgm_image_collectors)
     log.info("serving a dcgm-exporter generation", extra={"generation": generation.value, "why": why})
     nvml = reads_nvml(config, backend)
     return DcgmExposition(

@@ -106,6 +106,9 @@ class Config:
     dcgm_collectors: str = ""  # dcgm-exporter's counters file; "" = every DCGM field we offer
     # the dcgm-exporter generation whose names are served; None: `auto`, the counters file's (resolve_generation)
     dcgm_compatibility: Generation | None = None
+    # the counters file of dcgm-exporter's image a dcgm-exporter invocation named, absent here: under `auto`, its
+    # releases' generation is served (dcgm_generations.IMAGE_FILES)
+    dcgm_image_collectors: str = ""
     # dcgm-exporter's own options with no flag of ours (flags.DCGM_OPTIONS): -n, --replace-blanks-in-model-name,
     # -x / --xid-count-window-size and --clock-events-count-window-size (milliseconds)
     dcgm_hostname_label: bool = True

@@ -20,7 +20,7 @@ from typing import Any
 from nvidia_gpu_exporter._go.durations import DurationError, format_duration, parse_duration, parse_flag_duration
 from nvidia_gpu_exporter._go.strconv import DECIMAL_INT, parse_bool, parse_int
 from nvidia_gpu_exporter.config import DEFAULT_LISTEN_ADDRESS, Backend, Config, Profile, XidSource
-from nvidia_gpu_exporter.exposition.dcgm_defaults import AUTO, DEFAULT_GENERATION, Generation
+from nvidia_gpu_exporter.exposition.dcgm_defaults import AUTO, DEFAULT_GENERATION, IMAGE_DIRECTORY, Generation
 from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_RESOURCE_PATTERNS
 from nvidia_gpu_exporter.logs import FORMATS, LEVELS
 
@@ -305,7 +305,8 @@ FLAGS: tuple[Flag, ...] = (
         "dcgm.compatibility",
         "dcgm_compatibility",
         "The dcgm-exporter release line whose label and field names and units the DCGM profile serves; auto: "
-        f"the one the counters file's names say, else {DEFAULT_GENERATION.value}.",
+        f"the one the counters file's names say (or the releases that name an absent image file), else the newest, "
+        f"{DEFAULT_GENERATION.value}.",
         Kind.ENUM,
         (AUTO, *(generation.value for generation in Generation)),
     ),
@@ -746,8 +747,7 @@ fi
 DCGM_EXPORTER_PROGRAM = "dcgm-exporter"
 DCGM_LISTEN_ADDRESS = ":9400"
 DCGM_COLLECT_INTERVAL_MS = 30_000
-DCGM_IMAGE_DIRECTORY = "/etc/dcgm-exporter/"  # where dcgm-exporter's image keeps its counters files
-DCGM_DEFAULT_COLLECTORS = DCGM_IMAGE_DIRECTORY + "default-counters.csv"
+DCGM_DEFAULT_COLLECTORS = IMAGE_DIRECTORY + "default-counters.csv"
 _MILLISECOND_NS = 1_000_000
 _NO_HOST_ENGINE = "there is no DCGM host engine or library here: the GPUs are read through nvidia-smi or NVML"
 _NO_WATCHES = "there are no DCGM field watches here: each collection reads the GPUs afresh and keeps no samples"
@@ -1270,8 +1270,8 @@ def dcgm_invocation(
 
 def _dcgm_finished(config: Config, invocation: DcgmInvocation) -> tuple[Config, tuple[Notice, ...]]:
     """dcgm-exporter's counters file where its image keeps it: this image has none, so a path there that does
-    not exist serves the built-in default set (docs/dcgm.md), said once when it was asked for by name; its
-    default file is read when mounted there."""
+    not exist serves the built-in default set (docs/dcgm.md), said once when it was asked for by name, in the
+    generation of the releases that name it; its default file is read when mounted there."""
     notices = invocation.notices
     if invocation.base.enable_pprof and config.enable_pprof and not config.web_config_file:
         raise FlagError(  # dcgm-exporter's own refusal: /debug/pprof/ must sit behind authentication or TLS
@@ -1286,10 +1286,11 @@ def _dcgm_finished(config: Config, invocation: DcgmInvocation) -> tuple[Config, 
     path = config.dcgm_collectors
     if not path and os.path.isfile(DCGM_DEFAULT_COLLECTORS):
         return dataclasses.replace(config, dcgm_collectors=DCGM_DEFAULT_COLLECTORS), notices
-    if path.startswith(DCGM_IMAGE_DIRECTORY) and not os.path.exists(path):
+    if path.startswith(IMAGE_DIRECTORY) and not os.path.exists(path):
         why = (
             f"{path} is a file of dcgm-exporter's image, not in this one (nor mounted): serving the built-in "
             "DCGM field set, dcgm-exporter's default counters (docs/dcgm.md)"
         )
-        return dataclasses.replace(config, dcgm_collectors=""), (*notices, Notice("--collectors", why))
+        absent = dataclasses.replace(config, dcgm_collectors="", dcgm_image_collectors=path)
+        return absent, (*notices, Notice("--collectors", why))
     return config, notices

@@ -25,7 +25,7 @@ class Generation(str, Enum):
 
 GENERATION_ORDER = tuple(Generation)
 AUTO = "auto"  # --dcgm.compatibility's default: the generation a counters file's names say (resolve_generation)
-# What `auto` serves where the names say nothing, and without a counters file: the generation of the dcgm-exporter
-# the GPU Operator pins (4.8.3), whose names NVIDIA's dashboard 12239 queries (docs/dcgm.md says why).
-DEFAULT_GENERATION = Generation.V4_8
+# What `auto` serves where nothing says otherwise (no counters file, or one whose names say nothing): the newest.
+DEFAULT_GENERATION = GENERATION_ORDER[-1]
+IMAGE_DIRECTORY = "/etc/dcgm-exporter/"  # where dcgm-exporter's image keeps its counters files
 DEFAULT_WINDOW_MS = 300_000  # dcgm-exporter's default for both windows (XIDs, clock events): 5 minutes

@@ -14,7 +14,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from nvidia_gpu_exporter.exposition.dcgm_counters import Counter
-from nvidia_gpu_exporter.exposition.dcgm_defaults import DEFAULT_GENERATION, GENERATION_ORDER, Generation
+from nvidia_gpu_exporter.exposition.dcgm_defaults import (
+    DEFAULT_GENERATION,
+    GENERATION_ORDER,
+    IMAGE_DIRECTORY,
+    Generation,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +190,16 @@ V3_DECLARATIONS: dict[str, tuple[str, str]] = {
 }
 
 
+# The counters files of dcgm-exporter's image that a DaemonSet names without mounting them, by the generation of
+# the releases that name them, for `auto` when the file is absent here. The GPU Operator sets
+# DCGM_EXPORTER_COLLECTORS to dcp-metrics-included.csv in every release, and its newest pins 4.6.0-4.8.3
+# (docs/dcgm.md "Generations" cites each). dcgm-exporter's chart mounts its own ConfigMap at the path it names,
+# whose names say its generation, so its path needs no row.
+IMAGE_FILES: dict[str, tuple[Generation, str]] = {
+    IMAGE_DIRECTORY + "dcp-metrics-included.csv": (Generation.V4_8, "the GPU Operator's counters file"),
+}
+
+
 def facts_of(generation: Generation) -> GenerationFacts:
     return _FACTS[generation]
 
@@ -230,16 +245,22 @@ def declaration(name: str, generation: Generation) -> tuple[str, str] | None:
     return V3_DECLARATIONS.get(name) if generation is Generation.V3 else None
 
 
-def resolve_generation(chosen: Generation | None, counters: Sequence[Counter] | None) -> tuple[Generation, str]:
+def resolve_generation(
+    chosen: Generation | None, counters: Sequence[Counter] | None, *, absent: str = ""
+) -> tuple[Generation, str]:
     """The generation to serve and why: ``chosen`` where given, else (``auto``) what the counters file's names say.
 
     A name a generation introduced (a rename's new name, a field it added) says the file is of that generation or
     later, and the newest such wins: 4.10 still reads the older names in a custom file, so an old name beside a new
     one proves nothing. Without one, a name a later generation renamed says the generation before that rename.
+    Without a file, ``absent`` (the image file the invocation named, not here) says its releases' generation.
     """
     if chosen is not None:
         return chosen, "--dcgm.compatibility"
     if not counters:
+        if absent in IMAGE_FILES:
+            generation, whose = IMAGE_FILES[absent]
+            return generation, f"{absent}, absent here, is {whose}, whose releases run generation {generation.value}"
         return DEFAULT_GENERATION, "no counters file"
     introduced = {rename.new: rename.since for rename in RENAMES}
     introduced |= {name: since for name, since in ADDED.items() if since.at_least(Generation.V4_9)}
