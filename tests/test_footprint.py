@@ -90,6 +90,11 @@ OPTIONAL = (
     "shlex",
     "datetime",  # the build date is formatted at build time (buildinfo.from_source); PyYAML's constructor loads it
     "encodings.idna",  # a str host makes getaddrinfo encode it with the idna codec (unicodedata, stringprep)
+    # pathlib loads urllib.parse, which loads ipaddress: 0.5 MiB of a 1-GPU exporter's heap (issue 35), for paths a
+    # string names as well, and a percent-decoder that a path without a ``%`` and a request without a query skip
+    "pathlib",
+    "urllib.parse",
+    "ipaddress",
 )
 
 EXEC = ("--nvidia-smi-command", fake_smi_command(CAPTURE))
