@@ -31,14 +31,17 @@ count (comma-separated), this checkout's exporter and the Go exporter (``--go-bi
 ``--baseline SRC``'s ``src/`` and this checkout under ``--python-env`` variables, such as glibc's
 ``MALLOC_ARENA_MAX``) run at once, each on the moving fake, a collection per scrape, scraped in turn over
 keep-alive connections (one scrape of each, then the next round) for N rounds, so the machine's load falls on
-all alike. Per exporter: RSS at the first scrape, its plateau (the median of the samples over the last third
-of the rounds) and max, the anonymous and file-backed parts of RSS at the end (``/proc/PID/status``: the heaps
+all alike. With ``--steady-demo``, the demo backend at the same GPU count (its ``gpus:`` in a
+``--demo-config``), whose readings move by themselves, runs beside them, a collection per scrape too. Per
+exporter: RSS at the first scrape, its plateau (the median of the samples over the last third of the rounds)
+and max, the anonymous and file-backed parts of RSS at the end (``/proc/PID/status``: the heaps
 against the mapped binary and libraries), CPU per collection (the exporter's own), and each plateau and max
 as a ratio of the Go exporter's.
 
     python benchmarks/bench_soak.py --minutes 3                           # the variant for every change
     python benchmarks/bench_soak.py --minutes 30 --slope-minutes 20 --plot soak.svg [--go-binary PATH]
-    python benchmarks/bench_soak.py --steady 1300 --gpus 1,8,64 [--go-binary PATH] [--python-env MALLOC_ARENA_MAX=2]
+    python benchmarks/bench_soak.py --steady 1300 --gpus 1,8,64 [--go-binary PATH] [--steady-demo]
+        [--python-env MALLOC_ARENA_MAX=2]
 """
 
 from __future__ import annotations
@@ -444,6 +447,7 @@ class Steady:
     name: str
     launch: Callable[[list[str]], Exporter]
     go: bool = False
+    demo: bool = False  # the demo backend: no fake, its own readings
     exporter: Exporter | None = None
     connection: http.client.HTTPConnection | None = None
     samples: list[float] = field(default_factory=list)
@@ -463,6 +467,8 @@ def steady_sides(args: argparse.Namespace) -> list[Steady]:
         sides.append(Steady(f"this checkout, {assignments}", python_launcher(env=env)))
     if args.baseline:
         sides.append(Steady(f"baseline {args.baseline}", python_launcher(env={"PYTHONPATH": args.baseline})))
+    if args.steady_demo:
+        sides.append(Steady("demo", python_launcher(), demo=True))
     if args.go_binary:
         sides.append(Steady("Go exporter", go_launcher(args.go_binary), go=True))
     return sides
@@ -473,12 +479,18 @@ def steady_round(sides: list[Steady], gpus: int, rounds: int, directory: Path) -
     are scraped one after the other), a scrape of each per round, RSS sampled 30 times over the rounds."""
     commands: dict[bool, str] = {}
     for side in sides:
-        if side.go not in commands:
+        if side.go not in commands and not side.demo:
             commands[side.go] = moving_smi(directory / f"{gpus}-{side.go}", gpus, rounds + 50, side.launch)
+    demo_config = directory / f"demo-{gpus}.yml"
+    demo_config.write_text(f"gpus: {gpus}\n")
     every = max(rounds // 30, 1)
     try:
         for side in sides:
-            side.exporter = side.launch(["--nvidia-smi-command", commands[side.go]])
+            side.exporter = side.launch(
+                ["--collect.backend=demo", f"--demo-config={demo_config}"]
+                if side.demo
+                else ["--nvidia-smi-command", commands[side.go]]
+            )
             side.connection = side.exporter.client.connect(side.exporter.address)
             first_scrape(side.exporter, side.connection)
             side.samples.append(rss_mib(side.exporter.process.pid))
@@ -568,6 +580,7 @@ def main() -> None:
     )
     parser.add_argument("--steady", type=int, metavar="N", help="steady-state RSS over N rounds, side by side, instead")
     parser.add_argument("--baseline", metavar="SRC", help="--steady: also another checkout's src/")
+    parser.add_argument("--steady-demo", action="store_true", help="--steady: also the demo backend, as many GPUs")
     parser.add_argument(
         "--python-env",
         action="append",

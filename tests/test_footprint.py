@@ -90,6 +90,11 @@ OPTIONAL = (
     "shlex",
     "datetime",  # the build date is formatted at build time (buildinfo.from_source); PyYAML's constructor loads it
     "encodings.idna",  # a str host makes getaddrinfo encode it with the idna codec (unicodedata, stringprep)
+    # pathlib loads urllib.parse, which loads ipaddress: 0.5 MiB of a 1-GPU exporter's heap (issue 35), for paths a
+    # string names as well, and a percent-decoder that a path without a ``%`` and a request without a query skip
+    "pathlib",
+    "urllib.parse",
+    "ipaddress",
 )
 
 EXEC = ("--nvidia-smi-command", fake_smi_command(CAPTURE))
@@ -339,6 +344,21 @@ def test_importing_the_command_and_the_app_leaves_the_kernel_log_and_dcgm_tables
         "import sys\n"
         "from nvidia_gpu_exporter import app, cli\n"
         f"print(sorted(name for name in {AFTER_THE_FIRST_RUN!r} if name in sys.modules))\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == "[]"
+
+
+def test_the_demo_backend_leaves_openssl_unmapped() -> None:
+    """The demo derives its uuids, pods and seeds by SHA-256: ``hashlib``'s would load ``_hashlib`` and map
+    libcrypto, 3.4 MiB of the demo's resident memory without a web config (issue 35)."""
+    script = (
+        "import sys\n"
+        "from nvidia_gpu_exporter.backends.demo import backend, extras, model, pods\n"
+        "from nvidia_gpu_exporter.capture import engine\n"
+        "engine.generated_uuid(0)\n"
+        "print(sorted(name for name in ('hashlib', '_hashlib') if name in sys.modules))\n"
     )
     completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
     assert completed.returncode == 0, completed.stderr

@@ -184,9 +184,9 @@ def field_seed(seed: int, key: str) -> int:
 
 def generated_uuid(index: int) -> str:
     """Stable uuid of simulated GPU ``index``: independent of the seed, so series survive restarts."""
-    import hashlib  # noqa: PLC0415 - only replication needs it; keeps the per-call process start fast
+    from nvidia_gpu_exporter.support.sha256 import sha256  # noqa: PLC0415 - only replication needs it
 
-    digest = bytearray(hashlib.sha256(f"{_UUID_NAMESPACE}{index}".encode()).digest()[:16])
+    digest = bytearray(sha256(f"{_UUID_NAMESPACE}{index}".encode()).digest()[:16])
     digest[6] = (digest[6] & 0x0F) | 0x40
     digest[8] = (digest[8] & 0x3F) | 0x80
     hexed = digest.hex()

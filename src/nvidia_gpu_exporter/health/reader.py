@@ -21,7 +21,6 @@ import stat
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from nvidia_gpu_exporter.health.kernellog import LogLine, parse_line
 from nvidia_gpu_exporter.model.snapshot import KernelLogState
@@ -30,7 +29,7 @@ log = logging.getLogger(__name__)
 
 READ_BYTES = 65536  # more than /dev/kmsg's largest record (8 KiB): a short buffer would fail with EINVAL
 MAX_LINE_BYTES = 16384  # a longer line is dropped, never buffered without bound
-DMESG_RESTRICT = Path("/proc/sys/kernel/dmesg_restrict")
+DMESG_RESTRICT = "/proc/sys/kernel/dmesg_restrict"
 
 LineSink = Callable[[LogLine, bool], None]  # (line, live): live is False while replaying what was there
 
@@ -81,13 +80,14 @@ class ReplayGuard:
         return True
 
 
-def open_problem(error: OSError, restrict_file: Path = DMESG_RESTRICT) -> KernelLogState:
+def open_problem(error: OSError, restrict_file: str | os.PathLike[str] = DMESG_RESTRICT) -> KernelLogState:
     """Why the log cannot be opened, in the terms an operator acts on."""
     if isinstance(error, FileNotFoundError):
         return KernelLogState.ABSENT
     if isinstance(error, PermissionError):
         try:
-            restricted = restrict_file.read_text(encoding="ascii").strip() == "1"
+            with open(restrict_file, encoding="ascii") as file:
+                restricted = file.read().strip() == "1"
         except OSError:
             restricted = False
         return KernelLogState.RESTRICTED if restricted else KernelLogState.PERMISSION_DENIED
@@ -104,7 +104,7 @@ class KernelLogReader:
         *,
         file_poll_seconds: float = 1.0,
         reopen_seconds: float = 30.0,
-        restrict_file: Path = DMESG_RESTRICT,
+        restrict_file: str | os.PathLike[str] = DMESG_RESTRICT,
     ) -> None:
         self.path = path
         self.sink = sink

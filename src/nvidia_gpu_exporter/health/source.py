@@ -7,7 +7,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 
 from nvidia_gpu_exporter.health.defaults import DEFAULT_KERNEL_LOG
 from nvidia_gpu_exporter.health.kernellog import GpuIdentity, LogLine, SxidEvent, XidEvent, parse_line, parse_message
@@ -75,7 +74,7 @@ class KernelXidSource:
         booted_at: float | None = None,
         wall_clock: Callable[[], float] = time.time,
         file_poll_seconds: float = 1.0,
-        restrict_file: Path = DMESG_RESTRICT,
+        restrict_file: str | os.PathLike[str] = DMESG_RESTRICT,
         process_pod: Callable[[int], tuple[str, str]] | None = None,
         fed: bool = False,
     ) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, overload
-from urllib.parse import parse_qsl, unquote
 
 Handler = Callable[["Request"], Awaitable["Response"]]
 Middleware = Callable[["Request", Handler], Awaitable["Response"]]
@@ -62,7 +61,12 @@ class Query:
     __slots__ = ("_pairs",)
 
     def __init__(self, query_string: str) -> None:
-        self._pairs = parse_qsl(query_string, keep_blank_values=True) if query_string else []
+        if query_string:
+            from urllib.parse import parse_qsl  # noqa: PLC0415 - with ipaddress, 0.4 MiB a start without queries skips
+
+            self._pairs: list[tuple[str, str]] = parse_qsl(query_string, keep_blank_values=True)
+        else:
+            self._pairs = []
 
     @overload
     def get(self, key: str) -> str | None: ...
@@ -102,7 +106,7 @@ class Request:
         self.version = version
         self.transport = transport
         path, _, self.query_string = _origin_form(target).partition("?")
-        self.path = unquote(path, errors="surrogateescape")
+        self.path = _percent_decoded(path) if "%" in path else path
         self._query: Query | None = None
 
     @property
@@ -124,6 +128,14 @@ class Request:
         """The client's verified TLS certificate (``ssl.SSLSocket.getpeercert()``'s form), None without one."""
         certificate = self.transport.get_extra_info("peercert") if self.transport is not None else None
         return certificate if isinstance(certificate, dict) and certificate else None
+
+
+def _percent_decoded(path: str) -> str:
+    """``path`` with its ``%XX`` escapes decoded (an invalid UTF-8 byte kept as a surrogate), for a path that has
+    one: only then is ``urllib.parse`` (and the ``ipaddress`` it loads) imported."""
+    from urllib.parse import unquote  # noqa: PLC0415 - see the docstring
+
+    return unquote(path, errors="surrogateescape")
 
 
 def _origin_form(target: str) -> str:

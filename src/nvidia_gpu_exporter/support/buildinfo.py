@@ -17,7 +17,10 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pathlib loads urllib.parse and ipaddress at every start for a build-time annotation
+    from pathlib import Path
 
 FILE_NAME = "_build_info.json"
 UNKNOWN = "unknown"

@@ -14,7 +14,6 @@ field plan and the ``cuda_version`` label stay as resolved at startup.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import math
 import re
@@ -59,6 +58,7 @@ from nvidia_gpu_exporter.model.snapshot import (
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
 from nvidia_gpu_exporter.model.values import transform_generic
 from nvidia_gpu_exporter.support.files import read_regular_file
+from nvidia_gpu_exporter.support.sha256 import sha256
 
 log = logging.getLogger(__name__)
 
@@ -288,7 +288,7 @@ class DemoBackend:
             relay,
             scene,
             config_path=path,
-            config_digest=hashlib.sha256(data).hexdigest() if data is not None else "",
+            config_digest=sha256(data).hexdigest() if data is not None else "",
             mig_process_labels=mig_process_labels,
             clock=clock,
             kernel_log=DemoKernelLog(kernel_log, kernel_clock) if kernel_log is not None else None,
@@ -341,7 +341,7 @@ class DemoBackend:
         """Re-read the config; a broken one fails this collection, a changed one starts a new scene."""
         try:
             data = await asyncio.to_thread(read_config_file, path)
-            digest = hashlib.sha256(data).hexdigest()
+            digest = sha256(data).hexdigest()
             if digest == self._config_digest:
                 return
             settings, spec = parse_demo_config(data, path)

@@ -16,7 +16,6 @@ values.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import random
 import re
@@ -40,6 +39,7 @@ from nvidia_gpu_exporter.model.snapshot import (
 )
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
 from nvidia_gpu_exporter.model.verdicts import REASONS, REASONS_BY_NAME, Xids
+from nvidia_gpu_exporter.support.sha256 import sha256
 from nvidia_gpu_exporter.support.strictyaml import StrictYamlError, YamlNode, YamlScalar
 
 GIB = 1 << 30
@@ -466,13 +466,13 @@ def parse_extras(node: YamlNode | None) -> ExtrasSpec:
 
 def mig_uuid(parent_uuid: str, gi: int, ci: int, profile: str) -> str:
     """A stable MIG device uuid: SHA-256 of ``<parent>/<gi>/<ci>/<profile>`` as 8-4-4-4-12 hex."""
-    text = hashlib.sha256(f"{parent_uuid}/{gi}/{ci}/{profile}".encode()).hexdigest()[:32]
+    text = sha256(f"{parent_uuid}/{gi}/{ci}/{profile}".encode()).hexdigest()[:32]
     return f"MIG-{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 def process_slot(pid: str, slots: int) -> int:
     """Which (GI, CI) slot a process runs in: the first SHA-256 byte of its pid text, modulo the slots."""
-    return hashlib.sha256(pid.encode()).digest()[0] % slots
+    return sha256(pid.encode()).digest()[0] % slots
 
 
 def _nvlink_node(uuids: Sequence[str]) -> P2PStatus:
@@ -483,7 +483,7 @@ def _nvlink_node(uuids: Sequence[str]) -> P2PStatus:
 
 def cycle_seed(seed: int, cycle: int) -> int:
     """The seed of one cycle's random source: a hash, so neighbouring cycles draw unrelated values."""
-    return int.from_bytes(hashlib.sha256(f"{seed}/{cycle}".encode()).digest()[:8], "big")
+    return int.from_bytes(sha256(f"{seed}/{cycle}".encode()).digest()[:8], "big")
 
 
 @dataclass(slots=True)

@@ -10,7 +10,6 @@ whatever the wall clock does. The output is the text nvidia-smi would print for 
 
 from __future__ import annotations
 
-import hashlib
 import random
 import time
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from nvidia_gpu_exporter.model.fields import (
     REASON_COUNTERS_PREFIX,
     header,
 )
+from nvidia_gpu_exporter.support.sha256 import sha256
 
 DRIVER_VERSION = "575.57.08"
 CUDA_VERSION = "12.9"
@@ -188,7 +188,7 @@ FIELD_NAMES = tuple(spec.name for spec in FIELDS)
 
 def demo_uuid(index: int) -> str:
     """A stable, version-4-shaped uuid per GPU index (the same on every run, like a real GPU's)."""
-    digest = bytearray(hashlib.sha256(f"nvidia_gpu_exporter/demo/gpu/{index}".encode()).digest()[:16])
+    digest = bytearray(sha256(f"nvidia_gpu_exporter/demo/gpu/{index}".encode()).digest()[:16])
     digest[6] = (digest[6] & 0x0F) | 0x40
     digest[8] = (digest[8] & 0x3F) | 0x80
     text = digest.hex()

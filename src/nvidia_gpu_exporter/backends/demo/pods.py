@@ -10,12 +10,12 @@ the processes without reading the simulation's state.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nvidia_gpu_exporter.backends.demo.model import WORKLOADS, demo_uuid
 from nvidia_gpu_exporter.model.kubernetes import PodDevice
+from nvidia_gpu_exporter.support.sha256 import sha256
 
 SOCKET = "demo://kubelet"
 RESOURCE = "nvidia.com/gpu"
@@ -50,12 +50,12 @@ LAYOUT: dict[str, tuple[DemoPod, ...]] = {
 
 def pod_uid(namespace: str, pod: str) -> str:
     """A stable, version-4-shaped uid per pod, as the API server gives one."""
-    text = hashlib.sha256(f"nvidia_gpu_exporter/demo/pod/{namespace}/{pod}".encode()).hexdigest()
+    text = sha256(f"nvidia_gpu_exporter/demo/pod/{namespace}/{pod}".encode()).hexdigest()
     return f"{text[:8]}-{text[8:12]}-4{text[13:16]}-8{text[17:20]}-{text[20:32]}"
 
 
 def container_id(namespace: str, pod: str, container: str) -> str:
-    return hashlib.sha256(f"nvidia_gpu_exporter/demo/container/{namespace}/{pod}/{container}".encode()).hexdigest()
+    return sha256(f"nvidia_gpu_exporter/demo/container/{namespace}/{pod}/{container}".encode()).hexdigest()
 
 
 class DemoKubelet:

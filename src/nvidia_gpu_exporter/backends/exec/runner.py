@@ -38,7 +38,6 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 from nvidia_gpu_exporter.backends.exec.defaults import DEFAULT_MAX_OUTPUT_BYTES
@@ -241,17 +240,18 @@ def kill_process_group(child: Child) -> None:
         child.transport.kill()
 
 
-def carriers_of(token: str, proc: Path = Path("/proc")) -> list[int]:
+def carriers_of(token: str, proc: str = "/proc") -> list[int]:
     """The processes whose environment holds this run's token: the child and every descendant, whatever
     session or process group they moved to (none where there is no /proc)."""
     needle = f"{RUN_TOKEN_VARIABLE}={token}".encode()
     found = []
-    with contextlib.suppress(OSError):
-        for entry in proc.iterdir():
+    with contextlib.suppress(OSError), os.scandir(proc) as entries:
+        for entry in entries:
             if not entry.name.isdigit():
                 continue
             try:
-                environ = (entry / "environ").read_bytes()
+                with open(os.path.join(entry.path, "environ"), "rb") as file:
+                    environ = file.read()
             except OSError:  # gone, or another user's
                 continue
             if needle in environ.split(b"\0"):
