@@ -11,7 +11,9 @@ in its TLS handshake; one that never got a response and sent nothing for the gra
 latest response was an error (a 401, a 429, a 404: a flood of wrong passwords); one just opened, or with a head or
 handshake begun within the grace; one whose request the kernel holds unread (accepted in the same batch as a
 flood's connections, its bytes not read yet); and only then one whose latest response was a success (Prometheus'
-keep-alive connection between two scrapes). Among equals, the one idle (or stalled) the longest.
+keep-alive connection between two scrapes). Among equals, the one idle (or stalled) the longest; but a new
+connection that has sent only part of a request by its accept leaves itself, before anything is made for it, when
+nothing open stands below one just opened (:meth:`Connections.stalled_newcomer_leaves`, listener.py).
 
 A connection of a standing up to error-answered leaves with up to :data:`EVICTION_BATCH` - 1 others of its
 standing: a flood over the cap reconnects as fast as its connections close, and the ranking (a pass over every open
