@@ -522,3 +522,14 @@ def test_the_slurm_series_per_gpu_the_docs_give_are_what_the_exposition_renders(
     assert found is not None
     assert int(found.group(1)) == slurm_series_per_gpu(tmp_path, 40, DEFAULT_MAX_PROCESSES) == 2 * 16
     assert int(found.group(2)) == slurm_series_per_gpu(tmp_path, 40, 0)
+
+
+def test_the_connection_caps_figures_in_the_docs_are_the_codes() -> None:
+    """docs/compatibility.md's descriptors kept in reserve, listen queue and accept batch, as httpserver/ sets them."""
+    from nvidia_gpu_exporter.httpserver.connections import ACCEPT_BATCH, FD_RESERVE
+    from nvidia_gpu_exporter.httpserver.listener import LISTEN_BACKLOG
+
+    text = " ".join(COMPATIBILITY_TEXT.split())
+    assert f"minus {FD_RESERVE} descriptors" in text
+    assert f"The listen queue is {LISTEN_BACKLOG:,} deep" in text
+    assert f"accepts at most {ACCEPT_BATCH} connections per turn" in text

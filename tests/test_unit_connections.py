@@ -336,3 +336,42 @@ def test_a_ranking_older_than_its_reuse_window_is_made_again() -> None:
     clock[0] += RANKING_REUSE_SECONDS + 0.01
     assert connections.admit(FakeConnection("new-2", idle=None))
     assert [connection.ranked for connection in opened if not connection.evicted] == [2, 2]
+
+
+# At the cap, a new connection that has shown only the start of a request (listener.py closes it before a protocol
+# is made) leaves in place of an open one only when nothing open stands below one just opened: a flood reconnecting
+# over the cap pays no transport per connection, and nothing lower is kept in its place.
+@pytest.mark.parametrize(
+    ("open_ones", "leaves"),
+    [
+        pytest.param([idle_for(0.5, stall=STALLED_HEAD)] * 2, True, id="every-one-a-head-begun-within-the-grace"),
+        pytest.param([idle_for(0.5, stall=STALLED_HANDSHAKE), idle_for(0)], True, id="young-handshakes-and-silent"),
+        pytest.param([idle_for(60, status=200), idle_for(0.1, waiting=True)], True, id="answered-and-asking"),
+        pytest.param([idle_for(0.5), idle_for(GRACE, stall=STALLED_HEAD)], False, id="a-head-stalled-past-the-grace"),
+        pytest.param([idle_for(0.5), idle_for(GRACE + 1)], False, id="one-silent-past-the-grace"),
+        pytest.param([idle_for(0.5), idle_for(1, status=401)], False, id="one-error-answered"),
+        pytest.param([FakeConnection("busy", None)] * 2, False, id="every-one-busy-the-newcomer-gets-503"),
+        pytest.param([idle_for(0.5)], False, id="below-the-cap"),
+    ],
+)
+def test_a_stalled_newcomer_at_the_cap_leaves_only_when_nothing_stands_below_one_just_opened(
+    open_ones: list[FakeConnection], leaves: bool
+) -> None:
+    connections = registry(2)
+    for template in open_ones:
+        connections.admit(
+            FakeConnection(template.name, template.idle, template.status, template.waiting, stall=template.stall)
+        )
+    assert connections.stalled_newcomer_leaves() is leaves
+    assert len(connections) == len(open_ones)  # nobody was made to leave
+
+
+def test_an_entry_left_since_the_ranking_does_not_decide_for_a_stalled_newcomer() -> None:
+    connections = registry(3)
+    stalled = idle_for(GRACE, stall=STALLED_HEAD)
+    for connection in (stalled, idle_for(0.5, stall=STALLED_HEAD), idle_for(0.5, stall=STALLED_HEAD)):
+        connections.admit(connection)
+    assert not connections.stalled_newcomer_leaves()  # ranked: the stalled head is below one just opened
+    connections.release(stalled)  # its entry stays in the ranking, which serves the admits that follow
+    connections.admit(idle_for(0.1, stall=STALLED_HEAD))
+    assert connections.stalled_newcomer_leaves()

@@ -11,7 +11,9 @@ in its TLS handshake; one that never got a response and sent nothing for the gra
 latest response was an error (a 401, a 429, a 404: a flood of wrong passwords); one just opened, or with a head or
 handshake begun within the grace; one whose request the kernel holds unread (accepted in the same batch as a
 flood's connections, its bytes not read yet); and only then one whose latest response was a success (Prometheus'
-keep-alive connection between two scrapes). Among equals, the one idle (or stalled) the longest.
+keep-alive connection between two scrapes). Among equals, the one idle (or stalled) the longest; but a new
+connection that has sent only part of a request by its accept leaves itself, before anything is made for it, when
+nothing open stands below one just opened (:meth:`Connections.stalled_newcomer_leaves`, listener.py).
 
 A connection of a standing up to error-answered leaves with up to :data:`EVICTION_BATCH` - 1 others of its
 standing: a flood over the cap reconnects as fast as its connections close, and the ranking (a pass over every open
@@ -34,11 +36,11 @@ from nvidia_gpu_exporter.httpserver.stats import ConnectionStats
 
 log = logging.getLogger(__name__)
 
-LISTEN_BACKLOG = 128  # aiohttp's listen backlog, kept; asyncio also accepts up to this many connections at once
-# Descriptors kept free beyond the cap: connections accepted and not yet admitted or closed (asyncio accepts up
-# to the backlog per loop iteration, and a connection reaches the cap's check two iterations later, so about
-# three batches are in flight in a flood), plus nvidia-smi's pipes, the kernel log, listeners and the loop.
-FD_RESERVE = 3 * LISTEN_BACKLOG + 64
+ACCEPT_BATCH = 16  # connections accepted per event-loop turn, at most (listener.py)
+# Descriptors kept free beyond the cap: connections accepted and not yet admitted or closed (a connection reaches
+# the cap's check two loop iterations after its accept, so about three batches are in flight in a flood), plus
+# nvidia-smi's pipes, the kernel log, listeners and the loop.
+FD_RESERVE = 3 * ACCEPT_BATCH + 64
 # How long a connection that never got a response counts as a client about to send its request.
 NEW_CONNECTION_GRACE_SECONDS = 2.0
 # A connection's standing at the cap (see the module docstring); the lowest leaves first.
@@ -151,6 +153,31 @@ class Connections:
             self._since_ranking.append(connection)
         self.stats.open = len(self._open)
         return True
+
+    def full(self) -> bool:
+        """Whether a new connection would find the cap reached."""
+        return 0 < self.limit <= len(self._open)
+
+    def stalled_newcomer_leaves(self) -> bool:
+        """At the cap, whether a new connection that has shown only the start of a request (a head without its
+        end, part of a TLS record) is closed rather than admitted: when no open connection stands below one just
+        opened, it would make an equal leave, and closing it before anything is made for it (listener.py) is a
+        fraction of the cost; the flood it belongs to reconnects either way. False when no connection is idle (the
+        newcomer is refused with a 503 as any other)."""
+        if not self.full():
+            return False
+        now = self.clock()
+        ranked = self._current_ranking(now)
+        while ranked:
+            standing, since, _, _, connection = ranked[0]
+            current = connection.idle_since() if connection in self._open else None
+            if current is None:
+                heapq.heappop(ranked)  # left or busy since the ranking
+            elif current != since:
+                heapq.heapreplace(ranked, self._entry(connection, current, now))
+            else:
+                return standing >= OPENING  # a lower bound: the kernel can only raise it
+        return False
 
     def admit_handshake(self, connection: Connection) -> bool:
         """:meth:`admit` a TLS connection whose handshake starts now; past :data:`MAX_HANDSHAKES` under way, the

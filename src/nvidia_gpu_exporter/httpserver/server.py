@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from nvidia_gpu_exporter.httpserver.connections import Connections, fit_to_fd_limit, open_file_limit
 from nvidia_gpu_exporter.httpserver.http import App, Handler, MethodNotAllowed, NotFound, Request, Response
+from nvidia_gpu_exporter.httpserver.listener import Listening
 from nvidia_gpu_exporter.httpserver.protocol import HttpProtocol, OpenConnections
 from nvidia_gpu_exporter.httpserver.responses import plain_text
 from nvidia_gpu_exporter.httpserver.security import Security
@@ -129,7 +130,7 @@ class HttpServer:
         self.connections = Connections(limit, connection_stats or ConnectionStats())
         self.open = OpenConnections()
         self.addresses: list[str] = []
-        self._listeners: list[asyncio.Server] = []
+        self._listeners: list[Listening] = []
 
     def _protocol(self, finished: Callable[[int], None]) -> HttpProtocol:
         return HttpProtocol(

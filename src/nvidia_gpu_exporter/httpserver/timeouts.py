@@ -29,12 +29,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from nvidia_gpu_exporter.httpserver.connections import (
-    LISTEN_BACKLOG,
     STALLED_BODY,
     STALLED_HANDSHAKE,
     STALLED_HEAD,
     Connections,
 )
+from nvidia_gpu_exporter.httpserver.listener import Listening, listen
 from nvidia_gpu_exporter.httpserver.protocol import (
     BODY,
     HEAD,
@@ -425,6 +425,12 @@ def _peer(transport: asyncio.BaseTransport) -> str:
     return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else ""
 
 
+def head_pending(first: bytes) -> bool:
+    """Whether a client's first bytes are only the start of a request head, by h11 (a whole head, or a malformed
+    one, is a request in: answered, not stalled)."""
+    return not RequestReader().head_in(first)
+
+
 async def serve_with_deadlines(
     factory: ProtocolFactory,
     sock: socket.socket,
@@ -433,11 +439,12 @@ async def serve_with_deadlines(
     write_timeout: float,
     ssl_context: ssl.SSLContext | None = None,
     connections: Connections | None = None,
-) -> asyncio.Server:
-    """Serve ``sock`` with ``factory``'s protocols (protocol.py's), each wrapped in :class:`DeadlineProtocol`.
+) -> Listening:
+    """Serve ``sock`` (listener.py) with ``factory``'s protocols (protocol.py's), each wrapped in
+    :class:`DeadlineProtocol`.
 
     With TLS the handshake is bounded like the request headers (asyncio's default would be 60 s); TLS
-    listeners come from :mod:`~nvidia_gpu_exporter.httpserver.tlsbuffer`, the one module that reaches into asyncio.
+    protocols come from :mod:`~nvidia_gpu_exporter.httpserver.tlsbuffer`, the one module that reaches into asyncio.
     ``connections`` is shared by every listener, so the cap holds for the process.
     """
     loop = asyncio.get_running_loop()
@@ -446,13 +453,19 @@ async def serve_with_deadlines(
         return DeadlineProtocol(factory, loop, header_timeout, write_timeout, connections)
 
     if ssl_context is None:
-        return await loop.create_server(deadline_factory, sock=sock, backlog=LISTEN_BACKLOG)
-    from nvidia_gpu_exporter.httpserver.tlsbuffer import create_tls_server  # noqa: PLC0415 - only with TLS (issue 16)
+        return await listen(sock, deadline_factory, connections=connections, stalled=head_pending)
+    from nvidia_gpu_exporter.httpserver.tlsbuffer import (  # noqa: PLC0415 - only with TLS (issue 16)
+        first_record_pending,
+        tls_serving,
+    )
 
-    return await create_tls_server(
-        deadline_factory,
+    handshake_timeout = header_timeout if header_timeout > 0 else None
+    tls_factory, wrap = tls_serving(deadline_factory, ssl_context, handshake_timeout=handshake_timeout)
+    return await listen(
         sock,
-        ssl_context,
-        handshake_timeout=header_timeout if header_timeout > 0 else None,
-        backlog=LISTEN_BACKLOG,
+        tls_factory,
+        connections=connections,
+        stalled=first_record_pending,
+        ssl_context=wrap,
+        handshake_timeout=handshake_timeout,
     )

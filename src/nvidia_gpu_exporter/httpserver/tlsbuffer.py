@@ -98,6 +98,18 @@ def sslproto_mismatches() -> list[str]:
     return mismatches
 
 
+def first_record_pending(received: bytes | bytearray) -> bool:
+    """Whether a TLS client's first bytes are only the start of its first record: fewer than a record header, or a
+    handshake record not whole yet (what :class:`FirstRecord` holds before OpenSSL is given anything)."""
+    if len(received) < RECORD_HEADER_BYTES:
+        return True
+    header = bytes(received[:RECORD_HEADER_BYTES])
+    if header in HTTP_PREFIXES:
+        return False
+    length = RECORD_HEADER_BYTES + int.from_bytes(header[3:5], "big")
+    return header[0] == HANDSHAKE_RECORD and length <= MAX_RECORD_BYTES and len(received) < length
+
+
 def python_verified(version: tuple[int, int] = (sys.version_info.major, sys.version_info.minor)) -> bool:
     """Whether ``version`` is one of the CPython versions :data:`VERIFIED_PYTHONS` spans."""
     first, last = VERIFIED_PYTHONS
@@ -199,16 +211,12 @@ if sys.version_info >= (3, 11):
             if transport is None or transport.is_closing():
                 return
             self._received += _FIRST_READS[:nbytes]
-            if len(self._received) < RECORD_HEADER_BYTES:
-                return
-            header = bytes(self._received[:RECORD_HEADER_BYTES])
-            if header in HTTP_PREFIXES:
+            if first_record_pending(self._received):
+                return  # OpenSSL is not needed yet
+            if bytes(self._received[:RECORD_HEADER_BYTES]) in HTTP_PREFIXES:
                 transport.write(PLAIN_HTTP_ANSWER)
                 transport.close()
                 return
-            length = RECORD_HEADER_BYTES + int.from_bytes(header[3:5], "big")
-            if header[0] == HANDSHAKE_RECORD and length <= MAX_RECORD_BYTES and len(self._received) < length:
-                return  # a handshake record on its way: OpenSSL is not needed yet
             self._hand_over(transport)
 
         def _hand_over(self, transport: asyncio.Transport) -> None:
@@ -244,18 +252,14 @@ def _retrieve_outcome(future: asyncio.Future[object]) -> None:
         future.exception()
 
 
-async def create_tls_server(
-    factory: Callable[[], asyncio.Protocol],
-    sock: socket.socket,
-    context: ssl.SSLContext,
-    *,
-    handshake_timeout: float | None,
-    backlog: int,
-) -> asyncio.Server:
-    """Serve TLS on ``sock``: each connection's handshake is bounded by ``handshake_timeout`` (None: asyncio's 60 s),
-    then ``factory``'s protocol gets the plaintext."""
-    loop = asyncio.get_running_loop()
+def tls_serving(
+    factory: Callable[[], asyncio.Protocol], context: ssl.SSLContext, *, handshake_timeout: float | None
+) -> tuple[Callable[[], asyncio.BaseProtocol], ssl.SSLContext | None]:
+    """What serves TLS on an accepted connection: a factory of protocols, and the context asyncio must wrap them in
+    (None: the factory's protocols do TLS themselves, with the compact buffer). Each connection's handshake is bounded
+    by ``handshake_timeout`` (None: asyncio's 60 s), then ``factory``'s protocol gets the plaintext."""
     if sys.version_info >= (3, 11) and compact_tls_available():
+        loop = asyncio.get_running_loop()
 
         def tls_factory() -> asyncio.BaseProtocol:
             plaintext = factory()
@@ -275,7 +279,23 @@ async def create_tls_server(
             hooks = plaintext if isinstance(plaintext, TlsHooks) else None
             return FirstRecord(make_tls, hooks, handshake_timeout or DEFAULT_HANDSHAKE_TIMEOUT_SECONDS)
 
+        return tls_factory, None
+    return factory, context
+
+
+async def create_tls_server(
+    factory: Callable[[], asyncio.Protocol],
+    sock: socket.socket,
+    context: ssl.SSLContext,
+    *,
+    handshake_timeout: float | None,
+    backlog: int,
+) -> asyncio.Server:
+    """asyncio's server of :func:`tls_serving`'s protocols on ``sock``."""
+    loop = asyncio.get_running_loop()
+    tls_factory, wrap = tls_serving(factory, context, handshake_timeout=handshake_timeout)
+    if wrap is None:
         return await loop.create_server(tls_factory, sock=sock, backlog=backlog)
     return await loop.create_server(
-        factory, sock=sock, ssl=context, backlog=backlog, ssl_handshake_timeout=handshake_timeout
+        factory, sock=sock, ssl=wrap, backlog=backlog, ssl_handshake_timeout=handshake_timeout
     )
