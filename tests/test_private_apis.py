@@ -266,6 +266,23 @@ def test_the_compact_protocol_reads_into_16_kib() -> None:
         loop.close()
 
 
+def test_every_tls_connection_reads_into_one_shared_buffer() -> None:
+    """Each read is copied out at once (into OpenSSL's incoming BIO), so no connection holds a receive buffer of its
+    own: a stalled handshake or an idle keep-alive scraper holds 4 KiB less."""
+    if sys.version_info < (3, 11):
+        pytest.skip("Python 3.10's asyncio TLS has no per-connection buffer")
+    loop = asyncio.new_event_loop()
+    try:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        first, second = (
+            tlsbuffer.CompactTLSProtocol(loop, asyncio.Protocol(), context, loop.create_future(), server_side=True)
+            for _ in range(2)
+        )
+        assert first.get_buffer(-1).obj is second.get_buffer(-1).obj
+    finally:
+        loop.close()
+
+
 class _FakeProtocolWithoutHandshakeTimeout(asyncio.BufferedProtocol):
     max_size = 256 * 1024
 

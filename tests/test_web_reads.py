@@ -101,8 +101,9 @@ async def _settle(inner: HttpProtocol) -> None:
             return
 
 
-def _connection() -> tuple[DeadlineProtocol, HttpProtocol]:
-    """The server's two protocols for one connection, as its listener makes them, on :func:`_app`."""
+def _connection(transport: RecordingTransport) -> tuple[DeadlineProtocol, HttpProtocol]:
+    """The server's two protocols for one connection on ``transport``, as its listener makes them, on :func:`_app`
+    (the HTTP protocol is made once the connection is made)."""
     app = _app()
     inners: list[HttpProtocol] = []
 
@@ -111,15 +112,15 @@ def _connection() -> tuple[DeadlineProtocol, HttpProtocol]:
         return inners[0]
 
     protocol = DeadlineProtocol(make, asyncio.get_running_loop(), header_timeout=10, write_timeout=10)
+    protocol.connection_made(transport)
     return protocol, inners[0]
 
 
 async def _transcript(reads: list[bytes], *, interleaved: bool) -> tuple[bytes, bool]:
     """What the server writes for ``reads`` and whether it ended its side of the connection. The reads come one after
     another, or with ``interleaved`` each handler is let finish before the next read (a slow client's reads)."""
-    protocol, inner = _connection()
     transport = RecordingTransport()
-    protocol.connection_made(transport)
+    protocol, inner = _connection(transport)
     for data in reads:
         if transport.closed:
             break
@@ -252,8 +253,7 @@ def test_the_header_line_limit_does_not_depend_on_optional_whitespace(
 async def _awaiting_after(reads: list[bytes]) -> tuple[int, bool]:
     """What the connection waits for after ``reads`` (protocol.py's constants), and whether its request deadline
     runs."""
-    protocol, inner = _connection()
-    protocol.connection_made(RecordingTransport())
+    protocol, inner = _connection(RecordingTransport())
     for data in reads:
         protocol.data_received(data)
         await _settle(inner)

@@ -116,7 +116,9 @@ class DeadlineProtocol(asyncio.Protocol):
     ``inner`` makes the HTTP protocol, given the callback it calls with each response's status once the response
     is all in the transport (:meth:`response_finished`). What the client owes (a head, a body) is the HTTP
     protocol's word, read from h11 (:meth:`HttpConnection.awaiting`): nothing here reads the request bytes. One timer
-    per connection at most, and none while it is idle.
+    per connection at most, and none while it is idle. The HTTP protocol is made only once the connection is served:
+    a TLS handshake under way, or a refused connection, holds none (nor the cycle through ``response_finished`` that
+    a handshake never finished left for the garbage collector).
     """
 
     def __init__(
@@ -127,7 +129,8 @@ class DeadlineProtocol(asyncio.Protocol):
         write_timeout: float,
         connections: Connections | None = None,
     ) -> None:
-        self.inner = inner(self.response_finished)
+        self._make_inner = inner
+        self.inner: HttpConnection  # made when the connection is served (connection_made), not for a refused one
         self.loop = loop
         self.header_timeout = header_timeout
         self.write_timeout = write_timeout
@@ -362,6 +365,7 @@ class DeadlineProtocol(asyncio.Protocol):
         self._handshaking = False
         if self.connections is not None:
             self.connections.release(self)
+        self._let_go()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -375,6 +379,7 @@ class DeadlineProtocol(asyncio.Protocol):
             self._refuse(TOO_MANY_CONNECTIONS)
             return
         self._served = True
+        self.inner = self._make_inner(self.response_finished)
         self.inner.connection_made(transport)
         self._refresh(self.loop.time())  # the first request's head is awaited from now
         self._arm()
@@ -403,10 +408,17 @@ class DeadlineProtocol(asyncio.Protocol):
         if self.connections is not None:
             self.connections.release(self)
         self.transport = None
-        self._raw = None
+        self._let_go()
         self._refused_head = None
         if self._served:
             self.inner.connection_lost(exc)
+
+    def _let_go(self) -> None:
+        """The TCP connection closed: its transport is let go of, and freed now rather than at the next full garbage
+        collection (:func:`release_read_callback`)."""
+        if self._raw is not None:
+            release_read_callback(self._raw)
+            self._raw = None
 
     def pause_writing(self) -> None:
         self._watch_write()
@@ -418,6 +430,16 @@ class DeadlineProtocol(asyncio.Protocol):
             self._write_progress = self.loop.time()
         if self._served:
             self.inner.resume_writing()
+
+
+def release_read_callback(transport: asyncio.BaseTransport) -> None:
+    """Drop a closed TCP transport's reference to itself: on Python 3.11 asyncio's socket transport keeps its read
+    callback, a bound method of itself, after the close (CPython's gh-100348, fixed in 3.12 by clearing it in
+    ``close()``, as done here), so every closed connection waited for a full garbage collection; under a flood of
+    evictions about 600 of them at a time, which grew CPython's object arenas by megabytes that outlived the flood
+    (BENCHMARKS.md, "What stays after a flood"). Only once the transport is closing: its reader is gone by then."""
+    if sys.version_info < (3, 12) and transport.is_closing() and hasattr(transport, "_read_ready_cb"):
+        transport._read_ready_cb = None  # asyncio's private attribute (3.11 and before)
 
 
 def _peer(transport: asyncio.BaseTransport) -> str:

@@ -1,14 +1,16 @@
-"""TLS listeners with a 4 KiB receive buffer per connection, no TLS state before the client's first record is whole,
-and handshakes that count under the connection cap: the one module that touches ``asyncio.sslproto``.
+"""TLS listeners reading into one shared 4 KiB buffer, no TLS state before the client's first record is whole, and
+handshakes that count under the connection cap: the one module that touches ``asyncio.sslproto``.
 
 asyncio's TLS protocol (Python >= 3.11) allocates and zero-fills a 256 KiB receive buffer for every connection,
 which the allocator keeps after it closes: 50 TLS scrapers cost about 12 MiB of RSS for it. A client only ever
 sends a scrape request (a few hundred bytes; a longer record simply arrives in more than one read), and
-responses do not go through this buffer, so 4 KiB is plenty (and each stalled handshake holds it). asyncio has no public
-way to size the buffer: :class:`CompactTLSProtocol` subclasses the private ``SSLProtocol`` and overrides its
-``max_size``. That is done only on the CPython versions it was verified on (:data:`VERIFIED_PYTHONS`) and only
-while the class still has the shape relied on (:func:`sslproto_mismatches`); anywhere else TLS is served by the
-public ``loop.create_server(ssl=...)`` with asyncio's own buffer, which costs memory, never correctness.
+responses do not go through this buffer, so 4 KiB is plenty. Each read is copied at once into OpenSSL's incoming
+BIO, so every connection reads into one buffer (:data:`_READS`) and holds none of its own (a stalled handshake or
+an idle keep-alive scraper held 4 KiB). asyncio has no public way to choose the buffer: :class:`CompactTLSProtocol`
+subclasses the private ``SSLProtocol``, overrides its ``max_size`` and replaces the buffer its constructor made.
+That is done only on the CPython versions it was verified on (:data:`VERIFIED_PYTHONS`) and only while the class
+still has the shape relied on (:func:`sslproto_mismatches`); anywhere else TLS is served by the public
+``loop.create_server(ssl=...)`` with asyncio's own buffer, which costs memory, never correctness.
 
 OpenSSL's state for a connection costs about 45 KiB once its handshake has begun, none of it sized by anything
 Python's ``ssl`` can set: the handshake message buffer (16 KiB, allocated as 21 KiB), the ``SSL`` object (7.6 KiB)
@@ -41,7 +43,7 @@ import logging
 import socket
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import ssl  # imported by TLS only (support/sslgate.py)
@@ -132,14 +134,24 @@ def compact_tls_available() -> bool:
 
 
 if sys.version_info >= (3, 11):
+    # What every TLS connection reads into, copied out at once (one event loop, one read at a time): by FirstRecord
+    # into its bytes so far, by SSLProtocol into OpenSSL's incoming BIO. No connection holds a buffer of its own, and
+    # no read allocates one (asyncio's data_received path makes 256 KiB per read).
+    _READS = memoryview(bytearray(TLS_RECEIVE_BUFFER_BYTES))
 
     class CompactTLSProtocol(asyncio.sslproto.SSLProtocol):
-        """asyncio's TLS protocol with a 4 KiB receive buffer instead of 256 KiB per connection, its TCP connection's
-        close reported to ``hooks``, and a failed handshake's alert sent."""
+        """asyncio's TLS protocol reading into the shared 4 KiB buffer instead of 256 KiB of its own, its TCP
+        connection's close reported to ``hooks``, and a failed handshake's alert sent."""
 
         max_size = TLS_RECEIVE_BUFFER_BYTES
         hooks: TlsHooks | None = None
         _tcp: asyncio.Transport | None = None
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            # SSLProtocol's own buffer (made by its __init__, read into by get_buffer and buffer_updated) let go
+            self._ssl_buffer = _READS.obj
+            self._ssl_buffer_view = _READS
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             assert isinstance(transport, asyncio.Transport)
@@ -173,10 +185,6 @@ if sys.version_info >= (3, 11):
                 view = view[size:]
                 self.buffer_updated(size)
 
-    # What every connection under FirstRecord reads into, copied out at once (one event loop, one read at a time): no
-    # buffer of its own, and no 256 KiB allocation per read as asyncio's data_received path makes.
-    _FIRST_READS = memoryview(bytearray(TLS_RECEIVE_BUFFER_BYTES))
-
     class FirstRecord(asyncio.BufferedProtocol):
         """A TLS connection until its client's first record is whole: the bytes held as they come, the handshake's
         deadline from the accept, plain HTTP answered as Go answers it; then the TLS protocol (``make_tls``, given the
@@ -204,13 +212,13 @@ if sys.version_info >= (3, 11):
             self._deadline = asyncio.get_running_loop().call_later(self._timeout, transport.abort)
 
         def get_buffer(self, sizehint: int) -> memoryview:
-            return _FIRST_READS
+            return _READS
 
         def buffer_updated(self, nbytes: int) -> None:
             transport = self._tcp
             if transport is None or transport.is_closing():
                 return
-            self._received += _FIRST_READS[:nbytes]
+            self._received += _READS[:nbytes]
             if first_record_pending(self._received):
                 return  # OpenSSL is not needed yet
             if bytes(self._received[:RECORD_HEADER_BYTES]) in HTTP_PREFIXES:
@@ -273,7 +281,7 @@ def tls_serving(
                     context,
                     handshake_done,
                     server_side=True,
-                    ssl_handshake_timeout=seconds_left,  # type: ignore[arg-type]  # typeshed: int only
+                    ssl_handshake_timeout=seconds_left,  # type: ignore[arg-type, unused-ignore]  # typeshed: int only
                 )
 
             hooks = plaintext if isinstance(plaintext, TlsHooks) else None
