@@ -7,7 +7,7 @@ before its logger is set up, in the standard library's ``2006/01/02 15:04:05 ERR
 its reason: what ``--help-man``, ``--help-long`` and the completion scripts print on stdout beyond its being there, the
 rest of ``--help`` and ``--version`` (their layout and our own flags and subcommands are deliberate differences,
 docs/compatibility.md, "Deliberate differences"), the time in a log line (the clock). Never drawn: ``--completion-bash``
-(it completes our own flags too), dcgm-exporter's short options such as ``-a``, ``-f`` or ``-x`` (they start the
+(it completes our own flags too), dcgm-exporter's short options such as ``-a``, ``-f``, ``-v`` or ``-x`` (they start the
 dcgm-exporter way, docs/dcgm.md), a missing ``--web.config.file`` (refused here, served by Go without its settings:
 the deliberate "fail closed" difference).
 
@@ -86,7 +86,6 @@ WORDS = (
     "--help-long",
     "--help-man",
     "--completion-script-bash",
-    "-v",
     "-q",
     "x",
     "-",

@@ -22,6 +22,7 @@ import http.client
 import random
 import re
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from exposition_reader import comparable
 
@@ -122,7 +123,7 @@ _LINKS = re.compile(r'href="(/[^"]*)"')
 
 def _body(probe: Probe, telemetry: str, status: int, content_type: str, body: bytes) -> str:
     text = body.decode("utf-8", "surrogateescape")
-    if probe.path.partition("?")[0] in (telemetry,) and status == 200 and probe.method == "GET":
+    if unquote(probe.path.partition("?")[0]) == telemetry and status == 200 and probe.method == "GET":
         return comparable(text)
     if content_type.startswith("text/html") and status == 200 and probe.method == "GET":
         title = _TITLE.search(text)

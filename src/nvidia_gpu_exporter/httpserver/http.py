@@ -4,16 +4,18 @@
 address and certificate); :class:`Response` a status, headers and a body held as parts (``bytes`` each) that
 the server writes in order without joining them (httpserver/body.py). :class:`App` routes GET (and the HEAD it
 implies) by exact path, runs the middlewares around the chosen handler and applies the response hooks; an
-unknown path raises :class:`NotFound` and a known path asked with another method :class:`MethodNotAllowed`,
-for a middleware (``server.go_style_errors``) to answer. The connection side is httpserver/protocol.py.
+unknown path raises :class:`NotFound`, a known path asked with another method :class:`MethodNotAllowed` and a
+path that is not clean (``//x``, ``/a/../x``) :class:`Redirect`, for a middleware (``server.go_style_errors``) to
+answer as Go's ServeMux does. The connection side is httpserver/protocol.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import posixpath
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, overload
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl, quote, unquote
 
 Handler = Callable[["Request"], Awaitable["Response"]]
 Middleware = Callable[["Request", Handler], Awaitable["Response"]]
@@ -209,6 +211,35 @@ class MethodNotAllowed(Exception):
         self.allowed = tuple(sorted(allowed))
 
 
+class Redirect(Exception):
+    """The path is not clean: Go's ServeMux sends the client to the clean one, whether it is routed or not."""
+
+    def __init__(self, location: str) -> None:
+        super().__init__(location)
+        self.location = location
+
+
+def go_clean_path(path: str) -> str:
+    """Go's ``net/http`` ``cleanPath``: ``path.Clean`` (no ``//``, ``.`` or ``..`` segments, ``..`` stopping at the
+    root), keeping a trailing slash."""
+    cleaned = posixpath.normpath(path if path.startswith("/") else "/" + path)
+    if cleaned.startswith("//"):  # POSIX keeps two leading slashes; Go's path.Clean does not
+        cleaned = "/" + cleaned.lstrip("/")
+    if path.endswith("/") and cleaned != "/":
+        cleaned += "/"
+    return cleaned
+
+
+def _location(path: str, query: str) -> str:
+    """``url.URL{Path: path, RawQuery: query}.String()``, with bytes beyond ASCII escaped as ``http.Redirect``
+    escapes them."""
+    escaped = quote(path.encode("utf-8", "surrogateescape"), safe="$&+,/:;=@")
+    if query:
+        raw = query.encode("utf-8", "surrogateescape")
+        escaped += "?" + "".join(chr(byte) if byte < 0x80 else f"%{byte:02x}" for byte in raw)
+    return escaped
+
+
 class App:
     """Exact-path routes, middlewares (the first listed is the outermost) and hooks run on every response."""
 
@@ -232,6 +263,10 @@ class App:
         return {path: tuple(methods) for path, methods in self._routes.items()}
 
     async def _route(self, request: Request) -> Response:
+        if request.path.startswith("/") and request.method != "CONNECT":
+            clean = go_clean_path(request.path)
+            if clean != request.path:
+                raise Redirect(_location(clean, request.query_string))
         methods = self._routes.get(request.path)
         if methods is None:
             raise NotFound

@@ -66,7 +66,7 @@ def build_app(
             text = view.cached_page() or landing_page(settings)
         else:
             text = await view.page()
-        return Response(text=text, content_type="text/html", charset="utf-8")
+        return Response(text=text, content_type="text/html", charset="UTF-8")  # exporter-toolkit's spelling
 
     async def view_json(_: Request) -> Response:
         return Response(
