@@ -12,6 +12,8 @@ path, every other body byte for byte. Left out, each for its reason:
 - ``escaping=underscores`` at the end of Go's metrics ``Content-Type``: a deliberate difference
   (docs/compatibility.md, "Deliberate differences", `escaping=` only when asked); Prometheus reads the media type alone.
 - The landing page beyond its title and link: ours adds the live view (a deliberate difference).
+- A 500's body past its first line (``An error has occurred while serving metrics:``): Go names each duplicate
+  series in protobuf's text format, whose spacing the protobuf library varies from build to build on purpose.
 - The routes only ours has (``/-/xids``, ``/-/view.json``): additions, never drawn.
 """
 
@@ -123,8 +125,11 @@ _LINKS = re.compile(r'href="(/[^"]*)"')
 
 def _body(probe: Probe, telemetry: str, status: int, content_type: str, body: bytes) -> str:
     text = body.decode("utf-8", "surrogateescape")
+    if status == 500:
+        return text.split("\n", 1)[0]
     if unquote(probe.path.partition("?")[0]) == telemetry and status == 200 and probe.method == "GET":
-        return comparable(text)
+        end = "\n# EOF\n"  # OpenMetrics' last line, which names no family
+        return comparable(text.removesuffix(end)) + (end if text.endswith(end) else "")
     if content_type.startswith("text/html") and status == 200 and probe.method == "GET":
         title = _TITLE.search(text)
         return f"{title.group(0) if title else ''} links {telemetry in _LINKS.findall(text)}"

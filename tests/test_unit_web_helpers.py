@@ -42,7 +42,7 @@ def test_scrape_budget(header: str | None, offset: float, budget: float | None) 
 
 GZIP: list[tuple[str | None, bool, str]] = [
     ("gzip", True, "gzip"),
-    ("GZIP", True, "case-insensitive"),
+    ("GZIP", False, "case-sensitive, as the Go client"),
     ("deflate, gzip;q=0.5", True, "gzip among others with quality"),
     ("gzip;q=0", False, "q=0 refuses gzip"),
     ("gzip; q=0.0", False, "q=0.0 refuses gzip"),

@@ -15,7 +15,7 @@ import asyncio
 import posixpath
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, overload
-from urllib.parse import parse_qsl, quote, unquote
+from urllib.parse import parse_qsl, quote, unquote, unquote_to_bytes
 
 Handler = Callable[["Request"], Awaitable["Response"]]
 Middleware = Callable[["Request", Handler], Awaitable["Response"]]
@@ -230,14 +230,25 @@ def go_clean_path(path: str) -> str:
     return cleaned
 
 
+_PATH_SAFE = "$&+,/:;=@"  # what net/url leaves unescaped in a path besides letters, digits and -_.~
+_VALID_ENCODED = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.~$&+,/:;=@!'()*[]%")
+
+
+def _escaped_path(raw: str) -> str:
+    """``url.URL.EscapedPath()`` of a request's path as sent: itself when it is a valid encoding, else the decoded
+    path escaped again (``<`` becomes ``%3C``, a raw UTF-8 byte ``%C3``)."""
+    sent = raw.encode("utf-8", "surrogateescape")
+    if all(byte in _VALID_ENCODED for byte in sent):
+        return raw
+    return quote(unquote_to_bytes(sent), safe=_PATH_SAFE)
+
+
 def _location(path: str, query: str) -> str:
-    """``url.URL{Path: path, RawQuery: query}.String()``, with bytes beyond ASCII escaped as ``http.Redirect``
-    escapes them."""
-    escaped = quote(path.encode("utf-8", "surrogateescape"), safe="$&+,/:;=@")
-    if query:
-        raw = query.encode("utf-8", "surrogateescape")
-        escaped += "?" + "".join(chr(byte) if byte < 0x80 else f"%{byte:02x}" for byte in raw)
-    return escaped
+    """The clean path and the query as sent, bytes beyond ASCII escaped as ``http.Redirect`` escapes them."""
+    if not query:
+        return path
+    raw = query.encode("utf-8", "surrogateescape")
+    return path + "?" + "".join(chr(byte) if byte < 0x80 else f"%{byte:02x}" for byte in raw)
 
 
 class App:
@@ -263,9 +274,10 @@ class App:
         return {path: tuple(methods) for path, methods in self._routes.items()}
 
     async def _route(self, request: Request) -> Response:
-        if request.path.startswith("/") and request.method != "CONNECT":
-            clean = go_clean_path(request.path)
-            if clean != request.path:
+        if request.path.startswith("/") and request.method != "CONNECT":  # Go cleans the path as sent, not decoded
+            escaped = _escaped_path(_origin_form(request.target).partition("?")[0])
+            clean = go_clean_path(escaped)
+            if clean != escaped:
                 raise Redirect(_location(clean, request.query_string))
         methods = self._routes.get(request.path)
         if methods is None:

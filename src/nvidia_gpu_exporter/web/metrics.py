@@ -66,12 +66,13 @@ def snapshot_rows(snapshot: Snapshot) -> int:
 
 
 def accepts_gzip(header_value: str | None) -> bool:
-    """True when ``Accept-Encoding`` lists gzip with a non-zero quality."""
+    """True when ``Accept-Encoding`` lists ``gzip``, in that case, with a non-zero quality: what the Go client's
+    negotiation accepts (not ``GZIP``, not ``*``)."""
     if not header_value:
         return False
     for part in header_value.split(","):
         token, _, params = part.partition(";")
-        if token.strip().lower() not in ("gzip", "*"):
+        if token.strip() != "gzip":
             continue
         quality = 1.0
         for param in params.split(";"):
