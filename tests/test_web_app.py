@@ -472,3 +472,21 @@ def test_routing_answers_as_go_serve_mux_does(
         assert reply.headers.get("X-Content-Type-Options") == ("nosniff" if status >= 400 else None)
 
     run(main)
+
+
+def test_the_landing_page_survives_a_gpu_name_that_is_not_utf8() -> None:
+    """A cell holding a byte that is not UTF-8 (kept as a surrogate escape) once failed the page with a 500: the
+    differential fuzz's HTTP dimension met it (Go's landing page has no GPU data to trip on)."""
+    row = tuple(
+        "NVIDIA \udcc3 GPU" if field.qfield == "name" else cell
+        for field, cell in zip(FIELDS, gpu_row(UUID_A, "0", "41"), strict=True)
+    )
+    readings = Readings(GpuTable((row,)), None, "12.4")
+
+    async def main() -> None:
+        async with serving(FakeBackend(fields=FIELDS, readings=readings)) as served:
+            await bounded(get(served.url + "/metrics"))
+            page = await bounded(get(served.url + "/"))
+        assert page.status == 200
+
+    run(main)
