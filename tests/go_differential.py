@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from exposition_reader import comparable
+from go_differential_http import Answer, Probe, ask, draw_probes, telemetry_path
 from harness import Exporter, StartupFailed, exporter_argv, fake_smi_command, start_listening
 from nvidia_gpu_exporter.backends.exec.command import quote_word
 from nvidia_gpu_exporter.capture.format import FENCE
@@ -221,6 +222,8 @@ class Setup:
     flags: list[str] = field(default_factory=list)
     fake_args: list[str] = field(default_factory=list)  # failure injection for the fake (--fail-arg PREFIX)
     reshape_seed: int | None = None  # serve through go_differential_smi.py, which reshapes the CSV answers
+    telemetry: str = "/metrics"  # --web.telemetry-path
+    probes: list[Probe] = field(default_factory=list)  # the HTTP dimension: asked once the rounds are done
 
 
 def pick_fields(rng: random.Random) -> list[str]:
@@ -316,12 +319,38 @@ def make_setup(rng: random.Random) -> Setup:
         flags.append("--query-field-names-exclude=" + pattern)
     rng.shuffle(recorded)
     headers = [header_for(rng, name) for name in recorded]
-    fake_args = []
-    if rng.random() < 0.1:
-        failing = ("--help-query-gpu", "--version", "--query-compute-apps", "--query-gpu", "--format")
-        fake_args = ["--fail-arg", rng.choice(failing), "--stderr-msg", "injected failure"]
+    fake_args = failure_injection(rng)
+    if fake_args[:1] == ["--delay"]:
+        flags.append("--collect.timeout=1s")
     reshape_seed = rng.randrange(2**32) if rng.random() < 0.3 else None
-    return Setup(recorded, headers, text, version_text(rng), flags, fake_args, reshape_seed)
+    flags += other_flags(rng)
+    telemetry = telemetry_path(rng)
+    if telemetry != "/metrics":
+        flags.append("--web.telemetry-path=" + telemetry)
+    probes = draw_probes(rng, telemetry, rng.choice((2, 4, 8)))
+    return Setup(recorded, headers, text, version_text(rng), flags, fake_args, reshape_seed, telemetry, probes)
+
+
+def failure_injection(rng: random.Random) -> list[str]:
+    """The fake's failures: one subcommand failing, every run exiting with a status, or every run too slow for a
+    1 s ``--collect.timeout`` (which :func:`make_setup` then sets)."""
+    roll = rng.random()
+    if roll < 0.1:
+        failing = ("--help-query-gpu", "--version", "--query-compute-apps", "--query-gpu", "--format")
+        return ["--fail-arg", rng.choice(failing), "--stderr-msg", "injected failure"]
+    if roll < 0.14:
+        return ["--exit", str(rng.choice((1, 2, 6, 9, 12, 127, 255))), "--stderr-msg", rng.choice(("", "NVML: x"))]
+    if roll < 0.16:
+        return ["--delay", "3s"]
+    return []
+
+
+def other_flags(rng: random.Random) -> list[str]:
+    """The flags beside the field lists: per-process data on or off, and the nvml-only ones exec refuses."""
+    flags = ["--collect.compute-apps"] if rng.random() < 0.85 else []
+    if rng.random() < 0.04:
+        flags.append(rng.choice(("--collect.compute-apps-mig", "--collect.pcie-throughput")))
+    return flags
 
 
 @dataclass
@@ -405,10 +434,10 @@ class Outcome:
     text: str
 
     @classmethod
-    def of(cls, exporter: Exporter | None, failure: str) -> Outcome:
+    def of(cls, exporter: Exporter | None, failure: str, path: str = "/metrics") -> Outcome:
         if exporter is None:
             return cls(-1, failure)
-        response = exporter.get("/metrics")
+        response = exporter.get(path)
         text = response.body.decode("utf-8", "surrogateescape")  # bytes that are not UTF-8 must show in a diff
         return cls(response.status, comparable(text) if response.status == 200 else "")
 
@@ -464,10 +493,28 @@ def smi_command(setup: Setup, capture: Path) -> str:
 
 
 @dataclass
+class HttpDifference:
+    setup_number: int
+    flags: list[str]
+    probe: Probe
+    go: Answer
+    ours: Answer
+
+    def report(self) -> str:
+        flags = " ".join(self.flags)
+        return (
+            f"setup {self.setup_number} http {self.probe.method} {self.probe.path!r} {list(self.probe.headers)}; "
+            f"flags {flags[:300]}\n  go:   {self.go}\n  ours: {self.ours}"
+        )
+
+
+@dataclass
 class Tally:
     setups: int = 0
     rounds: int = 0
+    requests: int = 0
     differences: list[Difference] = field(default_factory=list)
+    http_differences: list[HttpDifference] = field(default_factory=list)
 
 
 def run(
@@ -477,6 +524,7 @@ def run(
     rounds: int,
     *,
     on_difference: Callable[[Difference], None] = lambda _: None,
+    on_http_difference: Callable[[HttpDifference], None] = lambda _: None,
     workdir: Path | None = None,
     stop_after: float | None = None,
 ) -> Tally:
@@ -494,8 +542,7 @@ def run(
             first = make_round(rng, setup)
             write_atomically(capture, capture_text(setup, first))
             command = smi_command(setup, capture)
-            flags = ["--nvidia-smi-command", command, "--collect.compute-apps"]
-            flags += setup.flags
+            flags = ["--nvidia-smi-command", command, *setup.flags]
             go_argv = [go_binary, "--web.listen-address=127.0.0.1:0", *flags]
             ours_argv = exporter_argv(*flags)
             with pair(pool, go_argv, ours_argv) as [(go, go_failure), (ours, our_failure)]:
@@ -505,8 +552,8 @@ def run(
                     if round_number:
                         data = make_round(rng, setup)
                         write_atomically(capture, capture_text(setup, data))
-                    go_answer = pool.submit(Outcome.of, go, go_failure)
-                    our_answer = pool.submit(Outcome.of, ours, our_failure)
+                    go_answer = pool.submit(Outcome.of, go, go_failure, setup.telemetry)
+                    our_answer = pool.submit(Outcome.of, ours, our_failure, setup.telemetry)
                     outcome = (go_answer.result(), our_answer.result())
                     tally.rounds += 1
                     if outcome[0] != outcome[1]:
@@ -517,7 +564,16 @@ def run(
                         on_difference(difference)
                     if go is None and ours is None:
                         break
+                if go is not None and ours is not None:
+                    for probe in setup.probes:
+                        asked = [pool.submit(ask, each.address, probe, setup.telemetry) for each in (go, ours)]
+                        go_http, our_http = (answer.result() for answer in asked)
+                        tally.requests += 1
+                        if go_http != our_http:
+                            http_difference = HttpDifference(setup_number, flags[2:], probe, go_http, our_http)
+                            tally.http_differences.append(http_difference)
+                            on_http_difference(http_difference)
     return tally
 
 
-__all__ = ("Difference", "Setup", "Tally", "capture_text", "make_round", "make_setup", "run")
+__all__ = ("Difference", "HttpDifference", "Setup", "Tally", "capture_text", "make_round", "make_setup", "run")

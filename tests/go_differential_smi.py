@@ -1,5 +1,6 @@
 """Our fake nvidia-smi with its CSV answers reshaped the ways a real driver's output may vary and the fake's own
-projection never prints: blanks and tabs around cells, CRLF line ends, blank lines before and after.
+projection never prints: blanks and tabs around cells, CRLF line ends, blank lines before and after; or, for some
+seeds, garbage instead of CSV (what a broken driver, a wrong binary or a wrapper's banner prints).
 
     python tests/go_differential_smi.py SEED <fake flags...> <nvidia-smi arguments...>
 
@@ -15,6 +16,25 @@ import sys
 from nvidia_gpu_exporter.fakesmi.cli import UsageError, parse_flags, resolve, run
 
 PADDING = ("", "", "", " ", "  ", "\t", " \t ")
+GARBAGE = (
+    "",
+    "\n",
+    "No devices were found\n",
+    "Failed to initialize NVML: Driver/library version mismatch\n",
+    "\x00\x01\udcff\udcfe binary\n",
+    "Welcome to host-7\n",
+    "a,b\n1,2,3\n",
+)
+
+
+def garbage(rng: random.Random, stdout: str) -> str:
+    """Something that is not the CSV asked for: a fixed text, the header alone, or the answer cut mid-line."""
+    roll = rng.random()
+    if roll < 0.6:
+        return rng.choice(GARBAGE)
+    if roll < 0.8:
+        return stdout.split("\n", 1)[0] + "\n"
+    return stdout[: rng.randrange(len(stdout) + 1)]
 
 
 def reshape(rng: random.Random, stdout: str) -> str:
@@ -40,7 +60,7 @@ def main(argv: list[str]) -> int:
         return 2
     stdout = answer.stdout
     if answer.exit_code == 0 and "--format=csv" in rest:
-        stdout = reshape(rng, stdout)
+        stdout = garbage(rng, stdout) if rng.random() < 0.1 else reshape(rng, stdout)
     sys.stdout.buffer.write(stdout.encode("utf-8", "surrogateescape"))
     sys.stderr.write(answer.stderr)
     return answer.exit_code

@@ -76,7 +76,7 @@ def test_f_beside_our_own_profile_flag_is_only_our_short_flag() -> None:
 
 
 def test_a_value_of_our_own_flags_is_never_read_as_a_dcgm_exporter_flag() -> None:
-    config = parse_args(["-f", "-k", "--web.telemetry-path", "-a"], {}).config
+    config = parse_args(["-f-k", "--web.telemetry-path=-a"], {}).config
     assert config.dcgm_collectors == "-k"
     assert config.telemetry_path == "-a"
     assert not config.kubernetes_pod_resources

@@ -312,7 +312,9 @@ def test_the_xids_report_explains_each_xid_and_names_its_process(exporter: Start
 
 
 def test_a_telemetry_path_on_the_xids_report_is_refused() -> None:
-    with pytest.raises(StartupError, match=re.escape("web.telemetry-path must not be /-/xids")):
+    with pytest.raises(
+        StartupError, match=re.escape('web.telemetry-path "/-/xids" collides with the exporter\'s own routes')
+    ):
         checked(Config(telemetry_path="/-/xids"))
 
 

@@ -103,7 +103,7 @@ def test_health_routes_are_plain_text(served: Exporter, path: str) -> None:
 def test_landing_page_names_the_exporter_and_links_the_metrics(served: Exporter) -> None:
     response = request(served, "GET", "/")
     assert response.status == 200
-    assert header(response, "Content-Type") == "text/html; charset=utf-8"
+    assert header(response, "Content-Type") == "text/html; charset=UTF-8"  # exporter-toolkit's landing page
     assert "Nvidia GPU Exporter" in response.text
     assert 'href="/metrics"' in response.text
     assert "/debug/pprof" not in response.text

@@ -54,7 +54,7 @@ def test_defaults_match_spec_table() -> None:
         (["--web.telemetry-path=/x"], "telemetry_path", "/x"),
         (["--web.telemetry-path", "/y"], "telemetry_path", "/y"),
         (["--web.max-requests=0"], "max_requests", 0),
-        (["--web.max-requests", "-1"], "max_requests", -1),
+        (["--web.max-requests=-1"], "max_requests", -1),
         (["--query-field-names=a, b"], "query_field_names", "a, b"),
         (["--nvidia-smi-command=sudo nvidia-smi"], "nvidia_smi_command", "sudo nvidia-smi"),
         (["--collect.backend=demo"], "backend", "demo"),
@@ -65,7 +65,7 @@ def test_defaults_match_spec_table() -> None:
         (["--query-field-names="], "query_field_names", ""),
         (["--web.telemetry-path=a=b"], "telemetry_path", "a=b"),
         (["--web.max-requests", "0" * 5000 + "7"], "max_requests", 7),
-        (["--web.max-requests", "-" + "0" * 5000 + "7"], "max_requests", -7),
+        (["--web.max-requests=-" + "0" * 5000 + "7"], "max_requests", -7),
     ],
     ids=[
         "--flag=value duration",
@@ -96,10 +96,8 @@ def test_flag_values(argv: list[str], attribute: str, value: object) -> None:
     [
         (["--collect.compute-apps"], True),
         (["--no-collect.compute-apps"], False),
-        (["--collect.compute-apps=false"], False),
-        (["--collect.compute-apps=true"], True),
     ],
-    ids=["--flag", "--no-flag", "--flag=false", "--flag=true"],
+    ids=["--flag", "--no-flag"],
 )
 def test_bool_flags(argv: list[str], value: bool) -> None:
     assert parse_args(argv).config.compute_apps is value
@@ -124,13 +122,13 @@ def test_repeatable_listen_address() -> None:
         (["--web.telemetry-path"], "web.telemetry-path"),
         (["--collect.timeout"], "collect.timeout"),
         (["--collect.timeout=10"], "missing unit"),
-        (["--collect.interval=abc"], "collect.interval"),
+        (["--collect.interval=abc"], 'invalid duration "abc"'),
         (["--collect.backend=foo"], "foo"),
         (["--log.level=trace"], "trace"),
         (["--log.format=xml"], "xml"),
-        (["--web.max-requests=abc"], "web.max-requests"),
-        (["--web.max-requests=1.5"], "web.max-requests"),
-        (["--collect.compute-apps=maybe"], "collect.compute-apps"),
+        (["--web.max-requests=abc"], 'parsing "abc"'),
+        (["--web.max-requests=1.5x"], 'parsing "1.5x"'),
+        (["--collect.compute-apps=maybe"], "unexpected maybe"),
         (["positional"], "positional"),
         (["-x"], "-x"),
     ],
@@ -146,7 +144,7 @@ def test_repeatable_listen_address() -> None:
         "bad log level",
         "bad log format",
         "bad int",
-        "float is not an int",
+        "not a float",
         "bad bool",
         "unexpected positional argument",
         "unknown short flag",
@@ -185,16 +183,16 @@ def test_actions(argv: list[str], action: str) -> None:
     assert parse_args(argv).action == action
 
 
-# In kingpin's order: the command line is read up to a parse error (unknown flag, missing value) or a
-# positional argument; a generating flag read by then wins; then the parse error; then --help; then the
-# positional argument; then the values, in order (a bad one, or a flag given twice that does not repeat).
+# In kingpin's order: the command line is read up to a parse error (unknown flag, missing value, a positional
+# argument); a generating flag read by then wins; then the parse error; then --help; then the values, in order
+# (a bad one, or a flag given twice that does not repeat).
 ORDER: list[tuple[list[str], str | None, str, str]] = [
     (["--version", "--bogus"], "version", "", "a generating flag before a parse error wins"),
     (["--bogus", "--version"], None, "unknown long flag '--bogus'", "a parse error stops reading"),
     (["--collect.interval=abc", "--version"], "version", "", "a generating flag wins over a bad value"),
     (["--collect.interval=abc", "--help"], "help", "", "help wins over a bad value"),
     (["--help", "--bogus"], None, "unknown long flag '--bogus'", "a parse error wins over help"),
-    (["--help", "positional"], "help", "", "help wins over a positional argument"),
+    (["--help", "positional"], None, "unexpected positional", "a positional argument is a parse error: beats help"),
     (["positional", "--help"], None, "unexpected positional", "a positional argument stops reading"),
     (["--help-man", "--collect.timeout"], "help-man", "", "a generating flag wins over a missing value"),
     (["--help", "--help"], "help", "", "help twice is help"),
@@ -213,17 +211,17 @@ ORDER: list[tuple[list[str], str | None, str, str]] = [
     (
         ["--collect.interval=x", "--collect.interval=1s"],
         None,
-        'time: invalid duration "x" for flag --collect.interval',
+        'time: invalid duration "x"',  # kingpin names no flag
         "values are checked in order",
     ),
     (["--web.listen-address=:1", "--web.listen-address=:2"], "run", "", "the listen address repeats"),
     (["--", "x"], None, "unexpected x", "only positional arguments after --"),
-    (["--help", "--", "x"], "help", "", "help wins over arguments after --"),
+    (["--help", "--", "x"], None, "unexpected x", "so is one after --"),
     (["--"], "run", "", "a bare -- ends the flags"),
     (["-q", "--version"], None, "unknown short flag '-q'", "an unknown short flag stops reading"),
     (["-hh"], "help", "", "short flags combine"),
     (["-hx"], None, "unknown short flag '-x'", "a combined unknown short flag is a parse error"),
-    (["--help=false"], "help", "", "help is a boolean flag: any value still asks for help"),
+    (["--help=false"], None, "unexpected false", "help is a boolean flag: its =value is a positional argument"),
     (["--no-help"], "help", "", "help negated still asks for help"),
     (["--version=false"], "version", "", "version with a value still prints the version"),
     (["--no-help-man"], "help-man", "", "a generating flag negated still generates"),
@@ -586,8 +584,8 @@ def test_bad_flag_durations(text: str, message: str) -> None:
         parse_flag_duration(text)
     assert str(caught.value) == message
     with pytest.raises(FlagError) as flag_error:
-        parse_args(["--collect.timeout", text])
-    assert str(flag_error.value) == f"{message} for flag --collect.timeout"
+        parse_args(["--collect.timeout=" + text])
+    assert str(flag_error.value) == message
 
 
 @pytest.mark.parametrize("flag", [f.name for f in FLAGS if f.kind is Kind.DURATION])

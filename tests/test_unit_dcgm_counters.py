@@ -150,7 +150,7 @@ def test_the_collectors_flag_and_its_dcgm_exporter_short_form(argv: list[str]) -
 
 
 def test_the_short_flag_needs_a_value_and_other_short_flags_stay_unknown() -> None:
-    with pytest.raises(FlagError, match=re.escape("expected argument for flag '--dcgm.collectors'")):
+    with pytest.raises(FlagError, match=re.escape("expected argument for flag '-f'")):
         parse_args(["-f"])
     with pytest.raises(FlagError, match="unknown short flag '-q'"):  # -x is dcgm-exporter's (docs/dcgm.md)
         parse_args(["-q"])

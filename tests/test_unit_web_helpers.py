@@ -7,7 +7,10 @@ import socket
 
 import pytest
 
+from nvidia_gpu_exporter.app import listen_sockets
+from nvidia_gpu_exporter.config import Config
 from nvidia_gpu_exporter.httpserver.server import ListenError, _split_host_port, bind_socket
+from nvidia_gpu_exporter.preflight import StartupError
 from nvidia_gpu_exporter.web.metrics import accepts_gzip, scrape_budget
 from nvidia_gpu_exporter.web.negotiation import negotiate
 
@@ -39,7 +42,7 @@ def test_scrape_budget(header: str | None, offset: float, budget: float | None) 
 
 GZIP: list[tuple[str | None, bool, str]] = [
     ("gzip", True, "gzip"),
-    ("GZIP", True, "case-insensitive"),
+    ("GZIP", False, "case-sensitive, as the Go client"),
     ("deflate, gzip;q=0.5", True, "gzip among others with quality"),
     ("gzip;q=0", False, "q=0 refuses gzip"),
     ("gzip; q=0.0", False, "q=0.0 refuses gzip"),
@@ -90,7 +93,7 @@ def test_split_host_port_errors(address: str, fragment: str) -> None:
 
 def test_bind_socket_unknown_network() -> None:
     with pytest.raises(ListenError, match="unknown network"):
-        bind_socket("127.0.0.1:0", "udp")
+        bind_socket("127.0.0.1:0", "tcp5")
 
 
 def test_bind_socket_loopback() -> None:
@@ -193,3 +196,29 @@ def test_negotiate(accept: str | None, content_type: str) -> None:
     negotiated = negotiate(accept)
     assert negotiated.content_type == content_type
     assert negotiated.openmetrics is content_type.startswith("application/openmetrics-text")
+
+
+# (address, network, the Go binary's error once "failed to run: failed to listen on ADDRESS: " is taken off)
+GO_LISTEN_ERRORS: list[tuple[str, str, str]] = [
+    ("localhost", "tcp", "listen tcp: address localhost: missing port in address"),
+    ("a:b:9835", "tcp", "listen tcp: address a:b:9835: too many colons in address"),
+    ("127.0.0.1:99999", "tcp", "listen tcp: address 99999: invalid port"),
+    ("127.0.0.1:notaport", "tcp", "listen tcp: lookup tcp/notaport: unknown port"),
+    ("127.0.0.1:0", "tcp5", "listen tcp5: unknown network tcp5"),
+    ("127.0.0.1:0", "udp", "listen udp 127.0.0.1:0: address 127.0.0.1:0: unexpected address type"),
+]
+
+
+@pytest.mark.parametrize(("address", "network", "message"), GO_LISTEN_ERRORS, ids=[e[2] for e in GO_LISTEN_ERRORS])
+def test_a_listen_address_that_cannot_be_used_is_said_as_go_says_it(address: str, network: str, message: str) -> None:
+    with pytest.raises(ListenError) as caught:
+        bind_socket(address, network).close()
+    assert str(caught.value) == message
+
+
+def test_a_listen_failure_names_the_address_as_the_go_exporter_does() -> None:
+    with pytest.raises(StartupError) as caught:
+        listen_sockets(Config(listen_addresses=("127.0.0.1:0", "localhost")))
+    assert str(caught.value) == (
+        "failed to run: failed to listen on localhost: listen tcp: address localhost: missing port in address"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ssl
 from pathlib import Path
@@ -22,7 +23,8 @@ from nvidia_gpu_exporter.httpserver.config import (
     load_web_config,
     parse_web_config,
 )
-from nvidia_gpu_exporter.httpserver.security import TokenBucket
+from nvidia_gpu_exporter.httpserver.http import Request, Response, make_request
+from nvidia_gpu_exporter.httpserver.security import Security, TokenBucket
 
 
 @pytest.fixture(scope="module")
@@ -528,3 +530,23 @@ def test_a_broken_edit_keeps_the_previous_settings(tmp_path: Path) -> None:
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
     assert not security.reload_if_changed()
     assert security.headers == {"X-Frame-Options": "deny"}
+
+
+@pytest.mark.parametrize(
+    ("config", "status", "body"),
+    [
+        ("rate_limit:\n  interval: 1h\n  burst: 0\n", 429, b"Too Many Requests\n"),
+        (f"basic_auth_users:\n  prometheus: {HASH}\n", 401, b"Unauthorized\n"),
+    ],
+    ids=["rate-limited", "no-credentials"],
+)
+def test_refusals_are_answered_as_exporter_toolkit_answers_them(config: str, status: int, body: bytes) -> None:
+    """exporter-toolkit refuses with ``http.Error``: its text and a newline, plain text, ``nosniff``."""
+
+    async def served(_: Request) -> Response:
+        return Response(200)
+
+    response = asyncio.run(Security(config=parse_web_config(config)).middleware(make_request("GET", "/"), served))
+    assert (response.status, response.joined()) == (status, body)
+    assert response.headers["Content-Type"] == "text/plain; charset=utf-8"
+    assert response.headers["X-Content-Type-Options"] == "nosniff"

@@ -502,9 +502,17 @@ def listen_sockets(config: Config) -> list[socket.socket]:
         from nvidia_gpu_exporter.httpserver.systemd import activation_sockets  # noqa: PLC0415 - Linux only
 
         return list(activation_sockets())
-    from nvidia_gpu_exporter.httpserver.server import bind_socket  # noqa: PLC0415 - SERVING_MODULES
+    from nvidia_gpu_exporter.httpserver.server import ListenError, bind_socket  # noqa: PLC0415 - SERVING_MODULES
 
-    return [bind_socket(address, config.network) for address in config.listen_addresses]
+    sockets: list[socket.socket] = []
+    for address in config.listen_addresses:
+        try:
+            sockets.append(bind_socket(address, config.network))
+        except (ListenError, OSError) as error:
+            for bound in sockets:
+                bound.close()
+            raise StartupError(f"failed to run: failed to listen on {address}: {error}") from error
+    return sockets
 
 
 # -- signals --------------------------------------------------------------------------------------------------
@@ -725,7 +733,11 @@ async def serve(config: Config, web_config: WebConfig | None = None) -> int:
     endpoint = MetricsEndpoint(collector, exposition, settings)
     try:
         sockets = listen_sockets(config)
-    except (ListenError, OSError) as error:
+    except StartupError:
+        xids.close()
+        await backend.aclose()
+        raise
+    except (ListenError, OSError) as error:  # socket activation's
         xids.close()
         await backend.aclose()
         raise StartupError(str(error)) from error

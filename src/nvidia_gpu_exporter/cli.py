@@ -121,7 +121,7 @@ def main(argv: Sequence[str] | None = None, *, dcgm_exporter: bool = False) -> i
     try:
         parsed = preflight.parse(arguments, os.environ, dcgm_exporter=dcgm_exporter)
     except preflight.StartupError as error:
-        log.error("failed to run", extra={"err": str(error)})
+        logs.go_default_logger_error("failed to run", str(error))
         return 1
     if parsed.action is not Action.RUN:
         informational(parsed)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from nvidia_gpu_exporter._go.durations import format_duration
 from nvidia_gpu_exporter._go.strconv import parse_int
-from nvidia_gpu_exporter._go.text import is_go_space
+from nvidia_gpu_exporter._go.text import go_quote, is_go_space
 from nvidia_gpu_exporter.backends.exec.defaults import DEFAULT_MAX_OUTPUT_BYTES
 from nvidia_gpu_exporter.backends.fleet.defaults import DEFAULT_GLOBAL_CONCURRENCY
 from nvidia_gpu_exporter.exposition.dcgm_defaults import AUTO, DEFAULT_WINDOW_MS, Generation
@@ -148,24 +148,22 @@ class Config:
 
 
 def telemetry_path_problem(path: str) -> str | None:
-    """Why a telemetry path is unusable, or ``None`` when it is fine."""
+    """Why a telemetry path is unusable, or ``None`` when it is fine; worded as the Go exporter words it."""
+    quoted = go_quote(path)
     if not path.startswith("/"):
-        return f"web.telemetry-path must start with '/', got {path!r}"
+        return f"web.telemetry-path must start with a slash, got {quoted}"
     if path == "/":
-        return "web.telemetry-path must not be '/': the landing page lives there"
+        return 'web.telemetry-path must not be "/", it would collide with the landing page'
     if path.endswith("/"):
-        return f"web.telemetry-path must not end with '/', got {path!r}"
+        return f"web.telemetry-path must not end with a slash, got {quoted}"
     if posixpath.normpath(path) != path or "//" in path:
-        return f"web.telemetry-path must be a clean path (no '//', '/./' or '/../'), got {path!r}"
-    for char in "{}%?#":
-        if char in path:
-            return f"web.telemetry-path must not contain {char!r}, got {path!r}"
+        return f"web.telemetry-path must be a clean path without empty or relative segments, got {quoted}"
+    if any(char in path for char in "{}%?#"):
+        return f"web.telemetry-path must not contain the characters {{}}%?#, got {quoted}"
     if any(is_go_space(char) for char in path):
-        return f"web.telemetry-path must not contain whitespace, got {path!r}"
-    if path in RESERVED_PATHS:
-        return f"web.telemetry-path must not be {path}: that route is reserved"
-    if path == PPROF_PREFIX or path.startswith(PPROF_PREFIX + "/"):
-        return f"web.telemetry-path must not be under {PPROF_PREFIX}: that route is reserved, got {path!r}"
+        return f"web.telemetry-path must not contain whitespace, got {quoted}"
+    if path in RESERVED_PATHS or path == PPROF_PREFIX or path.startswith(PPROF_PREFIX + "/"):
+        return f"web.telemetry-path {quoted} collides with the exporter's own routes"
     return None
 
 

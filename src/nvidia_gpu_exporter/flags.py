@@ -1,7 +1,7 @@
 """Command-line parsing with the Go exporter's (kingpin's) syntax and flag names.
 
-``--flag=value`` or ``--flag value``; booleans as ``--flag``, ``--no-flag`` or ``--flag=false``;
-``--web.listen-address`` may repeat. Durations use Go syntax or Prometheus' ``d``/``w``/``y``.
+``--flag=value`` or ``--flag value``; booleans as ``--flag`` or ``--no-flag``; ``@FILE`` expands to the file's
+lines; ``--web.listen-address`` may repeat. Durations use Go syntax or Prometheus' ``d``/``w``/``y``.
 
 dcgm-exporter's command line and environment are accepted too (``DCGM_OPTIONS``, at the end of this module), so
 its DaemonSets run this exporter with only the image changed; no other environment variable is read.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,7 +19,8 @@ from enum import Enum
 from typing import Any
 
 from nvidia_gpu_exporter._go.durations import DurationError, format_duration, parse_duration, parse_flag_duration
-from nvidia_gpu_exporter._go.strconv import DECIMAL_INT, parse_bool, parse_int
+from nvidia_gpu_exporter._go.strconv import INT64_MIN, parse_bool, parse_float
+from nvidia_gpu_exporter._go.text import GO_SPACE, go_quote
 from nvidia_gpu_exporter.config import DEFAULT_LISTEN_ADDRESS, Backend, Config, Profile, XidSource
 from nvidia_gpu_exporter.exposition.dcgm_defaults import AUTO, DEFAULT_GENERATION, IMAGE_DIRECTORY, Generation
 from nvidia_gpu_exporter.kubernetes.defaults import DEFAULT_RESOURCE_PATTERNS
@@ -450,28 +452,47 @@ class Parsed:
     notices: tuple[Notice, ...] = ()  # dcgm-exporter options accepted without effect, each with why
 
 
+_LOG_LEVEL_FLAG, _LOG_FORMAT_FLAG = "log.level", "log.format"  # promslog's own Set methods, not kingpin enums
+
+
 def _convert(flag: Flag, value: str) -> Any:
+    """A raw value as the Go flag's ``Set`` reads it, erring in its words (kingpin adds no flag name)."""
     if flag.kind in (Kind.STRING, Kind.STRINGS):
         return value
-    if flag.kind is Kind.BOOL:
+    if flag.kind is Kind.BOOL:  # only a dcgm-exporter option brings a value: kingpin never gives a boolean one
         truth = parse_bool(value)
         if truth is None:
-            raise FlagError(f"strconv.ParseBool: parsing {value!r}: invalid syntax for flag --{flag.name}")
+            raise FlagError(f"strconv.ParseBool: parsing {value!r}: invalid syntax")
         return truth
     if flag.kind is Kind.DURATION:
         try:
             return parse_flag_duration(value)
         except DurationError as error:
-            raise FlagError(f"{error} for flag --{flag.name}") from error
+            raise FlagError(str(error)) from error
     if flag.kind is Kind.INT:
-        number = parse_int(value)
-        if number is None:
-            problem = "value out of range" if DECIMAL_INT.fullmatch(value) else "invalid syntax"
-            raise FlagError(f'strconv.ParseInt: parsing "{value}": {problem} for flag --{flag.name}')
-        return number
+        return _kingpin_int(value)
+    if flag.name == _LOG_LEVEL_FLAG:
+        if value.lower() not in flag.choices:
+            raise FlagError(f"unrecognized log level {value}")
+        return value.lower()
     if value not in flag.choices:
-        raise FlagError(f"enum value must be one of {','.join(flag.choices)}, got '{value}' for flag --{flag.name}")
+        if flag.name == _LOG_FORMAT_FLAG:
+            raise FlagError(f"unrecognized log format {value}")
+        raise FlagError(f"enum value must be one of {','.join(flag.choices)}, got '{value}'")
     return value
+
+
+def _kingpin_int(value: str) -> int:
+    """kingpin's ``Int()``: ``strconv.ParseFloat`` then Go's ``int(v)``, which truncates toward zero and turns
+    NaN and anything beyond int64 into its minimum (amd64)."""
+    number = parse_float(value)
+    if number is None:
+        raise FlagError(f'strconv.ParseFloat: parsing "{value}": invalid syntax')
+    if math.isinf(number):
+        raise FlagError(f'strconv.ParseFloat: parsing "{value}": value out of range')
+    if math.isnan(number) or not INT64_MIN <= number < -float(INT64_MIN):
+        return INT64_MIN
+    return int(number)
 
 
 @dataclass(frozen=True, slots=True)
@@ -481,8 +502,94 @@ class _Reading:
     elements: list[tuple[Flag, str | None]]  # the raw value; None for a bare boolean, "false" for --no-
     generator: Action | None
     help_asked: bool
-    parse_error: FlagError | None  # unknown flag or missing value: beats --help
-    unexpected: str | None  # a positional argument: --help beats it
+    parse_error: FlagError | None  # unknown flag, missing value, positional argument, unreadable @file
+
+
+class _TokenKind(Enum):
+    LONG = "long"
+    SHORT = "short"
+    ARG = "arg"
+    ERROR = "error"
+    END = "end"
+
+
+ARGS_FILE_MAX_BYTES = 1 << 20  # an @file larger than this is refused: kingpin reads any size
+ARGS_FILE_MAX_EXPANSIONS = 64  # @files read in one command line: a file naming itself would expand forever
+
+
+class _Tokens:
+    """kingpin's tokenizer (``ParseContext.Next``): ``--name[=value]``, ``-x`` (combined booleans split), a lone
+    ``-`` as an empty argument, everything after ``--`` an argument, and ``@FILE`` replaced by its lines."""
+
+    def __init__(self, argv: Sequence[str]) -> None:
+        self._args = list(reversed(argv))  # popped from the end
+        self._pushed: list[tuple[_TokenKind, str]] = []
+        self._args_only = False
+        self._expansions = 0
+
+    def push(self, kind: _TokenKind, value: str) -> None:
+        self._pushed.append((kind, value))
+
+    def next(self) -> tuple[_TokenKind, str]:
+        if self._pushed:
+            return self._pushed.pop()
+        while self._args:
+            arg = self._args.pop()
+            if self._args_only:
+                return _TokenKind.ARG, arg
+            if arg == "--":
+                self._args_only = True
+                continue
+            if arg.startswith("--"):
+                name, has_value, value = arg[2:].partition("=")
+                if has_value:
+                    self.push(_TokenKind.ARG, value)
+                return _TokenKind.LONG, name
+            if arg.startswith("-"):
+                return self._short(arg)
+            if arg.startswith("@"):
+                problem = self._expand(arg[1:])
+                if problem is not None:
+                    return _TokenKind.ERROR, problem
+                continue
+            return _TokenKind.ARG, arg
+        return _TokenKind.END, ""
+
+    def _short(self, arg: str) -> tuple[_TokenKind, str]:
+        if len(arg) == 1:
+            return _TokenKind.ARG, ""
+        short, rest = arg[1], arg[2:]
+        flag = _BY_SHORT.get(short)
+        if flag is not None and flag.kind is not Kind.BOOL:  # ``-fFILE``; ``-f=FILE`` as dcgm-exporter reads it
+            if rest:
+                self.push(_TokenKind.ARG, rest.removeprefix("="))
+            return _TokenKind.SHORT, short
+        if rest:
+            self._args.append("-" + rest)
+        return _TokenKind.SHORT, short
+
+    def _expand(self, name: str) -> str | None:
+        """Put ``name``'s lines in place of ``@name`` (kingpin's ``ExpandArgsFromFile``); else why not."""
+        if not name:
+            return "expected @ file to expand arguments from"
+        self._expansions += 1
+        if self._expansions > ARGS_FILE_MAX_EXPANSIONS:
+            return f"failed to read arguments from {go_quote(name)}: more than {ARGS_FILE_MAX_EXPANSIONS} @files"
+        try:
+            with open(name, "rb") as file:
+                data = file.read(ARGS_FILE_MAX_BYTES + 1)
+        except OSError as error:
+            if isinstance(error, IsADirectoryError):
+                return f"failed to read arguments from {go_quote(name)}: read {name}: is a directory"
+            reason = os.strerror(error.errno) if error.errno else str(error)
+            return f"failed to open arguments file {go_quote(name)}: open {name}: {reason[:1].lower()}{reason[1:]}"
+        if len(data) > ARGS_FILE_MAX_BYTES:
+            return f"failed to read arguments from {go_quote(name)}: larger than {ARGS_FILE_MAX_BYTES} bytes"
+        lines = data.decode("utf-8", "surrogateescape").removesuffix("\n").split("\n") if data else []
+        kept = [line.removesuffix("\r") for line in lines]
+        kept = [line for line in kept if not line.startswith("#") and line.strip(GO_SPACE)]
+        self._args.extend(reversed(kept))
+        return None
 
 
 def _read(argv: Sequence[str]) -> _Reading:
@@ -490,57 +597,53 @@ def _read(argv: Sequence[str]) -> _Reading:
     elements: list[tuple[Flag, str | None]] = []
     generator: Action | None = None
     help_asked = False
-    index = 0
-    while index < len(argv):
-        token = argv[index]
-        index += 1
-        if token == "--":  # only positional arguments follow
-            return _Reading(elements, generator, help_asked, None, argv[index] if index < len(argv) else None)
-        if not token.startswith("--"):
-            if not token.startswith("-") or len(token) == 1:
-                return _Reading(elements, generator, help_asked, None, token)
-            short_flag = _BY_SHORT.get(token[1])
-            if short_flag is not None:  # a short flag with a value: kingpin takes ``-fFILE`` as well as ``-f FILE``
-                short_value = token[2:].removeprefix("=")  # ``-f=FILE``, as dcgm-exporter's Go flags read it
-                if not short_value:
-                    if index >= len(argv):
-                        error = FlagError(f"expected argument for flag '--{short_flag.name}'")
-                        return _Reading(elements, generator, help_asked, error, None)
-                    short_value = argv[index]
-                    index += 1
-                elements.append((short_flag, short_value))
-                continue
-            for short in token[1:]:  # boolean short flags combine; -h is the only one
-                if short != "h":
-                    return _Reading(elements, generator, help_asked, FlagError(f"unknown short flag '-{short}'"), None)
+    tokens = _Tokens(argv)
+
+    def stopped(error: str | None) -> _Reading:
+        return _Reading(elements, generator, help_asked, None if error is None else FlagError(error))
+
+    while True:
+        kind, name = tokens.next()
+        if kind is _TokenKind.END:
+            return stopped(None)
+        if kind is _TokenKind.ERROR:
+            return stopped(name)
+        if kind is _TokenKind.ARG:
+            return stopped(f"unexpected {name}")
+        written = f"-{name}" if kind is _TokenKind.SHORT else f"--{name}"
+        if kind is _TokenKind.SHORT:
+            if name == "h":
                 help_asked = True
-            continue
-        name, has_value, inline = token[2:].partition("=")
-        # The informational flags are kingpin booleans: a value or a --no- prefix still asks for them.
-        informational = name[3:] if name.startswith("no-") and not has_value else name
-        if informational == "help":
-            help_asked = True
-            continue
-        if f"--{informational}" in _GENERATORS:
-            generator = generator or _GENERATORS[f"--{informational}"]
-            continue
-        flag = _BY_NAME.get(name)
-        if flag is None and name.startswith("no-") and not has_value:
-            negated = _BY_NAME.get(name[3:])
-            if negated is not None and negated.kind is Kind.BOOL:
-                elements.append((negated, "false"))
                 continue
-        if flag is None:
-            return _Reading(elements, generator, help_asked, FlagError(f"unknown long flag '--{name}'"), None)
-        value = inline if has_value else None
-        if flag.kind is not Kind.BOOL and value is None:
-            if index >= len(argv):
-                error = FlagError(f"expected argument for flag '--{flag.name}'")
-                return _Reading(elements, generator, help_asked, error, None)
-            value = argv[index]
-            index += 1
+            flag = _BY_SHORT.get(name)
+            if flag is None:
+                return stopped(f"unknown short flag '{written}'")
+        else:
+            invert = name.startswith("no-") and not _known_long(name)
+            name = name[3:] if invert else name
+            if not _known_long(name):
+                return stopped(f"unknown long flag '{written}'")
+            if name == "help":  # the informational flags are kingpin booleans: negated, they still ask
+                help_asked = True
+                continue
+            if f"--{name}" in _GENERATORS:
+                generator = generator or _GENERATORS[f"--{name}"]
+                continue
+            flag = _BY_NAME[name]
+            if flag.kind is Kind.BOOL:
+                elements.append((flag, "false" if invert else None))
+                continue
+            if invert:
+                return stopped(f"unknown long flag '{written}'")
+        value_kind, value = tokens.next()
+        if value_kind is not _TokenKind.ARG:
+            tokens.push(value_kind, value)
+            return stopped(f"expected argument for flag '{written}'")
         elements.append((flag, value))
-    return _Reading(elements, generator, help_asked, None, None)
+
+
+def _known_long(name: str) -> bool:
+    return name in _BY_NAME or name == "help" or f"--{name}" in _GENERATORS
 
 
 def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None, *, dcgm_exporter: bool = False) -> Parsed:
@@ -573,8 +676,6 @@ def _parse_kingpin(argv: Sequence[str], base: Config) -> Parsed:
         raise reading.parse_error
     if reading.help_asked:
         return Parsed(Config(), Action.HELP)
-    if reading.unexpected is not None:
-        raise FlagError(f"unexpected {reading.unexpected}")
     values: dict[str, Any] = {}
     listen: list[str] = []
     for flag, raw in reading.elements:

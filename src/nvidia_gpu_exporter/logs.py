@@ -65,6 +65,13 @@ def logfmt_value(value: Any) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+def go_default_logger_error(msg: str, err: str, stream: TextIO | None = None) -> None:
+    """One error line in the form of Go's default logger (``2006/01/02 15:04:05 ERROR msg err=...``, local time),
+    which the Go exporter writes a command-line error with, before ``--log.*`` have set its own logger up."""
+    stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.localtime())
+    (stream or sys.stderr).write(f"{stamp} ERROR {msg} err={logfmt_value(err)}\n")
+
+
 class LogfmtFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         return " ".join(f"{key}={logfmt_value(value)}" for key, value in record_fields(record))

@@ -4,13 +4,15 @@
 address and certificate); :class:`Response` a status, headers and a body held as parts (``bytes`` each) that
 the server writes in order without joining them (httpserver/body.py). :class:`App` routes GET (and the HEAD it
 implies) by exact path, runs the middlewares around the chosen handler and applies the response hooks; an
-unknown path raises :class:`NotFound` and a known path asked with another method :class:`MethodNotAllowed`,
-for a middleware (``server.go_style_errors``) to answer. The connection side is httpserver/protocol.py.
+unknown path raises :class:`NotFound`, a known path asked with another method :class:`MethodNotAllowed` and a
+path that is not clean (``//x``, ``/a/../x``) :class:`Redirect`, for a middleware (``server.go_style_errors``) to
+answer as Go's ServeMux does. The connection side is httpserver/protocol.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import posixpath
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, overload
 
@@ -221,6 +223,48 @@ class MethodNotAllowed(Exception):
         self.allowed = tuple(sorted(allowed))
 
 
+class Redirect(Exception):
+    """The path is not clean: Go's ServeMux sends the client to the clean one, whether it is routed or not."""
+
+    def __init__(self, location: str) -> None:
+        super().__init__(location)
+        self.location = location
+
+
+def go_clean_path(path: str) -> str:
+    """Go's ``net/http`` ``cleanPath``: ``path.Clean`` (no ``//``, ``.`` or ``..`` segments, ``..`` stopping at the
+    root), keeping a trailing slash."""
+    cleaned = posixpath.normpath(path if path.startswith("/") else "/" + path)
+    if cleaned.startswith("//"):  # POSIX keeps two leading slashes; Go's path.Clean does not
+        cleaned = "/" + cleaned.lstrip("/")
+    if path.endswith("/") and cleaned != "/":
+        cleaned += "/"
+    return cleaned
+
+
+_PATH_SAFE = "$&+,/:;=@"  # what net/url leaves unescaped in a path besides letters, digits and -_.~
+_VALID_ENCODED = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.~$&+,/:;=@!'()*[]%")
+
+
+def _escaped_path(raw: str) -> str:
+    """``url.URL.EscapedPath()`` of a request's path as sent: itself when it is a valid encoding, else the decoded
+    path escaped again (``<`` becomes ``%3C``, a raw UTF-8 byte ``%C3``)."""
+    sent = raw.encode("utf-8", "surrogateescape")
+    if all(byte in _VALID_ENCODED for byte in sent):
+        return raw
+    from urllib.parse import quote, unquote_to_bytes  # noqa: PLC0415 - only for a path sent not validly encoded
+
+    return quote(unquote_to_bytes(sent), safe=_PATH_SAFE)
+
+
+def _location(path: str, query: str) -> str:
+    """The clean path and the query as sent, bytes beyond ASCII escaped as ``http.Redirect`` escapes them."""
+    if not query:
+        return path
+    raw = query.encode("utf-8", "surrogateescape")
+    return path + "?" + "".join(chr(byte) if byte < 0x80 else f"%{byte:02x}" for byte in raw)
+
+
 class App:
     """Exact-path routes, middlewares (the first listed is the outermost) and hooks run on every response."""
 
@@ -244,6 +288,11 @@ class App:
         return {path: tuple(methods) for path, methods in self._routes.items()}
 
     async def _route(self, request: Request) -> Response:
+        if request.path.startswith("/") and request.method != "CONNECT":  # Go cleans the path as sent, not decoded
+            escaped = _escaped_path(_origin_form(request.target).partition("?")[0])
+            clean = go_clean_path(escaped)
+            if clean != escaped:
+                raise Redirect(_location(clean, request.query_string))
         methods = self._routes.get(request.path)
         if methods is None:
             raise NotFound

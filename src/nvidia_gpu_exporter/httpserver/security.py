@@ -30,7 +30,7 @@ from nvidia_gpu_exporter.httpserver.config import (
     set_policy,
 )
 from nvidia_gpu_exporter.httpserver.http import App, Handler, Request, Response
-from nvidia_gpu_exporter.httpserver.responses import plain_text
+from nvidia_gpu_exporter.httpserver.responses import go_error
 from nvidia_gpu_exporter.httpserver.stats import ReloadStats
 
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ class Security:
         tls = self.config.tls
         if tls is not None and tls.client_allowed_sans and not (_peer_sans(request) & set(tls.client_allowed_sans)):
             log.warning("refused a client certificate: no allowed SAN", extra={"remote": request.remote})
-            return plain_text("Forbidden\n", 403)
+            return go_error("Forbidden", 403)
         client = request.remote or ""
         if self.authenticator is not None:
             from nvidia_gpu_exporter.httpserver import auth  # noqa: PLC0415 - loaded with the users (_apply)
@@ -209,13 +209,13 @@ class Security:
             credentials = auth.parse_basic_authorization(request.headers.get("Authorization"))
             verdict = await self.authenticator.check(*credentials, client) if credentials else auth.Verdict.DENIED
             if verdict is auth.Verdict.BUSY:
-                return plain_text("Too Many Requests\n", 429, {"Retry-After": "1"})
+                return go_error("Too Many Requests", 429, {"Retry-After": "1"})
             if verdict is not auth.Verdict.ALLOWED:
-                return plain_text("Unauthorized\n", 401, {"WWW-Authenticate": "Basic"})
+                return go_error("Unauthorized", 401, {"WWW-Authenticate": "Basic"})
             assert credentials is not None
             client = "user:" + credentials[0]  # after auth, the user is the client: its own bucket
         if self.buckets is not None and not self.buckets.take(client):
-            return plain_text("Too Many Requests\n", 429)
+            return go_error("Too Many Requests", 429)
         return await handler(request)
 
     def on_response_prepare(self, _: Request, response: Response) -> None:

@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from nvidia_gpu_exporter.httpserver.connections import Connections, fit_to_fd_limit, open_file_limit
-from nvidia_gpu_exporter.httpserver.http import App, Handler, MethodNotAllowed, NotFound, Request, Response
+from nvidia_gpu_exporter.httpserver.http import App, Handler, MethodNotAllowed, NotFound, Redirect, Request, Response
 from nvidia_gpu_exporter.httpserver.listener import Listening
 from nvidia_gpu_exporter.httpserver.protocol import HttpProtocol, OpenConnections
-from nvidia_gpu_exporter.httpserver.responses import plain_text
+from nvidia_gpu_exporter.httpserver.responses import go_error, go_redirect
 from nvidia_gpu_exporter.httpserver.security import Security
 from nvidia_gpu_exporter.httpserver.stats import ConnectionStats
 from nvidia_gpu_exporter.httpserver.timeouts import serve_with_deadlines
@@ -36,33 +36,38 @@ class ServerLimits:
 
 
 async def go_style_errors(request: Request, handler: Handler) -> Response:
-    """Unknown paths and wrong methods answer like Go's ServeMux, in plain text."""
+    """Unknown paths, wrong methods and unclean paths answer like Go's ServeMux (``http.Error``, and a 307 to the
+    clean path)."""
     try:
         return await handler(request)
     except NotFound:
-        return plain_text("404 page not found\n", 404)
+        return go_error("404 page not found", 404)
     except MethodNotAllowed as error:
-        return plain_text("Method Not Allowed\n", 405, {"Allow": ", ".join(error.allowed)})
+        return go_error("Method Not Allowed", 405, {"Allow": ", ".join(error.allowed)})
+    except Redirect as redirect:
+        return go_redirect(request.method, redirect.location)
 
 
 class ListenError(OSError):
     """A listen address cannot be parsed or bound."""
 
 
-def _split_host_port(address: str) -> tuple[str, int]:
+def _split_host_port(address: str, network: str = "tcp") -> tuple[str, int]:
+    """Go's ``net.SplitHostPort`` and port lookup, erring in Go's words (``listen tcp: address localhost: missing
+    port in address``)."""
     host, separator, port_text = address.rpartition(":")
     if not separator:
-        raise ListenError(f"listen tcp {address}: missing port in address")
+        raise ListenError(f"listen {network}: address {address}: missing port in address")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     elif ":" in host:
-        raise ListenError(f"listen tcp {address}: too many colons in address")
+        raise ListenError(f"listen {network}: address {address}: too many colons in address")
     try:
         port = int(port_text) if port_text.isdigit() else socket.getservbyname(port_text, "tcp")
     except OSError as error:
-        raise ListenError(f"listen tcp {address}: unknown port {port_text!r}") from error
+        raise ListenError(f"listen {network}: lookup {network}/{port_text}: unknown port") from error
     if not 0 <= port <= 65535:
-        raise ListenError(f"listen tcp {address}: invalid port {port}")
+        raise ListenError(f"listen {network}: address {port_text}: invalid port")
     return host, port
 
 
@@ -75,9 +80,11 @@ def _bind_failed(network: str, address: str, error: OSError) -> ListenError:
 
 def bind_socket(address: str, network: str = "tcp") -> socket.socket:
     """A listening socket for a Go-style ``host:port`` address; an empty host means every interface."""
+    if network in ("udp", "udp4", "udp6"):  # networks Go knows, but not for a stream listener
+        raise ListenError(f"listen {network} {address}: address {address}: unexpected address type")
     if network not in ("tcp", "tcp4", "tcp6"):
-        raise ListenError(f"listen {network} {address}: unknown network {network}")
-    host, port = _split_host_port(address)
+        raise ListenError(f"listen {network}: unknown network {network}")
+    host, port = _split_host_port(address, network)
     families = {"tcp": socket.AF_UNSPEC, "tcp4": socket.AF_INET, "tcp6": socket.AF_INET6}
     if not host:
         try:
@@ -92,6 +99,9 @@ def bind_socket(address: str, network: str = "tcp") -> socket.socket:
         # An ASCII host goes as bytes: a str would be encoded with the idna codec, which loads unicodedata.
         name = host.encode("ascii") if host.isascii() else host
         infos = socket.getaddrinfo(name, port, families[network], socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+    except socket.gaierror as error:
+        reason = "no such host" if error.errno == socket.EAI_NONAME else str(error.strerror).lower()
+        raise ListenError(f"listen {network}: lookup {host}: {reason}") from error
     except OSError as error:
         raise ListenError(f"listen {network} {address}: {error}") from error
     last_error: OSError | None = None

@@ -21,7 +21,7 @@ from nvidia_gpu_exporter.exposition.openmetrics import OPENMETRICS_EOF, to_openm
 from nvidia_gpu_exporter.exposition.selfmetrics import HandlerStats, SelfMetrics, build_info_values
 from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError, encode
 from nvidia_gpu_exporter.httpserver.http import Request, Response
-from nvidia_gpu_exporter.httpserver.responses import plain_text
+from nvidia_gpu_exporter.httpserver.responses import go_error
 from nvidia_gpu_exporter.model.snapshot import Snapshot
 from nvidia_gpu_exporter.support import buildinfo
 from nvidia_gpu_exporter.web.negotiation import negotiate
@@ -66,12 +66,13 @@ def snapshot_rows(snapshot: Snapshot) -> int:
 
 
 def accepts_gzip(header_value: str | None) -> bool:
-    """True when ``Accept-Encoding`` lists gzip with a non-zero quality."""
+    """True when ``Accept-Encoding`` lists ``gzip``, in that case, with a non-zero quality: what the Go client's
+    negotiation accepts (not ``GZIP``, not ``*``)."""
     if not header_value:
         return False
     for part in header_value.split(","):
         token, _, params = part.partition(";")
-        if token.strip().lower() not in ("gzip", "*"):
+        if token.strip() != "gzip":
             continue
         quality = 1.0
         for param in params.split(";"):
@@ -208,7 +209,7 @@ class MetricsEndpoint:
         if limit > 0 and self.stats.in_flight >= limit:
             log.warning("refused a scrape: concurrent request limit reached", extra={"limit": limit})
             self.stats.count(503)
-            return plain_text(f"limit of {limit} concurrent requests reached, try again later\n", 503)
+            return go_error(f"limit of {limit} concurrent requests reached, try again later", 503)
         self.stats.in_flight += 1
         try:
             budget = scrape_budget(request.headers.get(SCRAPE_TIMEOUT_HEADER), self.settings.timeout_offset_seconds)
@@ -217,7 +218,7 @@ class MetricsEndpoint:
             if rendered.body is None:
                 self.stats.errors["gathering"] += 1
                 self.stats.count(500)
-                return plain_text(f"An error has occurred while serving metrics:\n\n{rendered.error}", 500)
+                return go_error(f"An error has occurred while serving metrics:\n\n{rendered.error}", 500)
             negotiated = negotiate(request.headers.get("Accept"))
             body = rendered.openmetrics_of(rendered.body) if negotiated.openmetrics else rendered.body
             deflated = await body.gzip() if accepts_gzip(request.headers.get("Accept-Encoding")) else None

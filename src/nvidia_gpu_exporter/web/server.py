@@ -66,7 +66,8 @@ def build_app(
             text = view.cached_page() or landing_page(settings)
         else:
             text = await view.page()
-        return Response(text=text, content_type="text/html", charset="utf-8")
+        # A byte that is not UTF-8 in a GPU's text shows as U+FFFD; charset spelled as exporter-toolkit's page has it.
+        return Response(body=text.encode("utf-8", "replace"), content_type="text/html", charset="UTF-8")
 
     async def view_json(_: Request) -> Response:
         return Response(
