@@ -14,9 +14,6 @@ path, every other body byte for byte. Left out, each for its reason:
 - The landing page beyond its title and link: ours adds the live view (a deliberate difference).
 - A 500's body past its first line (``An error has occurred while serving metrics:``): Go names each duplicate
   series in protobuf's text format, whose spacing the protobuf library varies from build to build on purpose.
-- Never drawn: an ``Accept`` that prefers OpenMetrics (Prometheus' own). The Go binary answers it with text 0.0.4,
-  ours with OpenMetrics: an open difference (docs/compatibility.md, "Known open differences"), left out so that a
-  run shows whatever else differs.
 - The routes only ours has (``/-/xids``, ``/-/view.json``): additions, never drawn.
 """
 
@@ -50,6 +47,12 @@ ACCEPTS = (
     "text/plain;version=0.0.4",
     "application/json",
     "text/html",
+    # Prometheus 2's and 3's scrape headers: OpenMetrics first, which neither exporter answers by default
+    "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,"
+    "text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+    "application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,"
+    "text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
 )
 TELEMETRY_PATHS = ("/metrics", "/metrics", "/metrics", "/m", "/a/b/metrics", "/-/metrics", "/debug/pprofile", "/x_y")
 

@@ -66,6 +66,14 @@ def served() -> Iterator[Exporter]:
     handle.stop()
 
 
+@pytest.fixture(scope="module")
+def served_openmetrics() -> Iterator[Exporter]:
+    """The same with ``--web.enable-openmetrics``."""
+    handle = start_exporter(["--nvidia-smi-command", fake_smi_command(MIG_FIXTURE), "--web.enable-openmetrics"])
+    yield handle
+    handle.stop()
+
+
 # -- routes -----------------------------------------------------------------------------------------------
 
 
@@ -158,9 +166,11 @@ def nvidia_smi_samples(families: list[Metric]) -> set[tuple[str, tuple[tuple[str
 
 @pytest.mark.parametrize("encoding", ["identity", "gzip"])
 @pytest.mark.parametrize("scraper", list(PROMETHEUS_ACCEPT))
-def test_prometheus_accept_header_gets_openmetrics(served: Exporter, scraper: str, encoding: str) -> None:
+def test_prometheus_accept_header_gets_openmetrics_when_enabled(
+    served_openmetrics: Exporter, served: Exporter, scraper: str, encoding: str
+) -> None:
     accept, content_type = PROMETHEUS_ACCEPT[scraper]
-    response = request(served, "GET", "/metrics", {"Accept": accept, "Accept-Encoding": encoding})
+    response = request(served_openmetrics, "GET", "/metrics", {"Accept": accept, "Accept-Encoding": encoding})
     assert response.status == 200
     assert header(response, "Content-Type") == content_type
     body = gzip.decompress(response.body) if encoding == "gzip" else response.body
@@ -171,6 +181,23 @@ def test_prometheus_accept_header_gets_openmetrics(served: Exporter, scraper: st
     assert nvidia_smi_samples(openmetrics) == nvidia_smi_samples(plain)
     assert [family.name for family in openmetrics] == [family.name for family in plain]
     assert "# TYPE nvidia_smi_failed_scrapes counter\nnvidia_smi_failed_scrapes_total 0.0\n" in text
+
+
+# What the Go exporter v1.14.0 answered to each scraper's header (its handler has OpenMetrics off): text 0.0.4,
+# with Prometheus 3's escaping repeated (docs/compatibility.md, "Content negotiation").
+PROMETHEUS_ACCEPT_BY_DEFAULT = {
+    "prometheus 2": "text/plain; version=0.0.4; charset=utf-8",
+    "prometheus 3": "text/plain; version=0.0.4; charset=utf-8; escaping=allow-utf-8",
+}
+
+
+@pytest.mark.parametrize("scraper", list(PROMETHEUS_ACCEPT))
+def test_prometheus_accept_header_gets_text_by_default_as_from_the_go_exporter(served: Exporter, scraper: str) -> None:
+    response = request(served, "GET", "/metrics", {"Accept": PROMETHEUS_ACCEPT[scraper][0]})
+    assert response.status == 200
+    assert header(response, "Content-Type") == PROMETHEUS_ACCEPT_BY_DEFAULT[scraper]
+    assert "# EOF" not in response.text
+    parse(response.text)
 
 
 @pytest.mark.parametrize(

@@ -263,6 +263,7 @@ def test_an_openmetrics_scrape_parses_with_the_pod_families(exporter: StartExpor
         "--collect.process-usage",
         "--kubernetes.process-pods",
         f"--kubernetes.proc-root={proc}",
+        "--web.enable-openmetrics",
     )
     handle.scrape()
     response = handle.get(headers={"Accept": "application/openmetrics-text;version=1.0.0"})

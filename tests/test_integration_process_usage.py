@@ -207,7 +207,12 @@ def test_a_hostile_pmon_answer_neither_fails_the_scrape_nor_grows_the_labels(
 
 
 def test_an_openmetrics_scrape_parses_with_the_usage_families(exporter: StartExporter) -> None:
-    handle = exporter("--collect.backend=demo", "--collect.process-usage", "--collect.process-usage-max-processes=0")
+    handle = exporter(
+        "--collect.backend=demo",
+        "--collect.process-usage",
+        "--collect.process-usage-max-processes=0",
+        "--web.enable-openmetrics",
+    )
     response = handle.get(headers={"Accept": "application/openmetrics-text;version=1.0.0"})
     families = {family.name: family for family in parse_openmetrics(response.text)}
     assert families[OVERFLOWED.removesuffix("_total")].type == "counter"

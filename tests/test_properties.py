@@ -278,7 +278,8 @@ OPENMETRICS_ACCEPT = "application/openmetrics-text;version=1.0.0;q=0.5,text/plai
 async def _serve_once(fields: list[QueryField], readings: Readings) -> list[tuple[int, str, bytes]]:
     """One text and one OpenMetrics scrape of ``readings`` through the metrics route's real handler."""
     collector = Collector(FakeBackend(fields=fields, readings=readings), timeout_seconds=None)
-    endpoint = MetricsEndpoint(collector, Exposition(fields, StatusFamily.COMMAND_EXIT_CODE), web_settings(Config()))
+    settings = web_settings(Config(enable_openmetrics=True))
+    endpoint = MetricsEndpoint(collector, Exposition(fields, StatusFamily.COMMAND_EXIT_CODE), settings)
     answers = []
     try:
         for accept in ("", OPENMETRICS_ACCEPT):

@@ -192,10 +192,26 @@ NEGOTIATIONS: list[tuple[str | None, str, str]] = [
 
 
 @pytest.mark.parametrize(("accept", "content_type"), [n[:2] for n in NEGOTIATIONS], ids=[n[2] for n in NEGOTIATIONS])
-def test_negotiate(accept: str | None, content_type: str) -> None:
-    negotiated = negotiate(accept)
+def test_negotiate_with_openmetrics_enabled(accept: str | None, content_type: str) -> None:
+    negotiated = negotiate(accept, openmetrics=True)
     assert negotiated.content_type == content_type
     assert negotiated.openmetrics is content_type.startswith("application/openmetrics-text")
+
+
+def _as_text(content_type: str) -> str:
+    """What the Go exporter's handler (OpenMetrics off) answers where the table above answers OpenMetrics: text
+    0.0.4 with the same ``escaping=``, seen from the v1.14.0 binary for Prometheus 3's header."""
+    for openmetrics in (OM_1, OM_0):
+        if content_type.startswith(openmetrics):
+            return TEXT + content_type[len(openmetrics) :]
+    return content_type
+
+
+@pytest.mark.parametrize(("accept", "content_type"), [n[:2] for n in NEGOTIATIONS], ids=[n[2] for n in NEGOTIATIONS])
+def test_negotiate_by_default_answers_text_as_the_go_exporter(accept: str | None, content_type: str) -> None:
+    negotiated = negotiate(accept, openmetrics=False)
+    assert negotiated.content_type == _as_text(content_type)
+    assert negotiated.openmetrics is False
 
 
 # (address, network, the Go binary's error once "failed to run: failed to listen on ADDRESS: " is taken off)

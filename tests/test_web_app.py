@@ -79,10 +79,10 @@ class Served:
 
 @contextlib.asynccontextmanager
 async def serving(
-    backend: FakeBackend, *, interval_seconds: float = 0.0, max_requests: int = 40
+    backend: FakeBackend, *, interval_seconds: float = 0.0, max_requests: int = 40, openmetrics: bool = False
 ) -> AsyncIterator[Served]:
     """The real web server on 127.0.0.1:0 in front of a collector of ``backend``."""
-    settings = web_settings(Config(max_requests=max_requests))
+    settings = web_settings(Config(max_requests=max_requests, enable_openmetrics=openmetrics))
     collector = Collector(backend, timeout_seconds=None, interval_seconds=interval_seconds)
     exposition = CountingExposition(backend.fields, backend.status_family)
     endpoint = MetricsEndpoint(collector, exposition, settings)
@@ -224,7 +224,7 @@ OPENMETRICS_ACCEPT = "application/openmetrics-text;version=1.0.0;q=0.5,text/plai
 def test_openmetrics_reuses_the_rendered_snapshot_and_gzips_like_text() -> None:
     async def main() -> None:
         backend = FakeBackend(fields=FIELDS, readings=READINGS)
-        async with serving(backend, interval_seconds=3600) as served:
+        async with serving(backend, interval_seconds=3600, openmetrics=True) as served:
             await eventually(lambda: served.collector.collections == 1, "the first background run")
             plain = await bounded(get(served.url + "/metrics"))
             accept = {"Accept": OPENMETRICS_ACCEPT}

@@ -40,7 +40,7 @@ WHERE = [pytest.param(metrics.OFF_LOOP_RENDER_ROWS, id="on-the-loop"), pytest.pa
 async def endpoint_of(backend: FakeBackend, *, interval_seconds: float = 0.0) -> AsyncIterator[MetricsEndpoint]:
     """The metrics route in front of a collector of ``backend``; in background mode, once it has collected."""
     collector = Collector(backend, timeout_seconds=None, interval_seconds=interval_seconds)
-    settings = web_settings(Config(max_requests=0))
+    settings = web_settings(Config(max_requests=0, enable_openmetrics=True))  # both formats
     endpoint = MetricsEndpoint(collector, Exposition(backend.fields, backend.status_family), settings)
     collector.start()
     try:

@@ -96,6 +96,7 @@ def web_settings(config: Config) -> WebSettings:
         header_timeout_seconds=_smallest_bound(config.read_header_timeout_ns, config.read_timeout_ns),
         write_timeout_seconds=to_seconds(config.write_timeout_ns),
         enable_pprof=config.enable_pprof,
+        openmetrics=config.enable_openmetrics,
         dcgm_health=config.metrics_profile is not Profile.NVIDIA_SMI,
         dcgm_health_require_gpus=config.dcgm_health_require_gpus,
         exporter_metrics=config.exporter_metrics,

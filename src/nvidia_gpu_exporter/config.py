@@ -81,6 +81,7 @@ class Config:
     timeout_offset_ns: int = 500_000_000
     enable_pprof: bool = False
     enable_pprof_unauthenticated: bool = False
+    enable_openmetrics: bool = False  # the Go exporter's and dcgm-exporter's handlers never answer in OpenMetrics
     # --web.ready.*: what GET /-/ready waits for (docs/compatibility.md, "Readiness"); off, as the Go exporter's
     ready_require_collection: bool = False
     ready_max_staleness_ns: int = 0  # 0 = no bound on the last success's age

@@ -154,6 +154,13 @@ FLAGS: tuple[Flag, ...] = (
         Kind.BOOL,
     ),
     Flag(
+        "web.enable-openmetrics",
+        "enable_openmetrics",
+        "Answer a scrape that prefers OpenMetrics (Prometheus' does) in OpenMetrics; without it every scrape gets "
+        "the text format, as from the Go exporter and dcgm-exporter.",
+        Kind.BOOL,
+    ),
+    Flag(
         "web.ready.require-collection",
         "ready_require_collection",
         "Answer /-/ready with 503 until a collection has succeeded (and while --web.ready.max-staleness or "

@@ -176,6 +176,7 @@ def soak_args(directory: Path, runs: Path) -> tuple[str, ...]:
         "--nvidia-smi-command",
         counted_smi_command(capture, runs, directory / "answers"),
         "--collect.interval=150ms",
+        "--web.enable-openmetrics",  # the soak's OpenMetrics scrapes exercise that path too
         "--web.config.file",
         str(web_config(directory)),
     )

@@ -219,7 +219,7 @@ class MetricsEndpoint:
                 self.stats.errors["gathering"] += 1
                 self.stats.count(500)
                 return go_error(f"An error has occurred while serving metrics:\n\n{rendered.error}", 500)
-            negotiated = negotiate(request.headers.get("Accept"))
+            negotiated = negotiate(request.headers.get("Accept"), openmetrics=self.settings.openmetrics)
             body = rendered.openmetrics_of(rendered.body) if negotiated.openmetrics else rendered.body
             deflated = await body.gzip() if accepts_gzip(request.headers.get("Accept-Encoding")) else None
             # the exporter's own nvidia_gpu_exporter_* families (connections, web-config reloads) are always

@@ -67,8 +67,9 @@ def _entries(header: str) -> list[_Entry]:
 
 
 @functools.lru_cache(maxsize=32)  # a scraper sends the same header every time; each answer is immutable
-def negotiate(accept: str | None) -> Negotiated:
-    """The format for a scrape with this ``Accept`` header (``None`` when there is none)."""
+def negotiate(accept: str | None, *, openmetrics: bool) -> Negotiated:
+    """The format for a scrape with this ``Accept`` header (``None`` when there is none). Without ``openmetrics``
+    an OpenMetrics entry is passed over (its ``escaping=`` still counts), as by the Go client's ``Negotiate``."""
     escaping = ""
     for entry in _entries(accept or ""):
         if entry.params.get("escaping", "") in _ESCAPING_SCHEMES:
@@ -76,7 +77,7 @@ def negotiate(accept: str | None) -> Negotiated:
         version = entry.params.get("version", "")
         if entry.media_type == "text/plain" and version in ("0.0.4", ""):
             return Negotiated(CONTENT_TYPE + escaping, openmetrics=False)
-        if entry.media_type == _OPENMETRICS and version in ("1.0.0", "0.0.1", ""):
+        if openmetrics and entry.media_type == _OPENMETRICS and version in ("1.0.0", "0.0.1", ""):
             content_type = CONTENT_TYPE_1_0_0 if version == "1.0.0" else CONTENT_TYPE_0_0_1
             return Negotiated(content_type + escaping, openmetrics=True)
     return Negotiated(CONTENT_TYPE + escaping, openmetrics=False)

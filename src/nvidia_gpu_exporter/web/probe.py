@@ -75,7 +75,7 @@ class ProbeEndpoint:
         duration = PROBE_DURATION.family()
         duration.add((), time.perf_counter() - started)
         body = (text + render_family(success) + render_family(duration)).encode("utf-8")
-        negotiated = negotiate(request.headers.get("Accept"))
+        negotiated = negotiate(request.headers.get("Accept"), openmetrics=self.settings.openmetrics)
         if negotiated.openmetrics:
             body = to_openmetrics(body) + OPENMETRICS_EOF
         return Response(body=body, headers={"Content-Type": negotiated.content_type})
