@@ -45,8 +45,8 @@ FD_RESERVE = 3 * ACCEPT_BATCH + 64
 NEW_CONNECTION_GRACE_SECONDS = 2.0
 # A connection's standing at the cap (see the module docstring); the lowest leaves first.
 STALLED_HEAD, STALLED_BODY, STALLED_HANDSHAKE, STALE, ANSWERED_ERROR, OPENING, ASKING, ANSWERED_SUCCESS = range(8)
-# TLS handshakes under way at once, whatever the cap: one OpenSSL has begun holds about 35-55 KiB of its state (Go
-# about 45 KiB; one whose first record is not whole yet, about 4 KiB: tlsbuffer.py), and a real one ends in
+# TLS handshakes under way at once, whatever the cap: one OpenSSL has begun holds about 42 KiB of its state (Go
+# 45-81 KiB measured here; one whose first record is not whole yet, about 3 KiB: tlsbuffer.py), and a real one ends in
 # milliseconds, so past this the oldest one under way for longer than the grace (a client on a slow link keeps it)
 # leaves for a new one.
 MAX_HANDSHAKES = 64
