@@ -14,13 +14,11 @@ in bytes, so a hostile file cannot grow startup's memory.
 
 from __future__ import annotations
 
-import os
-import stat
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nvidia_gpu_exporter._go.durations import DurationError, parse_duration
-from nvidia_gpu_exporter.exposition.dcgm_counters import Counter, CountersError, counter_of
+from nvidia_gpu_exporter.exposition.dcgm_counters import Counter, CountersError, counter_of, read_startup_text
 
 if TYPE_CHECKING:
     from nvidia_gpu_exporter.support.strictyaml import Entries, YamlNode
@@ -50,20 +48,7 @@ class DcgmConfigSettings:
 
 def read_dcgm_config_file(path: str) -> DcgmConfigSettings:
     """The settings of dcgm-exporter's YAML config file at ``path``; a :class:`DcgmConfigError` names what is wrong."""
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise DcgmConfigError(f"{path}: not a regular file")
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_BYTES + 1)
-    except OSError as error:
-        raise DcgmConfigError(f"cannot read the config file {path}: {error.strerror or error}") from error
-    if len(data) > MAX_BYTES:
-        raise DcgmConfigError(f"{path}: larger than {MAX_BYTES} bytes: not a dcgm-exporter config file")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        raise DcgmConfigError(f"{path}:{line}: not UTF-8 text") from error
+    text = read_startup_text(path, MAX_BYTES, "config file", DcgmConfigError, too_large="dcgm-exporter config file")
     return parse_dcgm_config(text, path)
 
 

@@ -80,18 +80,26 @@ def parse_counters(text: str, source: str) -> tuple[Counter, ...]:
 
 def read_counters_file(path: str) -> tuple[Counter, ...]:
     """The records of the counters file at ``path`` (a ConfigMap's symlinked file too), read once at startup."""
+    return parse_counters(read_startup_text(path, MAX_BYTES, "counters file", CountersError), path)
+
+
+def read_startup_text(
+    path: str, max_bytes: int, kind: str, error_type: type[ValueError], *, too_large: str = ""
+) -> str:
+    """The UTF-8 text of one of dcgm-exporter's files read at startup (``kind``: "counters file", ...), at most
+    ``max_bytes`` (past it, "not a ``too_large``", by default ``kind``); an ``error_type`` names the path, and the
+    line of a byte that is not UTF-8."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
-            raise CountersError(f"{path}: not a regular file")
+            raise error_type(f"{path}: not a regular file")
         with open(path, "rb") as handle:
-            data = handle.read(MAX_BYTES + 1)
+            data = handle.read(max_bytes + 1)
     except OSError as error:
-        raise CountersError(f"cannot read the counters file {path}: {error.strerror or error}") from error
-    if len(data) > MAX_BYTES:
-        raise CountersError(f"{path}: larger than {MAX_BYTES} bytes: not a counters file")
+        raise error_type(f"cannot read the {kind} {path}: {error.strerror or error}") from error
+    if len(data) > max_bytes:
+        raise error_type(f"{path}: larger than {max_bytes} bytes: not a {too_large or kind}")
     try:
-        text = data.decode("utf-8-sig")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         line = data[: error.start].count(b"\n") + 1
-        raise CountersError(f"{path}:{line}: not UTF-8 text") from error
-    return parse_counters(text, path)
+        raise error_type(f"{path}:{line}: not UTF-8 text") from error
