@@ -76,16 +76,21 @@ def test_the_mig_labels_follow_the_claims_other_dra_labels() -> None:
     ]
 
 
-def test_the_nvml_backend_reads_each_gpu_instances_placement(fake_nvml: InProcessFake) -> None:
-    """nvmlDeviceGetGpuInstanceById then nvmlGpuInstanceGetInfo: the profile id and placement of each instance."""
-    fake_nvml.command("reset mig")
+def mig_devices_read(fake_nvml: InProcessFake, *commands: str) -> tuple[MigDevice, ...]:
+    """One collection of the nvml backend over the fake's MIG GPU (and ``commands`` to it)."""
+    fake_nvml.command("reset mig", *commands)
     backend = open_backend(FieldRequest(), watch_xids=False)
     try:
         readings = backend.collect_blocking()
     finally:
         backend.session.close(5)
     assert readings.extras is not None
-    assert [(device.gpu_instance_id, device.placement) for device in readings.extras.mig_devices] == [
+    return readings.extras.mig_devices
+
+
+def test_the_nvml_backend_reads_each_gpu_instances_placement(fake_nvml: InProcessFake) -> None:
+    """nvmlDeviceGetGpuInstanceById then nvmlGpuInstanceGetInfo: the profile id and placement of each instance."""
+    assert [(device.gpu_instance_id, device.placement) for device in mig_devices_read(fake_nvml)] == [
         (2, (2, 0, 4)),
         (2, (2, 0, 4)),
         (7, (0, 6, 1)),
@@ -93,12 +98,6 @@ def test_the_nvml_backend_reads_each_gpu_instances_placement(fake_nvml: InProces
 
 
 def test_without_nvmls_placement_a_mig_device_has_none(fake_nvml: InProcessFake) -> None:
-    fake_nvml.command("reset mig", "rc nvmlDeviceGetGpuInstanceById 4")  # NO_PERMISSION: an unprivileged exporter
-    backend = open_backend(FieldRequest(), watch_xids=False)
-    try:
-        readings = backend.collect_blocking()
-    finally:
-        backend.session.close(5)
-    assert readings.extras is not None
-    assert {device.placement for device in readings.extras.mig_devices} == {None}
-    assert len(readings.extras.mig_devices) == 3
+    devices = mig_devices_read(fake_nvml, "rc nvmlDeviceGetGpuInstanceById 4")  # NO_PERMISSION: unprivileged
+    assert {device.placement for device in devices} == {None}
+    assert len(devices) == 3
