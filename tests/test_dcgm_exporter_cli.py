@@ -4,6 +4,7 @@ each option either behaves as dcgm-exporter's or is warned about once, never ref
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,11 @@ import yaml
 
 from conftest import StartExporter
 from exposition_reader import checked, names_in
-from harness import FIXTURES, MIG_FIXTURE, fake_smi_command
+from harness import FIXTURES, MIG_FIXTURE, fake_smi_command, start_listening
+from nvidia_gpu_exporter import flags
 from nvidia_gpu_exporter.config import DEFAULT_LISTEN_ADDRESS, Backend, Config, Profile
 from nvidia_gpu_exporter.exposition.dcgm_defaults import Generation
-from nvidia_gpu_exporter.exposition.dcgm_generations import current_name, oldest_name
+from nvidia_gpu_exporter.exposition.dcgm_generations import current_name, facts_of, oldest_name
 from nvidia_gpu_exporter.flags import DCGM_OPTIONS, FlagError, parse_args
 from polling import wait_until
 
@@ -47,6 +49,23 @@ def test_the_daemonsets_args_and_env_give_the_dcgm_profile_on_9400(name: str) ->
     assert config.dcgm_collectors == ""
     assert config.dcgm_image_collectors.startswith("/etc/dcgm-exporter/")
     assert any("/etc/dcgm-exporter/" in notice.why for notice in parsed.notices), parsed.notices
+
+
+def test_the_4_8_3_chart_reads_its_counters_file_mounted_at_dcgm_exporters_default_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Chart 4.6.0-4.8.3 passes no -f and mounts its ConfigMap at dcgm-exporter's default path, which is read."""
+    spec = DAEMONSETS["dcgm-exporter-chart-4.8.3"]
+    ((default, content),) = spec["mounts"].items()
+    assert default == flags.DCGM_DEFAULT_COLLECTORS
+    assert not spec["args"]
+    local = tmp_path / "default-counters.csv"
+    local.write_text(content, encoding="utf-8")
+    monkeypatch.setattr(flags, "DCGM_DEFAULT_COLLECTORS", str(local))  # a test cannot write /etc/dcgm-exporter/
+    parsed = dcgm(spec["args"], spec["env"])
+    assert (parsed.config.metrics_profile, parsed.config.listen_addresses) == (Profile.DCGM, (":9400",))
+    assert parsed.config.dcgm_collectors == str(local)
+    assert [notice for notice in parsed.notices if notice.option == "--collectors"] == []
 
 
 def test_without_any_dcgm_exporter_option_nothing_changes_and_no_environment_is_read() -> None:
@@ -319,16 +338,28 @@ def test_short_v_is_version_as_in_dcgm_exporter() -> None:
 # -- the swap, end to end ---------------------------------------------------------------------------------------
 
 
-def mounted(spec: dict[str, Any], tmp_path: Path) -> tuple[list[str], dict[str, str]]:
+def mounted(spec: dict[str, Any], tmp_path: Path) -> tuple[list[str], dict[str, str], str]:
     """The DaemonSet's args and env with each file the pod mounts written under ``tmp_path`` and named there in
-    its place (a test cannot write /etc/dcgm-exporter/)."""
-    args, env = list(spec["args"]), dict(spec["env"])
+    its place (a test cannot write /etc/dcgm-exporter/); and the file mounted at dcgm-exporter's default path
+    where nothing names it ("" if none)."""
+    args, env, default = list(spec["args"]), dict(spec["env"]), ""
     for index, (path, content) in enumerate(spec["mounts"].items()):
         local = tmp_path / f"{index}-{Path(path).name}"
         local.write_text(content, encoding="utf-8")
+        if path not in args and path not in env.values():
+            assert path == flags.DCGM_DEFAULT_COLLECTORS, path
+            default = str(local)
         args = [str(local) if arg == path else arg for arg in args]
         env = {key: str(local) if value == path else value for key, value in env.items()}
-    return args, env
+    return args, env, default
+
+
+# The exporter as it ships, but for dcgm-exporter's default counters path, which it reads from argv[1] (the
+# file the test wrote in place of /etc/dcgm-exporter/default-counters.csv).
+AT_DEFAULT_PATH = (
+    "import sys; from nvidia_gpu_exporter import cli, flags; "
+    "flags.DCGM_DEFAULT_COLLECTORS = sys.argv.pop(1); sys.exit(cli.main())"
+)
 
 
 # Default counters the fake nvidia-smi of the MIG capture gives on the exec backend (energy, replays, NVLink and
@@ -343,17 +374,23 @@ NVIDIA_SMI_DEFAULTS = (
 )
 
 
-@pytest.mark.parametrize("name", ["dcgm-exporter-chart", "gpu-operator"])
+@pytest.mark.parametrize("name", ["dcgm-exporter-chart", "dcgm-exporter-chart-4.8.3", "gpu-operator"])
 def test_the_daemonsets_args_and_env_serve_dcgm_fields_and_health(
-    exporter: StartExporter, name: str, tmp_path: Path
+    exporter: StartExporter, name: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """Only the image swapped: the DaemonSet's args and env as they render, its mounts in place (the harness adds
     a loopback listen address on port 0 in place of :9400, which a test must not bind, and the fake nvidia-smi).
     It serves the generation of the release that renders it, whatever this exporter's default."""
     spec = DAEMONSETS[name]
     generation = Generation(spec["generation"])
-    args, env = mounted(spec, tmp_path)
-    handle = exporter("--nvidia-smi-command", fake_smi_command(MIG_FIXTURE), *args, env=env)
+    args, env, default = mounted(spec, tmp_path)
+    smi = ("--nvidia-smi-command", fake_smi_command(MIG_FIXTURE))
+    if default:
+        argv = [sys.executable, "-c", AT_DEFAULT_PATH, default, "--web.listen-address=127.0.0.1:0", *smi, *args]
+        handle = start_listening(argv, env)
+        request.addfinalizer(handle.stop)
+    else:
+        handle = exporter(*smi, *args, env=env)
     # collected in the background every 30 s as dcgm-exporter does: the first collection follows the listener
     text = wait_until(handle.scrape, "a DCGM scrape", until=lambda text: "DCGM_FI_" in text)
     checked(text)
@@ -363,7 +400,7 @@ def test_the_daemonsets_args_and_env_serve_dcgm_fields_and_health(
         assert current_name(oldest_name(served), generation) == served, served
     assert not any(name.startswith("nvidia_smi_") for name in names)
     assert f"generation={generation.value} why=" in handle.log
-    assert 'hostname="node-a"' in text
+    assert f'{facts_of(generation).hostname_label}="node-a"' in text
     health = handle.get("/health")
     assert health.status == 200
     assert handle.log.count("dcgm-exporter") >= 1

@@ -424,7 +424,7 @@ def test_nvml_device_readings_are_served_in_dcgms_names_and_units(extra: GpuExtr
     ("name", "metric_type"),
     [
         pytest.param("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", id="replay-is-a-counter"),
-        pytest.param("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", id="nvlink-is-a-counter"),
+        pytest.param("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "gauge", id="nvlink-is-a-gauge-as-4.8.3-types-it"),
         pytest.param("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", id="pcie-tx-is-a-gauge"),
         pytest.param("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", id="pcie-rx-is-a-gauge"),
     ],

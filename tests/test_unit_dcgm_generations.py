@@ -169,6 +169,46 @@ def test_auto_infers_the_generation_from_the_counters_files_names(
     assert resolve_generation(None, counters_of(*names)) == (generation, why)
 
 
+# dcgm-exporter's own files type the NVLink bandwidth `counter` in every release to 4.8.2 and `gauge` from 4.8.3 on
+# (tag 4.5.3-4.8.2 and commit 7ad5832: etc/default-counters.csv, etc/dcp-metrics-included.csv and the chart's
+# deployment/templates/metrics-configmap.yaml): a file typing it `counter` was written for a `Hostname` release.
+@pytest.mark.parametrize(
+    ("records", "generation", "why"),
+    [
+        (  # the ConfigMap of dcgm-exporter's chart 4.5.3-4.8.2 (and of every chart from 3.x on)
+            "DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, counter, n\n",
+            Generation.V4_5,
+            "counters.csv:2 types DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL counter, a type generation 4.8 changed",
+        ),
+        (  # the ConfigMap of its chart 4.6.0-4.8.3: the old names, the new type
+            "DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, gauge, n\n",
+            Generation.V4_8,
+            "counters.csv:1 names DCGM_FI_DEV_GPU_TEMP, a name generation 4.9 renamed",
+        ),
+        (  # a name of a later generation still wins: its file is of that generation or later
+            "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, counter, n\nDCGM_FI_DEV_GPU_TEMP_CELSIUS, gauge, t\n",
+            Generation.V4_9,
+            "counters.csv:2 names DCGM_FI_DEV_GPU_TEMP_CELSIUS, a name of generation 4.9 on",
+        ),
+    ],
+    ids=["4.8.2-chart", "4.8.3-chart", "4.9-name-wins"],
+)
+def test_auto_infers_a_hostname_generation_from_a_type_dcgm_exporter_changed(
+    records: str, generation: Generation, why: str
+) -> None:
+    assert resolve_generation(None, parse_counters(records, "counters.csv")) == (generation, why)
+
+
+@pytest.mark.parametrize(
+    ("generation", "metric_type"),
+    [(Generation.V3, "counter"), (Generation.V4_5, "counter"), (Generation.V4_8, "gauge")],
+)
+def test_each_generation_types_the_nvlink_bandwidth_as_its_default_file_does(
+    generation: Generation, metric_type: str
+) -> None:
+    assert f"# TYPE DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL {metric_type}\n" in render(generation)
+
+
 def test_an_explicit_generation_is_taken_whatever_the_counters_file_names() -> None:
     chosen = resolve_generation(Generation.V4_5, counters_of("DCGM_FI_DEV_GPU_TEMP_CELSIUS"))
     assert chosen == (Generation.V4_5, "--dcgm.compatibility")

@@ -32,6 +32,7 @@ from nvidia_gpu_exporter.exposition.dcgm_generations import (
     SAME,
     current_name,
     declaration,
+    default_type,
     facts_of,
     in_default_file,
 )
@@ -540,6 +541,8 @@ def default_families(generation: Generation) -> tuple[DcgmFamily, ...]:
         if not in_default_file(family.name, generation):
             continue
         served = _KNOWN[current_name(family.name, generation)]
+        if retyped := default_type(family.name, generation):
+            served = replace(served, metric_type=retyped)
         declared = declaration(family.name, generation)
         if declared is not None:
             served = replace(served, metric_type=declared[0], help=declared[1])

@@ -180,6 +180,20 @@ ADDED: dict[str, Generation] = {
     "DCGM_FI_DEV_FB_CAPACITY_BYTES": Generation.V4_9,
 }
 
+
+@dataclass(frozen=True, slots=True)
+class Retype:
+    """A field dcgm-exporter's own counters files list under another Prometheus type from ``since`` on."""
+
+    name: str
+    old_type: str
+    new_type: str
+    since: Generation
+
+
+# Every release to 4.8.2 types the NVLink bandwidth `counter` in its files, 4.8.3 `gauge` (docs/dcgm.md cites them).
+RETYPES: tuple[Retype, ...] = (Retype("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", "gauge", Generation.V4_8),)
+
 # Generation 3's default file types and describes some fields otherwise: name -> (Prometheus type, HELP).
 V3_DECLARATIONS: dict[str, tuple[str, str]] = {
     "DCGM_FI_DEV_FB_FREE": ("gauge", "Frame buffer memory free (in MB)."),
@@ -240,6 +254,14 @@ def in_default_file(name: str, generation: Generation) -> bool:
     return added is None or generation.at_least(added)
 
 
+def default_type(name: str, generation: Generation) -> str:
+    """The Prometheus type the generation's default file gives a field dcgm-exporter retyped ("" = not retyped)."""
+    for retype in RETYPES:
+        if retype.name == name:
+            return retype.new_type if generation.at_least(retype.since) else retype.old_type
+    return ""
+
+
 def declaration(name: str, generation: Generation) -> tuple[str, str] | None:
     """The generation's own (type, HELP) of a field by its oldest name, where it differs from the newest's."""
     return V3_DECLARATIONS.get(name) if generation is Generation.V3 else None
@@ -252,8 +274,9 @@ def resolve_generation(
 
     A name a generation introduced (a rename's new name, a field it added) says the file is of that generation or
     later, and the newest such wins: 4.10 still reads the older names in a custom file, so an old name beside a new
-    one proves nothing. Without one, a name a later generation renamed says the generation before that rename.
-    Without a file, ``absent`` (the image file the invocation named, not here) says its releases' generation.
+    one proves nothing. Without one, a name a later generation renamed, or a type it changed, says the generation
+    before that change, the earliest such. Without a file, ``absent`` (the image file the invocation named, not
+    here) says its releases' generation.
     """
     if chosen is not None:
         return chosen, "--dcgm.compatibility"
@@ -273,13 +296,18 @@ def resolve_generation(
         since, counter = newest
         return since, f"{counter.source}:{counter.line} names {counter.name}, a name of generation {since.value} on"
     renamed_at = {rename.old: rename.since for rename in RENAMES}
-    earliest: tuple[Generation, Counter] | None = None
+    retyped_at = {(retype.name, retype.old_type): retype.since for retype in RETYPES}
+    earliest: tuple[Generation, str] | None = None
     for counter in counters:
-        since = renamed_at.get(counter.name)
-        if since is not None and (earliest is None or not since.at_least(earliest[0])):
-            earliest = (since, counter)
+        where = f"{counter.source}:{counter.line}"
+        renamed = renamed_at.get(counter.name)
+        if renamed is not None and (earliest is None or not renamed.at_least(earliest[0])):
+            earliest = (renamed, f"{where} names {counter.name}, a name generation {renamed.value} renamed")
+        retyped = retyped_at.get((counter.name, counter.metric_type))
+        if retyped is not None and (earliest is None or not retyped.at_least(earliest[0])):
+            what = f"types {counter.name} {counter.metric_type}, a type generation {retyped.value} changed"
+            earliest = (retyped, f"{where} {what}")
     if earliest is not None:
-        since, counter = earliest
-        before = GENERATION_ORDER[GENERATION_ORDER.index(since) - 1]
-        return before, f"{counter.source}:{counter.line} names {counter.name}, a name generation {since.value} renamed"
+        since, why = earliest
+        return GENERATION_ORDER[GENERATION_ORDER.index(since) - 1], why
     return DEFAULT_GENERATION, f"{counters[0].source} names no field that a generation renamed"
