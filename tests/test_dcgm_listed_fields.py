@@ -11,13 +11,13 @@ import pytest
 from nvidia_gpu_exporter.backends.demo.extras import ExtrasSynthesizer, parse_extras
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.backends.nvml import open_backend
-from nvidia_gpu_exporter.backends.nvml.supplement import NvmlSupplemented
+from nvidia_gpu_exporter.backends.nvml.supplement import NvmlSupplemented, open_supplement
 from nvidia_gpu_exporter.exposition.dcgm import LEGACY_NAMES, DcgmExposition
 from nvidia_gpu_exporter.exposition.dcgm_counters import parse_counters
 from nvidia_gpu_exporter.model.fabric import HEALTHY_FABRIC_MASK, FabricHealthSummary
 from nvidia_gpu_exporter.model.snapshot import Attempt, GpuExtras, GpuTable, NvmlExtras, Readings, Snapshot
 from nvml_fixtures import InProcessFake
-from test_exec_nvml_supplement import _supplemented  # noqa: F401 - the supplemented fixture
+from test_exec_nvml_supplement import SAME_GPUS, exec_backend
 from test_unit_dcgm import IDENTITY, UUID, samples
 from unit_helpers import gpu_row, query_fields, success_snapshot
 
@@ -159,11 +159,13 @@ def test_a_gpu_without_nvlink_has_no_link_0_reading(fake_nvml: InProcessFake) ->
 # -- on the exec backend, through NVML ----------------------------------------------------------------------------
 
 
-def test_the_exec_backend_reads_fabric_health_link_0_and_placements_through_nvml(
-    supplemented: NvmlSupplemented, fake_nvml: InProcessFake
-) -> None:
-    fake_nvml.command("set 0 fabric_health_mask 426", "set 0 fabric_health_summary 1")
-    readings = asyncio.run(supplemented.collect())
+def test_the_exec_backend_reads_fabric_health_link_0_and_placements_through_nvml(fake_nvml: InProcessFake) -> None:
+    fake_nvml.command(*SAME_GPUS, "set 0 fabric_health_mask 426", "set 0 fabric_health_summary 1")
+    supplemented = NvmlSupplemented(exec_backend(), open_supplement(mig_placements=True))  # --kubernetes.dra-claims
+    try:
+        readings = asyncio.run(supplemented.collect())
+    finally:
+        asyncio.run(supplemented.aclose())
     assert readings.extras is not None
     gpu = readings.extras.gpus[0]
     assert (gpu.fabric_health_mask, gpu.fabric_health_summary, gpu.nvlink_l0_mib_per_second) == (426.0, 1.0, 0.0)

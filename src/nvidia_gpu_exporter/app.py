@@ -184,7 +184,12 @@ async def with_nvml(config: Config, backend: Backend, *, p2p_status: bool = Fals
             extra={"reason": f"the NVML bindings are not available in this build ({error.msg})"},
         )
         return backend
-    return await supplement(backend, pcie_throughput=config.pcie_throughput, p2p_status=p2p_status)
+    return await supplement(
+        backend,
+        pcie_throughput=config.pcie_throughput,
+        p2p_status=p2p_status,
+        mig_placements=config.kubernetes_dra_claims,
+    )
 
 
 def reads_nvml(config: Config, backend: Backend) -> bool:
@@ -279,6 +284,7 @@ async def build_backend(
             gpm_whole_gpus=config.metrics_profile is not Profile.NVIDIA_SMI,  # only the DCGM profile serves it
             dcgm_readings=config.metrics_profile is not Profile.NVIDIA_SMI,  # PCIe replays, NVLink bandwidth: the same
             p2p_status=p2p_status,
+            mig_placements=config.kubernetes_dra_claims,  # only the DRA claims' dra_mig_* labels use placements
         )
     except (BackendSetupError, FieldResolutionError) as error:
         raise StartupError(f"failed to set up the nvml backend: {error}") from error

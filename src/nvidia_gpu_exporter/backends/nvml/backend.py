@@ -43,6 +43,7 @@ from nvidia_gpu_exporter.backends.nvml.mig import (
     TENSOR,
     WHOLE_GPU,
     GpmSampler,
+    PlacementCache,
     gpm_supported,
     percent_ratio,
     read_mig,
@@ -164,6 +165,7 @@ class NvmlBackend:
         gpm_whole_gpus: bool = False,
         dcgm_readings: bool = False,
         p2p_status: bool = False,
+        mig_placements: bool = False,
     ) -> None:
         self.session = session
         self.resolved = tuple(fields)
@@ -180,6 +182,8 @@ class NvmlBackend:
         self._nvlink: dict[tuple[str, int], tuple[int, int]] = {}
         self.watcher = watcher
         self.sampler = GpmSampler(gpm_clock)
+        # --kubernetes.dra-claims: the MIG devices' placements, for the dra_mig_* labels; never read otherwise.
+        self.placements = PlacementCache() if mig_placements else None
         session.on_teardown(self.sampler.release_all)
         self._fields = tuple(field.query for field in self.resolved)
         device_fields = {field.source for field in self.resolved} - CYCLE_FIELDS - DEPRECATED_FIELDS
@@ -456,6 +460,7 @@ class NvmlBackend:
         mig_devices: list[MigDevice] = []
         mig_instances: list[MigInstanceReading] = []
         nvlink_totals: dict[tuple[str, int], tuple[int, int]] = {}
+        in_mig_mode: set[str] = set()
         self.sampler.begin_cycle()
         for gpu in gpus:
             energy = self._soft(call("nvmlDeviceGetTotalEnergyConsumption", gpu.handle))
@@ -487,11 +492,14 @@ class NvmlBackend:
             )
             if not in_mig:
                 continue
-            mig = self._soft(read_mig(gpu.handle, gpu.uuid, self.sampler))
+            in_mig_mode.add(gpu.uuid)
+            mig = self._soft(read_mig(gpu.handle, gpu.uuid, self.sampler, self.placements))
             if not isinstance(mig, Failure):
                 mig_devices += mig[0]
                 mig_instances += mig[1]
         self.sampler.end_cycle()
+        if self.placements is not None:
+            self.placements.retain(in_mig_mode)
         self._nvlink = nvlink_totals  # only the GPUs read this cycle: a GPU gone is forgotten
         p2p = self._p2p(gpus) if self.p2p_status else None
         return NvmlExtras(tuple(per_gpu), tuple(mig_devices), tuple(mig_instances), p2p)
@@ -593,6 +601,7 @@ def open_backend(
     gpm_whole_gpus: bool = False,
     dcgm_readings: bool = False,
     p2p_status: bool = False,
+    mig_placements: bool = False,
 ) -> NvmlBackend:
     """Check the bindings, init NVML, check the exports the exporter cannot do without, resolve fields, start
     the XID watcher."""
@@ -624,6 +633,7 @@ def open_backend(
         gpm_whole_gpus=gpm_whole_gpus,
         dcgm_readings=dcgm_readings,
         p2p_status=p2p_status,
+        mig_placements=mig_placements,
     )
     if watcher is not None:
         watcher.start()
