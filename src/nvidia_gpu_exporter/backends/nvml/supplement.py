@@ -117,7 +117,7 @@ class NvmlSupplemented:
 
 
 def open_supplement(
-    *, pcie_throughput: bool = False, p2p_status: bool = False, mig_placements: bool = False
+    *, pcie_throughput: bool = False, p2p_status: bool = False, mig_placements: bool = False, nvlink_links: bool = False
 ) -> NvmlBackend:
     """An NVML cycle reading only the DCGM profile's NVML-only fields; BackendSetupError when NVML cannot serve."""
     try:
@@ -129,18 +129,28 @@ def open_supplement(
             dcgm_readings=True,
             p2p_status=p2p_status,
             mig_placements=mig_placements,
+            nvlink_links=nvlink_links,
         )
     except FieldResolutionError as error:
         raise BackendSetupError(str(error)) from error
 
 
 async def supplement(
-    inner: Backend, *, pcie_throughput: bool = False, p2p_status: bool = False, mig_placements: bool = False
+    inner: Backend,
+    *,
+    pcie_throughput: bool = False,
+    p2p_status: bool = False,
+    mig_placements: bool = False,
+    nvlink_links: bool = False,
 ) -> Backend:
     """``inner`` with the NVML supplement when libnvidia-ml loads; else ``inner``, and one warning saying why."""
     try:
         nvml = await asyncio.to_thread(
-            open_supplement, pcie_throughput=pcie_throughput, p2p_status=p2p_status, mig_placements=mig_placements
+            open_supplement,
+            pcie_throughput=pcie_throughput,
+            p2p_status=p2p_status,
+            mig_placements=mig_placements,
+            nvlink_links=nvlink_links,
         )
     except BackendSetupError as error:
         log.warning(
