@@ -11,13 +11,13 @@ import pytest
 from nvidia_gpu_exporter.backends.demo.extras import ExtrasSynthesizer, parse_extras
 from nvidia_gpu_exporter.backends.fields import FieldRequest
 from nvidia_gpu_exporter.backends.nvml import open_backend
-from nvidia_gpu_exporter.backends.nvml.supplement import NvmlSupplemented
+from nvidia_gpu_exporter.backends.nvml.supplement import NvmlSupplemented, open_supplement
 from nvidia_gpu_exporter.exposition.dcgm import LEGACY_NAMES, DcgmExposition
 from nvidia_gpu_exporter.exposition.dcgm_counters import parse_counters
 from nvidia_gpu_exporter.model.fabric import HEALTHY_FABRIC_MASK, FabricHealthSummary
 from nvidia_gpu_exporter.model.snapshot import Attempt, GpuExtras, GpuTable, NvmlExtras, Readings, Snapshot
 from nvml_fixtures import InProcessFake
-from test_exec_nvml_supplement import _supplemented  # noqa: F401 - the supplemented fixture
+from test_exec_nvml_supplement import SAME_GPUS, exec_backend
 from test_unit_dcgm import IDENTITY, UUID, samples
 from unit_helpers import gpu_row, query_fields, success_snapshot
 
@@ -116,55 +116,17 @@ def test_retired_pending_under_its_1x_name() -> None:
     assert LEGACY_NAMES["dcgm_retired_pages_pending"] == "DCGM_FI_DEV_RETIRED_PENDING"
 
 
-# -- NVLink link 0 ------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", ["DCGM_FI_DEV_NVLINK_BANDWIDTH_L0", "DCGM_FI_DEV_NVLINK_THROUGHPUT_L0"])
-def test_link_0s_bandwidth_is_served_under_either_name(name: str) -> None:
-    """dcgm-exporter's optional row names it BANDWIDTH_L0; DCGM 4's header renamed it THROUGHPUT_L0 (field 440)."""
-    row = gpu_row(FIELDS, **{**IDENTITY, "driver_version": "550.54.15"})
-    readings = Readings(
-        GpuTable((row,)), None, "12.4", NvmlExtras(gpus=(GpuExtras(UUID, nvlink_l0_mib_per_second=12.0),))
-    )
-    counters = parse_counters(f"{name}, gauge, NVLink lane 0 throughput (in MB/s).\n", "c.csv")
-    text = DcgmExposition(FIELDS, "node-1", counters=counters, extras=True).render(
-        Snapshot(Attempt(readings, 0, 0.1, 1.0), 0, 1.0)
-    )
-    assert f"# TYPE {name} gauge\n" in text
-    assert samples(text) == [f"{name}{{{GPU}}} 12"]
-
-
-def test_link_0s_bandwidth_is_its_own_data_counters_rate(fake_nvml: InProcessFake) -> None:
-    """Fields 138 and 139 with scope 0, computed as the all-links total is (ReadAndCacheNvLinkBandwidth)."""
-    fake_nvml.command("reset h200")
-    backend = open_backend(FieldRequest(), watch_xids=False, dcgm_readings=True)
-    try:
-        first = backend.collect_blocking().extras
-        fake_nvml.command("set 0 nvlink_l0_tx_kib 1000000000", "set 0 nvlink_l0_rx_kib 1000000000")
-        second = backend.collect_blocking().extras
-    finally:
-        backend.session.close(5)
-    assert first is not None
-    assert second is not None
-    assert first.gpus[0].nvlink_l0_mib_per_second == 0.0
-    assert (second.gpus[0].nvlink_l0_mib_per_second or 0.0) > 0.0
-    assert second.gpus[0].nvlink_mib_per_second == 0.0  # the all-links counters did not move
-
-
-def test_a_gpu_without_nvlink_has_no_link_0_reading(fake_nvml: InProcessFake) -> None:
-    fake_nvml.command("reset rtx")
-    assert collect_nvml_extras().nvlink_l0_mib_per_second is None
-
-
 # -- on the exec backend, through NVML ----------------------------------------------------------------------------
 
 
-def test_the_exec_backend_reads_fabric_health_link_0_and_placements_through_nvml(
-    supplemented: NvmlSupplemented, fake_nvml: InProcessFake
-) -> None:
-    fake_nvml.command("set 0 fabric_health_mask 426", "set 0 fabric_health_summary 1")
-    readings = asyncio.run(supplemented.collect())
+def test_the_exec_backend_reads_fabric_health_and_placements_through_nvml(fake_nvml: InProcessFake) -> None:
+    fake_nvml.command(*SAME_GPUS, "set 0 fabric_health_mask 426", "set 0 fabric_health_summary 1")
+    supplemented = NvmlSupplemented(exec_backend(), open_supplement(mig_placements=True))  # --kubernetes.dra-claims
+    try:
+        readings = asyncio.run(supplemented.collect())
+    finally:
+        asyncio.run(supplemented.aclose())
     assert readings.extras is not None
     gpu = readings.extras.gpus[0]
-    assert (gpu.fabric_health_mask, gpu.fabric_health_summary, gpu.nvlink_l0_mib_per_second) == (426.0, 1.0, 0.0)
+    assert (gpu.fabric_health_mask, gpu.fabric_health_summary) == (426.0, 1.0)
     assert {device.placement for device in readings.extras.mig_devices} == {(2, 0, 4), (0, 6, 1)}

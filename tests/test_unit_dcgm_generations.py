@@ -7,6 +7,7 @@ import asyncio
 import logging
 import re
 from pathlib import Path
+from typing import Any
 from unittest.mock import ANY
 
 import pytest
@@ -56,7 +57,7 @@ CELLS = {
 def snapshot(*, xids: tuple[XidRecord, ...] = ()) -> tuple[list[QueryField], Snapshot]:
     fields = query_fields([(qfield, rfield) for qfield, (rfield, _) in CELLS.items()])
     row = gpu_row(fields, **IDENTITY, **{qfield.replace(".", "_"): cell for qfield, (_, cell) in CELLS.items()})
-    nvlink = {"nvlink_mib_per_second": 2.0, "nvlink_bytes_per_second": 2049.0 * 1024}  # 2049 KiB/s, as DCGM reads
+    nvlink: dict[str, Any] = {"nvlink_mib_per_second": 2.0, "nvlink_bytes_per_second": 2049.0 * 1024}  # 2049 KiB/s
     extras = NvmlExtras(gpus=(GpuExtras(UUID, energy_joules=123456.789, pcie_tx_bytes_per_second=1000.0, **nvlink),))
     readings = Readings(GpuTable((row,)), None, "12.4", extras)
     return fields, Snapshot(Attempt(readings, 0, 0.1, 1.0), 0, 1.0, xids=xids)

@@ -4,6 +4,7 @@ compatibility file: served in DCGM's units when a counters file lists them, neve
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
@@ -102,7 +103,8 @@ NVML_ONLY = {
 @pytest.mark.parametrize("name", list(NVML_ONLY))
 def test_violation_times_and_nvlink_errors_are_nvml_readings_served_as_counters(name: str) -> None:
     attribute, reading, value = NVML_ONLY[name]
-    fields, snapshot = gpm_snapshot(NvmlExtras(gpus=(GpuExtras(UUID, **{attribute: reading}),)))
+    readings: dict[str, Any] = {attribute: reading}
+    fields, snapshot = gpm_snapshot(NvmlExtras(gpus=(GpuExtras(UUID, **readings),)))
     counters = parse_counters(f"{name}, counter, h\n", "c.csv")
     text = DcgmExposition(fields, "node-1", counters=counters).render(snapshot)
     assert f"# TYPE {name} counter\n" in text

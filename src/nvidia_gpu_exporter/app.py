@@ -171,7 +171,9 @@ def choose_xid_source(config: Config) -> XidChoice:
     return XidChoice(source, backend_xids=False, name="kmsg")
 
 
-async def with_nvml(config: Config, backend: Backend, *, p2p_status: bool = False) -> Backend:
+async def with_nvml(
+    config: Config, backend: Backend, *, p2p_status: bool = False, nvlink_links: bool = False
+) -> Backend:
     """The exec backend under the DCGM profile reads beside nvidia-smi what only NVML can give, when libnvidia-ml
     loads (backends/nvml/supplement.py); under the nvidia_smi profile nothing consumes those readings."""
     if config.metrics_profile is Profile.NVIDIA_SMI:
@@ -184,7 +186,13 @@ async def with_nvml(config: Config, backend: Backend, *, p2p_status: bool = Fals
             extra={"reason": f"the NVML bindings are not available in this build ({error.msg})"},
         )
         return backend
-    return await supplement(backend, pcie_throughput=config.pcie_throughput, p2p_status=p2p_status)
+    return await supplement(
+        backend,
+        pcie_throughput=config.pcie_throughput,
+        p2p_status=p2p_status,
+        mig_placements=config.kubernetes_dra_claims,
+        nvlink_links=nvlink_links,
+    )
 
 
 def reads_nvml(config: Config, backend: Backend) -> bool:
@@ -206,10 +214,11 @@ async def build_backend(
     watch_xids: bool = True,
     demo_kernel_log: KernelXidSource | None = None,
     p2p_status: bool = False,
+    nvlink_links: bool = False,
 ) -> Backend:
     """Start the configured backend (its startup queries included); the demo hands its simulated kernel-log
     records to ``demo_kernel_log``; ``p2p_status``: NVML reads every GPU pair's NVLink P2P status (the counters
-    file lists DCGM_EXP_P2P_STATUS)."""
+    file lists DCGM_EXP_P2P_STATUS); ``nvlink_links``: NVML reads each NVLink (it lists a per-link field)."""
     timeout = to_seconds(config.collect_timeout_ns) or None
     request = FieldRequest(config.query_field_names, config.query_field_names_exclude)
     if config.backend is BackendName.EXEC:
@@ -235,7 +244,7 @@ async def build_backend(
                     compute_apps=config.compute_apps,
                     process_usage=config.process_usage,
                 )
-                return await with_nvml(config, streaming, p2p_status=p2p_status)
+                return await with_nvml(config, streaming, p2p_status=p2p_status, nvlink_links=nvlink_links)
             smi = await SmiBackend.start(
                 runner,
                 request,
@@ -243,7 +252,7 @@ async def build_backend(
                 compute_apps=config.compute_apps,
                 process_usage=config.process_usage,
             )
-            return await with_nvml(config, smi, p2p_status=p2p_status)
+            return await with_nvml(config, smi, p2p_status=p2p_status, nvlink_links=nvlink_links)
         except FieldResolutionError as error:
             raise StartupError(f"failed to resolve query fields: {error}") from error
         except BackendSetupError as error:
@@ -279,6 +288,8 @@ async def build_backend(
             gpm_whole_gpus=config.metrics_profile is not Profile.NVIDIA_SMI,  # only the DCGM profile serves it
             dcgm_readings=config.metrics_profile is not Profile.NVIDIA_SMI,  # PCIe replays, NVLink bandwidth: the same
             p2p_status=p2p_status,
+            nvlink_links=nvlink_links,
+            mig_placements=config.kubernetes_dra_claims,  # only the DRA claims' dra_mig_* labels use placements
         )
     except (BackendSetupError, FieldResolutionError) as error:
         raise StartupError(f"failed to set up the nvml backend: {error}") from error
@@ -427,6 +438,16 @@ def dcgm_counters(config: Config) -> tuple[Counter, ...] | None:
         return read_counters_file(config.dcgm_collectors)
     except CountersError as error:
         raise StartupError(f"invalid --dcgm.collectors: {error}") from error
+
+
+def lists_nvlink_links(counters: tuple[Counter, ...] | None) -> bool:
+    """Whether the counters file asks for a per-link NVLink field (any name of one): only then does NVML read each
+    link, about 90 calls per GPU."""
+    if not counters:
+        return False
+    from nvidia_gpu_exporter.exposition.dcgm import NVLINK_LINK_NAMES  # noqa: PLC0415 - the DCGM profile's only
+
+    return any(counter.name in NVLINK_LINK_NAMES for counter in counters)
 
 
 def lists_p2p_status(counters: tuple[Counter, ...] | None) -> bool:
@@ -594,7 +615,12 @@ def install_signal_handlers(loop: asyncio.AbstractEventLoop, security: Security,
 
 
 async def _build_backend_importing(
-    config: Config, *, watch_xids: bool, demo_kernel_log: KernelXidSource | None, p2p_status: bool = False
+    config: Config,
+    *,
+    watch_xids: bool,
+    demo_kernel_log: KernelXidSource | None,
+    p2p_status: bool = False,
+    nvlink_links: bool = False,
 ) -> Backend:
     """:func:`build_backend`, with :data:`SERVING_MODULES` imported on a thread meanwhile: the event loop mostly
     waits for startup's nvidia-smi runs, so the imports take CPU the start would otherwise leave idle."""
@@ -604,20 +630,28 @@ async def _build_backend_importing(
     importing.start()
     try:
         return await build_backend(
-            config, watch_xids=watch_xids, demo_kernel_log=demo_kernel_log, p2p_status=p2p_status
+            config,
+            watch_xids=watch_xids,
+            demo_kernel_log=demo_kernel_log,
+            p2p_status=p2p_status,
+            nvlink_links=nvlink_links,
         )
     finally:
         importing.join()  # done, or nearly: imports take less than a child's run
         sys.setswitchinterval(switch_interval)
 
 
-async def _start_backend_and_xids(config: Config, *, p2p_status: bool) -> tuple[Backend, XidChoice]:
+async def _start_backend_and_xids(
+    config: Config, *, p2p_status: bool, nvlink_links: bool = False
+) -> tuple[Backend, XidChoice]:
     """The backend and the XID source. exec's startup reads nothing of the XID choice, so its first nvidia-smi run
     is spawned before the source is chosen, and the kernel log's parser loads beside that run (issue 31, item 2;
     the source replays the log since boot, so starting it later misses nothing); nvml watches its events by the
     choice, and the demo feeds its simulated kernel log to the source, so theirs is chosen first."""
     if config.backend is BackendName.EXEC:
-        backend = await _build_backend_importing(config, watch_xids=False, demo_kernel_log=None, p2p_status=p2p_status)
+        backend = await _build_backend_importing(
+            config, watch_xids=False, demo_kernel_log=None, p2p_status=p2p_status, nvlink_links=nvlink_links
+        )
         try:
             return backend, choose_xid_source(config)
         except BaseException:
@@ -627,7 +661,11 @@ async def _start_backend_and_xids(config: Config, *, p2p_status: bool) -> tuple[
     try:
         demo_log = xids.kernel_log if xids.name == "demo" else None
         backend = await _build_backend_importing(
-            config, watch_xids=xids.backend_xids, demo_kernel_log=demo_log, p2p_status=p2p_status
+            config,
+            watch_xids=xids.backend_xids,
+            demo_kernel_log=demo_log,
+            p2p_status=p2p_status,
+            nvlink_links=nvlink_links,
         )
     except BaseException:
         xids.close()
@@ -678,7 +716,9 @@ async def serve(config: Config, web_config: WebConfig | None = None) -> int:
             loop.add_signal_handler(signum, on_stop)
     fleet = build_fleet(config)
     install_signal_handlers(loop, security, fleet)  # before startup's nvidia-smi runs, as the two above
-    backend, xids = await _start_backend_and_xids(config, p2p_status=lists_p2p_status(counters))
+    backend, xids = await _start_backend_and_xids(
+        config, p2p_status=lists_p2p_status(counters), nvlink_links=lists_nvlink_links(counters)
+    )
     if xids.name == "off" and counters:
         from nvidia_gpu_exporter.exposition.dcgm_generations import oldest_name  # noqa: PLC0415 - DCGM profile only
 

@@ -98,7 +98,8 @@ enum {
     X(nvmlDeviceGetClockInfo) X(nvmlDeviceGetMaxClockInfo) X(nvmlDeviceGetMigMode)                         \
     X(nvmlDeviceGetGspFirmwareMode) X(nvmlDeviceGetC2cModeInfoV) X(nvmlDeviceGetGpuFabricInfoV)            \
     X(nvmlDeviceGetPlatformInfo) X(nvmlDeviceGetTotalEnergyConsumption) X(nvmlDeviceGetPcieThroughput)     \
-    X(nvmlDeviceGetPcieReplayCounter) X(nvmlDeviceGetP2PStatus)                                            \
+    X(nvmlDeviceGetPcieReplayCounter) X(nvmlDeviceGetP2PStatus) X(nvmlDeviceGetNvLinkState)                \
+    X(nvmlDeviceGetNvLinkErrorCounter)                                                                     \
     X(nvmlDeviceGetComputeRunningProcesses_v3) X(nvmlDeviceGetMPSComputeRunningProcesses_v3)               \
     X(nvmlDeviceGetProcessUtilization)                                                                     \
     X(nvmlDeviceGetMaxMigDeviceCount)                                                                      \
@@ -138,7 +139,7 @@ static const char *const FN_NAMES[FN_COUNT] = {FAKE_FUNCTIONS(AS_NAME)};
     X(nvlink_raw_tx_kib) X(nvlink_raw_rx_kib) X(nvlink_data_tx_kib) X(nvlink_data_rx_kib) X(fv_thermal)      \
     X(fv_board_limit) X(fv_low_util) X(fv_reliability) X(nvlink_crc_flit) X(nvlink_crc_data)                \
     X(nvlink_replay) X(nvlink_recovery) X(fabric_health_mask) X(fabric_health_summary) X(fabric_v2_only) X(gi_profile) X(placement_start)  \
-    X(placement_size) X(nvlink_l0_tx_kib) X(nvlink_l0_rx_kib)
+    X(placement_size) X(nvlink_l0_tx_kib) X(nvlink_l0_rx_kib) X(nvlinks)
 
 #define DOUBLE_FIELDS(X) X(gpm_graphics) X(gpm_sm) X(gpm_occupancy) X(gpm_tensor) X(gpm_tx) X(gpm_rx) X(gpm_dram)
 
@@ -485,6 +486,7 @@ static void h200_values(FakeDevice *d, int i) {
     d->fv_board_limit = 0;
     d->fv_low_util = 9000000000LL;
     d->fv_reliability = 0;
+    d->nvlinks = 18; /* NVLinks 0-17 (an H100/H200 SXM); links past them answer INVALID_ARGUMENT */
     d->nvlink_crc_flit = 2; /* NVLink error counts over all links (field values 38, 45, 52, 59) */
     d->nvlink_crc_data = 1;
     d->nvlink_replay = 5;
@@ -1442,6 +1444,10 @@ static int field_rc(int k, unsigned field) {
     return 0;
 }
 
+static long long link_kib(const FakeDevice *d, unsigned link, long long link0) {
+    return link0 < 0 || link >= (unsigned)d->nvlinks ? -1 : link0 * (long long)(link + 1);
+}
+
 nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t *values) {
     ENTER_DEVICE(nvmlDeviceGetFieldValues, device);
     if (!values || count < 0) return done(NVML_ERROR_INVALID_ARGUMENT);
@@ -1473,8 +1479,9 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldV
         case 230: value = d->recovery_action; v->valueType = 1; break;
         case 274: value = d->edpp; v->valueType = 1; break;
         /* NVLink data and raw throughput (KiB): the all-links aggregate (scope UINT_MAX) and link 0's payload */
-        case 138: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_data_tx_kib : v->scopeId == 0 ? d->nvlink_l0_tx_kib : -1; break;
-        case 139: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_data_rx_kib : v->scopeId == 0 ? d->nvlink_l0_rx_kib : -1; break;
+        /* link n's (scope n < nvlinks) is n + 1 times link 0's */
+        case 138: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_data_tx_kib : link_kib(d, v->scopeId, d->nvlink_l0_tx_kib); break;
+        case 139: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_data_rx_kib : link_kib(d, v->scopeId, d->nvlink_l0_rx_kib); break;
         case 140: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_raw_tx_kib : -1; break;
         case 141: value = v->scopeId == 0xFFFFFFFFu ? d->nvlink_raw_rx_kib : -1; break;
         default: break;
@@ -1490,6 +1497,27 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldV
             v->value.ullVal = (unsigned long long)value;
         }
     }
+    return done(NVML_SUCCESS);
+}
+
+/* ---- NVLink per link: links 0 .. nvlinks-1 exist (active), any other is INVALID_ARGUMENT as past a real GPU's */
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, unsigned int *isActive) {
+    ENTER_DEVICE(nvmlDeviceGetNvLinkState, device);
+    if (!isActive || link >= (unsigned)d->nvlinks) return done(NVML_ERROR_INVALID_ARGUMENT);
+    *isActive = 1;
+    return done(NVML_SUCCESS);
+}
+
+/* nvmlNvLinkErrorCounter_t: 0 replay, 1 recovery, 2 CRC flit, 3 CRC data; link n's count is the all-links
+ * field value's (nvlink_replay ...) plus n, NOT_SUPPORTED where that one is unset (-1). */
+nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int link, int counter,
+                                             unsigned long long *value) {
+    ENTER_DEVICE(nvmlDeviceGetNvLinkErrorCounter, device);
+    if (!value || link >= (unsigned)d->nvlinks || counter < 0 || counter > 4) return done(NVML_ERROR_INVALID_ARGUMENT);
+    long long base = counter == 0 ? d->nvlink_replay : counter == 1 ? d->nvlink_recovery
+                   : counter == 2 ? d->nvlink_crc_flit : counter == 3 ? d->nvlink_crc_data : -1;
+    if (base < 0) return done(NVML_ERROR_NOT_SUPPORTED);
+    *value = (unsigned long long)(base + link);
     return done(NVML_SUCCESS);
 }
 

@@ -45,6 +45,8 @@ from nvidia_gpu_exporter.exposition.text import escape_label_value, format_value
 from nvidia_gpu_exporter.model.fabric import fabric_manager_error, fabric_manager_status
 from nvidia_gpu_exporter.model.kubernetes import DraClaim, KubernetesAttribution
 from nvidia_gpu_exporter.model.snapshot import (
+    NVLINK_MAX_LINKS,
+    GpuExtras,
     MigInstanceReading,
     NvmlExtras,
     PodShare,
@@ -111,6 +113,7 @@ class DcgmFamily:
     # their cells (``qfield``'s first) giving the value, ``None`` for no sample.
     reads: tuple[str, ...] = ()
     decode: Callable[[Sequence[str]], float | None] | None = None
+    link: int | None = None  # a per-link field: ``extra`` is then an NvLinkReading attribute of this link
 
     @property
     def field(self) -> str:
@@ -370,12 +373,6 @@ LISTED_ONLY_FAMILIES: tuple[DcgmFamily, ...] = (
         extra="reliability_violation_ns",
     ),
     DcgmFamily(
-        "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0",
-        "gauge",
-        "NVLink lane 0 throughput (in MB/s).",
-        extra="nvlink_l0_mib_per_second",
-    ),
-    DcgmFamily(
         "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
         "counter",
         "Total number of NVLink flow-control CRC errors.",
@@ -400,6 +397,32 @@ LISTED_ONLY_FAMILIES: tuple[DcgmFamily, ...] = (
         extra="nvlink_recovery_errors",
     ),
 )
+
+# DCGM's per-link NVLink fields, DCGM_FI_DEV_NVLINK_<kind>_L<n> for links 0-17 (dcgm_fields.h; DCGM 4's header names
+# the bandwidth ones DCGM_FI_DEV_NVLINK_THROUGHPUT_L<n> too): the name's stem, type, HELP and NvLinkReading
+# attribute of each kind, served only when a counters file lists them and only for the links the GPU has.
+NVLINK_LINK_KINDS: tuple[tuple[str, str, str, str], ...] = (
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH", "gauge", "NVLink lane {link} throughput (in MB/s).", "mib_per_second"),
+    (
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT",
+        "counter",
+        "NVLink flow-control CRC errors on link {link}.",
+        "crc_flit_errors",
+    ),
+    ("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT", "counter", "NVLink data CRC errors on link {link}.", "crc_data_errors"),
+    ("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT", "counter", "NVLink retries on link {link}.", "replay_errors"),
+    ("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT", "counter", "NVLink recovery errors on link {link}.", "recovery_errors"),
+)
+NVLINK_LINK_FAMILIES: tuple[DcgmFamily, ...] = tuple(
+    DcgmFamily(f"{stem}_L{link}", metric_type, text.format(link=link), extra=attribute, link=link)
+    for stem, metric_type, text, attribute in NVLINK_LINK_KINDS
+    for link in range(NVLINK_MAX_LINKS)
+)
+NVLINK_THROUGHPUT_NAMES = {  # dcgm_fields.h's alias block (v4.6.0): the same field ids
+    f"DCGM_FI_DEV_NVLINK_THROUGHPUT_L{link}": f"DCGM_FI_DEV_NVLINK_BANDWIDTH_L{link}"
+    for link in range(NVLINK_MAX_LINKS)
+}
+NVLINK_LINK_NAMES = frozenset((*(family.name for family in NVLINK_LINK_FAMILIES), *NVLINK_THROUGHPUT_NAMES))
 
 
 def _fm_status(cells: Sequence[str]) -> float | None:
@@ -451,7 +474,7 @@ FABRIC_CLUSTER_UUID = DcgmFamily(
 # DCGM 4's Field Naming Standard renamed some fields; go-dcgm maps both names to one field id (const_fields.go).
 DCGM_RENAMED: dict[str, str] = {
     "DCGM_FI_DEV_FABRIC_MANAGER_ERROR": "DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE",
-    "DCGM_FI_DEV_NVLINK_THROUGHPUT_L0": "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0",  # dcgm_fields.h's alias block, v4.6.0
+    **NVLINK_THROUGHPUT_NAMES,
 }
 DRIVER_VERSION = DcgmFamily("DCGM_FI_DRIVER_VERSION", LABEL, "Driver Version", "driver_version")
 # The `label` fields nvidia-smi can give, in default-counters.csv's order; only the driver's is on by default.
@@ -512,7 +535,14 @@ LEGACY_NAMES: dict[str, str] = {
 def _every_spelling() -> dict[str, DcgmFamily]:
     """Every name a field has had, each with its own HELP and unit: a counters file may use any of them (1.x's
     lower-case ones in the field's DCGM unit, as go-dcgm maps them to the same field)."""
-    every = (*ALL_FAMILIES, *LISTED_ONLY_FAMILIES, *FABRIC_FAMILIES, *LABEL_FAMILIES, FABRIC_CLUSTER_UUID)
+    every = (
+        *ALL_FAMILIES,
+        *LISTED_ONLY_FAMILIES,
+        *NVLINK_LINK_FAMILIES,
+        *FABRIC_FAMILIES,
+        *LABEL_FAMILIES,
+        FABRIC_CLUSTER_UUID,
+    )
     known = {family.name: family for family in every}
     for rename in RENAMES:
         older = known[rename.old]
@@ -1079,6 +1109,8 @@ class DcgmExposition:
                     if own is not None and not (family.gpm or family.extra):  # bytes, in whole MiB as DCGM's
                         own = float(own // MIB)
                     value = own
+                elif family.link is not None:
+                    value = _link_value(extra, family)
                 elif family.gpm or family.extra:
                     value = None if extra is None else getattr(extra, family.gpm or family.extra)
                 elif family.field == TOTAL_ENERGY.name:
@@ -1106,3 +1138,10 @@ class DcgmExposition:
             if lines:
                 parts.append(header(family.name, family.help, family.metric_type) + "".join(lines))
         return "".join(parts)
+
+
+def _link_value(extra: GpuExtras | None, family: DcgmFamily) -> float | None:
+    """A per-link field's value: ``None`` (no series, as DCGM's blank) for a link the GPU does not have."""
+    links = () if extra is None else extra.nvlink_links
+    reading = next((found for found in links if found.link == family.link), None)
+    return None if reading is None else getattr(reading, family.extra)

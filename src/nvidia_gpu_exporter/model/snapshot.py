@@ -161,7 +161,8 @@ class GpuExtras:
     pcie_replay_count: float | None = None
     nvlink_mib_per_second: float | None = None
     nvlink_bytes_per_second: float | None = None  # the same KiB/s times 1024, untruncated: DCGM 4.7's unit (4.9's)
-    nvlink_l0_mib_per_second: float | None = None  # link 0's alone, as DCGM's DCGM_FI_DEV_NVLINK_BANDWIDTH_L0
+    # Each NVLink the GPU has, read only when a counters file lists a per-link field (DCGM_FI_DEV_NVLINK_*_L<n>).
+    nvlink_links: tuple[NvLinkReading, ...] = ()
     # Read only for the DCGM profile, as DCGM reads them (NVML field values): the time the clocks were held down by
     # each performance policy since the driver loaded (ns), and NVLink error counts summed over all links.
     power_violation_ns: float | None = None
@@ -178,6 +179,22 @@ class GpuExtras:
     # from the v2 struct on, the summary only from the v3 struct (model/fabric.py).
     fabric_health_mask: float | None = None
     fabric_health_summary: float | None = None
+
+
+NVLINK_MAX_LINKS = 18  # DCGM's per-link fields cover links 0-17 (DCGM_NVLINK_MAX_LINKS_PER_GPU)
+
+
+@dataclass(frozen=True, slots=True)
+class NvLinkReading:
+    """One NVLink of a GPU as DCGM's per-link fields give it: its bandwidth in DCGM's MiB/s (computed as the
+    all-links one, from this link's data counters) and its four error counts since the driver loaded."""
+
+    link: int
+    mib_per_second: float | None = None
+    crc_flit_errors: float | None = None
+    crc_data_errors: float | None = None
+    replay_errors: float | None = None
+    recovery_errors: float | None = None
 
 
 # The GpuExtras counters above that DCGM reads as NVML field values (violation times, NVLink error counts).

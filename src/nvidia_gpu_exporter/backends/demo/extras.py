@@ -28,9 +28,11 @@ from nvidia_gpu_exporter._go.text import go_quote
 from nvidia_gpu_exporter.model.fabric import HEALTHY_FABRIC_MASK, FabricHealthSummary
 from nvidia_gpu_exporter.model.snapshot import (
     DCGM_FIELD_COUNTERS,
+    NVLINK_MAX_LINKS,
     GpuExtras,
     MigDevice,
     MigInstanceReading,
+    NvLinkReading,
     NvmlExtras,
     P2PStatus,
     ProcessList,
@@ -59,6 +61,8 @@ HEALTHY_FABRIC: dict[str, float | None] = {
     "fabric_health_mask": float(HEALTHY_FABRIC_MASK),
     "fabric_health_summary": float(FabricHealthSummary.HEALTHY),
 }
+# Its NVLinks (an HGX board's GPUs have 18): no errors; their bandwidth is not simulated, as the all-links one is not.
+HEALTHY_LINKS = tuple(NvLinkReading(link, None, 0.0, 0.0, 0.0, 0.0) for link in range(NVLINK_MAX_LINKS))
 PCIE_KEYS = ("tx-bytes-per-second", "rx-bytes-per-second")
 BOUNDS_KEYS = ("min", "max")
 MIG_KEYS = ("gpu", "instances")
@@ -522,6 +526,7 @@ class ExtrasSynthesizer:
                 joules[index],
                 self.spec.pcie_tx.draw(rng),
                 self.spec.pcie_rx.draw(rng),
+                nvlink_links=HEALTHY_LINKS,
                 **HEALTHY_COUNTERS,
                 **HEALTHY_FABRIC,
             )

@@ -43,6 +43,7 @@ from nvidia_gpu_exporter.backends.nvml.mig import (
     TENSOR,
     WHOLE_GPU,
     GpmSampler,
+    PlacementCache,
     gpm_supported,
     percent_ratio,
     read_mig,
@@ -53,10 +54,12 @@ from nvidia_gpu_exporter.backends.nvml.text import DEPRECATED_FIELDS, NA, Cell, 
 from nvidia_gpu_exporter.backends.nvml.xid import XidWatcher
 from nvidia_gpu_exporter.model.snapshot import (
     DCGM_FIELD_COUNTERS,
+    NVLINK_MAX_LINKS,
     GpuExtras,
     GpuTable,
     MigDevice,
     MigInstanceReading,
+    NvLinkReading,
     NvmlExtras,
     P2PStatus,
     ProcessList,
@@ -80,8 +83,10 @@ PCIE_KB = 1000.0  # NVML reports PCIe throughput in KB/s
 # the scope that sums every link: the counters DCGM computes DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL from.
 ALL_LINKS = 0xFFFFFFFF
 NVLINK_DATA_KIB = ((138, ALL_LINKS), (139, ALL_LINKS))
-# The same counters of link 0 alone (scope 0), which DCGM's DCGM_FI_DEV_NVLINK_BANDWIDTH_L0 reads.
-NVLINK_L0_DATA_KIB = ((138, 0), (139, 0))
+# The same counters of one link (scope = the link), which DCGM's DCGM_FI_DEV_NVLINK_BANDWIDTH_L<n> reads.
+NVLINK_DATA_TX, NVLINK_DATA_RX = 138, 139
+# nvmlDeviceGetNvLinkErrorCounter's counters (nvmlNvLinkErrorCounter_t), by NvLinkReading attribute.
+NVLINK_ERROR_COUNTERS = (("replay_errors", 0), ("recovery_errors", 1), ("crc_flit_errors", 2), ("crc_data_errors", 3))
 # The other DCGM fields DCGM itself reads as NVML field values (its dcgm_fields.cpp), by GpuExtras attribute: the
 # NVML_FI_DEV_PERF_POLICY_* violation times (ns) and the NVML_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL counts (all links).
 DCGM_FIELD_VALUES: tuple[tuple[str, int], ...] = (
@@ -164,6 +169,8 @@ class NvmlBackend:
         gpm_whole_gpus: bool = False,
         dcgm_readings: bool = False,
         p2p_status: bool = False,
+        mig_placements: bool = False,
+        nvlink_links: bool = False,
     ) -> None:
         self.session = session
         self.resolved = tuple(fields)
@@ -176,10 +183,13 @@ class NvmlBackend:
         self.gpm_whole_gpus = gpm_whole_gpus  # only the DCGM profile serves a whole GPU's GPM: no samples otherwise
         self.dcgm_readings = dcgm_readings  # PCIe replays and NVLink bandwidth: read only for the DCGM profile
         self.p2p_status = p2p_status  # every GPU pair's NVLink P2P status: only when DCGM_EXP_P2P_STATUS is listed
+        self.nvlink_links = nvlink_links  # each link's bandwidth and errors: only when a per-link field is listed
         # Per GPU and link scope: the last NVLink data total (KiB) and its time (µs).
         self._nvlink: dict[tuple[str, int], tuple[int, int]] = {}
         self.watcher = watcher
         self.sampler = GpmSampler(gpm_clock)
+        # --kubernetes.dra-claims: the MIG devices' placements, for the dra_mig_* labels; never read otherwise.
+        self.placements = PlacementCache() if mig_placements else None
         session.on_teardown(self.sampler.release_all)
         self._fields = tuple(field.query for field in self.resolved)
         device_fields = {field.source for field in self.resolved} - CYCLE_FIELDS - DEPRECATED_FIELDS
@@ -456,6 +466,7 @@ class NvmlBackend:
         mig_devices: list[MigDevice] = []
         mig_instances: list[MigInstanceReading] = []
         nvlink_totals: dict[tuple[str, int], tuple[int, int]] = {}
+        in_mig_mode: set[str] = set()
         self.sampler.begin_cycle()
         for gpu in gpus:
             energy = self._soft(call("nvmlDeviceGetTotalEnergyConsumption", gpu.handle))
@@ -487,11 +498,14 @@ class NvmlBackend:
             )
             if not in_mig:
                 continue
-            mig = self._soft(read_mig(gpu.handle, gpu.uuid, self.sampler))
+            in_mig_mode.add(gpu.uuid)
+            mig = self._soft(read_mig(gpu.handle, gpu.uuid, self.sampler, self.placements))
             if not isinstance(mig, Failure):
                 mig_devices += mig[0]
                 mig_instances += mig[1]
         self.sampler.end_cycle()
+        if self.placements is not None:
+            self.placements.retain(in_mig_mode)
         self._nvlink = nvlink_totals  # only the GPUs read this cycle: a GPU gone is forgotten
         p2p = self._p2p(gpus) if self.p2p_status else None
         return NvmlExtras(tuple(per_gpu), tuple(mig_devices), tuple(mig_instances), p2p)
@@ -514,35 +528,59 @@ class NvmlBackend:
             statuses.append(tuple(row))
         return P2PStatus(tuple(gpu.uuid for gpu in gpus), tuple(statuses))
 
-    def _dcgm_readings(self, gpu: _Gpu, totals: dict[tuple[str, int], tuple[int, int]]) -> dict[str, float | None]:
+    def _dcgm_readings(self, gpu: _Gpu, totals: dict[tuple[str, int], tuple[int, int]]) -> dict[str, Any]:
         """The DCGM profile's own NVML readings as GpuExtras attributes: the PCIe replay counter, the NVLink
         bandwidth over all links in DCGM's MiB/s, the violation times and NVLink error counts, the fabric health
-        (``None`` where NVML cannot say); this reading's NVLink data total is kept in ``totals`` for the next one."""
+        (``None`` where NVML cannot say), each link's readings when asked; this reading's NVLink data totals are
+        kept in ``totals`` for the next one."""
         replays = self._soft(call("nvmlDeviceGetPcieReplayCounter", gpu.handle))
-        ids = [*NVLINK_DATA_KIB, *(field_id for _, field_id in DCGM_FIELD_VALUES), *NVLINK_L0_DATA_KIB]
+        ids = [*NVLINK_DATA_KIB, *(field_id for _, field_id in DCGM_FIELD_VALUES)]
         entries = self._soft(call("nvmlDeviceGetFieldValues", gpu.handle, ids))
-        readings: dict[str, float | None] = dict.fromkeys(DCGM_FIELD_COUNTERS, None)
+        readings: dict[str, Any] = dict.fromkeys(DCGM_FIELD_COUNTERS, None)
         readings["pcie_replay_count"] = None if isinstance(replays, Failure) else float(int(replays))
         readings["nvlink_mib_per_second"] = readings["nvlink_bytes_per_second"] = None
-        readings["nvlink_l0_mib_per_second"] = None
+        readings["nvlink_links"] = self._nvlink_links(gpu, totals) if self.nvlink_links else ()
         mask, summary, failure = fabric_health(gpu.handle)
         self._soft(failure)
         readings["fabric_health_mask"], readings["fabric_health_summary"] = mask, summary
         if isinstance(entries, Failure):
             return readings
         counts = [field_value(entry) for entry in entries]
-        values = len(NVLINK_DATA_KIB) + len(DCGM_FIELD_VALUES)
-        for (name, _), count in zip(DCGM_FIELD_VALUES, counts[len(NVLINK_DATA_KIB) : values], strict=True):
+        for (name, _), count in zip(DCGM_FIELD_VALUES, counts[len(NVLINK_DATA_KIB) :], strict=True):
             readings[name] = None if isinstance(count, Failure) else float(count)
         total = self._nvlink_total(gpu, ALL_LINKS, counts[: len(NVLINK_DATA_KIB)], entries, totals)
         if total is not None:
             previous, kib, stamp = total
             readings["nvlink_mib_per_second"] = nvlink_bandwidth(previous, kib, stamp)
             readings["nvlink_bytes_per_second"] = nvlink_throughput_bytes(previous, kib, stamp)
-        link0 = self._nvlink_total(gpu, 0, counts[values:], entries[values:], totals)
-        if link0 is not None:
-            readings["nvlink_l0_mib_per_second"] = nvlink_bandwidth(*link0)
         return readings
+
+    def _nvlink_links(self, gpu: _Gpu, totals: dict[tuple[str, int], tuple[int, int]]) -> tuple[NvLinkReading, ...]:
+        """Each link the GPU has (nvmlDeviceGetNvLinkState answers for it): its error counters and, from one field
+        values call for every link, its bandwidth as DCGM computes the all-links one. A link NVML does not know has
+        no reading, so its fields have no series, as DCGM leaves them blank."""
+        links = [
+            link
+            for link in range(NVLINK_MAX_LINKS)
+            if not isinstance(self._soft(call("nvmlDeviceGetNvLinkState", gpu.handle, link)), Failure)
+        ]
+        if not links:
+            return ()
+        ids = [(field_id, link) for link in links for field_id in (NVLINK_DATA_TX, NVLINK_DATA_RX)]
+        entries = self._soft(call("nvmlDeviceGetFieldValues", gpu.handle, ids))
+        found: list[NvLinkReading] = []
+        for position, link in enumerate(links):
+            errors: dict[str, float | None] = {}
+            for name, counter in NVLINK_ERROR_COUNTERS:
+                count = self._soft(call("nvmlDeviceGetNvLinkErrorCounter", gpu.handle, link, counter))
+                errors[name] = None if isinstance(count, Failure) else float(int(count))
+            bandwidth = None
+            if not isinstance(entries, Failure):
+                pair = entries[2 * position : 2 * position + 2]
+                total = self._nvlink_total(gpu, link, [field_value(entry) for entry in pair], pair, totals)
+                bandwidth = None if total is None else nvlink_bandwidth(*total)
+            found.append(NvLinkReading(link, bandwidth, **errors))
+        return tuple(found)
 
     def _nvlink_total(
         self,
@@ -593,6 +631,8 @@ def open_backend(
     gpm_whole_gpus: bool = False,
     dcgm_readings: bool = False,
     p2p_status: bool = False,
+    mig_placements: bool = False,
+    nvlink_links: bool = False,
 ) -> NvmlBackend:
     """Check the bindings, init NVML, check the exports the exporter cannot do without, resolve fields, start
     the XID watcher."""
@@ -624,6 +664,8 @@ def open_backend(
         gpm_whole_gpus=gpm_whole_gpus,
         dcgm_readings=dcgm_readings,
         p2p_status=p2p_status,
+        mig_placements=mig_placements,
+        nvlink_links=nvlink_links,
     )
     if watcher is not None:
         watcher.start()

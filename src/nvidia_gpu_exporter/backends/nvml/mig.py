@@ -28,6 +28,8 @@ MIB = 1_048_576.0
 MAX_MIG_SLOTS = 64  # real GPUs have at most 7 or 8; a garbage count must not spin the cycle
 
 Fingerprint = tuple[tuple[int, str, str], ...]  # (compute instance id, profile, MIG uuid) per MIG device
+Placement = tuple[int, int, int]  # a GPU instance's (profile id, placement start, placement size)
+Layout = tuple[tuple[int, int, str, str], ...]  # (GPU instance id, compute instance id, profile, MIG uuid) per device
 
 
 def profile_of(name: str) -> str:
@@ -101,6 +103,35 @@ class GpmSampler:
         return values
 
 
+@dataclass(slots=True)
+class PlacementCache:
+    """Each MIG GPU's GPU-instance placements (what only the DRA claim labels use), read once per MIG layout: they
+    change only when an operator destroys and re-creates instances, which changes the layout (ids, profiles and the
+    MIG uuids, new for every created device). An unprivileged caller's ``None`` is kept too, until the layout
+    changes."""
+
+    _known: dict[str, tuple[Layout, dict[int, Placement | None]]] = field(default_factory=dict)
+
+    def placements(self, parent: Any, parent_uuid: str, layout: Layout) -> dict[int, Placement | None] | Failure:
+        """Per GPU instance id, its placement; a Failure (not kept) only for lifecycle errors."""
+        known = self._known.get(parent_uuid)
+        if known is not None and known[0] == layout:
+            return known[1]
+        read: dict[int, Placement | None] = {}
+        for gpu_instance in sorted({entry[0] for entry in layout}):
+            placement = _placement(parent, gpu_instance)
+            if isinstance(placement, Failure):
+                return placement
+            read[gpu_instance] = placement
+        self._known[parent_uuid] = (layout, read)
+        return read
+
+    def retain(self, parent_uuids: set[str]) -> None:
+        """Forget the GPUs not in MIG mode this collection (gone, or MIG disabled): at most one entry per GPU."""
+        for uuid in [uuid for uuid in self._known if uuid not in parent_uuids]:
+            del self._known[uuid]
+
+
 def gpm_supported(device: Any) -> bool:
     """Whether NVML says the GPU has GPM (Hopper and newer); any failure counts as no."""
     support = call("nvmlGpmQueryDeviceSupport", device)
@@ -142,9 +173,10 @@ class _MigHandle:
 
 
 def read_mig(
-    parent: Any, parent_uuid: str, sampler: GpmSampler
+    parent: Any, parent_uuid: str, sampler: GpmSampler, placements: PlacementCache | None = None
 ) -> tuple[list[MigDevice], list[MigInstanceReading]] | Failure:
-    """The MIG devices of a MIG-enabled GPU and one reading per GPU instance; Failure only for lifecycle errors."""
+    """The MIG devices of a MIG-enabled GPU and one reading per GPU instance; Failure only for lifecycle errors.
+    The devices carry their GPU instance's placement only with ``placements`` (the DRA claim labels use them)."""
     slots = call("nvmlDeviceGetMaxMigDeviceCount", parent)
     if isinstance(slots, Failure):
         return slots if slots.lifecycle else ([], [])
@@ -168,14 +200,18 @@ def read_mig(
         device = MigDevice(parent_uuid, mig_uuid, int(gpu_instance), int(compute_instance), profile_of(name))
         found.append(_MigHandle(handle, device))
 
+    placed: dict[int, Placement | None] = {}
+    if placements is not None:
+        layout = tuple(
+            sorted((d.gpu_instance_id, d.compute_instance_id, d.profile, d.mig_uuid) for d in (e.device for e in found))
+        )
+        known = placements.placements(parent, parent_uuid, layout)
+        if isinstance(known, Failure):
+            return known
+        placed = known
     gpm = gpm_supported(parent)
     instances: list[MigInstanceReading] = []
-    placements: dict[int, tuple[int, int, int] | None] = {}
     for gpu_instance in sorted({entry.device.gpu_instance_id for entry in found}):
-        placement = _placement(parent, gpu_instance)
-        if isinstance(placement, Failure):
-            return placement
-        placements[gpu_instance] = placement
         members = [entry for entry in found if entry.device.gpu_instance_id == gpu_instance]
         memory = _instance_memory(members[0].handle)  # the framebuffer belongs to the GPU instance
         if isinstance(memory, Failure) and memory.lifecycle:
@@ -185,11 +221,11 @@ def read_mig(
         )
         values = sampler.activity(parent, parent_uuid, gpu_instance, fingerprint) if gpm else None
         instances.append(_instance_reading(parent_uuid, gpu_instance, memory, values or {}))
-    devices = [replace(entry.device, placement=placements[entry.device.gpu_instance_id]) for entry in found]
+    devices = [replace(entry.device, placement=placed.get(entry.device.gpu_instance_id)) for entry in found]
     return devices, instances
 
 
-def _placement(parent: Any, gpu_instance: int) -> tuple[int, int, int] | Failure | None:
+def _placement(parent: Any, gpu_instance: int) -> Placement | Failure | None:
     """The GPU instance's (profile id, placement start, size), ``None`` where NVML will not say (an unprivileged
     caller gets NO_PERMISSION); a Failure only for lifecycle errors."""
     handle = call("nvmlDeviceGetGpuInstanceById", parent, gpu_instance)

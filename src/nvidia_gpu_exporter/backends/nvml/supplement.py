@@ -116,7 +116,9 @@ class NvmlSupplemented:
             await self.nvml.aclose()
 
 
-def open_supplement(*, pcie_throughput: bool = False, p2p_status: bool = False) -> NvmlBackend:
+def open_supplement(
+    *, pcie_throughput: bool = False, p2p_status: bool = False, mig_placements: bool = False, nvlink_links: bool = False
+) -> NvmlBackend:
     """An NVML cycle reading only the DCGM profile's NVML-only fields; BackendSetupError when NVML cannot serve."""
     try:
         return open_backend(
@@ -126,15 +128,30 @@ def open_supplement(*, pcie_throughput: bool = False, p2p_status: bool = False) 
             gpm_whole_gpus=True,
             dcgm_readings=True,
             p2p_status=p2p_status,
+            mig_placements=mig_placements,
+            nvlink_links=nvlink_links,
         )
     except FieldResolutionError as error:
         raise BackendSetupError(str(error)) from error
 
 
-async def supplement(inner: Backend, *, pcie_throughput: bool = False, p2p_status: bool = False) -> Backend:
+async def supplement(
+    inner: Backend,
+    *,
+    pcie_throughput: bool = False,
+    p2p_status: bool = False,
+    mig_placements: bool = False,
+    nvlink_links: bool = False,
+) -> Backend:
     """``inner`` with the NVML supplement when libnvidia-ml loads; else ``inner``, and one warning saying why."""
     try:
-        nvml = await asyncio.to_thread(open_supplement, pcie_throughput=pcie_throughput, p2p_status=p2p_status)
+        nvml = await asyncio.to_thread(
+            open_supplement,
+            pcie_throughput=pcie_throughput,
+            p2p_status=p2p_status,
+            mig_placements=mig_placements,
+            nvlink_links=nvlink_links,
+        )
     except BackendSetupError as error:
         log.warning(
             "the exec backend reads no NVML-only DCGM fields",
