@@ -18,6 +18,7 @@ from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.exposition.health import collection_text
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.exposition.openmetrics import OPENMETRICS_EOF, to_openmetrics
+from nvidia_gpu_exporter.exposition.protobuf import to_protobuf
 from nvidia_gpu_exporter.exposition.selfmetrics import HandlerStats, SelfMetrics, build_info_values
 from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError, encode
 from nvidia_gpu_exporter.httpserver.http import Request, Response
@@ -123,18 +124,26 @@ class _Body:
 
 @dataclass(slots=True)
 class _Rendered:
-    """A snapshot's ``nvidia_smi_*`` body (and its OpenMetrics form, made on the first scrape that asks for it),
-    or the error that makes the whole scrape fail."""
+    """A snapshot's ``nvidia_smi_*`` body (and its OpenMetrics and protobuf forms, each made on the first scrape that
+    asks for it), or the error that makes the whole scrape fail."""
 
     key: tuple[object, ...]
     body: _Body | None
     error: str | None
     openmetrics: _Body | None = None
+    protobuf: _Body | None = None
 
     def openmetrics_of(self, body: _Body) -> _Body:
         if self.openmetrics is None:
             self.openmetrics = _Body(to_openmetrics(body.text), off_loop=body.off_loop)
         return self.openmetrics
+
+    async def protobuf_of(self, body: _Body) -> _Body:
+        """The protobuf form; a large snapshot's is made in a thread, so that the event loop keeps answering."""
+        if self.protobuf is None:
+            encoded = await asyncio.to_thread(to_protobuf, body.text) if body.off_loop else to_protobuf(body.text)
+            self.protobuf = _Body(encoded, off_loop=body.off_loop)
+        return self.protobuf
 
 
 class MetricsEndpoint:
@@ -219,8 +228,14 @@ class MetricsEndpoint:
                 self.stats.errors["gathering"] += 1
                 self.stats.count(500)
                 return go_error(f"An error has occurred while serving metrics:\n\n{rendered.error}", 500)
-            negotiated = negotiate(request.headers.get("Accept"), openmetrics=self.settings.openmetrics)
-            body = rendered.openmetrics_of(rendered.body) if negotiated.openmetrics else rendered.body
+            negotiated = negotiate(
+                request.headers.get("Accept"), openmetrics=self.settings.openmetrics, protobuf=self.settings.protobuf
+            )
+            body = rendered.body
+            if negotiated.openmetrics:
+                body = rendered.openmetrics_of(body)
+            elif negotiated.protobuf:
+                body = await rendered.protobuf_of(body)
             deflated = await body.gzip() if accepts_gzip(request.headers.get("Accept-Encoding")) else None
             # the exporter's own nvidia_gpu_exporter_* families (connections, web-config reloads) are always
             # served; process_* and promhttp_* are what dcgm-exporter's --enable-exporter-metrics governs
@@ -232,6 +247,8 @@ class MetricsEndpoint:
             if negotiated.openmetrics:
                 before, slow = to_openmetrics(before), to_openmetrics(slow)
                 requests = to_openmetrics(requests) + OPENMETRICS_EOF
+            elif negotiated.protobuf:
+                before, slow, requests = to_protobuf(before), to_protobuf(slow), to_protobuf(requests)
             headers = {"Content-Type": negotiated.content_type}
             parts: tuple[bytes, ...]
             if deflated is None:
@@ -239,7 +256,7 @@ class MetricsEndpoint:
             else:
                 if self._parts is None:
                     self._parts = PartDeflater()
-                form = "openmetrics" if negotiated.openmetrics else "text"  # each part's last text, per format
+                form = "openmetrics" if negotiated.openmetrics else "protobuf" if negotiated.protobuf else "text"
                 parts = self._parts.gzip_parts(
                     [(f"{form} before", before)], deflated, [(f"{form} after", slow), (f"{form} requests", requests)]
                 )
