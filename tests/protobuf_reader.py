@@ -90,7 +90,7 @@ def _sample(message: bytes) -> Sample:
             name, text = pair.get(1, b""), pair.get(2, b"")
             assert isinstance(name, bytes)
             assert isinstance(text, bytes)
-            labels.append((name.decode(), text.decode()))
+            labels.append((name.decode("utf-8", "surrogateescape"), text.decode("utf-8", "surrogateescape")))
         elif number in (2, 3, 5) and isinstance(field, bytes):
             inner = dict(fields(field))
             kind, found = number, inner.get(1, 0.0)
@@ -109,9 +109,9 @@ def family(message: bytes) -> Family:
     name, help_text, kind, samples = "", "", -1, []
     for number, field in fields(message):
         if number == 1 and isinstance(field, bytes):
-            name = field.decode()
+            name = field.decode("utf-8", "surrogateescape")
         elif number == 2 and isinstance(field, bytes):
-            help_text = field.decode()
+            help_text = field.decode("utf-8", "surrogateescape")
         elif number == 3 and isinstance(field, int):
             kind = field
         elif number == 4 and isinstance(field, bytes):

@@ -4,6 +4,8 @@ loop or, for a large snapshot, in a thread) is the protobuf of the text answer; 
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from async_helpers import bounded, run
@@ -14,12 +16,16 @@ from nvidia_gpu_exporter.config import Config, Profile
 from nvidia_gpu_exporter.exposition import selfmetrics
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.exposition.protobuf import to_protobuf
+from nvidia_gpu_exporter.exposition.text import signed_zeros
 from nvidia_gpu_exporter.httpserver.http import Headers, Request, Response
+from nvidia_gpu_exporter.model.snapshot import GpuTable, Readings
 from nvidia_gpu_exporter.web import metrics
 from nvidia_gpu_exporter.web.metrics import MetricsEndpoint
 from polling import eventually
 from protobuf_reader import families
-from test_web_app import FIELDS, READINGS
+from test_web_app import FIELDS, READINGS, UUID_A, UUID_B, gpu_row
+from unit_helpers import exposition, success_snapshot
+from unit_helpers import gpu_row as unit_gpu_row
 
 PROTOBUF = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited"
 PROTOBUF_ANSWER = (
@@ -35,11 +41,13 @@ async def _scrape(endpoint: MetricsEndpoint, accept: str | None) -> Response:
     return response
 
 
-def _answers(profile: Profile) -> tuple[Response, Response]:
-    """The text answer and then the protobuf-asking answer of one collection, under ``profile``."""
+def _answers(
+    profile: Profile, readings: Readings = READINGS, *, protobuf_first: bool = False
+) -> tuple[Response, Response]:
+    """The text answer and the protobuf-asking answer of one collection (text first unless said), under ``profile``."""
 
     async def main() -> tuple[Response, Response]:
-        backend = FakeBackend(fields=FIELDS, readings=READINGS)
+        backend = FakeBackend(fields=FIELDS, readings=readings)
         collector = Collector(backend, timeout_seconds=None, interval_seconds=3600)
         endpoint = MetricsEndpoint(
             collector,
@@ -49,6 +57,10 @@ def _answers(profile: Profile) -> tuple[Response, Response]:
         collector.start()
         try:
             await eventually(lambda: collector.collections == 1, "the first background collection")
+            if protobuf_first:
+                protobuf = await _scrape(endpoint, PROTOBUF)
+                endpoint.stats.requests["200"] -= 1
+                return await _scrape(endpoint, None), protobuf
             text = await _scrape(endpoint, None)
             endpoint.stats.requests["200"] -= 1  # the protobuf scrape sees the counters the text one saw
             return text, await _scrape(endpoint, PROTOBUF)
@@ -76,3 +88,37 @@ def test_the_dcgm_profiles_answer_text_to_a_protobuf_scrape(profile: Profile) ->
     text, asked = _answers(profile)
     assert asked.headers["Content-Type"] == text.headers["Content-Type"]
     assert asked.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+
+
+@pytest.mark.parametrize("protobuf_first", [False, True], ids=["text-first", "protobuf-first"])
+@pytest.mark.parametrize("rows", WHERE)
+def test_a_negative_zero_keeps_its_sign_in_protobuf_only(
+    monkeypatch: pytest.MonkeyPatch, rows: int, protobuf_first: bool
+) -> None:
+    """Go's protobuf keeps a reading's sign bit (a cell ``-0``), which its text drops (``0``, as ours), whichever
+    format asked first (the exposition caches each cell's text)."""
+    monkeypatch.setattr(metrics, "OFF_LOOP_RENDER_ROWS", rows)
+    readings = Readings(GpuTable((gpu_row(UUID_A, "0", "-0"), gpu_row(UUID_B, "1", "0"))), None, "12.4")
+    text, protobuf = _answers(Profile.NVIDIA_SMI, readings, protobuf_first=protobuf_first)
+    assert [line.rpartition(" ")[2] for line in text.text.splitlines() if line.startswith("nvidia_smi_temp")] == [
+        "0",
+        "0",
+    ]
+    (family,) = (family for family in families(protobuf.joined()) if family.name == "nvidia_smi_temperature_gpu")
+    assert [math.copysign(1.0, sample.value) for sample in family.samples] == [-1.0, 1.0]
+
+
+@pytest.mark.parametrize("order", [("text", "signed", "text"), ("signed", "text", "signed")])
+def test_a_signed_render_never_leaks_into_a_text_render(order: tuple[str, ...]) -> None:
+    """The exposition caches each cell's text across renders: a negative zero is ``0`` in every text render and
+    ``-0`` in every render for protobuf, in any order."""
+    built, fields = exposition([("temperature.gpu", "temperature.gpu")])
+    snapshot = success_snapshot([unit_gpu_row(fields, temperature_gpu="-0")])
+    for kind in order:
+        if kind == "signed":
+            with signed_zeros():
+                rendered = built.render(snapshot)
+        else:
+            rendered = built.render(snapshot)
+        (line,) = (line for line in rendered.splitlines() if line.startswith("nvidia_smi_temperature_gpu{"))
+        assert line.endswith(" -0" if kind == "signed" else " 0"), (kind, line)

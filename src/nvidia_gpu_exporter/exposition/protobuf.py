@@ -8,9 +8,10 @@ strings and zero values included (proto2 keeps presence): a family has its help 
 ``# HELP`` line, as both come from the same field in Go.
 
 The rewrite is exact: the text holds every value in Go's shortest round-trip form (``NaN`` is Go's ``math.NaN()``,
-whose bits Python's ``float("nan")`` does not have), HELP texts and label values unescape to the bytes rendered
-(a HELP byte that is not UTF-8 passes as it is, as proto2 strings are not validated), and the families and their
-samples are already in the Go client's order.
+whose bits Python's ``float("nan")`` does not have; a negative zero, which the text format writes as ``0``, must be
+rendered as ``-0`` within ``text.signed_zeros()`` for its sign to reach the protobuf, as Go's does), HELP texts and
+label values unescape to the bytes rendered (a HELP byte that is not UTF-8 passes as it is, as proto2 strings are
+not validated), and the families and their samples are already in the Go client's order.
 """
 
 from __future__ import annotations

@@ -9,8 +9,10 @@ are refused at once with 503 instead of queueing behind a slow nvidia-smi.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from nvidia_gpu_exporter._go.strconv import parse_float
@@ -20,7 +22,7 @@ from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.exposition.openmetrics import OPENMETRICS_EOF, to_openmetrics
 from nvidia_gpu_exporter.exposition.protobuf import to_protobuf
 from nvidia_gpu_exporter.exposition.selfmetrics import HandlerStats, SelfMetrics, build_info_values
-from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError, encode
+from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError, encode, signed_zeros
 from nvidia_gpu_exporter.httpserver.http import Request, Response
 from nvidia_gpu_exporter.httpserver.responses import go_error
 from nvidia_gpu_exporter.model.snapshot import Snapshot
@@ -138,11 +140,12 @@ class _Rendered:
             self.openmetrics = _Body(to_openmetrics(body.text), off_loop=body.off_loop)
         return self.openmetrics
 
-    async def protobuf_of(self, body: _Body) -> _Body:
-        """The protobuf form; a large snapshot's is made in a thread, so that the event loop keeps answering."""
+    async def protobuf_of(self, render: Callable[[], bytes], *, off_loop: bool) -> _Body:
+        """The protobuf form, made by ``render``: a large snapshot's in a thread, so that the event loop keeps
+        answering."""
         if self.protobuf is None:
-            encoded = await asyncio.to_thread(to_protobuf, body.text) if body.off_loop else to_protobuf(body.text)
-            self.protobuf = _Body(encoded, off_loop=body.off_loop)
+            encoded = await asyncio.to_thread(render) if off_loop else render()
+            self.protobuf = _Body(encoded, off_loop=off_loop)
         return self.protobuf
 
 
@@ -206,6 +209,13 @@ class MetricsEndpoint:
         self._rendered = rendered
         return rendered
 
+    def _protobuf_now(self, snapshot: Snapshot) -> bytes:
+        """The snapshot's body as protobuf: rendered again with negative zeros signed (the text writes them as 0,
+        Go's protobuf keeps their sign), then rewritten. Its text render has succeeded, so this one does too."""
+        with signed_zeros():
+            text = collection_text(snapshot) + self.exposition.render(snapshot)
+        return to_protobuf(encode(text))
+
     def _render_now(self, key: tuple[object, ...], snapshot: Snapshot, *, off_loop: bool) -> _Rendered:
         try:  # the collection's health first: served whatever the profile (docs/metrics.md)
             text = collection_text(snapshot) + self.exposition.render(snapshot)
@@ -235,7 +245,9 @@ class MetricsEndpoint:
             if negotiated.openmetrics:
                 body = rendered.openmetrics_of(body)
             elif negotiated.protobuf:
-                body = await rendered.protobuf_of(body)
+                body = await rendered.protobuf_of(
+                    functools.partial(self._protobuf_now, snapshot), off_loop=body.off_loop
+                )
             deflated = await body.gzip() if accepts_gzip(request.headers.get("Accept-Encoding")) else None
             # the exporter's own nvidia_gpu_exporter_* families (connections, web-config reloads) are always
             # served; process_* and promhttp_* are what dcgm-exporter's --enable-exporter-metrics governs
