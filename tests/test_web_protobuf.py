@@ -4,6 +4,7 @@ loop or, for a large snapshot, in a thread) is the protobuf of the text answer; 
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
@@ -122,3 +123,32 @@ def test_a_signed_render_never_leaks_into_a_text_render(order: tuple[str, ...]) 
             rendered = built.render(snapshot)
         (line,) = (line for line in rendered.splitlines() if line.startswith("nvidia_smi_temperature_gpu{"))
         assert line.endswith(" -0" if kind == "signed" else " 0"), (kind, line)
+
+
+def test_concurrent_first_protobuf_scrapes_of_a_large_snapshot_encode_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As gzip: the scrapes that ask while a thread makes the protobuf body wait for that one, not a thread each."""
+    monkeypatch.setattr(metrics, "OFF_LOOP_RENDER_ROWS", 0)
+    encoded: list[bytes] = []
+
+    def counting(text: bytes) -> bytes:
+        if b"nvidia_smi_temperature_gpu" in text:
+            encoded.append(text)
+        return to_protobuf(text)
+
+    monkeypatch.setattr(metrics, "to_protobuf", counting)
+
+    async def main() -> list[Response]:
+        backend = FakeBackend(fields=FIELDS, readings=READINGS)
+        collector = Collector(backend, timeout_seconds=None, interval_seconds=3600)
+        endpoint = MetricsEndpoint(collector, Exposition(FIELDS, backend.status_family), web_settings(Config()))
+        collector.start()
+        try:
+            await eventually(lambda: collector.collections == 1, "the first background collection")
+            return list(await bounded(asyncio.gather(*(_scrape(endpoint, PROTOBUF) for _ in range(4)))))
+        finally:
+            await collector.aclose()
+
+    answers = run(main)
+    assert len(encoded) == 1
+    for answer in answers:
+        assert "nvidia_smi_temperature_gpu" in [family.name for family in families(answer.joined())]

@@ -134,6 +134,7 @@ class _Rendered:
     error: str | None
     openmetrics: _Body | None = None
     protobuf: _Body | None = None
+    protobuf_making: asyncio.Future[bytes] | None = None  # a large snapshot's, in a thread
 
     def openmetrics_of(self, body: _Body) -> _Body:
         if self.openmetrics is None:
@@ -141,11 +142,26 @@ class _Rendered:
         return self.openmetrics
 
     async def protobuf_of(self, render: Callable[[], bytes], *, off_loop: bool) -> _Body:
-        """The protobuf form, made by ``render``: a large snapshot's in a thread, so that the event loop keeps
-        answering."""
+        """The protobuf form, made by ``render``: a large snapshot's in one thread run, so that the event loop keeps
+        answering, shared by the scrapes that ask meanwhile."""
+        if self.protobuf is not None:
+            return self.protobuf
+        if not off_loop:
+            self.protobuf = _Body(render(), off_loop=False)
+            return self.protobuf
+        making = self.protobuf_making
+        if making is None:
+            making = asyncio.ensure_future(asyncio.to_thread(render))
+            self.protobuf_making = making
+        try:
+            encoded = await asyncio.shield(making)  # a scrape that gives up leaves it to the others
+        except Exception:
+            if self.protobuf_making is making:
+                self.protobuf_making = None  # the next scrape tries again
+            raise
         if self.protobuf is None:
-            encoded = await asyncio.to_thread(render) if off_loop else render()
-            self.protobuf = _Body(encoded, off_loop=off_loop)
+            self.protobuf = _Body(encoded, off_loop=True)
+        self.protobuf_making = None
         return self.protobuf
 
 
