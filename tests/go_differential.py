@@ -5,8 +5,10 @@ byte for byte.
 A *setup* is what an exporter reads once at startup (the field list or the ``--help-query-gpu`` text it
 discovers fields from, the CSV header that names the metrics, the ``--version`` text, the flags); a *round*
 is one scrape's data (the GPU rows and the compute-apps rows). One exporter pair serves a setup for many
-rounds: the fake reads its capture file on every call, so each round rewrites the file and scrapes both.
-Everything is drawn from ``random.Random(seed)``, so a seed reproduces a run.
+rounds: the fake reads its capture file on every call, so each round rewrites the file and scrapes both. Odd
+rounds scrape in delimited protobuf, as Prometheus with native histograms asks, comparing the same families'
+messages byte for byte instead of their text. Everything is drawn from ``random.Random(seed)``, so a seed
+reproduces a run (which rounds ask for protobuf is not drawn: it leaves every earlier seed's draws as they were).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from exposition_reader import comparable
-from go_differential_http import Answer, Probe, ask, draw_probes, telemetry_path
+from go_differential_http import PROTOBUF_ACCEPT, Answer, Probe, ask, draw_probes, protobuf_comparable, telemetry_path
 from harness import Exporter, StartupFailed, exporter_argv, fake_smi_command, start_listening
 from nvidia_gpu_exporter.backends.exec.command import quote_word
 from nvidia_gpu_exporter.capture.format import FENCE
@@ -434,12 +436,16 @@ class Outcome:
     text: str
 
     @classmethod
-    def of(cls, exporter: Exporter | None, failure: str, path: str = "/metrics") -> Outcome:
+    def of(cls, exporter: Exporter | None, failure: str, path: str = "/metrics", *, protobuf: bool = False) -> Outcome:
         if exporter is None:
             return cls(-1, failure)
-        response = exporter.get(path)
+        response = exporter.get(path, {"Accept": PROTOBUF_ACCEPT} if protobuf else None)
+        if response.status != 200:
+            return cls(response.status, "")
+        if protobuf:
+            return cls(response.status, f"{response.headers.get('Content-Type')}\n{protobuf_comparable(response.body)}")
         text = response.body.decode("utf-8", "surrogateescape")  # bytes that are not UTF-8 must show in a diff
-        return cls(response.status, comparable(text) if response.status == 200 else "")
+        return cls(response.status, comparable(text))
 
 
 @dataclass
@@ -552,8 +558,9 @@ def run(
                     if round_number:
                         data = make_round(rng, setup)
                         write_atomically(capture, capture_text(setup, data))
-                    go_answer = pool.submit(Outcome.of, go, go_failure, setup.telemetry)
-                    our_answer = pool.submit(Outcome.of, ours, our_failure, setup.telemetry)
+                    protobuf = round_number % 2 == 1
+                    go_answer = pool.submit(Outcome.of, go, go_failure, setup.telemetry, protobuf=protobuf)
+                    our_answer = pool.submit(Outcome.of, ours, our_failure, setup.telemetry, protobuf=protobuf)
                     outcome = (go_answer.result(), our_answer.result())
                     tally.rounds += 1
                     if outcome[0] != outcome[1]:

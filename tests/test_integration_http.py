@@ -18,11 +18,14 @@ from pathlib import Path
 import pytest
 from prometheus_client.metrics_core import Metric
 
+import protobuf_reader
 from conftest import StartExporter
 from exposition_reader import comparable, parse, parse_openmetrics, parsed_names, sample_value, samples
 from harness import FIXTURE_CAPTURES, Exporter, Response, Wrapper, fake_smi_command, process_gone, start_exporter
 from nvidia_gpu_exporter.exposition.families import WALL_CLOCK_FAMILIES
+from nvidia_gpu_exporter.exposition.protobuf import varint
 from polling import wait_until
+from test_unit_protobuf import golden_protobuf
 
 MIG_FIXTURE = FIXTURE_CAPTURES / "fixture-linux-2gpu-mig.txt"
 WINDOWS_FIXTURE = FIXTURE_CAPTURES / "fixture-windows-1gpu.txt"
@@ -203,7 +206,7 @@ def test_prometheus_accept_header_gets_text_by_default_as_from_the_go_exporter(s
 @pytest.mark.parametrize(
     "accept",
     [
-        "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited",
+        "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=text",
         "application/json",
         "text/plain;version=0.0.4",
         "*/*",
@@ -215,6 +218,34 @@ def test_other_accept_headers_get_text(served: Exporter, accept: str) -> None:
     assert header(response, "Content-Type") == METRICS_CONTENT_TYPE
     assert "# EOF" not in response.text
     parse(response.text)
+
+
+# Prometheus' header with native histograms on (scrape_protocols: PrometheusProto first)
+PROTOBUF_SCRAPE = (
+    "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.6,"
+    "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,"
+    "text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
+
+
+@pytest.mark.parametrize("encoding", ["identity", "gzip"])
+def test_a_protobuf_scrape_gets_the_go_exporters_bytes(served: Exporter, encoding: str) -> None:
+    """The ``nvidia_smi_*`` families but the wall-clock ones, each message byte for byte as the Go binary served them
+    on this fixture (tests/test_unit_protobuf.py says how they were captured)."""
+    response = request(served, "GET", "/metrics", {"Accept": PROTOBUF_SCRAPE, "Accept-Encoding": encoding})
+    assert response.status == 200
+    assert header(response, "Content-Type") == (
+        "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited; "
+        "escaping=underscores"
+    )
+    body = gzip.decompress(response.body) if encoding == "gzip" else response.body
+    assert header(response, "Content-Encoding") == ("gzip" if encoding == "gzip" else None)
+    compared = b"".join(
+        varint(len(message)) + message
+        for message in protobuf_reader.delimited(body)
+        if (name := protobuf_reader.family(message).name).startswith("nvidia_smi_") and name not in WALL_CLOCK_FAMILIES
+    )
+    assert compared == golden_protobuf()
 
 
 def test_gzip_refused_with_zero_quality_serves_plain_text(served: Exporter) -> None:

@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from nvidia_gpu_exporter.app import listen_sockets
-from nvidia_gpu_exporter.config import Config
+from nvidia_gpu_exporter.app import listen_sockets, web_settings
+from nvidia_gpu_exporter.config import Config, Profile
 from nvidia_gpu_exporter.httpserver.server import ListenError, _split_host_port, bind_socket
 from nvidia_gpu_exporter.preflight import StartupError
 from nvidia_gpu_exporter.web.metrics import accepts_gzip, scrape_budget
@@ -168,8 +168,8 @@ NEGOTIATIONS: list[tuple[str | None, str, str]] = [
     ("", TEXT, "empty Accept header: text 0.0.4"),
     (PROMETHEUS_2, OM_1, "Prometheus 2 scrape header: OpenMetrics 1.0.0"),
     (PROMETHEUS_3, OM_1 + "; escaping=allow-utf-8", "Prometheus 3 scrape header: OpenMetrics 1.0.0, its escaping"),
-    (f"{PROTOBUF};q=0.6,{PROMETHEUS_2}", OM_1, "protobuf is not served: the next choice"),
-    (PROTOBUF, TEXT, "protobuf only: text 0.0.4, never 406"),
+    (f"{PROTOBUF};q=0.6,{PROMETHEUS_2}", OM_1, "protobuf where not served (the DCGM profiles): the next choice"),
+    (PROTOBUF, TEXT, "protobuf only where not served: text 0.0.4, never 406"),
     ("application/openmetrics-text", OM_0, "OpenMetrics without a version is 0.0.1"),
     ("application/openmetrics-text;version=0.0.1", OM_0, "OpenMetrics 0.0.1"),
     ("application/openmetrics-text;version=2.0.0", TEXT, "an unknown OpenMetrics version is skipped"),
@@ -212,6 +212,62 @@ def test_negotiate_by_default_answers_text_as_the_go_exporter(accept: str | None
     negotiated = negotiate(accept, openmetrics=False)
     assert negotiated.content_type == _as_text(content_type)
     assert negotiated.openmetrics is False
+
+
+PB = "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"
+PB_ASK = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily"
+# What the Go exporter v1.14.0 answered (curl -H "Accept: ..." against the binary, 2026-12-04), but for its text
+# answers' default "; escaping=underscores", which ours names only when asked (docs/compatibility.md).
+PROTOBUF_NEGOTIATIONS: list[tuple[str, str, str]] = [
+    (PROTOBUF, PB + "; escaping=underscores", "protobuf: Go's default escaping named"),
+    (f"{PROTOBUF};q=0.6,{PROMETHEUS_2}", PB + "; escaping=underscores", "Prometheus 2 with native histograms"),
+    (f"{PROTOBUF};q=0.6,{PROMETHEUS_3}", PB + "; escaping=underscores", "Prometheus 3 with native histograms"),
+    (f"{PROTOBUF};escaping=allow-utf-8;q=0.6,{PROMETHEUS_3}", PB + "; escaping=allow-utf-8", "its own escaping"),
+    (f"{PROTOBUF};escaping=values", PB + "; escaping=values", "a known escaping"),
+    (f"{PROTOBUF};escaping=bogus", PB + "; escaping=underscores", "an unknown escaping is ignored"),
+    (f"{PROTOBUF};q=0.1,text/plain;q=0.2", TEXT, "the higher quality wins"),
+    (f"text/plain;q=0.2,{PROTOBUF};q=0.2", TEXT, "equal quality: the first listed"),
+    (f"{PROTOBUF};q=0.2,text/plain;q=0.2", PB + "; escaping=underscores", "equal quality: the first listed, again"),
+    (f"*/*;q=0.2,{PROTOBUF};q=0.2", PB + "; escaping=underscores", "a wildcard sorts after a type"),
+    (f"{PROTOBUF};q=0", PB + "; escaping=underscores", "quality 0 is still a choice, as goautoneg reads it"),
+    (f"{PROTOBUF};q=abc,text/plain;q=0.1", TEXT, "an unreadable quality is 0"),
+    (f"{PROTOBUF};q=0.7,text/plain;version=0.0.4;escaping=dots;q=0.9", TEXT + "; escaping=dots", "text preferred"),
+    (PB, PB + "; escaping=underscores", "spaces around parameters"),
+    (PB_ASK, TEXT, "no encoding: passed over"),
+    (f"{PB_ASK};encoding=Delimited", TEXT, "parameter values compare case-sensitively"),
+    (f"{PB_ASK};encoding=bogus,{PROTOBUF};q=0.5", PB + "; escaping=underscores", "an unknown encoding is skipped"),
+    ("application/vnd.google.protobuf;encoding=delimited", TEXT, "no proto parameter: passed over"),
+    (PROTOBUF.replace("proto=io", 'proto="io') + '"', TEXT, "a quoted parameter is not unquoted"),
+    ("Application/" + PROTOBUF.partition("/")[2], TEXT, "media types compare case-sensitively"),
+]
+
+
+@pytest.mark.parametrize(
+    ("accept", "content_type"), [n[:2] for n in PROTOBUF_NEGOTIATIONS], ids=[n[2] for n in PROTOBUF_NEGOTIATIONS]
+)
+def test_negotiate_protobuf_as_the_go_exporter(accept: str, content_type: str) -> None:
+    negotiated = negotiate(accept, openmetrics=False, protobuf=True)
+    assert negotiated.content_type == content_type
+    assert negotiated.protobuf is content_type.startswith(PB)
+    assert negotiated.openmetrics is False
+
+
+@pytest.mark.parametrize(("accept", "content_type"), [n[:2] for n in NEGOTIATIONS], ids=[n[2] for n in NEGOTIATIONS])
+def test_negotiate_with_protobuf_served_keeps_every_other_answer(accept: str | None, content_type: str) -> None:
+    """The tables above have protobuf in two rows only; with it served, those rows are protobuf and the rest stay."""
+    negotiated = negotiate(accept, openmetrics=True, protobuf=True)
+    if accept is not None and accept.startswith(PROTOBUF):
+        assert negotiated.content_type == PB + "; escaping=underscores"
+    else:
+        assert negotiated.content_type == content_type
+
+
+@pytest.mark.parametrize(
+    ("profile", "protobuf"), [(Profile.NVIDIA_SMI, True), (Profile.DCGM, False), (Profile.BOTH, False)]
+)
+def test_protobuf_is_served_under_the_go_exporters_profile_only(profile: Profile, protobuf: bool) -> None:
+    """dcgm-exporter's /metrics handler writes its text whatever Accept says (internal/pkg/server, no promhttp)."""
+    assert web_settings(Config(metrics_profile=profile)).protobuf is protobuf
 
 
 # (address, network, the Go binary's error once "failed to run: failed to listen on ADDRESS: " is taken off)

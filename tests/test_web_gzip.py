@@ -29,9 +29,14 @@ from polling import eventually
 from spies import DeflateSpy, spy_deflate
 from test_web_app import FIELDS, READINGS
 
-BODY = b"nvidia_smi_temperature_gpu{"  # in the collection's body, never in the self-metrics
+BODY = b"nvidia_smi_temperature_gpu"  # in the collection's body (any format), never in the self-metrics
 OPENMETRICS = "application/openmetrics-text;version=1.0.0"
-FORMATS = [pytest.param(None, id="text"), pytest.param(OPENMETRICS, id="openmetrics")]
+PROTOBUF = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited"
+FORMATS = [
+    pytest.param(None, id="text"),
+    pytest.param(OPENMETRICS, id="openmetrics"),
+    pytest.param(PROTOBUF, id="protobuf"),
+]
 # The route's two ways to compress a body: on the event loop, or (a snapshot of many rows) in a worker thread.
 WHERE = [pytest.param(metrics.OFF_LOOP_RENDER_ROWS, id="on-the-loop"), pytest.param(0, id="in-a-thread")]
 
@@ -173,14 +178,14 @@ def test_a_gzip_answer_is_the_plain_answer_byte_for_byte(monkeypatch: pytest.Mon
                 plain = (await scrape(endpoint, "identity", accept)).joined()
                 assert zipped == plain, f"round {round_}"
                 assert BODY in plain
-                if accept is not None:
+                if accept == OPENMETRICS:
                     assert plain.endswith(b"# EOF\n")
 
     run(main)
 
 
 def test_gzip_stays_a_copy_of_plain_when_the_self_metrics_change_every_scrape(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Many gzip scrapes through the route's one stream, text and OpenMetrics alternating: each answer is one
+    """Many gzip scrapes through the route's one stream, text, OpenMetrics and protobuf in turn: each answer is one
     gzip member, and its data is the plain answer's with the same counters."""
     spy: DeflateSpy = spy_deflate(monkeypatch)
     _frozen_process_values(monkeypatch, {"process_open_fds": 7.0})
@@ -188,7 +193,7 @@ def test_gzip_stays_a_copy_of_plain_when_the_self_metrics_change_every_scrape(mo
     async def main() -> None:
         async with endpoint_of(FakeBackend(fields=FIELDS, readings=READINGS), interval_seconds=3600) as endpoint:
             for round_ in range(20):
-                accept = OPENMETRICS if round_ % 3 == 0 else None
+                accept = (None, OPENMETRICS, PROTOBUF, None)[round_ % 4]
                 endpoint.stats.connections.closed["evicted"] += round_ % 2
                 counted = dict(endpoint.stats.requests)
                 zipped = one_member((await scrape(endpoint, "gzip", accept)).joined())
@@ -196,4 +201,4 @@ def test_gzip_stays_a_copy_of_plain_when_the_self_metrics_change_every_scrape(mo
                 assert zipped == (await scrape(endpoint, "identity", accept)).joined(), f"round {round_}"
 
     run(main)
-    assert spy.fed_with(BODY) == 2  # the text body once, the OpenMetrics body once
+    assert spy.fed_with(BODY) == 3  # the text, OpenMetrics and protobuf bodies, each once

@@ -97,6 +97,7 @@ def web_settings(config: Config) -> WebSettings:
         write_timeout_seconds=to_seconds(config.write_timeout_ns),
         enable_pprof=config.enable_pprof,
         openmetrics=config.enable_openmetrics,
+        protobuf=config.metrics_profile is Profile.NVIDIA_SMI,
         dcgm_health=config.metrics_profile is not Profile.NVIDIA_SMI,
         dcgm_health_require_gpus=config.dcgm_health_require_gpus,
         exporter_metrics=config.exporter_metrics,

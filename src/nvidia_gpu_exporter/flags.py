@@ -156,7 +156,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "web.enable-openmetrics",
         "enable_openmetrics",
-        "Answer a scrape that prefers OpenMetrics (Prometheus' does) in OpenMetrics; without it every scrape gets "
+        "Answer a scrape that prefers OpenMetrics (Prometheus' does) in OpenMetrics; without it such a scrape gets "
         "the text format, as from the Go exporter and dcgm-exporter.",
         Kind.BOOL,
     ),

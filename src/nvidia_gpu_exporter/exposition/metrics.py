@@ -31,6 +31,7 @@ from nvidia_gpu_exporter.exposition.pci import pci_families
 from nvidia_gpu_exporter.exposition.podusage import allocation_families, pod_families
 from nvidia_gpu_exporter.exposition.processusage import overflowed_family, usage_families
 from nvidia_gpu_exporter.exposition.text import (
+    NEGATIVE_ZERO,
     DuplicateSeriesError,
     Family,
     escape_label_value,
@@ -158,6 +159,8 @@ class Exposition:
         metric = self.field_metrics[index]
         value = transform_value(raw, metric.kind, metric.multiplier, metric.qfield)
         text = "" if value is None else format_value(value)
+        if text == NEGATIVE_ZERO:  # rendered for protobuf only: never cached for a text render to find
+            return text
         if self._caching[index]:
             cache = self._formatted[index]
             size = len(cache)
@@ -175,6 +178,7 @@ class Exposition:
         return not lookups or lookups - CELL_CACHE_CHECK >= self.cell_cache_min_hits * lookups
 
     def _field_blocks(self, gpus: list[_Gpu]) -> list[tuple[str, str]]:
+        signed = format_value(-0.0) == NEGATIVE_ZERO  # within signed_zeros(), for the protobuf rewrite
         unique = len({gpu.uuid for gpu in gpus}) == len(gpus)
         self._renders += 1
         self._rows = len(gpus)
@@ -186,7 +190,7 @@ class Exposition:
             for gpu in gpus:
                 raw = gpu.cells[column]
                 text = cache.get(raw)
-                if text is None:
+                if text is None or (text == "0" and signed):  # a cached 0 may have been a negative zero
                     text = self._format_cell(index, raw)
                 if not text:
                     continue

@@ -7,7 +7,10 @@ Two samples with the same name and label values are an error, never a silently d
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from nvidia_gpu_exporter._go.floats import format_go_float
@@ -16,6 +19,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 _LABEL_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n"})
 _HELP_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n"})
+NEGATIVE_ZERO = "-0"  # only within signed_zeros(): the text format writes it as 0, as Go's does
+_SIGNED_ZEROS: ContextVar[bool] = ContextVar("signed_zeros", default=False)
 
 
 class DuplicateSeriesError(ValueError):
@@ -49,7 +54,20 @@ def escape_help(text: str) -> str:
 
 def format_value(value: float) -> str:
     """Go float formatting (not memoized: hot query-field values are cached per field by the exposition)."""
+    if value == 0 and math.copysign(1.0, value) < 0 and _SIGNED_ZEROS.get():
+        return NEGATIVE_ZERO
     return format_go_float(value)
+
+
+@contextlib.contextmanager
+def signed_zeros() -> Iterator[None]:
+    """Render a negative zero as ``-0`` meanwhile: for the protobuf rewrite, since Go's protobuf keeps the sign bit
+    that its text (``0``) drops. Never for text that is served."""
+    token = _SIGNED_ZEROS.set(True)
+    try:
+        yield
+    finally:
+        _SIGNED_ZEROS.reset(token)
 
 
 def label_block(pairs: Iterable[tuple[str, str]]) -> str:

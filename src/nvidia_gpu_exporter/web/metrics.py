@@ -9,8 +9,10 @@ are refused at once with 503 instead of queueing behind a slow nvidia-smi.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from nvidia_gpu_exporter._go.strconv import parse_float
@@ -18,8 +20,9 @@ from nvidia_gpu_exporter.collector import Collector
 from nvidia_gpu_exporter.exposition.health import collection_text
 from nvidia_gpu_exporter.exposition.metrics import Exposition
 from nvidia_gpu_exporter.exposition.openmetrics import OPENMETRICS_EOF, to_openmetrics
+from nvidia_gpu_exporter.exposition.protobuf import to_protobuf
 from nvidia_gpu_exporter.exposition.selfmetrics import HandlerStats, SelfMetrics, build_info_values
-from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError, encode
+from nvidia_gpu_exporter.exposition.text import DuplicateSeriesError, encode, signed_zeros
 from nvidia_gpu_exporter.httpserver.http import Request, Response
 from nvidia_gpu_exporter.httpserver.responses import go_error
 from nvidia_gpu_exporter.model.snapshot import Snapshot
@@ -123,18 +126,43 @@ class _Body:
 
 @dataclass(slots=True)
 class _Rendered:
-    """A snapshot's ``nvidia_smi_*`` body (and its OpenMetrics form, made on the first scrape that asks for it),
-    or the error that makes the whole scrape fail."""
+    """A snapshot's ``nvidia_smi_*`` body (and its OpenMetrics and protobuf forms, each made on the first scrape that
+    asks for it), or the error that makes the whole scrape fail."""
 
     key: tuple[object, ...]
     body: _Body | None
     error: str | None
     openmetrics: _Body | None = None
+    protobuf: _Body | None = None
+    protobuf_making: asyncio.Future[bytes] | None = None  # a large snapshot's, in a thread
 
     def openmetrics_of(self, body: _Body) -> _Body:
         if self.openmetrics is None:
             self.openmetrics = _Body(to_openmetrics(body.text), off_loop=body.off_loop)
         return self.openmetrics
+
+    async def protobuf_of(self, render: Callable[[], bytes], *, off_loop: bool) -> _Body:
+        """The protobuf form, made by ``render``: a large snapshot's in one thread run, so that the event loop keeps
+        answering, shared by the scrapes that ask meanwhile."""
+        if self.protobuf is not None:
+            return self.protobuf
+        if not off_loop:
+            self.protobuf = _Body(render(), off_loop=False)
+            return self.protobuf
+        making = self.protobuf_making
+        if making is None:
+            making = asyncio.ensure_future(asyncio.to_thread(render))
+            self.protobuf_making = making
+        try:
+            encoded = await asyncio.shield(making)  # a scrape that gives up leaves it to the others
+        except Exception:
+            if self.protobuf_making is making:
+                self.protobuf_making = None  # the next scrape tries again
+            raise
+        if self.protobuf is None:
+            self.protobuf = _Body(encoded, off_loop=True)
+        self.protobuf_making = None
+        return self.protobuf
 
 
 class MetricsEndpoint:
@@ -197,6 +225,13 @@ class MetricsEndpoint:
         self._rendered = rendered
         return rendered
 
+    def _protobuf_now(self, snapshot: Snapshot) -> bytes:
+        """The snapshot's body as protobuf: rendered again with negative zeros signed (the text writes them as 0,
+        Go's protobuf keeps their sign), then rewritten. Its text render has succeeded, so this one does too."""
+        with signed_zeros():
+            text = collection_text(snapshot) + self.exposition.render(snapshot)
+        return to_protobuf(encode(text))
+
     def _render_now(self, key: tuple[object, ...], snapshot: Snapshot, *, off_loop: bool) -> _Rendered:
         try:  # the collection's health first: served whatever the profile (docs/metrics.md)
             text = collection_text(snapshot) + self.exposition.render(snapshot)
@@ -219,8 +254,16 @@ class MetricsEndpoint:
                 self.stats.errors["gathering"] += 1
                 self.stats.count(500)
                 return go_error(f"An error has occurred while serving metrics:\n\n{rendered.error}", 500)
-            negotiated = negotiate(request.headers.get("Accept"), openmetrics=self.settings.openmetrics)
-            body = rendered.openmetrics_of(rendered.body) if negotiated.openmetrics else rendered.body
+            negotiated = negotiate(
+                request.headers.get("Accept"), openmetrics=self.settings.openmetrics, protobuf=self.settings.protobuf
+            )
+            body = rendered.body
+            if negotiated.openmetrics:
+                body = rendered.openmetrics_of(body)
+            elif negotiated.protobuf:
+                body = await rendered.protobuf_of(
+                    functools.partial(self._protobuf_now, snapshot), off_loop=body.off_loop
+                )
             deflated = await body.gzip() if accepts_gzip(request.headers.get("Accept-Encoding")) else None
             # the exporter's own nvidia_gpu_exporter_* families (connections, web-config reloads) are always
             # served; process_* and promhttp_* are what dcgm-exporter's --enable-exporter-metrics governs
@@ -232,6 +275,8 @@ class MetricsEndpoint:
             if negotiated.openmetrics:
                 before, slow = to_openmetrics(before), to_openmetrics(slow)
                 requests = to_openmetrics(requests) + OPENMETRICS_EOF
+            elif negotiated.protobuf:
+                before, slow, requests = to_protobuf(before), to_protobuf(slow), to_protobuf(requests)
             headers = {"Content-Type": negotiated.content_type}
             parts: tuple[bytes, ...]
             if deflated is None:
@@ -239,7 +284,7 @@ class MetricsEndpoint:
             else:
                 if self._parts is None:
                     self._parts = PartDeflater()
-                form = "openmetrics" if negotiated.openmetrics else "text"  # each part's last text, per format
+                form = "openmetrics" if negotiated.openmetrics else "protobuf" if negotiated.protobuf else "text"
                 parts = self._parts.gzip_parts(
                     [(f"{form} before", before)], deflated, [(f"{form} after", slow), (f"{form} requests", requests)]
                 )

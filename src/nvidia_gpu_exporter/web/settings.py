@@ -17,6 +17,7 @@ class WebSettings:
     write_timeout_seconds: float  # a scrape answers within this; a response unread this long is cut
     enable_pprof: bool
     openmetrics: bool = False  # --web.enable-openmetrics: else text 0.0.4 whatever Accept prefers, as Go's handler
+    protobuf: bool = False  # delimited protobuf when Accept prefers it, as Go's promhttp (not dcgm-exporter's handler)
     dcgm_health: bool = False  # serve dcgm-exporter's GET /health (--metrics.profile=dcgm or both)
     dcgm_health_require_gpus: bool = False  # its --health-require-gpus: 503 while the last success saw no GPU
     exporter_metrics: bool = True  # process_* and promhttp_* beside the GPUs' (dcgm-exporter's are opt-in)
