@@ -17,9 +17,11 @@ on port 0), then 0 to 4 drawn words.
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -59,6 +61,7 @@ WORDS = (
     "--web.telemetry-path=/-/ready",
     "--web.network=udp",
     "--web.network=tcp4",
+    "--web.network=unix",  # the listen address is then a socket file in the case's own working directory
     "--collect.compute-apps",
     "--no-collect.compute-apps",
     "--collect.compute-apps=false",
@@ -134,10 +137,10 @@ def _opening(text: str) -> str:
     return "printed" if text else ""
 
 
-def run_to_end(argv: Sequence[str]) -> Ending:
-    """Run ``argv`` until it exits or says it is listening (then it is stopped)."""
+def run_to_end(argv: Sequence[str], cwd: str | os.PathLike[str] = REPO) -> Ending:
+    """Run ``argv`` in ``cwd`` until it exits or says it is listening (then it is stopped)."""
     process = subprocess.Popen(
-        list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO
+        list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd
     )
     streams: dict[str, list[str]] = {"stdout": [], "stderr": []}
     listening = threading.Event()
@@ -196,8 +199,12 @@ def run_cli(
     tally = CliTally()
     for case_number in range(cases):
         words = draw_command_line(rng)
-        go = run_to_end([go_binary, *fixed, *words])
-        ours = run_to_end([*exporter_argv(), *fixed[:1], *words])
+        # Each in an empty directory: with --web.network=unix, 127.0.0.1:0 names a socket file there, which a
+        # killed exporter leaves behind
+        with tempfile.TemporaryDirectory() as place:
+            go = run_to_end([go_binary, *fixed, *words], place)
+        with tempfile.TemporaryDirectory() as place:
+            ours = run_to_end([*exporter_argv(), *fixed[:1], *words], place)
         tally.cases += 1
         if go != ours:
             difference = CliDifference(case_number, words, go, ours)

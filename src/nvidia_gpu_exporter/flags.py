@@ -104,7 +104,12 @@ FLAGS: tuple[Flag, ...] = (
         "Use systemd socket activation listeners instead of port listeners (Linux only).",
         Kind.BOOL,
     ),
-    Flag("web.network", "network", "Network to listen on: tcp (dual stack), tcp4 or tcp6.", Kind.STRING),
+    Flag(
+        "web.network",
+        "network",
+        "Network to listen on: tcp (dual stack), tcp4, tcp6 or unix (the address is a socket's path).",
+        Kind.STRING,
+    ),
     Flag("web.read-timeout", "read_timeout_ns", "Maximum duration for reading the entire request.", Kind.DURATION),
     Flag(
         "web.read-header-timeout",

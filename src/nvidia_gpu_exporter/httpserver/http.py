@@ -288,11 +288,16 @@ class App:
         return {path: tuple(methods) for path, methods in self._routes.items()}
 
     async def _route(self, request: Request) -> Response:
+        sent = _origin_form(request.target).partition("?")[0]
         if request.path.startswith("/") and request.method != "CONNECT":  # Go cleans the path as sent, not decoded
-            escaped = _escaped_path(_origin_form(request.target).partition("?")[0])
+            escaped = _escaped_path(sent)
             clean = go_clean_path(escaped)
             if clean != escaped:
                 raise Redirect(_location(clean, request.query_string))
+        # Go's ServeMux splits the path as sent and unescapes each segment: an escaped slash stays inside its
+        # segment, which no route's segments can equal, so the path routes nowhere (``/-%2Fhealthy``).
+        if request.path.count("/") != sent.count("/"):
+            raise NotFound
         methods = self._routes.get(request.path)
         if methods is None:
             raise NotFound

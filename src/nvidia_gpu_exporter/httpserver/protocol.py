@@ -91,6 +91,8 @@ _REASONS: dict[int, bytes] = {
     301: b"Moved Permanently",
     302: b"Found",
     304: b"Not Modified",
+    307: b"Temporary Redirect",
+    308: b"Permanent Redirect",
     400: b"Bad Request",
     401: b"Unauthorized",
     403: b"Forbidden",

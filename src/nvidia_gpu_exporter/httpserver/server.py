@@ -5,6 +5,8 @@ shutdown. It knows nothing of what it serves: the application is an :class:`~.ht
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import logging
 import os
 import socket
@@ -78,10 +80,52 @@ def _bind_failed(network: str, address: str, error: OSError) -> ListenError:
     return ListenError(f"listen {network} {address}: bind: {reason[:1].lower()}{reason[1:]}")
 
 
+_SUN_PATH_BYTES = 108  # sockaddr_un's sun_path on Linux
+
+
+class _UnlinkingSocket(socket.socket):
+    """A Unix socket this exporter bound: closing it removes its file, as Go's ``UnixListener.Close`` does (a socket
+    from systemd is not one: its file is systemd's)."""
+
+    def close(self) -> None:
+        path = self.getsockname() if self.fileno() != -1 else None
+        super().close()
+        if isinstance(path, str) and path:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+
+def _bind_unix(address: str) -> socket.socket:
+    """Go's ``net.Listen("unix", address)``: the address is a path, ``@name`` an abstract socket, an empty one
+    an abstract name the kernel picks; an existing file (a stale socket too) is left alone and refused."""
+    name = os.fsencode(address)
+    abstract = name.startswith(b"@")
+    if len(name) > _SUN_PATH_BYTES or (len(name) == _SUN_PATH_BYTES and not abstract):
+        raise _bind_failed("unix", address, OSError(errno.EINVAL, os.strerror(errno.EINVAL)))
+    if not abstract:
+        sock: socket.socket = _UnlinkingSocket(socket.AF_UNIX, socket.SOCK_STREAM)
+    else:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        name = b"\0" + name[1:]
+    try:
+        sock.bind(name)
+    except OSError as error:
+        sock.close()  # unbound: its name is empty, so the existing file is not removed
+        raise _bind_failed("unix", address, error) from error
+    return sock
+
+
 def bind_socket(address: str, network: str = "tcp") -> socket.socket:
-    """A listening socket for a Go-style ``host:port`` address; an empty host means every interface."""
+    """A listening socket for a Go-style ``host:port`` address (an empty host means every interface), or a Unix
+    socket's path with ``unix``."""
     if network in ("udp", "udp4", "udp6"):  # networks Go knows, but not for a stream listener
         raise ListenError(f"listen {network} {address}: address {address}: unexpected address type")
+    if network == "unix":
+        return _bind_unix(address)
+    if network == "unixpacket":  # Go serves it; asyncio's transports read a stream, and would cut a long message
+        raise ListenError(
+            f"listen {network} {address}: not supported: HTTP is read here as a byte stream; use --web.network=unix"
+        )
     if network not in ("tcp", "tcp4", "tcp6"):
         raise ListenError(f"listen {network}: unknown network {network}")
     host, port = _split_host_port(address, network)
@@ -115,7 +159,14 @@ def bind_socket(address: str, network: str = "tcp") -> socket.socket:
 
 
 def bound_address(sock: socket.socket) -> str:
-    host, port = sock.getsockname()[:2]
+    """The address as Go's ``Listener.Addr()`` writes it: ``host:port``, a Unix socket's path, ``@name`` for an
+    abstract one."""
+    name = sock.getsockname()
+    if isinstance(name, bytes):  # an abstract Unix socket: a NUL, then its name
+        return "@" + name[1:].decode("utf-8", "surrogateescape")
+    if isinstance(name, str):
+        return name
+    host, port = name[:2]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 

@@ -348,6 +348,8 @@ class SmiStream:
             # half-way; the child is killed as soon as it exists.
             spawning.add_done_callback(_kill_when_spawned)
             await asyncio.wait({spawning}, timeout=SPAWN_WAIT_SECONDS)
+            if spawning.done() and not spawning.cancelled() and spawning.exception() is None:
+                await self._reaped(spawning.result())
             raise
         except (OSError, ValueError) as error:
             return StreamFailure(f"failed to start {self.argv[0]!r}: {error}"), False
@@ -375,6 +377,13 @@ class SmiStream:
                     )
         finally:
             await self._stop(child)
+
+    async def _reaped(self, child: Child) -> None:
+        """Wait (bounded) for a killed child's exit to reach the loop: one that arrives after the loop is closed
+        is logged by asyncio's child watcher as ``Loop ... that handles pid ... is closed``."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(child.wait(), self._reap_seconds)
+        child.close()
 
     def _deadline(self, output: StreamOutput, started: float) -> tuple[float, float]:
         """(since when the child owes a table, until when): the staleness bound after its last table, and the
