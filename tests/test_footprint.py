@@ -402,6 +402,8 @@ def demo_modules(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
         pytest.param("yaml._yaml", id="libyaml-binding"),
         # The simulated kubelet's pods serve only Kubernetes attribution, which is off unless asked for.
         pytest.param("nvidia_gpu_exporter.model.kubernetes", id="pods-without-attribution"),
+        # The fake's ``nvidia-smi pmon`` renderer: the demo never runs pmon.
+        pytest.param("nvidia_gpu_exporter.capture.pmon", id="pmon-renderer"),
     ],
 )
 def test_a_demo_run_leaves_out(demo_modules: set[str], module: str) -> None:
