@@ -35,12 +35,18 @@ class SplitMix64:
         return state ^ (state >> 31)
 
     def random(self) -> float:
-        """A float in [0, 1)."""
-        return (self.next64() >> 11) * _UNIT
+        """A float in [0, 1): :meth:`next64` written out, as the simulation draws dozens of these per GPU."""
+        self._state = state = (self._state + _GOLDEN_GAMMA) & _MASK
+        state = ((state ^ (state >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+        state = ((state ^ (state >> 27)) * 0x94D049BB133111EB) & _MASK
+        return ((state ^ (state >> 31)) >> 11) * _UNIT
 
     def uniform(self, low: float, high: float) -> float:
-        """A float between ``low`` and ``high``."""
-        return low + (high - low) * self.random()
+        """A float between ``low`` and ``high`` (:meth:`random` written out too)."""
+        self._state = state = (self._state + _GOLDEN_GAMMA) & _MASK
+        state = ((state ^ (state >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+        state = ((state ^ (state >> 27)) * 0x94D049BB133111EB) & _MASK
+        return low + (high - low) * (((state ^ (state >> 31)) >> 11) * _UNIT)
 
     def below(self, count: int) -> int:
         """An int in [0, count), by multiply-and-shift (Lemire): a bias under count / 2**64, none a demo shows."""
