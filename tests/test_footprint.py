@@ -172,12 +172,11 @@ CASES = [
         Case(
             ("--collect.backend=demo",),
             # The capture engine reads the fake's config (and the demo's extras) through the strict YAML loader; the
-            # demo's simulated node places its processes in pods (backends/demo/pods.py).
+            # simulated node's pods (backends/demo/pods.py) wait for Kubernetes attribution, which is off here.
             (
                 "nvidia_gpu_exporter.backends.demo",
                 "nvidia_gpu_exporter.capture",
                 "nvidia_gpu_exporter.support.strictyaml",
-                "nvidia_gpu_exporter.model.kubernetes",
             ),
         ),
         id="demo-backend-loads-its-engine-only",
