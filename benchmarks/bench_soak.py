@@ -32,7 +32,8 @@ count (comma-separated), this checkout's exporter and the Go exporter (``--go-bi
 ``MALLOC_ARENA_MAX``) run at once, each on the moving fake, a collection per scrape, scraped in turn over
 keep-alive connections (one scrape of each, then the next round) for N rounds, so the machine's load falls on
 all alike. With ``--steady-demo``, the demo backend at the same GPU count (its ``gpus:`` in a
-``--demo-config``), whose readings move by themselves, runs beside them, a collection per scrape too. Per
+``--demo-config``), whose readings move by themselves, runs beside them, a collection per scrape too, and
+``--baseline-demo SRC`` runs another checkout's demo beside it. Per
 exporter: RSS at the first scrape, its plateau (the median of the samples over the last third of the rounds)
 and max, the anonymous and file-backed parts of RSS at the end (``/proc/PID/status``: the heaps
 against the mapped binary and libraries), CPU per collection (the exporter's own), and each plateau and max
@@ -41,6 +42,7 @@ as a ratio of the Go exporter's.
     python benchmarks/bench_soak.py --minutes 3                           # the variant for every change
     python benchmarks/bench_soak.py --minutes 30 --slope-minutes 20 --plot soak.svg [--go-binary PATH]
     python benchmarks/bench_soak.py --steady 1300 --gpus 1,8,64 [--go-binary PATH] [--steady-demo]
+        [--baseline-demo SRC]
         [--python-env MALLOC_ARENA_MAX=2]
 """
 
@@ -469,6 +471,14 @@ def steady_sides(args: argparse.Namespace) -> list[Steady]:
         sides.append(Steady(f"baseline {args.baseline}", python_launcher(env={"PYTHONPATH": args.baseline})))
     if args.steady_demo:
         sides.append(Steady("demo", python_launcher(), demo=True))
+    if args.baseline_demo:
+        sides.append(
+            Steady(
+                f"baseline demo {args.baseline_demo}",
+                python_launcher(env={"PYTHONPATH": args.baseline_demo}),
+                demo=True,
+            )
+        )
     if args.go_binary:
         sides.append(Steady("Go exporter", go_launcher(args.go_binary), go=True))
     return sides
@@ -580,6 +590,7 @@ def main() -> None:
     )
     parser.add_argument("--steady", type=int, metavar="N", help="steady-state RSS over N rounds, side by side, instead")
     parser.add_argument("--baseline", metavar="SRC", help="--steady: also another checkout's src/")
+    parser.add_argument("--baseline-demo", metavar="SRC", help="--steady: also another checkout's demo")
     parser.add_argument("--steady-demo", action="store_true", help="--steady: also the demo backend, as many GPUs")
     parser.add_argument(
         "--python-env",

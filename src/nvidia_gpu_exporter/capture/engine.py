@@ -32,7 +32,6 @@ from nvidia_gpu_exporter.capture.format import (
     Capture,
     Section,
 )
-from nvidia_gpu_exporter.capture.pmon import render_pmon
 from nvidia_gpu_exporter.model.fields import fields_under
 from nvidia_gpu_exporter.model.uuids import normalize_uuid
 
@@ -662,6 +661,8 @@ def answer(scenario: Scenario, args: Sequence[str]) -> Answer:
     if query is None:
         section = _find_verbatim(scenario.capture, scenario.state, args)
         if section is None and args and args[0] == "pmon":
+            from nvidia_gpu_exporter.capture.pmon import render_pmon  # noqa: PLC0415 - only `nvidia-smi pmon` needs it
+
             stdout, code = render_pmon(args, lambda query_args: _stdout_and_code(answer(scenario, query_args)))
             return Answer(stdout, "", code)
         if section is None:

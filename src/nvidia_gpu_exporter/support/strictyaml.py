@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 import math
 import re
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -211,9 +212,25 @@ class Entries(Mapping[str, YamlNode]):
         return self._values[key]
 
 
+def _import_yaml() -> ModuleType:
+    """PyYAML without libyaml's binding: composing goes through the pure-Python ``SafeLoader`` here, yet
+    ``import yaml`` loads the binding and Cython's runtime whenever they are installed, about 0.2 MiB of
+    resident memory in every process that reads a config (issue 35). A ``None`` in ``sys.modules`` makes
+    that import fail, which PyYAML takes for "no libyaml"."""
+    blocked = "yaml" not in sys.modules and "yaml._yaml" not in sys.modules
+    if blocked:
+        sys.modules["yaml._yaml"] = None  # type: ignore[assignment]
+    try:
+        import yaml  # noqa: PLC0415 - only a config being read needs PyYAML
+    finally:
+        if blocked:
+            del sys.modules["yaml._yaml"]
+    return yaml
+
+
 def load_yaml(text: str) -> YamlNode | None:
     """Compose one YAML document strictly; ``None`` when it has no content (empty, or comments only)."""
-    import yaml  # noqa: PLC0415 - only a config being read needs PyYAML
+    yaml = _import_yaml()
 
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)

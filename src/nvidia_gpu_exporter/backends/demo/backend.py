@@ -20,6 +20,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from nvidia_gpu_exporter._go.text import go_quote
 from nvidia_gpu_exporter.backends import BackendSetupError, CollectionError
@@ -33,7 +34,6 @@ from nvidia_gpu_exporter.backends.demo.extras import (
     parse_extras,
 )
 from nvidia_gpu_exporter.backends.demo.kernellog import DemoKernelLog, KernelLogSink
-from nvidia_gpu_exporter.backends.demo.pods import DemoKubelet
 from nvidia_gpu_exporter.backends.demo.responders import (
     COMMAND_PLACEHOLDER,
     CaptureResponder,
@@ -59,6 +59,9 @@ from nvidia_gpu_exporter.model.uuids import normalize_uuid
 from nvidia_gpu_exporter.model.values import transform_generic
 from nvidia_gpu_exporter.support.files import read_regular_file
 from nvidia_gpu_exporter.support.sha256 import sha256
+
+if TYPE_CHECKING:
+    from nvidia_gpu_exporter.backends.demo.pods import DemoKubelet
 
 log = logging.getLogger(__name__)
 
@@ -390,6 +393,8 @@ class DemoBackend:
 
     def kubelet(self) -> DemoKubelet:
         """The simulated node's pods (docs/demo.md, "Pods"): the built-in fleet's workloads, or its GPU count's."""
+        from nvidia_gpu_exporter.backends.demo.pods import DemoKubelet  # noqa: PLC0415 - only attribution needs pods
+
         responder = self._scene.responder
         if isinstance(responder, FleetResponder):
             return DemoKubelet([gpu.workload.kind for gpu in responder.fleet.gpus])

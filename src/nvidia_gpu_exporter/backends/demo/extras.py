@@ -17,7 +17,6 @@ values.
 from __future__ import annotations
 
 import math
-import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -25,6 +24,7 @@ from typing import Any
 
 from nvidia_gpu_exporter._go.durations import DurationError, parse_duration, to_seconds
 from nvidia_gpu_exporter._go.text import go_quote
+from nvidia_gpu_exporter.backends.demo.prng import SplitMix64
 from nvidia_gpu_exporter.model.fabric import HEALTHY_FABRIC_MASK, FabricHealthSummary
 from nvidia_gpu_exporter.model.snapshot import (
     DCGM_FIELD_COUNTERS,
@@ -166,7 +166,7 @@ class Bounds:
     min: float
     max: float
 
-    def draw(self, rng: random.Random) -> float:
+    def draw(self, rng: SplitMix64) -> float:
         return self.min + rng.random() * (self.max - self.min)
 
 
@@ -517,7 +517,7 @@ class ExtrasSynthesizer:
 
     def cycle(self, now: float, uuids: Sequence[str], powers: Sequence[float | None]) -> NvmlExtras:
         """One cycle's readings for the GPUs in table row order (``powers`` in watts, ``None`` unknown)."""
-        rng = random.Random(cycle_seed(self.seed, self.cycles))
+        rng = SplitMix64(cycle_seed(self.seed, self.cycles))
         self.cycles += 1
         joules = self._integrate_energy(now, uuids, powers)
         gpus = tuple(
@@ -554,7 +554,7 @@ class ExtrasSynthesizer:
         return joules
 
     def _mig(
-        self, rng: random.Random, uuids: Sequence[str]
+        self, rng: SplitMix64, uuids: Sequence[str]
     ) -> tuple[tuple[MigDevice, ...], tuple[MigInstanceReading, ...]]:
         devices: list[MigDevice] = []
         readings: list[MigInstanceReading] = []
@@ -584,7 +584,7 @@ class ExtrasSynthesizer:
         return tuple(devices), tuple(readings)
 
     def _instance_reading(
-        self, rng: random.Random, parent: str, instance: MigInstanceSpec, seen_before: bool
+        self, rng: SplitMix64, parent: str, instance: MigInstanceSpec, seen_before: bool
     ) -> MigInstanceReading:
         """Memory every cycle; GPM-style activity only over a window, i.e. from the second sighting."""
         total = instance.memory_total_bytes
@@ -614,7 +614,7 @@ class ExtrasSynthesizer:
             pcie_rx_bytes_per_second=Bounds(rx.min * share.min, rx.max * share.max).draw(rng),
         )
 
-    def _synthesize_xids(self, rng: random.Random, now: float, uuids: Sequence[str]) -> None:
+    def _synthesize_xids(self, rng: SplitMix64, now: float, uuids: Sequence[str]) -> None:
         """Initial history at the first cycle, then the ongoing schedule (at most 10 events per cycle)."""
         if self.cycles == 1:
             for event in self.spec.xid_initial:
@@ -627,8 +627,8 @@ class ExtrasSynthesizer:
             self._next_xid = now + interval * (0.5 + rng.random())
         events = 0
         while now > self._next_xid and events < MAX_XIDS_PER_CYCLE:
-            uuid = uuids[rng.randrange(len(uuids))]
-            code = self.spec.xid_codes[rng.randrange(len(self.spec.xid_codes))]
+            uuid = uuids[rng.below(len(uuids))]
+            code = self.spec.xid_codes[rng.below(len(self.spec.xid_codes))]
             self._record(uuid, code, self._next_xid, 1)
             self._next_xid += interval * (0.5 + rng.random())
             events += 1

@@ -10,10 +10,10 @@ whatever the wall clock does. The output is the text nvidia-smi would print for 
 
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import dataclass, field
 
+from nvidia_gpu_exporter.backends.demo.prng import SplitMix64
 from nvidia_gpu_exporter.model.fields import (
     ECC_KINDS,
     ECC_LOCATIONS,
@@ -209,7 +209,7 @@ class Workload:
     kind: str
     phase: int = 0
 
-    def utilization(self, rng: random.Random) -> float:
+    def utilization(self, rng: SplitMix64) -> float:
         """Target utilization in [0, 1] for the next step."""
         self.phase += 1
         if self.kind == "training":
@@ -250,7 +250,7 @@ class DemoFleet:
         if workload is not None and workload not in WORKLOADS:
             raise ValueError(f"unknown workload {workload!r} (known: {', '.join(WORKLOADS)})")
         self.seed = time.time_ns() if seed is None else seed
-        self.rng = random.Random(self.seed)
+        self.rng = SplitMix64(self.seed)
         self.steps = 0
         kinds = [workload or WORKLOADS[index % len(WORKLOADS)] for index in range(gpu_count)]
         self.gpus = [
