@@ -8,6 +8,9 @@ one load ``--rounds`` times, reading RSS from ``/proc`` every ``--every`` rounds
 - ``reloads``: the web config rewritten (a second user added or removed) and SIGHUP, a scrape after each;
 - ``bursts``: the soak's burst (50 wrong passwords, 10 clients that close mid-response) and three scrapes;
 - ``idle``: the soak's 30 silent connections (half half-closed, half handshaken), held 1 s, and three scrapes;
+- ``mixed``: the first three at once, as the soak mixes them: each round the web config rewritten with SIGHUP,
+  then at once the burst, and the idle connections (held 0.2 s), with three scrapes, each a collection on
+  the moving fake (so reloads land while handshakes, bcrypt checks and collections are under way);
 - ``scrapes``: a collection per scrape on the moving fake (8 GPUs, ``bench_pipeline.moving_smi``), a new
   keep-alive connection every 100 scrapes, beside the same exporter over plain HTTP without auth, in turn.
 
@@ -32,14 +35,18 @@ import bench_soak
 from bench_footprint import Exporter, fake_smi, first_scrape, rss_mib, start, tls_auth
 from bench_pipeline import moving_smi, python_launcher
 
-PARTS = ("reloads", "bursts", "idle", "scrapes")
+PARTS = ("reloads", "bursts", "idle", "mixed", "scrapes")
 
 
 def load_part(part: str, rounds: int, every: int, directory: Path, pool: ThreadPoolExecutor) -> list[str]:
     """One of the first three parts; the RSS curve (MiB), and what the clients saw."""
     args, client = tls_auth(directory)
     web_config = Path(args[0].split("=", 1)[1])
-    exporter = start([*args, "--nvidia-smi-command", fake_smi(8), "--collect.interval=1h"], client=client)
+    if part == "mixed":
+        smi = moving_smi(directory / "smi", 8, rounds * 3 + 50, python_launcher(args, client=client))
+        exporter = start([*args, "--nvidia-smi-command", smi], client=client)
+    else:
+        exporter = start([*args, "--nvidia-smi-command", fake_smi(8), "--collect.interval=1h"], client=client)
     config = bench_soak.Config(part, lambda _: exporter, [], web_config, 1.0)
     config.exporter = exporter
     stop = threading.Event()
@@ -54,6 +61,11 @@ def load_part(part: str, rounds: int, every: int, directory: Path, pool: ThreadP
                 time.sleep(0.5)  # the check runs on a thread; let it land before the next
             elif part == "bursts":
                 bench_soak.burst(config, 50, pool)
+            elif part == "mixed":
+                bench_soak.rewrite(config, number)
+                held = pool.submit(bench_soak.idle, config, 30, 0.2, stop)
+                bench_soak.burst(config, 50, pool)
+                held.result()
             else:
                 bench_soak.idle(config, 30, 1.0, stop)
             for _ in range(1 if part == "reloads" else 3):

@@ -8,7 +8,9 @@ glibc's heap in use and free inside it (``mallinfo2``: ``uordblks`` and ``fordbl
 ``hblkhd``), the objects the collector tracks (startup's are frozen, so not counted), pymalloc's arenas and
 the free space inside them, and, with ``HEAP_PROBE_TRIM=1``, RSS once ``malloc_trim(0)`` has run (an
 intervention: what glibc holds that it could give back). pymalloc's figures need ``HEAP_PROBE_TRACEMALLOC=0``
-(tracemalloc's hooks stand in front of pymalloc, which then reports nothing; they show as 0).
+(tracemalloc's hooks stand in front of pymalloc, which then reports nothing; they show as 0). With
+``HEAP_PROBE_TYPES=1`` it also appends to ``DIR/PID.types`` at each sample from the third: every live
+``SSLContext`` with the sessions in its cache, and the types whose tracked objects grew most since the second.
 
 tracemalloc starts at the first sample, not at startup (tracing the imports slows the start past the
 benchmark's patience and doubles RSS), so the traced bytes are what was allocated since and is still alive.
@@ -28,11 +30,13 @@ import gc
 import os
 import re
 import runpy
+import ssl
 import sys
 import tempfile
 import threading
 import time
 import tracemalloc
+from collections import Counter
 from pathlib import Path
 
 FRAMES = 6
@@ -144,10 +148,34 @@ def sample(started: float, trim: bool) -> list[int]:
     ]
 
 
+def type_counts() -> Counter[str]:
+    """The objects the collector tracks, by type name: what a kept reference piles up shows here as a count."""
+    return Counter(type(item).__qualname__ for item in gc.get_objects())
+
+
+def tls_contexts() -> str:
+    """Each live ``SSLContext`` and the sessions in its cache: a context a reload replaced but something still
+    holds, or a session cache that fills, shows here (OpenSSL's memory, which tracemalloc does not see)."""
+    found = [item for item in gc.get_objects() if isinstance(item, ssl.SSLContext)]
+    return " ".join(f"{id(context):x}:{context.session_stats()['number']}" for context in found)
+
+
+def write_types(directory: Path, started: float, reference: Counter[str]) -> None:
+    grown = type_counts()
+    grown.subtract(reference)
+    lines = [f"after {round(time.monotonic() - started)} s, contexts (id:cached sessions): {tls_contexts()}"]
+    lines.append("tracked objects by type, grown most since the second sample:")
+    lines.extend(f"{count:+8d} {name}" for name, count in grown.most_common(25) if count)
+    with (directory / f"{os.getpid()}.types").open("a") as out:
+        out.write("\n".join(lines) + "\n\n")
+
+
 def probe(directory: Path, every: float, started: float, trim: bool, trace: bool) -> None:
     table = directory / f"{os.getpid()}.tsv"
     table.write_text("\t".join(COLUMNS) + "\n")
     reference: tracemalloc.Snapshot | None = None
+    types = os.environ.get("HEAP_PROBE_TYPES") == "1"
+    counted: Counter[str] | None = None
     count = 0
     while True:
         time.sleep(every)
@@ -156,6 +184,10 @@ def probe(directory: Path, every: float, started: float, trim: bool, trace: bool
             tracemalloc.start(FRAMES)
         with table.open("a") as out:
             out.write("\t".join(str(value) for value in sample(started, trim)) + "\n")
+        if types and count == 2:
+            counted = type_counts()
+        elif counted is not None:
+            write_types(directory, started, counted)
         if not trace:
             continue
         snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
