@@ -42,8 +42,8 @@ SCRAPE_BOUND_SECONDS = 1.0  # issue 26's bound; measured worst 297 ms (the modul
 AFTER_BOUND_MIB = 8
 PROBE_BOUND_SECONDS = 1.0  # issue 26's bound (the module docstring)
 # A whole ClientHello is the same from the probe as from the flood: each queued one costs a full handshake before
-# the probe's turn, so issue 26's 1 s is not met there yet (worst probes measured 2.1-3.3 s, a scrape once 1.6 s at
-# load 15; BENCHMARKS.md, "Stalled connections"). Its bounds say what is held today, not the issue's.
+# the probe's turn, so issue 26's 1 s is not met there yet (worst probes measured 1.1-3.3 s, a scrape once 1.6 s at
+# load 15; BENCHMARKS.md, "The whole-ClientHello flood"). Its bounds say what is held today, not the issue's.
 WHOLE_HELLO_BOUNDS_SECONDS = (2.5, 6.0)  # (scrape, probe)
 
 
