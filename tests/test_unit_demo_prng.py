@@ -16,7 +16,8 @@ from nvidia_gpu_exporter.backends.demo.prng import SplitMix64
         # The reference C code's outputs (Vigna, splitmix64.c) for these seeds.
         pytest.param(0, [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F], id="seed-0"),
         pytest.param(1234567, [0x599ED017FB08FC85, 0x2C73F08458540FA5, 0x883EBCE5A3F27C77], id="seed-1234567"),
-        # A negative seed is its 64-bit two's complement, as a C caller's int64 would be.
+        # A negative seed is its 64-bit two's complement, as a C caller's int64 would be; these three are from a
+        # separate line-by-line transcription of splitmix64.c, not from a published table.
         pytest.param(-1, [0xE4D971771B652C20, 0xE99FF867DBF682C9, 0x382FF84CB27281E9], id="seed-minus-1"),
     ],
 )
