@@ -44,13 +44,11 @@ def data_args() -> tuple[list[str], str]:
     return [*common, "--collect.backend=demo"], "demo backend (2 GPUs)"
 
 
-def make_pki(directory: Path, key_type: str = "ecdsa") -> tuple[Path, Path]:
-    """A CA and a leaf for 127.0.0.1 with ``key_type``'s keys (trustme's: ``ecdsa`` P-256, ``rsa`` 2048 bits)."""
+def make_pki(directory: Path) -> tuple[Path, Path]:
     import trustme
 
-    kind = trustme.KeyType[key_type.upper()]
-    ca = trustme.CA(key_type=kind)
-    leaf = ca.issue_cert("127.0.0.1", key_type=kind)
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1")
     cert, key = directory / "cert.pem", directory / "key.pem"
     leaf.cert_chain_pems[0].write_to_path(str(cert))
     leaf.private_key_pem.write_to_path(str(key))

@@ -17,7 +17,6 @@ With ``--go-binary PATH`` each measurement is made on the Go exporter too, right
 attack and clients (the Go exporter has no connection cap: ``--max-connections`` is this exporter's only).
 
     python benchmarks/bench_stalls.py [--connections 1000] [--seconds 10] [--max-connections 256] [--go-binary PATH]
-        [--tls-key ecdsa|rsa]
     python benchmarks/bench_stalls.py --per-connection [--connections 500] [--rounds 2] [--go-binary PATH]
 """
 
@@ -323,9 +322,9 @@ def per_connection_kib(attack: str, connections: int, config: Path, target: Targ
     return grown / connections
 
 
-def tls_config(directory: Path, key_type: str = "ecdsa") -> Path:
-    """A web config serving TLS with a fresh certificate (``key_type``'s keys), in ``directory``."""
-    cert, key = make_pki(directory, key_type)
+def tls_config(directory: Path) -> Path:
+    """A web config serving TLS with a fresh certificate, in ``directory``."""
+    cert, key = make_pki(directory)
     return web_config(directory, cert, key, auth=False)
 
 
@@ -339,9 +338,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--where", action="store_true", help="also where the RSS that stays 15 s after lies")
     parser.add_argument("--go-binary", metavar="PATH", help="also attack the Go exporter, after this one each time")
-    parser.add_argument("--tls-key", choices=("ecdsa", "rsa"), default="ecdsa", help="the served certificate's key")
     args = parser.parse_args()
-    config = tls_config(Path(tempfile.mkdtemp(prefix="bench-stalls-")), args.tls_key)
+    config = tls_config(Path(tempfile.mkdtemp(prefix="bench-stalls-")))
     targets = {"this exporter": Target()}
     if args.go_binary is not None:
         targets["Go exporter"] = Target(args.go_binary)

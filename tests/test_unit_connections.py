@@ -375,28 +375,3 @@ def test_an_entry_left_since_the_ranking_does_not_decide_for_a_stalled_newcomer(
     connections.release(stalled)  # its entry stays in the ranking, which serves the admits that follow
     connections.admit(idle_for(0.1, stall=STALLED_HEAD))
     assert connections.stalled_newcomer_leaves()
-
-
-# A newcomer the kernel held silent for its deferral (listener.py) stands as one opened and left: at the cap it leaves
-# in place of an open one unless something open stands lower still (a head or a handshake stalled past the grace).
-@pytest.mark.parametrize(
-    ("open_ones", "leaves"),
-    [
-        pytest.param([idle_for(0.5), idle_for(0.1, waiting=True)], True, id="just-opened-and-asking"),
-        pytest.param([idle_for(GRACE + 1), idle_for(0.5)], True, id="one-silent-past-the-grace-an-equal"),
-        pytest.param([idle_for(60, status=200), idle_for(1, status=401)], True, id="answered"),
-        pytest.param([idle_for(0.5), idle_for(GRACE, stall=STALLED_HEAD)], False, id="a-head-stalled-past-the-grace"),
-        pytest.param([idle_for(0.5), idle_for(GRACE, stall=STALLED_HANDSHAKE)], False, id="a-stalled-handshake"),
-        pytest.param([FakeConnection("busy", None)] * 2, False, id="every-one-busy-the-newcomer-gets-503"),
-    ],
-)
-def test_a_newcomer_held_silent_by_the_kernel_leaves_at_the_cap_unless_something_stands_lower(
-    open_ones: list[FakeConnection], leaves: bool
-) -> None:
-    connections = registry(2)
-    for template in open_ones:
-        connections.admit(
-            FakeConnection(template.name, template.idle, template.status, template.waiting, stall=template.stall)
-        )
-    assert connections.stalled_newcomer_leaves(STALE) is leaves
-    assert len(connections) == len(open_ones)  # nobody was made to leave

@@ -5,22 +5,14 @@ turn so that a keep-alive scrape is read between them, and out of descriptors, a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import socket
 import time
 from typing import Any
 
-import pytest
-
 from async_helpers import run
-from nvidia_gpu_exporter.httpserver.connections import ACCEPT_BATCH, NEW_CONNECTION_GRACE_SECONDS
-from nvidia_gpu_exporter.httpserver.listener import (
-    ACCEPT_RETRY_SECONDS,
-    DEFER_ACCEPT_SECONDS,
-    Listener,
-    defer_accept,
-)
+from nvidia_gpu_exporter.httpserver.connections import ACCEPT_BATCH
+from nvidia_gpu_exporter.httpserver.listener import ACCEPT_RETRY_SECONDS, Listener
 
 QUEUED = 300  # more than asyncio's (and aiohttp's) 128, less than the 4,096 asked and Linux's default somaxconn
 
@@ -48,11 +40,7 @@ def accepted_of(listener: Listener, count: int) -> int:
         client.setblocking(False)
         client.connect_ex(("127.0.0.1", port))
         clients.append(client)
-    time.sleep(0.5)
-    for client in clients:  # the kernel holds a silent one out of the queue (deferred)
-        with contextlib.suppress(OSError):  # not connected: its SYN was dropped
-            client.send(b"G")
-    time.sleep(0.5)
+    time.sleep(1)
     held = 0
     try:
         while True:
@@ -129,45 +117,3 @@ def test_out_of_descriptors_it_says_so_once_and_stops_accepting_for_a_while() ->
     assert said == ["socket.accept() out of system resource"]
     assert not watched
     assert 0 < retry_in <= ACCEPT_RETRY_SECONDS
-
-
-@pytest.mark.skipif(not hasattr(socket, "TCP_DEFER_ACCEPT"), reason="TCP_DEFER_ACCEPT is Linux's")
-def test_a_connection_that_has_sent_nothing_is_held_by_the_kernel_not_accepted() -> None:
-    """A flood of silent connections reconnecting over the cap cost a transport and a protocol each, and a probe
-    waited behind its queue (574-831 ms; BENCHMARKS.md, "Silent floods"): the kernel now holds them until their
-    first bytes (or the deferral's end), and only a client that sends is accepted."""
-
-    async def main() -> int:
-        listener = listener_on_loopback()
-        listener.start()
-        port = listener.sock.getsockname()[1]
-        loop = asyncio.get_running_loop()
-        silent, asking = socket.socket(), socket.socket()
-        try:
-            for client in (silent, asking):
-                client.setblocking(False)
-                await loop.sock_connect(client, ("127.0.0.1", port))
-            await loop.sock_sendall(asking, b"GET / HTTP/1.1\r\n")
-            for _ in range(50):
-                await asyncio.sleep(0.01)
-            return Counting.made
-        finally:
-            silent.close()
-            asking.close()
-            listener.close()
-
-    assert run(main) == 1
-
-
-@pytest.mark.parametrize("family", ["AF_UNIX", "AF_INET6"])
-def test_only_a_tcp_socket_is_deferred(family: str) -> None:
-    if not hasattr(socket, family) or (family == "AF_INET6" and not socket.has_ipv6):
-        pytest.skip(f"no {family} here")
-    with socket.socket(getattr(socket, family), socket.SOCK_STREAM) as sock:
-        assert defer_accept(sock) is (family != "AF_UNIX" and hasattr(socket, "TCP_DEFER_ACCEPT"))
-
-
-def test_the_kernel_hands_over_a_silent_connection_only_past_the_caps_grace() -> None:
-    """At the cap such a newcomer stands as one opened and left (listener.py): true only if its deferral, at least
-    :data:`DEFER_ACCEPT_SECONDS`, is no shorter than the grace."""
-    assert DEFER_ACCEPT_SECONDS >= NEW_CONNECTION_GRACE_SECONDS

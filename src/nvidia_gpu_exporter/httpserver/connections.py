@@ -13,8 +13,7 @@ handshake begun within the grace; one whose request the kernel holds unread (acc
 flood's connections, its bytes not read yet); and only then one whose latest response was a success (Prometheus'
 keep-alive connection between two scrapes). Among equals, the one idle (or stalled) the longest; but a new
 connection that has sent only part of a request by its accept leaves itself, before anything is made for it, when
-nothing open stands below one just opened, and one the kernel held silent for its deferral when nothing open stands
-below one opened and left (:meth:`Connections.stalled_newcomer_leaves`, listener.py).
+nothing open stands below one just opened (:meth:`Connections.stalled_newcomer_leaves`, listener.py).
 
 A connection of a standing up to error-answered leaves with up to :data:`EVICTION_BATCH` - 1 others of its
 standing: a flood over the cap reconnects as fast as its connections close, and the ranking (a pass over every open
@@ -159,26 +158,25 @@ class Connections:
         """Whether a new connection would find the cap reached."""
         return 0 < self.limit <= len(self._open)
 
-    def stalled_newcomer_leaves(self, standing: int = OPENING) -> bool:
-        """At the cap, whether a new connection that stands at ``standing`` is closed rather than admitted: one
-        that has shown only the start of a request (a head without its end, part of a TLS record) stands as one just
-        opened; one the kernel held silent for its deferral (listener.py) as one opened and left (``STALE``). When no
-        open connection stands below it, it would make an equal or a higher one leave, and closing it before
-        anything is made for it (listener.py) is a fraction of the cost; the flood it belongs to reconnects either
-        way. False when no connection is idle (the newcomer is refused with a 503 as any other)."""
+    def stalled_newcomer_leaves(self) -> bool:
+        """At the cap, whether a new connection that has shown only the start of a request (a head without its
+        end, part of a TLS record) is closed rather than admitted: when no open connection stands below one just
+        opened, it would make an equal leave, and closing it before anything is made for it (listener.py) is a
+        fraction of the cost; the flood it belongs to reconnects either way. False when no connection is idle (the
+        newcomer is refused with a 503 as any other)."""
         if not self.full():
             return False
         now = self.clock()
         ranked = self._current_ranking(now)
         while ranked:
-            ranked_standing, since, _, _, connection = ranked[0]
+            standing, since, _, _, connection = ranked[0]
             current = connection.idle_since() if connection in self._open else None
             if current is None:
                 heapq.heappop(ranked)  # left or busy since the ranking
             elif current != since:
                 heapq.heapreplace(ranked, self._entry(connection, current, now))
             else:
-                return ranked_standing >= standing  # a lower bound: the kernel can only raise it
+                return standing >= OPENING  # a lower bound: the kernel can only raise it
         return False
 
     def admit_handshake(self, connection: Connection) -> bool:

@@ -14,14 +14,6 @@ as it (:meth:`~.connections.Connections.stalled_newcomer_leaves`): it is closed 
 protocol or parser is made for it. Its bytes are judged by what reads them later (``stalled``: h11 for HTTP,
 the TLS first-record gate for TLS), peeked from the kernel and left there.
 
-A connection that sends nothing is not accepted at all until it does, or until :data:`DEFER_ACCEPT_SECONDS` have
-passed (Linux's ``TCP_DEFER_ACCEPT``, on TCP listeners): the kernel holds it, out of the listen queue, at no cost
-to the process. A flood of silent connections reconnecting over the cap cost a transport and a protocol each, and a
-probe waited 574-831 ms behind its queue; held by the kernel, it is not ahead of the probe (BENCHMARKS.md, "Silent
-floods"). The kernel hands one over only once it has been silent for its whole deferral, longer than the cap's
-grace: at the cap it stands as a connection opened and left, and is closed at its accept when nothing open stands
-lower. A client sends its request (or its ClientHello) right after it connects, so the deferral costs it nothing.
-
 Where the event loop has no ``add_reader`` (Windows' proactor loop), asyncio's own server serves the socket, with
 the same queue and batch.
 """
@@ -35,7 +27,7 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from nvidia_gpu_exporter.httpserver.connections import ACCEPT_BATCH, STALE, Connections
+from nvidia_gpu_exporter.httpserver.connections import ACCEPT_BATCH, Connections
 
 if TYPE_CHECKING:
     import ssl  # imported by TLS only (support/sslgate.py)
@@ -44,9 +36,6 @@ log = logging.getLogger(__name__)
 
 LISTEN_BACKLOG = 4096  # the kernel's listen queue: Go's (somaxconn); the kernel lowers it to net.core.somaxconn
 PEEK_BYTES = 4096  # what is looked at of a new connection's first bytes at the cap: a scrape request fits
-# How long the kernel holds a silent connection before handing it over, at least: Linux rounds it up to its SYN-ACK
-# retransmissions (1 s, then 2 s more), so about 3 s, more than the cap's grace (NEW_CONNECTION_GRACE_SECONDS).
-DEFER_ACCEPT_SECONDS = 2
 ACCEPT_RETRY_SECONDS = 1.0  # out of descriptors: accepting resumes after this (asyncio's)
 _OUT_OF_RESOURCES = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM))
 
@@ -82,12 +71,10 @@ class Listener:
         self._starting: set[asyncio.Task[object]] = set()  # connections whose transport is being made
         self._retry: asyncio.TimerHandle | None = None
         self._serving = False
-        self._deferring = False
 
     def start(self) -> None:
         self.sock.setblocking(False)
         self.sock.listen(LISTEN_BACKLOG)
-        self._deferring = defer_accept(self.sock)
         self._resume()
 
     def close(self) -> None:
@@ -137,37 +124,19 @@ class Listener:
             log.debug("a connection closed while it was set up", extra={"err": str(task.exception())})
 
     def _closed_at_once(self, conn: socket.socket) -> bool:
-        """Close ``conn`` if it is a flood's: at the cap, only the start of a request (or silent for its whole
-        deferral), and nobody below it."""
+        """Close ``conn`` if it is a flood's: at the cap, only the start of a request, and nobody below it."""
         connections = self.connections
         if connections is None or not connections.full():
             return False
         try:
             first = conn.recv(PEEK_BYTES, socket.MSG_PEEK)
-        except BlockingIOError:  # nothing yet: the kernel held it silent for its deferral, if it defers
-            if not self._deferring or not connections.stalled_newcomer_leaves(STALE):
-                return False
-        except OSError:  # reset already: served as any other
+        except OSError:  # nothing yet (or reset already): served as any other
             return False
-        else:
-            if not first or not self.stalled(first) or not connections.stalled_newcomer_leaves():
-                return False
+        if not first or not self.stalled(first) or not connections.stalled_newcomer_leaves():
+            return False
         connections.stats.closed["evicted"] += 1
         conn.close()
         return True
-
-
-def defer_accept(sock: socket.socket) -> bool:
-    """Have the kernel hold a TCP connection until its first bytes arrive, or :data:`DEFER_ACCEPT_SECONDS` have
-    passed (Linux's ``TCP_DEFER_ACCEPT``); False where it cannot."""
-    option = getattr(socket, "TCP_DEFER_ACCEPT", None)
-    if option is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
-        return False
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, option, DEFER_ACCEPT_SECONDS)
-    except OSError:
-        return False
-    return True
 
 
 def _tls_options(ssl_context: ssl.SSLContext | None, handshake_timeout: float | None) -> dict[str, Any]:
@@ -202,5 +171,4 @@ async def listen(
     tls = _tls_options(ssl_context, handshake_timeout)
     server = await loop.create_server(factory, sock=sock, backlog=ACCEPT_BATCH, **tls)
     sock.listen(LISTEN_BACKLOG)  # asyncio listened with its batch
-    defer_accept(sock)
     return server
